@@ -1,0 +1,47 @@
+// TPU slices derived from node labels (DESIGN §1): a slice is the set of nodes
+// sharing `ray.io/tpu-slice-name`; it is never registered by itself.
+//
+// Pure functions; thread-safe.
+#ifndef SLICED_SCHEDULER_SLICES_H_
+#define SLICED_SCHEDULER_SLICES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/tpu.h"
+#include "scheduler/types.h"
+
+namespace sliced::scheduler {
+
+// A slice as seen in the inventory.
+struct SliceInfo {
+  std::string name;              // ray.io/tpu-slice-name
+  std::string accelerator_type;  // as labelled, e.g. "TPU-V6E"
+  std::string topology;          // as labelled, e.g. "4x4"
+  std::string pod_type;          // derived, e.g. "v6e-16"; empty if unknown
+  int64_t expected_hosts = 0;    // from generation + topology; 0 if unknown
+  // Node ids in worker-id order. Position i holds the node with worker id i,
+  // or "" when that worker is missing; nodes with out-of-range or duplicate
+  // worker ids are appended after the expected positions.
+  std::vector<std::string> node_ids;
+  bool intact = false;
+  // Why the slice is not intact, e.g. "missing worker 2 of 4",
+  // "duplicate worker id 1 (nodes a, b)", "node h3 is DEAD",
+  // "TPU chips add up to 12, expected 16", "unknown topology 3x3 for v6e".
+  std::string reason;
+
+  friend bool operator==(const SliceInfo&, const SliceInfo&) = default;
+};
+
+// Groups nodes by slice name and checks each slice. Intact: generation and
+// topology resolve (labels ray.io/accelerator-type and ray.io/tpu-topology,
+// agreeing across hosts), all expected hosts present and ALIVE, worker ids
+// exactly 0..hosts-1 without duplicates, and the hosts' "TPU" resources add
+// up to the shape's chips. Nodes without a slice-name label are not in any
+// slice. Result sorted by slice name.
+std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes);
+
+}  // namespace sliced::scheduler
+
+#endif  // SLICED_SCHEDULER_SLICES_H_

@@ -1,0 +1,55 @@
+// The Cloud TPU model (DESIGN §1 table): generations, valid topologies, chips
+// per host, cores per chip, pod types, hosts per slice, and accelerator-name
+// normalisation as Ray accepts them.
+//
+// Pure functions over constant tables; thread-safe.
+#ifndef SLICED_SCHEDULER_TPU_H_
+#define SLICED_SCHEDULER_TPU_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sliced::scheduler {
+
+enum class TpuGeneration { kV2, kV3, kV4, kV5p, kV5e, kV6e, kV7x };
+
+// Accepts Ray's spellings, case-insensitively: "TPU-V6E", "v6e", "tpu-v6e",
+// "TPU-V5LITEPOD" / "v5litepod" / "v5e" -> v5e, "tpu7x" / "v7x" -> v7x, ...
+// Returns InvalidArgument listing the accepted names otherwise.
+absl::StatusOr<TpuGeneration> ParseTpuGeneration(absl::string_view name);
+
+// Short name used in pod types: "v2", "v3", "v4", "v5p", "v5litepod", "v6e",
+// "v7x".
+absl::string_view TpuGenerationName(TpuGeneration generation);
+
+// Ray's accelerator-type label value: "TPU-V2", ..., "TPU-V5P",
+// "TPU-V5LITEPOD", "TPU-V6E", "TPU-V7X".
+absl::string_view TpuAcceleratorType(TpuGeneration generation);
+
+// One slice shape: a generation and a valid topology.
+struct TpuShape {
+  TpuGeneration generation = TpuGeneration::kV6e;
+  std::string topology;       // canonical, e.g. "4x4", "2x2x2"
+  std::vector<int> dims;      // {4, 4}
+  int64_t chips = 0;          // product of dims
+  int64_t chips_per_host = 0; // chips one host of this shape carries
+  int64_t hosts = 0;          // max(1, chips / chips_per_host)
+  int64_t cores_per_chip = 0;
+  std::string pod_type;       // "<gen>-<chips * cores_per_chip>", e.g. v6e-16
+
+  friend bool operator==(const TpuShape&, const TpuShape&) = default;
+};
+
+// Resolves and validates a topology for a generation.
+// Returns InvalidArgument naming the topology and the valid set for that
+// generation when it is not a valid slice shape.
+absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
+                                         absl::string_view topology);
+
+}  // namespace sliced::scheduler
+
+#endif  // SLICED_SCHEDULER_TPU_H_

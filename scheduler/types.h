@@ -1,0 +1,81 @@
+// Domain types shared by every layer of sliced: nodes, their labels and
+// resources, in the engine's fixed-point representation.
+//
+// Plain value types; no synchronisation of their own.
+#ifndef SLICED_SCHEDULER_TYPES_H_
+#define SLICED_SCHEDULER_TYPES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sliced::scheduler {
+
+// Resources are fixed point in the engine: one unit is 1/10000 of the wire
+// value, as in Ray. Fit checks compare these integers, never doubles.
+inline constexpr int64_t kResourceScale = 10000;
+
+// The largest wire value accepted for one resource (100 TB of `memory` in
+// bytes); keeps sums of a whole cluster far from int64 overflow.
+inline constexpr double kMaxResourceValue = 1e14;
+
+// Label map, ordered so that anything derived from it is deterministic.
+using Labels = absl::btree_map<std::string, std::string>;
+
+// Resource name -> fixed-point amount.
+using ResourceSet = absl::btree_map<std::string, int64_t>;
+
+// Converts a wire value to fixed point.
+// Returns InvalidArgument (message names `what` and the rule) when the value is
+// NaN, infinite, negative, above kMaxResourceValue, or finer than 1/10000.
+absl::StatusOr<int64_t> ToFixedPoint(double value, absl::string_view what);
+
+// Converts a fixed-point amount back to its wire value.
+double FromFixedPoint(int64_t amount);
+
+enum class NodeState {
+  kAlive,     // takes new placements
+  kDraining,  // keeps its placements, takes no new ones
+  kDead,      // missed its heartbeat lease or was reported dead
+};
+
+absl::string_view NodeStateName(NodeState state);
+
+// One Ray node (one VM; one TPU VM host for TPU nodes).
+struct Node {
+  std::string node_id;
+  std::string address;
+  Labels labels;
+  ResourceSet resources;  // total capacity
+  NodeState state = NodeState::kAlive;
+
+  friend bool operator==(const Node&, const Node&) = default;
+};
+
+// Ray's default label keys.
+inline constexpr absl::string_view kLabelNodeId = "ray.io/node-id";
+inline constexpr absl::string_view kLabelAcceleratorType =
+    "ray.io/accelerator-type";
+inline constexpr absl::string_view kLabelMarketType = "ray.io/market-type";
+inline constexpr absl::string_view kLabelZone = "ray.io/availability-zone";
+inline constexpr absl::string_view kLabelRegion = "ray.io/availability-region";
+inline constexpr absl::string_view kLabelNodeGroup = "ray.io/node-group";
+inline constexpr absl::string_view kLabelTpuTopology = "ray.io/tpu-topology";
+inline constexpr absl::string_view kLabelTpuSliceName = "ray.io/tpu-slice-name";
+inline constexpr absl::string_view kLabelTpuWorkerId = "ray.io/tpu-worker-id";
+inline constexpr absl::string_view kLabelTpuPodType = "ray.io/tpu-pod-type";
+// sliced's own: spot, flex-start, reserved or on-demand.
+inline constexpr absl::string_view kLabelCapacityTier =
+    "sliced.io/capacity-tier";
+
+// Resource names.
+inline constexpr absl::string_view kResourceCpu = "CPU";
+inline constexpr absl::string_view kResourceMemory = "memory";
+inline constexpr absl::string_view kResourceTpu = "TPU";
+
+}  // namespace sliced::scheduler
+
+#endif  // SLICED_SCHEDULER_TYPES_H_
