@@ -40,7 +40,19 @@ struct SliceInfo {
 // exactly 0..hosts-1 without duplicates, and the hosts' "TPU" resources add
 // up to the shape's chips. Nodes without a slice-name label are not in any
 // slice. Result sorted by slice name.
+//
+// A node with TPU labels (accelerator type and topology) of a single-host shape
+// (v5e/v6e 1x1, 2x2, 2x4; v4/v5p/v7x 2x2x1) and no slice-name label is its own
+// slice, named after its node id, worker 0.
 std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes);
+
+// True when the node's accelerator-type and topology labels resolve to a
+// single-host slice shape.
+bool IsSingleHostTpuNode(const Node& node);
+
+// The slice `node` belongs to: its ray.io/tpu-slice-name label, else its node
+// id when it is a single-host TPU node, else "" (no slice).
+std::string SliceNameOf(const Node& node);
 
 }  // namespace sliced::scheduler
 

@@ -1,0 +1,145 @@
+#include "scheduler/slices.h"
+
+#include <functional>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/scheduler/builders.h"
+
+namespace sliced::scheduler {
+namespace {
+
+using ::sliced::scheduler::testing::CpuNode;
+using ::sliced::scheduler::testing::Pointers;
+using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::TpuHost;
+
+TEST(DeriveSlicesTest, IntactShapes) {
+  struct Case {
+    const char* accelerator;
+    const char* topology;
+    int64_t hosts;
+    const char* pod_type;
+  };
+  const Case cases[] = {
+      {"TPU-V6E", "4x4", 4, "v6e-16"},   {"TPU-V4", "2x2x2", 2, "v4-16"},
+      {"TPU-V5P", "2x2x1", 1, "v5p-8"},  {"TPU-V6E", "8x16", 32, "v6e-128"},
+      {"TPU-V6E", "2x4", 1, "v6e-8"},    {"TPU-V7X", "2x2x2", 2, "v7x-16"},
+      {"TPU-V5LITEPOD", "4x8", 8, "v5litepod-32"},
+  };
+  for (const Case& c : cases) {
+    std::vector<Node> nodes = Slice("s", c.accelerator, c.topology);
+    auto slices = DeriveSlices(Pointers(nodes));
+    ASSERT_EQ(slices.size(), 1u);
+    const SliceInfo& s = slices[0];
+    EXPECT_TRUE(s.intact) << c.topology << ": " << s.reason;
+    EXPECT_EQ(s.expected_hosts, c.hosts);
+    EXPECT_EQ(s.pod_type, c.pod_type);
+    ASSERT_EQ(s.node_ids.size(), static_cast<size_t>(c.hosts));
+    for (int64_t i = 0; i < c.hosts; ++i) {
+      EXPECT_EQ(s.node_ids[i], absl::StrCat("s-w", i));
+    }
+  }
+}
+
+TEST(DeriveSlicesTest, BrokenSlices) {
+  struct Case {
+    const char* name;
+    std::function<void(std::vector<Node>&)> mutate;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"missing host", [](std::vector<Node>& n) { n.erase(n.begin() + 2); },
+       "missing worker 2 of 4"},
+      {"duplicate worker id",
+       [](std::vector<Node>& n) {
+         n[2].labels[std::string(kLabelTpuWorkerId)] = "1";
+       },
+       "duplicate worker id 1 (nodes s-w1, s-w2)"},
+      {"dead host",
+       [](std::vector<Node>& n) { n[3].state = NodeState::kDead; },
+       "node s-w3 is DEAD"},
+      {"draining host",
+       [](std::vector<Node>& n) { n[0].state = NodeState::kDraining; },
+       "node s-w0 is DRAINING"},
+      {"tpu count mismatch",
+       [](std::vector<Node>& n) { n[1].resources["TPU"] = 0; },
+       "TPU chips add up to 12, expected 16"},
+      {"worker id out of range",
+       [](std::vector<Node>& n) {
+         n[3].labels[std::string(kLabelTpuWorkerId)] = "7";
+       },
+       "worker id 7"},
+      {"bad worker id",
+       [](std::vector<Node>& n) {
+         n[3].labels[std::string(kLabelTpuWorkerId)] = "x";
+       },
+       "no valid worker id"},
+      {"unknown topology",
+       [](std::vector<Node>& n) {
+         for (Node& h : n) h.labels[std::string(kLabelTpuTopology)] = "3x3";
+       },
+       "unknown topology 3x3 for v6e"},
+      {"disagreeing hosts",
+       [](std::vector<Node>& n) {
+         n[1].labels[std::string(kLabelTpuTopology)] = "4x8";
+       },
+       "disagree"},
+      {"unknown accelerator",
+       [](std::vector<Node>& n) {
+         for (Node& h : n) h.labels[std::string(kLabelAcceleratorType)] = "GPU";
+       },
+       "unknown accelerator type GPU"},
+  };
+  for (const Case& c : cases) {
+    std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");
+    c.mutate(nodes);
+    auto slices = DeriveSlices(Pointers(nodes));
+    ASSERT_EQ(slices.size(), 1u) << c.name;
+    EXPECT_FALSE(slices[0].intact) << c.name;
+    EXPECT_NE(slices[0].reason.find(c.reason), std::string::npos)
+        << c.name << ": " << slices[0].reason;
+  }
+}
+
+TEST(DeriveSlicesTest, MissingHostLeavesAHole) {
+  std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");
+  nodes.erase(nodes.begin() + 1);
+  auto slices = DeriveSlices(Pointers(nodes));
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(slices[0].node_ids,
+            (std::vector<std::string>{"s-w0", "", "s-w2", "s-w3"}));
+}
+
+TEST(DeriveSlicesTest, SingleHostNodeWithoutSliceNameIsItsOwnSlice) {
+  std::vector<Node> nodes = {
+      TpuHost("solo", "", "TPU-V6E", "2x4", 0, 8),
+      TpuHost("solo4", "", "v5e", "2x2", 0, 4),
+      CpuNode("cpu"),
+      // Multi-host shape without a slice name: not a slice.
+      TpuHost("orphan", "", "TPU-V6E", "4x4", 0, 4),
+  };
+  nodes[0].labels.erase(std::string(kLabelTpuWorkerId));
+  auto slices = DeriveSlices(Pointers(nodes));
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[0].name, "solo");
+  EXPECT_TRUE(slices[0].intact) << slices[0].reason;
+  EXPECT_EQ(slices[0].pod_type, "v6e-8");
+  EXPECT_EQ(slices[0].node_ids, std::vector<std::string>{"solo"});
+  EXPECT_EQ(slices[1].name, "solo4");
+  EXPECT_TRUE(slices[1].intact) << slices[1].reason;
+}
+
+TEST(DeriveSlicesTest, SortedByNameAndIndependentOfInputOrder) {
+  std::vector<Node> nodes = Slice("b", "TPU-V6E", "4x4");
+  for (Node& n : Slice("a", "TPU-V4", "2x2x2")) nodes.push_back(n);
+  auto forward = DeriveSlices(Pointers(nodes));
+  std::reverse(nodes.begin(), nodes.end());
+  auto backward = DeriveSlices(Pointers(nodes));
+  ASSERT_EQ(forward.size(), 2u);
+  EXPECT_EQ(forward[0].name, "a");
+  EXPECT_EQ(forward, backward);
+}
+
+}  // namespace
+}  // namespace sliced::scheduler
