@@ -1,0 +1,299 @@
+#include "scheduler/snapshot.h"
+
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "tests/scheduler/builders.h"
+
+namespace sliced::scheduler {
+namespace {
+
+using ::sliced::scheduler::testing::CpuNode;
+using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::TpuHost;
+using ::sliced::scheduler::testing::Units;
+
+std::vector<Node> SmallCluster() {
+  std::vector<Node> nodes = Slice("a", "TPU-V6E", "4x4", "z1");
+  for (Node& n : Slice("b", "TPU-V6E", "4x4", "z2")) nodes.push_back(n);
+  for (Node& n : Slice("c", "TPU-V4", "2x2x2", "z1")) nodes.push_back(n);
+  nodes.push_back(TpuHost("solo", "", "TPU-V6E", "2x4", 0, 8));
+  nodes.push_back(CpuNode("cpu1"));
+  nodes.push_back(CpuNode("cpu2", 4, "z2", "spot"));
+  return nodes;
+}
+
+Allocation Alloc(std::string pg, int bundle, std::string node,
+                 ResourceSet resources) {
+  return Allocation{std::move(pg), bundle, std::move(node),
+                    std::move(resources)};
+}
+
+// Everything observable about a snapshot, as text, for comparisons.
+std::string Describe(const InventorySnapshot& s) {
+  std::string out;
+  for (uint32_t i = 0; i < s.num_nodes(); ++i) {
+    const auto& e = s.node(i);
+    absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
+                    " slice=", e.slice, " rank=", s.Rank(BundleKind::kCpuOnly, i),
+                    "/", s.Rank(BundleKind::kTpu, i), " free=");
+    for (const auto& [k, v] : e.free) absl::StrAppend(&out, k, ":", v, ",");
+    for (const auto& a : e.allocations) {
+      absl::StrAppend(&out, " ", a.pg_id, "[", a.bundle_index, "]");
+    }
+    out += "\n";
+    for (int kind = 0; kind < 2; ++kind) {
+      for (int r = 0; r < kNumRanks; ++r) {
+        if (s.rank_set(static_cast<BundleKind>(kind), r).Test(i)) {
+          absl::StrAppend(&out, "  in rank set ", kind, "/", r, "\n");
+        }
+      }
+    }
+  }
+  for (const SliceState& st : s.ListSlices()) {
+    absl::StrAppend(&out, "slice ", st.info.name, " intact=", st.info.intact,
+                    " free=", st.free, " ", st.info.reason, "\n");
+  }
+  for (const auto& [key, set] : s.free_slices()) {
+    absl::StrAppend(&out, "free ", TpuGenerationName(key.generation), " ",
+                    key.topology, " ", key.tier, " ", key.zone, ":");
+    for (size_t i = set->NextSet(0); i < set->bits(); i = set->NextSet(i + 1)) {
+      absl::StrAppend(&out, " ", s.slice(i).info.name);
+    }
+    absl::StrAppend(&out, " count=", set->count(), "\n");
+  }
+  for (const auto& [k, values] : s.label_index()) {
+    for (const auto& [v, list] : *values) {
+      absl::StrAppend(&out, "label ", k, "=", v, ": ", absl::StrJoin(*list, ","),
+                      "\n");
+    }
+  }
+  absl::StrAppend(&out, "allocations=", s.num_allocations(), "\n");
+  return out;
+}
+
+TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
+  auto snap = InventorySnapshot::Build(
+      SmallCluster(), {Alloc("pg1", 0, "b-w2", {{"TPU", Units(4)}}),
+                       Alloc("pg1", 1, "cpu1", {{"CPU", Units(2.5)}})});
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  const InventorySnapshot& s = **snap;
+  EXPECT_EQ(s.num_nodes(), 13u);
+  EXPECT_EQ(s.node(0).node.node_id, "a-w0");  // sorted by id
+  EXPECT_EQ((*s.FreeResources("cpu1"))["CPU"], Units(5.5));
+  EXPECT_EQ((*s.FreeResources("b-w2"))["TPU"], 0);
+  EXPECT_EQ(s.FreeResources("nope").status().code(), absl::StatusCode::kNotFound);
+
+  auto slices = s.ListSlices();
+  ASSERT_EQ(slices.size(), 4u);
+  EXPECT_EQ(slices[0].info.name, "a");
+  EXPECT_TRUE(slices[0].free);
+  EXPECT_EQ(slices[1].info.name, "b");
+  EXPECT_TRUE(slices[1].info.intact);
+  EXPECT_FALSE(slices[1].free);
+  EXPECT_EQ(slices[3].info.name, "solo");
+  EXPECT_TRUE(slices[3].free);
+
+  // Free intact index: a (v6e 4x4 z1), c (v4 2x2x2 z1), solo (v6e 2x4).
+  int64_t free_total = 0;
+  for (const auto& [key, set] : s.free_slices()) free_total += set->count();
+  EXPECT_EQ(free_total, 3);
+  SliceKey key{TpuGeneration::kV6e, "4x4", "on-demand", "z2"};
+  EXPECT_FALSE(s.free_slices().contains(key));
+
+  EXPECT_EQ(s.AllocationsOf("pg1").size(), 2u);
+  EXPECT_TRUE(s.AllocationsOf("pg2").empty());
+  EXPECT_TRUE(s.CheckNotOverCommitted().ok());
+
+  // Ranks: cpu1 used CPU node ranks first for CPU bundles.
+  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu1")), 0);
+  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu2")), 1);
+  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w0")), 3);
+  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("solo")), 4);
+  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("a-w0")), 5);
+  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("cpu1")), kNumRanks);
+  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("b-w2")), 1);
+  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("solo")), 4);
+}
+
+TEST(SnapshotTest, BuildRejectsCorruptInput) {
+  auto unknown = InventorySnapshot::Build(
+      SmallCluster(), {Alloc("pg", 0, "ghost", {{"CPU", 1}})});
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  auto duplicate_bundle = InventorySnapshot::Build(
+      SmallCluster(), {Alloc("pg", 0, "cpu1", {{"CPU", 1}}),
+                       Alloc("pg", 0, "cpu2", {{"CPU", 1}})});
+  EXPECT_EQ(duplicate_bundle.status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<Node> dup = SmallCluster();
+  dup.push_back(CpuNode("cpu1"));
+  EXPECT_EQ(InventorySnapshot::Build(dup, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SnapshotTest, OverCommitIsReportedAtRecovery) {
+  auto snap = InventorySnapshot::Build(
+      SmallCluster(), {Alloc("pg1", 0, "solo", {{"TPU", Units(8)}}),
+                       Alloc("pg2", 0, "solo", {{"TPU", Units(1)}})});
+  ASSERT_TRUE(snap.ok());
+  absl::Status s = (*snap)->CheckNotOverCommitted();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("solo"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("pg2[0]"), std::string::npos) << s;
+}
+
+TEST(SnapshotTest, ApplyRejectsBadDeltasAndLeavesSourceUntouched) {
+  auto snap = *InventorySnapshot::Build(SmallCluster(), {});
+  const std::string before = Describe(*snap);
+  SnapshotDelta unknown;
+  unknown.add_allocations = {Alloc("pg", 0, "ghost", {{"CPU", 1}})};
+  EXPECT_EQ(snap->Apply(unknown).status().code(), absl::StatusCode::kNotFound);
+  SnapshotDelta too_big;
+  too_big.add_allocations = {Alloc("pg", 0, "cpu1", {{"CPU", Units(2)}}),
+                             Alloc("pg", 1, "cpu1", {{"CPU", Units(7)}})};
+  EXPECT_EQ(snap->Apply(too_big).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  SnapshotDelta remove_busy;
+  remove_busy.add_allocations = {Alloc("pg", 0, "cpu1", {{"CPU", 1}})};
+  auto busy = *snap->Apply(remove_busy);
+  SnapshotDelta remove;
+  remove.remove_node_ids = {"cpu1"};
+  EXPECT_EQ(busy->Apply(remove).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  remove.remove_node_ids = {"ghost"};
+  EXPECT_EQ(snap->Apply(remove).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Describe(*snap), before);
+}
+
+TEST(SnapshotTest, SliceBecomesHeldAndFreeAgain) {
+  auto snap = *InventorySnapshot::Build(SmallCluster(), {});
+  SnapshotDelta hold;
+  hold.add_allocations = {Alloc("pg", 0, "a-w3", {{"TPU", Units(1)}})};
+  auto held = *snap->Apply(hold);
+  EXPECT_FALSE(held->GetSlice("a")->free);
+  EXPECT_TRUE(snap->GetSlice("a")->free);  // the source is unchanged
+  EXPECT_EQ(held->Rank(BundleKind::kCpuOnly, held->NodeIndex("a-w0")), 3);
+  SnapshotDelta release;
+  release.release_pg_ids = {"pg"};
+  auto freed = *held->Apply(release);
+  EXPECT_TRUE(freed->GetSlice("a")->free);
+  EXPECT_EQ(Describe(*freed), Describe(*snap));
+}
+
+TEST(SnapshotTest, DeadHostBreaksSliceIncrementally) {
+  auto snap = *InventorySnapshot::Build(SmallCluster(), {});
+  std::vector<Node> nodes = SmallCluster();
+  Node dead = *snap->FindNode("a-w1");
+  dead.state = NodeState::kDead;
+  SnapshotDelta delta;
+  delta.upsert_nodes = {dead};
+  auto next = *snap->Apply(delta);
+  auto a = *next->GetSlice("a");
+  EXPECT_FALSE(a.info.intact);
+  EXPECT_NE(a.info.reason.find("a-w1 is DEAD"), std::string::npos);
+  for (Node& n : nodes) {
+    if (n.node_id == "a-w1") n.state = NodeState::kDead;
+  }
+  EXPECT_EQ(Describe(*next), Describe(**InventorySnapshot::Build(nodes, {})));
+}
+
+// Random deltas applied one by one give the same snapshot as a full build of
+// the resulting state.
+TEST(SnapshotTest, ApplyMatchesFullRebuild) {
+  std::mt19937 rng(7);
+  std::vector<Node> nodes = SmallCluster();
+  for (Node& n : Slice("d", "TPU-V5P", "2x2x1", "z2", "spot")) nodes.push_back(n);
+  for (int i = 0; i < 6; ++i) nodes.push_back(CpuNode(absl::StrCat("n", i)));
+  std::vector<Allocation> allocations;
+  auto snap = *InventorySnapshot::Build(nodes, allocations);
+  int next_pg = 0;
+  for (int step = 0; step < 300; ++step) {
+    SnapshotDelta delta;
+    const int op = rng() % 6;
+    if (op <= 1) {  // allocate 1-3 bundles
+      const std::string pg = absl::StrCat("pg", next_pg++);
+      const int count = 1 + rng() % 3;
+      for (int b = 0; b < count; ++b) {
+        const Node& n = nodes[rng() % nodes.size()];
+        const std::string res = n.resources.contains("TPU") && rng() % 2 ? "TPU" : "CPU";
+        const int64_t free = (*snap->FreeResources(n.node_id))[res];
+        const int64_t want = Units(1);
+        bool taken = false;
+        for (const Allocation& a : delta.add_allocations) taken |= a.node_id == n.node_id;
+        if (free < want || taken) continue;
+        delta.add_allocations.push_back(Alloc(pg, b, n.node_id, {{res, want}}));
+      }
+    } else if (op == 2 && !allocations.empty()) {  // release a PG
+      delta.release_pg_ids = {allocations[rng() % allocations.size()].pg_id};
+    } else if (op == 3) {  // change a node's state or a plain label
+      Node n = nodes[rng() % nodes.size()];
+      n.state = static_cast<NodeState>(rng() % 3);
+      if (rng() % 2) n.labels["team"] = absl::StrCat("t", rng() % 3);
+      delta.upsert_nodes = {n};
+    } else if (op == 4) {  // add or remove a CPU node (full rebuild path)
+      const std::string id = absl::StrCat("extra", rng() % 3);
+      bool exists = snap->FindNode(id) != nullptr;
+      bool busy = exists && !snap->node(snap->NodeIndex(id)).allocations.empty();
+      if (!exists) {
+        delta.upsert_nodes = {CpuNode(id, 2)};
+      } else if (!busy) {
+        delta.remove_node_ids = {id};
+      }
+    } else {  // change TPU count of a host (breaks/unbreaks its slice)
+      Node n = nodes[rng() % 12];
+      if (n.resources.contains("TPU")) {
+        n.resources["TPU"] = Units(rng() % 2 ? 4 : 8);
+        int64_t used = 0;
+        for (const auto& a : snap->node(snap->NodeIndex(n.node_id)).allocations) {
+          if (a.resources.contains("TPU")) used += a.resources.at("TPU");
+        }
+        if (n.resources["TPU"] >= used) delta.upsert_nodes = {n};
+      }
+    }
+    auto next = snap->Apply(delta);
+    ASSERT_TRUE(next.ok()) << step << ": " << next.status();
+    snap = *next;
+    // Mirror the delta on the plain state.
+    for (const Node& n : delta.upsert_nodes) {
+      bool replaced = false;
+      for (Node& m : nodes) {
+        if (m.node_id == n.node_id) { m = n; replaced = true; }
+      }
+      if (!replaced) nodes.push_back(n);
+    }
+    for (const std::string& id : delta.remove_node_ids) {
+      std::erase_if(nodes, [&](const Node& m) { return m.node_id == id; });
+    }
+    for (const std::string& pg : delta.release_pg_ids) {
+      std::erase_if(allocations, [&](const Allocation& a) { return a.pg_id == pg; });
+    }
+    for (const Allocation& a : delta.add_allocations) allocations.push_back(a);
+    auto rebuilt = InventorySnapshot::Build(nodes, allocations);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+    ASSERT_EQ(Describe(*snap), Describe(**rebuilt)) << "step " << step;
+  }
+}
+
+TEST(SnapshotTest, MatchingNodesUsesSelectorSemantics) {
+  auto snap = *InventorySnapshot::Build(SmallCluster(), {});
+  auto ids = [&](absl::btree_map<std::string, std::string> wire) {
+    std::vector<std::string> out;
+    for (uint32_t i : snap->MatchingNodes(*ParseLabelSelector(wire))) {
+      out.push_back(snap->node(i).node.node_id);
+    }
+    return absl::StrJoin(out, ",");
+  };
+  EXPECT_EQ(ids({{"sliced.io/capacity-tier", "spot"}}), "cpu2");
+  EXPECT_EQ(ids({{"ray.io/tpu-slice-name", "in(a, c)"},
+                 {"ray.io/tpu-worker-id", "!in(0,2)"}}),
+            "a-w1,a-w3,c-w1");
+  EXPECT_EQ(ids({{"ray.io/accelerator-type", "!TPU-V6E"}}), "c-w0,c-w1,cpu1,cpu2");
+  EXPECT_EQ(ids({{"nokey", "x"}}), "");
+  EXPECT_EQ(snap->MatchingNodes(LabelSelector{}).size(), 13u);
+}
+
+}  // namespace
+}  // namespace sliced::scheduler
