@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs sliced's build and test dependencies from Debian's packages.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libabsl-dev librocksdb-dev prometheus-cpp-dev libgtest-dev libbenchmark-dev \
+  grpc-proto python3 python3-grpcio python3-protobuf >/dev/null

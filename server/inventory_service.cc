@@ -1,0 +1,274 @@
+#include "server/inventory_service.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/labels.h"
+#include "scheduler/slices.h"
+#include "scheduler/status_macros.h"
+#include "server/convert.h"
+#include "server/grpc_status.h"
+
+namespace sliced::server {
+namespace {
+
+using scheduler::NodeState;
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status NodeNotFound(absl::string_view id) {
+  return absl::NotFoundError(absl::StrCat("node_id: no node \"", id, "\""));
+}
+
+void EntryToProto(const NodeEntry& entry, v1::Node* out) {
+  NodeToProto(entry.node, out);
+  // Nothing holds capacity until placement groups exist on this node.
+  ResourcesToProto(entry.node.resources, out->mutable_available());
+  if (entry.last_heartbeat > absl::InfinitePast()) {
+    const int64_t ms = absl::ToUnixMillis(entry.last_heartbeat);
+    out->mutable_last_heartbeat()->set_seconds(ms / 1000);
+    out->mutable_last_heartbeat()->set_nanos(static_cast<int>(ms % 1000) * 1000000);
+  }
+}
+
+absl::StatusOr<NodeState> HeartbeatState(const v1::NodeHeartbeat& beat,
+                                         const NodeEntry& entry, int index) {
+  switch (beat.state()) {
+    case v1::NODE_STATE_UNSPECIFIED:
+      // A beat from a node marked dead brings it back.
+      return entry.node.state == NodeState::kDead ? NodeState::kAlive
+                                                  : entry.node.state;
+    case v1::ALIVE:
+      return NodeState::kAlive;
+    case v1::DRAINING:
+      return NodeState::kDraining;
+    case v1::DEAD:
+      return NodeState::kDead;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "heartbeats[", index, "].state: unknown value ", beat.state()));
+  }
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InventoryService::Write(
+    grpc::CallbackServerContext* context,
+    std::function<absl::Status(Txn&)> apply) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  coordinator_->Submit(WriteOp{
+      .apply = std::move(apply),
+      .done = [reactor](const absl::Status& s) {
+        reactor->Finish(ToGrpcStatus(s));
+      }});
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
+    grpc::CallbackServerContext* context,
+    const v1::RegisterNodesRequest* request,
+    v1::RegisterNodesResponse* response) {
+  absl::StatusOr<std::vector<scheduler::Node>> nodes =
+      NodesFromProto(request->nodes(), limits_);
+  if (!nodes.ok()) return Finish(context, nodes.status());
+  return Write(context, [nodes = *std::move(nodes), response](Txn& txn) {
+    for (const scheduler::Node& node : nodes) {
+      NodeEntry entry{node, txn.now()};
+      if (const NodeEntry* old = txn.FindNode(node.node_id)) {
+        // Re-registration keeps a drain; a dead node that registers is back.
+        if (old->node.state == NodeState::kDraining) {
+          entry.node.state = NodeState::kDraining;
+        }
+      }
+      txn.PutNode(entry);
+      EntryToProto(entry, response->add_nodes());
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InventoryService::Heartbeat(
+    grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  if (request->heartbeats().empty()) {
+    return Finish(context,
+                  absl::InvalidArgumentError("heartbeats: must not be empty"));
+  }
+  if (request->heartbeats_size() > limits_.max_nodes_per_batch) {
+    return Finish(context, absl::InvalidArgumentError(absl::StrCat(
+                               "heartbeats: at most ", limits_.max_nodes_per_batch,
+                               " per batch, got ", request->heartbeats_size())));
+  }
+  response->set_lease_seconds(
+      absl::ToDoubleSeconds(coordinator_->options().heartbeat_timeout));
+  return Write(context, [request](Txn& txn) {
+    for (int i = 0; i < request->heartbeats_size(); ++i) {
+      const v1::NodeHeartbeat& beat = request->heartbeats(i);
+      const NodeEntry* entry = txn.FindNode(beat.node_id());
+      if (entry == nullptr) {
+        return absl::NotFoundError(absl::StrCat(
+            "heartbeats[", i, "].node_id: no node \"", beat.node_id(),
+            "\"; register it first"));
+      }
+      ASSIGN_OR_RETURN(NodeState state, HeartbeatState(beat, *entry, i));
+      NodeEntry next = *entry;
+      next.last_heartbeat = txn.now();
+      next.node.state = state;
+      if (state != entry->node.state) {
+        txn.PutNode(next);
+      } else {
+        txn.TouchNode(next);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InventoryService::DrainNode(
+    grpc::CallbackServerContext* context, const v1::DrainNodeRequest* request,
+    v1::DrainNodeResponse* response) {
+  if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
+    return Finish(context, s);
+  }
+  return Write(context, [request, response](Txn& txn) {
+    const NodeEntry* entry = txn.FindNode(request->node_id());
+    if (entry == nullptr) return NodeNotFound(request->node_id());
+    if (entry->node.state == NodeState::kDead) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node_id: node \"", request->node_id(), "\" is DEAD; nothing to drain"));
+    }
+    NodeEntry next = *entry;
+    next.node.state = NodeState::kDraining;
+    if (entry->node.state != NodeState::kDraining) txn.PutNode(next);
+    EntryToProto(next, response->mutable_node());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InventoryService::RemoveNode(
+    grpc::CallbackServerContext* context, const v1::RemoveNodeRequest* request,
+    v1::RemoveNodeResponse* /*response*/) {
+  if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
+    return Finish(context, s);
+  }
+  return Write(context, [request](Txn& txn) {
+    if (txn.FindNode(request->node_id()) == nullptr) {
+      return NodeNotFound(request->node_id());
+    }
+    // No placement can hold a node yet: placement groups arrive with the
+    // placement service, which adds the `force` check here.
+    txn.RemoveNode(request->node_id());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InventoryService::GetNode(
+    grpc::CallbackServerContext* context, const v1::GetNodeRequest* request,
+    v1::Node* response) {
+  if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
+    return Finish(context, s);
+  }
+  absl::Status status = coordinator_->Read([&](const ClusterState& state) {
+    auto it = state.nodes.find(request->node_id());
+    if (it == state.nodes.end()) return NodeNotFound(request->node_id());
+    EntryToProto(it->second, response);
+    return absl::OkStatus();
+  });
+  return Finish(context, status);
+}
+
+grpc::ServerUnaryReactor* InventoryService::ListNodes(
+    grpc::CallbackServerContext* context, const v1::ListNodesRequest* request,
+    v1::ListNodesResponse* response) {
+  absl::StatusOr<scheduler::LabelSelector> selector =
+      scheduler::ParseLabelSelector(absl::btree_map<std::string, std::string>(
+          request->label_selector().begin(), request->label_selector().end()));
+  if (!selector.ok()) {
+    return Finish(context,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "label_selector: ", selector.status().message())));
+  }
+  if (request->page_size() < 0 || request->page_size() > limits_.max_page_size) {
+    return Finish(context, absl::InvalidArgumentError(absl::StrCat(
+                               "page_size: must be 0..", limits_.max_page_size,
+                               ", got ", request->page_size())));
+  }
+  const int page_size = request->page_size() == 0 ? limits_.default_page_size
+                                                  : request->page_size();
+  // The page token is the last node id of the previous page.
+  coordinator_->Read([&](const ClusterState& state) {
+    auto it = request->page_token().empty()
+                  ? state.nodes.begin()
+                  : state.nodes.upper_bound(request->page_token());
+    for (; it != state.nodes.end(); ++it) {
+      if (!scheduler::Matches(*selector, it->second.node.labels)) continue;
+      if (response->nodes_size() == page_size) {
+        response->set_next_page_token(response->nodes().rbegin()->node_id());
+        break;
+      }
+      EntryToProto(it->second, response->add_nodes());
+    }
+    return 0;
+  });
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InventoryService::ListSlices(
+    grpc::CallbackServerContext* context,
+    const v1::ListSlicesRequest* /*request*/, v1::ListSlicesResponse* response) {
+  std::vector<scheduler::SliceInfo> slices =
+      coordinator_->Read([](const ClusterState& state) {
+        std::vector<const scheduler::Node*> nodes;
+        nodes.reserve(state.nodes.size());
+        for (const auto& [id, entry] : state.nodes) nodes.push_back(&entry.node);
+        return scheduler::DeriveSlices(nodes);
+      });
+  for (const scheduler::SliceInfo& info : slices) {
+    v1::Slice* out = response->add_slices();
+    out->set_name(info.name);
+    out->set_accelerator_type(info.accelerator_type);
+    out->set_topology(info.topology);
+    out->set_pod_type(info.pod_type);
+    out->mutable_node_ids()->Add(info.node_ids.begin(), info.node_ids.end());
+    out->set_intact(info.intact);
+    // No placement holds any host until the placement service exists.
+    out->set_free(info.intact);
+    out->set_reason(info.reason);
+    out->set_expected_hosts(info.expected_hosts);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+namespace {
+absl::Status ComputeClassesNotBuilt() {
+  return absl::UnimplementedError(
+      "compute classes are not implemented yet: they arrive with the "
+      "placement service (issue 4)");
+}
+}  // namespace
+
+grpc::ServerUnaryReactor* InventoryService::PutComputeClass(
+    grpc::CallbackServerContext* context, const v1::PutComputeClassRequest*,
+    v1::ComputeClass*) {
+  return Finish(context, ComputeClassesNotBuilt());
+}
+
+grpc::ServerUnaryReactor* InventoryService::ListComputeClasses(
+    grpc::CallbackServerContext* context, const v1::ListComputeClassesRequest*,
+    v1::ListComputeClassesResponse*) {
+  return Finish(context, ComputeClassesNotBuilt());
+}
+
+grpc::ServerUnaryReactor* InventoryService::DeleteComputeClass(
+    grpc::CallbackServerContext* context, const v1::DeleteComputeClassRequest*,
+    v1::DeleteComputeClassResponse*) {
+  return Finish(context, ComputeClassesNotBuilt());
+}
+
+}  // namespace sliced::server

@@ -1,0 +1,63 @@
+// The sliced daemon. Flags are parsed here and nowhere else.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC listen address (host:port; port 0 picks a free port)");
+ABSL_FLAG(std::string, data_dir, "./data", "RocksDB data directory");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics HTTP address (empty disables)");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "a node without a heartbeat for this long turns DEAD (0 disables)");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "sliced: TPU placement scheduler daemon for Ray clusters.\n"
+      "Usage: sliced [--listen=127.0.0.1:50051] [--data_dir=./data]");
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the stop signals in every thread; main waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  sliced::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  if (options.heartbeat_timeout < absl::ZeroDuration()) {
+    std::fprintf(stderr, "sliced: --heartbeat_timeout must be >= 0\n");
+    return 2;
+  }
+
+  auto server = sliced::server::SlicedServer::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "sliced: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  std::printf(
+      "sliced: serving on %s:%d, data dir %s, %zu nodes loaded, metrics on "
+      "port %d\n",
+      host.c_str(), (*server)->port(), options.data_dir.c_str(),
+      (*server)->node_count(), (*server)->metrics_port());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::printf("sliced: signal %d, shutting down\n", signal_number);
+  std::fflush(stdout);
+  (*server)->Shutdown();
+  return 0;
+}

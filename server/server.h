@@ -1,0 +1,62 @@
+// SlicedServer: the daemon minus its flags. Opens the store, starts the
+// coordinator, serves the gRPC services (Inventory, Placement, Telemetry,
+// health, reflection) and the Prometheus HTTP endpoint.
+//
+// Thread-safe. Flags are parsed only in main.cc, which fills ServerOptions.
+#ifndef SLICED_SERVER_SERVER_H_
+#define SLICED_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/limits.h"
+#include "storage/store.h"
+
+namespace sliced::server {
+
+struct ServerOptions {
+  // gRPC address; port 0 picks a free port (see SlicedServer::port()).
+  std::string listen = "127.0.0.1:50051";
+  // RocksDB directory, created if missing.
+  std::string data_dir = "./data";
+  // Prometheus /metrics HTTP address; empty disables it; port 0 picks one.
+  std::string metrics_listen = "127.0.0.1:9464";
+  // Lease: a node without a heartbeat for this long turns DEAD; 0 disables.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  Limits limits;
+};
+
+class SlicedServer {
+ public:
+  // Opens the RocksDB store at options.data_dir and starts serving.
+  // Returns FailedPrecondition for a locked, foreign or newer-schema data dir,
+  // Unavailable when a port can't be bound.
+  static absl::StatusOr<std::unique_ptr<SlicedServer>> Start(
+      const ServerOptions& options);
+
+  // Same, on a given store (tests use the in-memory one); data_dir unused.
+  static absl::StatusOr<std::unique_ptr<SlicedServer>> StartWithStore(
+      const ServerOptions& options, std::unique_ptr<storage::Store> store);
+
+  ~SlicedServer();
+
+  // The bound gRPC port, and the metrics port (0 when disabled).
+  int port() const;
+  int metrics_port() const;
+  // Nodes loaded or registered so far.
+  size_t node_count() const;
+
+  // Stops accepting calls, finishes the ones in flight, stops the writer.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit SlicedServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_SERVER_H_

@@ -1,0 +1,101 @@
+// Mutation, table names, and the in-memory store.
+#include "storage/store.h"
+
+#include <array>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "storage/records.h"
+
+namespace sliced::storage {
+
+absl::string_view TableName(Table table) {
+  switch (table) {
+    case Table::kNodes:
+      return "nodes";
+    case Table::kPlacementGroups:
+      return "placement_groups";
+    case Table::kComputeClasses:
+      return "compute_classes";
+    case Table::kLogs:
+      return "logs";
+  }
+  return "unknown";
+}
+
+namespace {
+Mutation::Write Put(Table table, absl::string_view key,
+                    const google::protobuf::MessageLite& record) {
+  return {table, std::string(key), record.SerializeAsString(), false};
+}
+Mutation::Write Delete(Table table, absl::string_view key) {
+  return {table, std::string(key), "", true};
+}
+}  // namespace
+
+void Mutation::PutNode(const NodeRecord& r) {
+  writes_.push_back(Put(Table::kNodes, r.node_id(), r));
+}
+void Mutation::DeleteNode(absl::string_view id) {
+  writes_.push_back(Delete(Table::kNodes, id));
+}
+void Mutation::PutPlacementGroup(const PlacementGroupRecord& r) {
+  writes_.push_back(Put(Table::kPlacementGroups, r.placement_group_id(), r));
+}
+void Mutation::DeletePlacementGroup(absl::string_view id) {
+  writes_.push_back(Delete(Table::kPlacementGroups, id));
+}
+void Mutation::PutComputeClass(const ComputeClassRecord& r) {
+  writes_.push_back(Put(Table::kComputeClasses, r.name(), r));
+}
+void Mutation::DeleteComputeClass(absl::string_view name) {
+  writes_.push_back(Delete(Table::kComputeClasses, name));
+}
+void Mutation::PutLog(absl::string_view key, const LogRecord& r) {
+  writes_.push_back(Put(Table::kLogs, key, r));
+}
+void Mutation::DeleteLog(absl::string_view key) {
+  writes_.push_back(Delete(Table::kLogs, key));
+}
+void Mutation::Append(const Mutation& other) {
+  writes_.insert(writes_.end(), other.writes_.begin(), other.writes_.end());
+}
+
+struct MemoryStore::Tables {
+  std::array<std::map<std::string, std::string>, 4> by_table;
+};
+
+absl::StatusOr<StoredState> MemoryStore::Load() {
+  StoredState state;
+  if (tables_ == nullptr) return state;
+  for (int t = 0; t < 4; ++t) {
+    for (const auto& [key, value] : tables_->by_table[t]) {
+      absl::Status added = AddRecord(static_cast<Table>(t), key, value, state);
+      if (!added.ok()) return added;
+    }
+  }
+  return state;
+}
+
+absl::Status MemoryStore::Commit(const Mutation& mutation) {
+  if (fail_next_commits_ > 0) {
+    --fail_next_commits_;
+    return absl::UnavailableError("memory store: injected commit failure");
+  }
+  if (mutation.empty()) return absl::OkStatus();
+  // Copy-then-swap keeps the commit all-or-nothing.
+  auto next = tables_ ? std::make_shared<Tables>(*tables_)
+                      : std::make_shared<Tables>();
+  for (const Mutation::Write& w : mutation.writes()) {
+    auto& table = next->by_table[static_cast<int>(w.table)];
+    if (w.is_delete) {
+      table.erase(w.key);
+    } else {
+      table[w.key] = w.value;
+    }
+  }
+  tables_ = std::move(next);
+  return absl::OkStatus();
+}
+
+}  // namespace sliced::storage

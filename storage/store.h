@@ -1,0 +1,122 @@
+// The durable store behind sliced's coordinator.
+//
+// A Store loads everything at start-up and commits mutations atomically: a
+// Mutation is an ordered list of puts and deletes over the record tables,
+// applied all-or-nothing, durable (synced) before Commit returns OK. Several
+// mutations may be concatenated into one (group commit); later writes to the
+// same key win.
+//
+// Implementations are thread-compatible: the coordinator is the single writer;
+// Load is called before any Commit. Records are the storage protos of
+// storage/proto/sliced/storage/records.proto, never API types.
+#ifndef SLICED_STORAGE_STORE_H_
+#define SLICED_STORAGE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sliced/storage/records.pb.h"
+
+namespace sliced::storage {
+
+// On-disk schema version written by this binary. Opening data written with a
+// higher version fails; lower versions are migrated on open (none yet).
+inline constexpr int64_t kSchemaVersion = 1;
+
+enum class Table { kNodes, kPlacementGroups, kComputeClasses, kLogs };
+
+absl::string_view TableName(Table table);
+
+// An ordered batch of writes, applied all-or-nothing.
+class Mutation {
+ public:
+  struct Write {
+    Table table;
+    std::string key;
+    std::string value;  // serialized record; unused for deletes
+    bool is_delete = false;
+  };
+
+  void PutNode(const NodeRecord& record);
+  void DeleteNode(absl::string_view node_id);
+  void PutPlacementGroup(const PlacementGroupRecord& record);
+  void DeletePlacementGroup(absl::string_view placement_group_id);
+  void PutComputeClass(const ComputeClassRecord& record);
+  void DeleteComputeClass(absl::string_view name);
+  void PutLog(absl::string_view key, const LogRecord& record);
+  void DeleteLog(absl::string_view key);
+
+  // Appends `other`'s writes after this one's.
+  void Append(const Mutation& other);
+
+  bool empty() const { return writes_.empty(); }
+  size_t size() const { return writes_.size(); }
+  const std::vector<Write>& writes() const { return writes_; }
+
+ private:
+  std::vector<Write> writes_;
+};
+
+// Everything the store holds, as loaded at start-up. Each table is sorted by
+// key.
+struct StoredState {
+  std::vector<NodeRecord> nodes;
+  std::vector<PlacementGroupRecord> placement_groups;
+  std::vector<ComputeClassRecord> compute_classes;
+  std::vector<std::pair<std::string, LogRecord>> logs;  // key, record
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Reads every record.
+  // Returns DataLoss naming the table and key when a record does not parse,
+  // Unavailable on I/O trouble.
+  virtual absl::StatusOr<StoredState> Load() = 0;
+
+  // Applies `mutation` atomically and durably.
+  // Returns Unavailable when the write or the sync fails; then nothing of the
+  // mutation is applied.
+  virtual absl::Status Commit(const Mutation& mutation) = 0;
+};
+
+// Options for the RocksDB store.
+struct RocksDbStoreOptions {
+  // Directory of the database; created if missing.
+  std::string path;
+  // Sync the WAL before Commit returns (default true). Tests that measure
+  // nothing about durability may turn it off.
+  bool sync = true;
+};
+
+// Opens (creating if needed) the RocksDB store at options.path.
+// Returns FailedPrecondition when another process holds the directory's lock,
+// when the data was written by a newer schema, or when the directory is not a
+// sliced database; Unavailable/DataLoss when it can't be read.
+absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
+    const RocksDbStoreOptions& options);
+
+// A store in memory, for tests. Commit can be made to fail (fault injection).
+class MemoryStore : public Store {
+ public:
+  absl::StatusOr<StoredState> Load() override;
+  absl::Status Commit(const Mutation& mutation) override;
+
+  // Makes the next `count` commits fail with Unavailable, applying nothing.
+  void FailNextCommits(int count) { fail_next_commits_ = count; }
+
+ private:
+  struct Tables;
+  std::shared_ptr<Tables> tables_;
+  int fail_next_commits_ = 0;
+};
+
+}  // namespace sliced::storage
+
+#endif  // SLICED_STORAGE_STORE_H_

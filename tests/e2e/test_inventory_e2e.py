@@ -1,0 +1,139 @@
+"""End to end: the real sliced binary, real RocksDB, real gRPC clients."""
+import json
+import os
+import signal
+import unittest
+
+import grpc
+
+from sliced_testlib import (REPO, Daemon, dynamic_call, list_services,
+                            sliced_pb2, sliced_pb2_grpc, temp_data_dir)
+from sliced_ext import health_pb2, health_pb2_grpc
+
+
+def fleet_request():
+    with open(os.path.join(REPO, "examples", "fleet.json")) as f:
+        text = f.read()
+    from google.protobuf import json_format
+    return json_format.Parse(text, sliced_pb2.RegisterNodesRequest()), text
+
+
+class InventoryEndToEnd(unittest.TestCase):
+    def start(self, data_dir, *args):
+        d = Daemon(data_dir, *args).start()
+        self.addCleanup(d.close)
+        return d
+
+    def test_reflection_and_health_work_without_proto_files(self):
+        d = self.start(temp_data_dir(self))
+        with d.channel() as ch:
+            self.assertEqual(list_services(ch), [
+                "grpc.health.v1.Health",
+                "grpc.reflection.v1alpha.ServerReflection",
+                "sliced.v1.Inventory", "sliced.v1.Placement", "sliced.v1.Telemetry"])
+            # grpcurl's path: descriptors from reflection, then a dynamic call.
+            health = dynamic_call(ch, "grpc.health.v1.Health/Check", "{}")
+            self.assertEqual(health, {"status": "SERVING"})
+            _, fleet_json = fleet_request()
+            registered = dynamic_call(ch, "sliced.v1.Inventory/RegisterNodes", fleet_json)
+            self.assertEqual(len(registered["nodes"]), 9)
+            listed = dynamic_call(ch, "sliced.v1.Inventory/ListNodes",
+                                  '{"labelSelector": {"ray.io/accelerator-type": "TPU-V6E"}}')
+            self.assertEqual([n["nodeId"] for n in listed["nodes"]],
+                             ["v6e-a-w0", "v6e-a-w1", "v6e-a-w2", "v6e-a-w3"])
+            slices = dynamic_call(ch, "sliced.v1.Inventory/ListSlices", "{}")["slices"]
+            self.assertEqual([(s["name"], s["podType"], s.get("intact", False)) for s in slices],
+                             [("v4-b", "v4-16", True), ("v6e-a", "v6e-16", True)])
+
+    def test_registered_nodes_survive_kill_9(self):
+        data = temp_data_dir(self)
+        d = self.start(data)
+        request, _ = fleet_request()
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            inv.RegisterNodes(request, timeout=10)
+            # A second acknowledged write just before the crash.
+            inv.DrainNode(sliced_pb2.DrainNodeRequest(node_id="cpu-2"), timeout=10)
+        d.kill9()
+        self.assertEqual(d.proc.returncode, -signal.SIGKILL)
+
+        d2 = self.start(data)
+        self.assertIn("9 nodes loaded", d2.banner)
+        with d2.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            nodes = inv.ListNodes(sliced_pb2.ListNodesRequest(), timeout=10).nodes
+            self.assertEqual(sorted(n.node_id for n in nodes),
+                             sorted(n.node_id for n in request.nodes))
+            got = {n.node_id: n for n in nodes}
+            self.assertEqual(got["cpu-2"].state, sliced_pb2.DRAINING)
+            # Translated GKE labels were stored, not re-derived at load.
+            self.assertEqual(got["v6e-a-w1"].labels["ray.io/tpu-slice-name"], "v6e-a")
+            self.assertEqual(got["v6e-a-w1"].labels["sliced.io/capacity-tier"], "spot")
+            self.assertEqual(got["v6e-a-w1"].resources["TPU"], 4)
+
+    def test_rejected_batch_leaves_nothing_behind(self):
+        data = temp_data_dir(self)
+        d = self.start(data)
+        good = sliced_pb2.Node(node_id="ok-1", address="10.1.0.1", resources={"CPU": 4})
+        bad = sliced_pb2.Node(node_id="bad-1", address="10.1.0.2",
+                              labels={"-bad": "x"}, resources={"CPU": 4})
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            with self.assertRaises(grpc.RpcError) as err:
+                inv.RegisterNodes(sliced_pb2.RegisterNodesRequest(nodes=[good, bad]), timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn('nodes[1] (node_id "bad-1"): labels["-bad"]', err.exception.details())
+            self.assertEqual(len(inv.ListNodes(sliced_pb2.ListNodesRequest(), timeout=10).nodes), 0)
+        d.kill9()
+        d2 = self.start(data)
+        self.assertIn("0 nodes loaded", d2.banner)
+
+    def test_second_daemon_on_same_data_dir_is_refused(self):
+        data = temp_data_dir(self)
+        self.start(data)
+        second = Daemon(data)
+        with self.assertRaises(RuntimeError) as err:
+            second.start()
+        self.assertIn("locked", str(err.exception))
+        self.assertEqual(second.proc.returncode, 1)
+
+    def test_unbuilt_rpcs_say_unimplemented(self):
+        d = self.start(temp_data_dir(self))
+        with d.channel() as ch:
+            with self.assertRaises(grpc.RpcError) as err:
+                sliced_pb2_grpc.PlacementStub(ch).GetPlacementGroup(
+                    sliced_pb2.GetPlacementGroupRequest(placement_group_id="x"), timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+            self.assertIn("issue 4", err.exception.details())
+
+    def test_lease_expiry_marks_node_dead_and_heartbeat_revives(self):
+        d = self.start(temp_data_dir(self), "--heartbeat_timeout=0.4s")
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            inv.RegisterNodes(sliced_pb2.RegisterNodesRequest(nodes=[
+                sliced_pb2.Node(node_id="n1", address="h1", resources={"CPU": 1})]), timeout=10)
+            state = None
+            for _ in range(100):  # up to 10 s
+                state = inv.GetNode(sliced_pb2.GetNodeRequest(node_id="n1"), timeout=10).state
+                if state == sliced_pb2.DEAD:
+                    break
+                import time
+                time.sleep(0.1)
+            self.assertEqual(state, sliced_pb2.DEAD)
+            resp = inv.Heartbeat(sliced_pb2.HeartbeatRequest(
+                heartbeats=[sliced_pb2.NodeHeartbeat(node_id="n1")]), timeout=10)
+            self.assertAlmostEqual(resp.lease_seconds, 0.4)
+            self.assertEqual(inv.GetNode(sliced_pb2.GetNodeRequest(node_id="n1"),
+                                         timeout=10).state, sliced_pb2.ALIVE)
+
+    def test_sigterm_shuts_down_cleanly(self):
+        d = self.start(temp_data_dir(self))
+        with d.channel() as ch:
+            self.assertEqual(health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(), timeout=10).status,
+                health_pb2.HealthCheckResponse.SERVING)
+        self.assertEqual(d.terminate(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

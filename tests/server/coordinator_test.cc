@@ -1,0 +1,174 @@
+#include "server/coordinator.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace sliced::server {
+namespace {
+
+// A store that forwards to a MemoryStore and counts commits; lets tests inject
+// failures through the MemoryStore.
+class CountingStore : public storage::Store {
+ public:
+  explicit CountingStore(storage::MemoryStore* inner) : inner_(inner) {}
+  absl::StatusOr<storage::StoredState> Load() override { return inner_->Load(); }
+  absl::Status Commit(const storage::Mutation& m) override {
+    ++commits;
+    return inner_->Commit(m);
+  }
+  std::atomic<int> commits{0};
+
+ private:
+  storage::MemoryStore* inner_;
+};
+
+NodeEntry Entry(const std::string& id) {
+  NodeEntry e;
+  e.node.node_id = id;
+  e.node.address = id;
+  return e;
+}
+
+absl::Status RunOp(Coordinator& c, std::function<absl::Status(Txn&)> apply) {
+  absl::Notification done;
+  absl::Status result;
+  c.Submit(WriteOp{std::move(apply), [&](const absl::Status& s) {
+                     result = s;
+                     done.Notify();
+                   }});
+  done.WaitForNotification();
+  return result;
+}
+
+Coordinator::Options NoLeases() {
+  Coordinator::Options o;
+  o.heartbeat_timeout = absl::ZeroDuration();
+  return o;
+}
+
+TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
+  storage::MemoryStore memory;
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), NoLeases());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(RunOp(**c, [](Txn& t) {
+                t.PutNode(Entry("a"));
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
+  EXPECT_EQ(memory.Load()->nodes.size(), 1u);
+}
+
+TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
+  storage::MemoryStore memory;
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), NoLeases());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(RunOp(**c,
+                  [](Txn& t) {
+                    t.PutNode(Entry("half"));
+                    return absl::InvalidArgumentError("nope");
+                  })
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(memory.Load()->nodes.empty());
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 0u);
+}
+
+TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
+  storage::MemoryStore memory;
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), NoLeases());
+  ASSERT_TRUE(c.ok());
+  memory.FailNextCommits(1);
+  EXPECT_EQ(RunOp(**c,
+                  [](Txn& t) {
+                    t.PutNode(Entry("a"));
+                    return absl::OkStatus();
+                  })
+                .code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 0u);
+  // Recovers once writes succeed again.
+  EXPECT_TRUE(RunOp(**c, [](Txn& t) {
+                t.PutNode(Entry("a"));
+                return absl::OkStatus();
+              }).ok());
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 1u);
+}
+
+TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
+  storage::MemoryStore memory;
+  auto store = std::make_unique<CountingStore>(&memory);
+  CountingStore* counting = store.get();
+  auto c = Coordinator::Start(std::move(store), NoLeases());
+  ASSERT_TRUE(c.ok());
+  // Block the writer so that the next ops queue up behind this one.
+  absl::Notification release, blocked;
+  (*c)->Submit(WriteOp{[&](Txn&) {
+                         blocked.Notify();
+                         release.WaitForNotification();
+                         return absl::OkStatus();
+                       },
+                       [](const absl::Status&) {}});
+  blocked.WaitForNotification();
+  const int before = counting->commits;
+  std::atomic<int> ok{0};
+  std::atomic<int> conflicts{0};
+  absl::Notification all_done;
+  constexpr int kOps = 10;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < kOps; ++i) {
+    (*c)->Submit(WriteOp{[](Txn& t) {
+                           // Only the first op of the group may create "x".
+                           if (t.FindNode("x") != nullptr) {
+                             return absl::AlreadyExistsError("x exists");
+                           }
+                           t.PutNode(Entry("x"));
+                           return absl::OkStatus();
+                         },
+                         [&](const absl::Status& s) {
+                           (s.ok() ? ok : conflicts)++;
+                           if (++finished == kOps) all_done.Notify();
+                         }});
+  }
+  release.Notify();
+  all_done.WaitForNotification();
+  EXPECT_EQ(ok, 1);
+  EXPECT_EQ(conflicts, kOps - 1);
+  // The blocking op's group, then one group for all ten.
+  EXPECT_EQ(counting->commits - before, 2);
+}
+
+TEST(CoordinatorTest, ExpiredLeaseMarksNodeDeadDurably) {
+  storage::MemoryStore memory;
+  std::atomic<int64_t> now_ms{1000000};
+  Coordinator::Options o;
+  o.heartbeat_timeout = absl::Seconds(10);
+  o.lease_check_interval = absl::Milliseconds(5);
+  o.clock = [&] { return absl::FromUnixMillis(now_ms.load()); };
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(RunOp(**c, [](Txn& t) {
+                NodeEntry e = Entry("a");
+                e.last_heartbeat = t.now();
+                t.PutNode(e);
+                return absl::OkStatus();
+              }).ok());
+  now_ms += 11000;  // past the lease
+  for (int i = 0; i < 2000; ++i) {
+    if ((*c)->Read([](const ClusterState& s) {
+          return s.nodes.at("a").node.state == scheduler::NodeState::kDead;
+        })) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  auto stored = memory.Load();
+  ASSERT_EQ(stored->nodes.size(), 1u);
+  EXPECT_EQ(stored->nodes[0].state(), storage::NODE_DEAD);
+}
+
+}  // namespace
+}  // namespace sliced::server
