@@ -627,9 +627,9 @@ int InventorySnapshot::Rank(BundleKind kind, uint32_t i) const {
     return e.single_host ? 4 : 5;
   }
   if (!e.tpu) return kNumRanks;
-  if (used) return e.single_host ? 0 : 1;
-  if (!whole) return e.single_host ? 2 : 3;
-  return e.single_host ? 4 : 5;
+  const int base = e.single_host ? 0 : 3;
+  if (used) return base;
+  return base + (whole ? 2 : 1);
 }
 
 std::vector<uint32_t> InventorySnapshot::MatchingNodes(

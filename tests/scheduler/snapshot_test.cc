@@ -115,8 +115,9 @@ TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
   EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("solo")), 4);
   EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("a-w0")), 5);
   EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("cpu1")), kNumRanks);
-  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("b-w2")), 1);
-  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("solo")), 4);
+  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("b-w2")), 3);
+  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("solo")), 2);
+  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("a-w0")), 5);
 }
 
 TEST(SnapshotTest, BuildRejectsCorruptInput) {

@@ -1,0 +1,181 @@
+// The placement solver: decides where a gang (placement group) goes on an
+// InventorySnapshot. Pure: no I/O, never mutates the snapshot (it keeps its
+// own overlay of what this decision uses), and deterministic: ties are broken
+// by node index (= node id order) or slice index (= slice name order), never
+// by hash order or randomness. The same snapshot and request always give the
+// same decision.
+//
+// Thread-safety: Solve() is a pure function; call it from any thread on any
+// shared snapshot.
+#ifndef SLICED_SCHEDULER_SOLVER_H_
+#define SLICED_SCHEDULER_SOLVER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/labels.h"
+#include "scheduler/snapshot.h"
+#include "scheduler/tpu.h"
+#include "scheduler/types.h"
+
+namespace sliced::scheduler {
+
+// Ray placement-group strategies.
+enum class Strategy {
+  kPack,          // as few nodes as possible (soft)
+  kSpread,        // distinct nodes where possible (soft)
+  kStrictPack,    // all bundles on one node, else fail
+  kStrictSpread,  // every bundle on a distinct node, else fail
+};
+
+absl::string_view StrategyName(Strategy strategy);
+
+struct Bundle {
+  ResourceSet resources;
+  LabelSelector selector;
+  // Non-empty: this bundle stays on that node (re-placing only the lost
+  // bundles of a PG). The solver checks the node is ALIVE, matches the
+  // selector and still has room; otherwise the gang is not placed. A pinned
+  // bundle on a DEAD or DRAINING node is the caller's mistake to avoid: it
+  // makes the request Unschedulable. Not allowed with a slice requirement
+  // (slices are re-placed whole).
+  std::string pinned_node_id;
+
+  friend bool operator==(const Bundle&, const Bundle&) = default;
+};
+
+// Ray's SlicePlacementGroup: num_slices whole free intact slices of one shape.
+struct SliceRequirement {
+  TpuGeneration generation = TpuGeneration::kV6e;
+  std::string topology;
+  int num_slices = 1;
+  // Per host bundle; empty means {"TPU": chips_per_host}.
+  ResourceSet resources_per_host;
+  // Every host of a chosen slice must match.
+  LabelSelector selector;
+
+  friend bool operator==(const SliceRequirement&,
+                         const SliceRequirement&) = default;
+};
+
+struct PlacementRequest {
+  // With a slice requirement: one bundle per host, slice-major (bundle
+  // s * hosts + i lands on worker i of the s-th chosen slice); when empty the
+  // solver expands them from resources_per_host.
+  std::vector<Bundle> bundles;
+  Strategy strategy = Strategy::kPack;  // ignored with a slice requirement
+  std::optional<SliceRequirement> slice;
+  // Alternative bundle lists, tried in order only when the primary cannot be
+  // placed (Ray's fallback_strategy). With a slice requirement each list is
+  // another set of per-host bundles for the same slices.
+  std::vector<std::vector<Bundle>> fallbacks;
+  // Compute-class priorities, ANDed with every bundle's selector; the whole
+  // gang goes on the first priority that holds it. Empty: no class. The
+  // primary bundle list is tried on every priority before any fallback.
+  std::vector<LabelSelector> priorities;
+  // When non-empty, the allocations this PG holds in the snapshot count as
+  // free while solving (re-placing a PG whose old allocations the caller
+  // releases in the same commit). Slices it holds are not re-offered.
+  std::string replacing_pg_id;
+};
+
+// One thing a step ruled out, and how many.
+struct Rejection {
+  std::string reason;  // e.g. "held", "insufficient free CPU"
+  int64_t count = 0;
+
+  friend bool operator==(const Rejection&, const Rejection&) = default;
+};
+
+// One step of the pipeline for one attempt (bundle list x priority).
+struct DiagnosisStep {
+  std::string step;         // e.g. "priority 0: v6e-16 slices", "bundle 3 nodes"
+  int64_t considered = 0;   // nodes or slices looked at
+  int64_t accepted = 0;     // passed every check
+  std::vector<Rejection> rejected;  // by reason, in a fixed order
+
+  friend bool operator==(const DiagnosisStep&, const DiagnosisStep&) = default;
+};
+
+struct Diagnosis {
+  // One line, e.g. "0/12 v6e-16 slices free: 9 held, 2 not intact, 1 in zone
+  // us-east5-a excluded by selector".
+  std::string summary;
+  std::vector<DiagnosisStep> steps;
+
+  friend bool operator==(const Diagnosis&, const Diagnosis&) = default;
+};
+
+struct Decision {
+  enum Outcome {
+    kPlaced,         // bundle_nodes (and slice_names) say where
+    kUnschedulable,  // does not fit now; might when capacity frees up
+    kInfeasible,     // can never fit this inventory, even if all were free
+  };
+  Outcome outcome = kUnschedulable;
+  std::vector<std::string> bundle_nodes;  // node id per bundle, bundle order
+  std::vector<std::string> slice_names;   // per slice index (slice requests)
+  int priority_index = -1;  // which priority held the gang; -1 without any
+  int fallback_index = -1;  // -1: primary bundle list; i: fallbacks[i]
+  Diagnosis diagnosis;
+
+  friend bool operator==(const Decision&, const Decision&) = default;
+};
+
+absl::string_view OutcomeName(Decision::Outcome outcome);
+
+// Checks a request's shape: at least one bundle (or a slice requirement),
+// non-negative resources, no empty bundle, a valid slice topology,
+// num_slices >= 1, slice bundle counts of num_slices * hosts, no pinned
+// bundles with a slice requirement. Returns InvalidArgument naming the field.
+absl::Status ValidateRequest(const PlacementRequest& request);
+
+// Decides where `request` goes. An invalid request (see ValidateRequest) is
+// kInfeasible with the validation message as summary.
+//
+// Pipeline (per bundle list, per priority, first success wins):
+//  Slice requests (O(log n) via the free-slice index):
+//   1. Pre-filter: the free intact slices of the shape from the index, by
+//      (tier, zone) key; keys whose tier/zone contradict the selectors are
+//      dropped whole.
+//   2. Domains: zones. Prefer one zone: the zone with the fewest free
+//      slices that still holds num_slices (best fit; keeps big pools whole
+//      for big multi-slice jobs), ties by zone name; only when no zone
+//      holds them all, zones with the most free slices first.
+//   3. Fit: within a zone, slices in name order whose every host matches
+//      the selectors and has room for its bundle; bundle i -> worker i.
+//  Generic requests:
+//   1. Candidates: per distinct selector, a node bitset from the label
+//      index, intersected with the snapshot's rank bitsets (ALIVE only).
+//   2. Ranks (lower first). CPU-only bundles: CPU nodes already in use, idle
+//      CPU nodes, TPU nodes whose slice is already broken (used, then idle),
+//      free single-host TPU slices, hosts of free intact multi-host slices.
+//      TPU bundles: single-host TPU nodes first (used, idle but not a whole
+//      free slice, free single-host slices), then multi-host TPU nodes in
+//      the same order, so hosts of free intact multi-host slices come last. So a
+//      CPU bundle lands on a TPU node only when no CPU node fits or its
+//      selector asks for TPU nodes, and a free multi-host slice is broken
+//      only when nothing else fits.
+//   3. Fit the whole gang, bundles largest first (TPU, CPU, memory):
+//      PACK: the whole gang on one node if it fits there (best fit, as
+//        Ray's PACK does, scanning at most kPackOneNodeScan candidates),
+//        else nodes this gang already uses first, then best fit among the
+//        first 8 fitting candidates of the best rank (least leftover of the
+//        bundle's dominant resource); SPREAD: a node this gang does not use
+//        yet (same best-fit choice), else the gang's nodes round-robin;
+//        STRICT_PACK: best fit of the summed bundle on one node matching
+//        every selector; STRICT_SPREAD: distinct nodes, most constrained
+//        bundle first, then augmenting paths (bipartite matching) when
+//        greedy fails, so it finds a placement whenever one exists.
+//   Pinned bundles are placed first, on their node.
+//  On failure, a diagnosis step counts what was ruled out and why.
+Decision Solve(const InventorySnapshot& snapshot,
+               const PlacementRequest& request);
+
+}  // namespace sliced::scheduler
+
+#endif  // SLICED_SCHEDULER_SOLVER_H_

@@ -1,0 +1,456 @@
+#include "scheduler/solver.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "tests/scheduler/builders.h"
+
+namespace sliced::scheduler {
+namespace {
+
+using ::sliced::scheduler::testing::CpuNode;
+using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::TpuHost;
+using ::sliced::scheduler::testing::Units;
+
+using Wire = absl::btree_map<std::string, std::string>;
+
+LabelSelector Sel(const Wire& wire) { return *ParseLabelSelector(wire); }
+
+Bundle B(ResourceSet resources, const Wire& selector = {},
+         std::string pinned = "") {
+  return Bundle{std::move(resources), Sel(selector), std::move(pinned)};
+}
+
+ResourceSet Cpu(double n) { return {{"CPU", Units(n)}}; }
+ResourceSet Tpu(double n) { return {{"TPU", Units(n)}}; }
+
+std::shared_ptr<const InventorySnapshot> Snap(
+    std::vector<Node> nodes, std::vector<Allocation> allocations = {}) {
+  auto snap = InventorySnapshot::Build(std::move(nodes), std::move(allocations));
+  EXPECT_TRUE(snap.ok()) << snap.status();
+  return *snap;
+}
+
+void Append(std::vector<Node>& to, const std::vector<Node>& more) {
+  to.insert(to.end(), more.begin(), more.end());
+}
+
+PlacementRequest SliceRequest(TpuGeneration gen, std::string topology,
+                              int num_slices = 1, const Wire& selector = {}) {
+  PlacementRequest r;
+  SliceRequirement s;
+  s.generation = gen;
+  s.topology = std::move(topology);
+  s.num_slices = num_slices;
+  s.selector = Sel(selector);
+  r.slice = s;
+  return r;
+}
+
+PlacementRequest Generic(Strategy strategy, std::vector<Bundle> bundles) {
+  PlacementRequest r;
+  r.strategy = strategy;
+  r.bundles = std::move(bundles);
+  return r;
+}
+
+std::string Nodes(const Decision& d) { return absl::StrJoin(d.bundle_nodes, ","); }
+
+// --- Slices -----------------------------------------------------------------
+
+TEST(SolverSliceTest, PlacesWholeSliceInWorkerOrder) {
+  std::vector<Node> nodes = Slice("a", "TPU-V6E", "4x4", "z1");
+  std::reverse(nodes.begin(), nodes.end());
+  auto snap = Snap(nodes);
+  Decision d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "4x4"));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "a-w0,a-w1,a-w2,a-w3");
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"a"});
+  EXPECT_EQ(d.diagnosis.summary, "placed 1 v6e-16 slice in zone z1");
+}
+
+TEST(SolverSliceTest, Table) {
+  // z1: a (free), b (one host held), c (host dead); z2: d, e (free);
+  // z3: f (free, spot).
+  std::vector<Node> nodes;
+  Append(nodes, Slice("a", "TPU-V6E", "4x4", "z1"));
+  Append(nodes, Slice("b", "TPU-V6E", "4x4", "z1"));
+  Append(nodes, Slice("c", "TPU-V6E", "4x4", "z1"));
+  Append(nodes, Slice("d", "TPU-V6E", "4x4", "z2"));
+  Append(nodes, Slice("e", "TPU-V6E", "4x4", "z2"));
+  Append(nodes, Slice("f", "TPU-V6E", "4x4", "z3", "spot"));
+  Append(nodes, Slice("g", "TPU-V4", "2x2x2", "z1"));
+  for (Node& n : nodes) {
+    if (n.node_id == "c-w2") n.state = NodeState::kDead;
+  }
+  auto snap = Snap(nodes, {Allocation{"held", 0, "b-w1", Tpu(1)}});
+  struct Case {
+    std::string name;
+    PlacementRequest request;
+    Decision::Outcome outcome;
+    std::string slices;   // comma-joined, when placed
+    std::string summary;  // substring
+  };
+  const Case cases[] = {
+      {"single slice: best-fit zone is the smallest pool (z1 has 1 free)",
+       SliceRequest(TpuGeneration::kV6e, "4x4"), Decision::kPlaced, "a",
+       "zone z1"},
+      {"two slices: one zone that holds both (z2)",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 2), Decision::kPlaced, "d,e",
+       "zone z2"},
+      {"four slices: no zone holds them, largest pools first",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 4), Decision::kPlaced,
+       "d,e,a,f", "zones z1, z2, z3"},
+      {"five slices: only four free",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 5), Decision::kUnschedulable,
+       "", "4/6 v6e-16 slices free, 5 needed: 1 held, 1 not intact"},
+      {"seven slices can never fit six",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 7), Decision::kInfeasible, "",
+       "only 6 could ever match"},
+      {"zone selector",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 1,
+                    {{"ray.io/availability-zone", "z3"}}),
+       Decision::kPlaced, "f", ""},
+      {"selector excludes by zone; held and broken ones counted",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 1,
+                    {{"ray.io/availability-zone", "z1"},
+                     {"sliced.io/capacity-tier", "on-demand"}}),
+       Decision::kPlaced, "a", ""},
+      {"nothing free in zone z1 for two",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 2,
+                    {{"ray.io/availability-zone", "!in(z2, z3)"}}),
+       Decision::kUnschedulable, "",
+       "1/6 v6e-16 slices free, 2 needed: 1 held, 1 not intact, 2 in zone z2 "
+       "excluded by selector, 1 in zone z3 excluded by selector"},
+      {"no slice of the shape",
+       SliceRequest(TpuGeneration::kV6e, "8x8"), Decision::kInfeasible, "",
+       "no v6e-64 slice (v6e 8x8) exists in this inventory"},
+      {"v4 3-D slice", SliceRequest(TpuGeneration::kV4, "2x2x2"),
+       Decision::kPlaced, "g", ""},
+      {"invalid topology",
+       SliceRequest(TpuGeneration::kV6e, "3x3"), Decision::kInfeasible, "",
+       "invalid request: slice.topology"},
+  };
+  for (const Case& c : cases) {
+    Decision d = Solve(*snap, c.request);
+    EXPECT_EQ(d.outcome, c.outcome) << c.name << ": " << d.diagnosis.summary;
+    EXPECT_EQ(absl::StrJoin(d.slice_names, ","), c.slices) << c.name;
+    EXPECT_NE(d.diagnosis.summary.find(c.summary), std::string::npos)
+        << c.name << ": " << d.diagnosis.summary;
+    if (d.outcome == Decision::kPlaced) {
+      const size_t hosts = d.slice_names == std::vector<std::string>{"g"} ? 2 : 4;
+      ASSERT_EQ(d.bundle_nodes.size(), hosts * d.slice_names.size());
+      for (size_t k = 0; k < d.bundle_nodes.size(); ++k) {
+        EXPECT_EQ(d.bundle_nodes[k],
+                  absl::StrCat(d.slice_names[k / hosts], "-w", k % hosts))
+            << c.name;
+      }
+    }
+  }
+}
+
+TEST(SolverSliceTest, SummaryReadsLikeTheIssue) {
+  std::vector<Node> nodes;
+  for (int i = 0; i < 12; ++i) {
+    Append(nodes, Slice(absl::StrCat("s", i), "TPU-V6E", "4x4",
+                        i == 11 ? "us-east5-a" : "us-east5-b"));
+  }
+  for (Node& n : nodes) {
+    if (n.node_id == "s9-w0" || n.node_id == "s10-w3") n.state = NodeState::kDead;
+  }
+  std::vector<Allocation> held;
+  for (int i = 0; i < 9; ++i) held.push_back({absl::StrCat("pg", i), 0, absl::StrCat("s", i, "-w0"), Tpu(4)});
+  auto snap = Snap(nodes, held);
+  Decision d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "4x4", 1,
+                                         {{"ray.io/availability-zone", "!us-east5-a"}}));
+  EXPECT_EQ(d.outcome, Decision::kUnschedulable);
+  EXPECT_EQ(d.diagnosis.summary,
+            "0/12 v6e-16 slices free: 9 held, 2 not intact, 1 in zone "
+            "us-east5-a excluded by selector");
+  ASSERT_EQ(d.diagnosis.steps.size(), 1u);
+  EXPECT_EQ(d.diagnosis.steps[0].considered, 12);
+}
+
+TEST(SolverSliceTest, PerHostResourcesAndExplicitBundles) {
+  std::vector<Node> nodes = Slice("a", "TPU-V6E", "4x4");
+  auto snap = Snap(nodes);
+  PlacementRequest r = SliceRequest(TpuGeneration::kV6e, "4x4");
+  r.slice->resources_per_host = {{"TPU", Units(4)}, {"CPU", Units(200)}};
+  Decision d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible) << d.diagnosis.summary;
+  EXPECT_NE(d.diagnosis.summary.find("hosts too small"), std::string::npos);
+
+  r.slice->resources_per_host = {{"TPU", Units(4)}, {"CPU", Units(8)}};
+  EXPECT_EQ(Solve(*snap, r).outcome, Decision::kPlaced);
+
+  r.bundles = {B(Tpu(4)), B(Tpu(4))};  // wrong count
+  d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_NE(d.diagnosis.summary.find("needs one bundle per host (4), got 2"),
+            std::string::npos) << d.diagnosis.summary;
+  r.bundles = {B(Tpu(4)), B(Tpu(4)), B(Tpu(4)), B(Tpu(4), {{"ray.io/tpu-worker-id", "3"}})};
+  EXPECT_EQ(Solve(*snap, r).outcome, Decision::kPlaced);
+  r.bundles[3] = B(Tpu(4), {{"ray.io/tpu-worker-id", "2"}});
+  EXPECT_EQ(Solve(*snap, r).outcome, Decision::kInfeasible);
+}
+
+TEST(SolverSliceTest, SingleHostSlices) {
+  std::vector<Node> nodes = {TpuHost("solo-b", "", "TPU-V6E", "2x4", 0, 8, "z1"),
+                             TpuHost("solo-a", "", "TPU-V6E", "2x4", 0, 8, "z1")};
+  auto snap = Snap(nodes, {Allocation{"pg", 0, "solo-a", Tpu(1)}});
+  Decision d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "2x4"));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "solo-b");
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"solo-b"});
+}
+
+// --- Plain bundles: ranks -----------------------------------------------------
+
+TEST(SolverRankTest, Table) {
+  // free multi-host slice "m", held slice "h" (one host busy), single-host
+  // "solo", CPU node "cpu".
+  auto cluster = [](bool with_cpu, bool with_solo, bool hold_h) {
+    std::vector<Node> nodes = Slice("m", "TPU-V6E", "4x4");
+    Append(nodes, Slice("h", "TPU-V6E", "4x4"));
+    if (with_solo) nodes.push_back(TpuHost("solo", "", "TPU-V6E", "2x4", 0, 8));
+    if (with_cpu) nodes.push_back(CpuNode("cpu", 8));
+    std::vector<Allocation> held;
+    if (hold_h) held.push_back({"other", 0, "h-w2", Tpu(4)});
+    return Snap(nodes, held);
+  };
+  struct Case {
+    std::string name;
+    std::shared_ptr<const InventorySnapshot> snap;
+    Bundle bundle;
+    std::string node;
+  };
+  const Case cases[] = {
+      {"TPU bundle prefers single-host node", cluster(true, true, true),
+       B(Tpu(1)), "solo"},
+      {"TPU bundle: held slice host before breaking a free slice",
+       cluster(true, false, true), B(Tpu(1)), "h-w0"},
+      {"TPU bundle: breaks a free slice only when nothing else fits",
+       cluster(true, false, false), B(Tpu(1)), "h-w0"},
+      {"CPU bundle stays off TPU nodes", cluster(true, true, true),
+       B(Cpu(4)), "cpu"},
+      {"CPU bundle goes to a broken slice (its busy host first)",
+       cluster(false, true, true), B(Cpu(4)), "h-w2"},
+      {"CPU bundle: a free single-host slice before a free multi-host one",
+       cluster(false, true, false), B(Cpu(4)), "solo"},
+      {"CPU bundle too big for the CPU node", cluster(true, true, true),
+       B(Cpu(16)), "h-w2"},
+      {"CPU bundle with a TPU selector",
+       cluster(true, true, true),
+       B(Cpu(1), {{"ray.io/accelerator-type", "TPU-V6E"}}), "h-w2"},
+      {"TPU bundle: free single-host slice before breaking a multi-host one",
+       cluster(true, true, false), B(Tpu(1)), "solo"},
+  };
+  for (const Case& c : cases) {
+    Decision d = Solve(*c.snap, Generic(Strategy::kPack, {c.bundle}));
+    ASSERT_EQ(d.outcome, Decision::kPlaced) << c.name << ": " << d.diagnosis.summary;
+    EXPECT_EQ(Nodes(d), c.node) << c.name;
+  }
+}
+
+// --- Strategies -------------------------------------------------------------
+
+TEST(SolverStrategyTest, Table) {
+  std::vector<Node> nodes = {CpuNode("n1", 8), CpuNode("n2", 8), CpuNode("n3", 8),
+                             CpuNode("n4", 4, "z2")};
+  nodes[1].state = NodeState::kDraining;
+  // n3 has 5 of 8 CPUs in use: the tightest fit for 3 CPUs.
+  auto snap = Snap(nodes, {Allocation{"x", 0, "n3", Cpu(5)}});
+  struct Case {
+    std::string name;
+    PlacementRequest request;
+    Decision::Outcome outcome;
+    std::string nodes;
+    std::string summary;
+  };
+  const Case cases[] = {
+      {"PACK puts the gang on one node when it can",
+       Generic(Strategy::kPack, {B(Cpu(2)), B(Cpu(2)), B(Cpu(2))}),
+       Decision::kPlaced, "n1,n1,n1", ""},
+      {"PACK one node, best fit", Generic(Strategy::kPack, {B(Cpu(2)), B(Cpu(2))}),
+       Decision::kPlaced, "n4,n4", ""},
+      {"PACK best fit", Generic(Strategy::kPack, {B(Cpu(3))}), Decision::kPlaced, "n3", ""},
+      {"PACK overflows, largest first, tightest node",
+       Generic(Strategy::kPack, {B(Cpu(3)), B(Cpu(4)), B(Cpu(6))}),
+       Decision::kPlaced, "n3,n4,n1", ""},
+      {"SPREAD distinct nodes, tightest first",
+       Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Decision::kPlaced, "n3,n4,n1", ""},
+      {"SPREAD reuses nodes when it must",
+       Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Decision::kPlaced, "n3,n4,n1,n3,n4", ""},
+      {"STRICT_PACK one node", Generic(Strategy::kStrictPack, {B(Cpu(2)), B(Cpu(2))}),
+       Decision::kPlaced, "n4,n4", ""},
+      {"STRICT_PACK too big ever", Generic(Strategy::kStrictPack, {B(Cpu(8)), B(Cpu(4))}),
+       Decision::kInfeasible, "", "insufficient total CPU"},
+      {"STRICT_SPREAD", Generic(Strategy::kStrictSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Decision::kPlaced, "n3,n4,n1", ""},
+      {"STRICT_SPREAD more bundles than nodes",
+       Generic(Strategy::kStrictSpread,
+               {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Decision::kInfeasible, "", "STRICT_SPREAD needs 5 distinct nodes, only 4"},
+      {"STRICT_SPREAD needs the draining node: wait",
+       Generic(Strategy::kStrictSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Decision::kUnschedulable, "", "1 DRAINING"},
+      {"STRICT_SPREAD matching: greedy would take n4 for the free bundle",
+       Generic(Strategy::kStrictSpread,
+               {B(Cpu(1)), B(Cpu(1), {{"ray.io/availability-zone", "z2"}}),
+                B(Cpu(4), {{"ray.io/availability-zone", "z1"}})}),
+       Decision::kPlaced, "n3,n4,n1", ""},
+      {"selector", Generic(Strategy::kPack, {B(Cpu(1), {{"ray.io/availability-zone", "z2"}})}),
+       Decision::kPlaced, "n4", ""},
+      {"no node ever big enough", Generic(Strategy::kPack, {B(Cpu(9))}),
+       Decision::kInfeasible, "", "bundle 0 {CPU: 9}: 0/4 nodes fit: 4 insufficient total CPU"},
+      {"unknown resource", Generic(Strategy::kPack, {B({{"GPU", Units(1)}})}),
+       Decision::kInfeasible, "", "insufficient total GPU"},
+      {"fits only later", Generic(Strategy::kPack, {B(Cpu(8)), B(Cpu(8))}),
+       Decision::kUnschedulable, "", "bundle 1 {CPU: 8}: 0/4 nodes fit"},
+      {"empty request", Generic(Strategy::kPack, {}), Decision::kInfeasible, "",
+       "invalid request: bundles: at least one bundle is required"},
+      {"negative", Generic(Strategy::kPack, {B({{"CPU", -1}})}), Decision::kInfeasible, "",
+       "bundles[0].resources[CPU]: must be >= 0"},
+  };
+  for (const Case& c : cases) {
+    Decision d = Solve(*snap, c.request);
+    EXPECT_EQ(d.outcome, c.outcome) << c.name << ": " << d.diagnosis.summary;
+    EXPECT_EQ(Nodes(d), c.nodes) << c.name;
+    EXPECT_NE(d.diagnosis.summary.find(c.summary), std::string::npos)
+        << c.name << ": " << d.diagnosis.summary;
+  }
+}
+
+// --- Priorities, fallbacks, pinned bundles ----------------------------------
+
+TEST(SolverPriorityTest, WholeGangOnFirstPriorityThatHoldsIt) {
+  std::vector<Node> nodes = {CpuNode("spot1", 4, "z1", "spot"),
+                             CpuNode("flex1", 8, "z1", "flex-start"),
+                             CpuNode("res1", 8, "z1", "reserved"),
+                             CpuNode("res2", 8, "z1", "reserved")};
+  auto snap = Snap(nodes);
+  PlacementRequest r = Generic(Strategy::kStrictSpread, {B(Cpu(2)), B(Cpu(2))});
+  r.priorities = {Sel({{"sliced.io/capacity-tier", "spot"}}),
+                  Sel({{"sliced.io/capacity-tier", "flex-start"}}),
+                  Sel({{"sliced.io/capacity-tier", "reserved"}})};
+  Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.priority_index, 2);
+  EXPECT_EQ(d.fallback_index, -1);
+  EXPECT_EQ(Nodes(d), "res1,res2");
+  // Failed priorities leave their diagnosis steps behind.
+  EXPECT_EQ(d.diagnosis.steps.size(), 2u);
+
+  r.strategy = Strategy::kPack;
+  d = Solve(*snap, r);
+  EXPECT_EQ(d.priority_index, 0);
+  EXPECT_EQ(Nodes(d), "spot1,spot1");
+
+  r.bundles = {B(Cpu(64))};
+  d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_NE(d.diagnosis.summary.find("priority 2 {sliced.io/capacity-tier: reserved}"),
+            std::string::npos)
+      << d.diagnosis.summary;
+}
+
+TEST(SolverPriorityTest, SlicesHonourPriorities) {
+  std::vector<Node> nodes = Slice("od", "TPU-V6E", "4x4", "z1", "on-demand");
+  Append(nodes, Slice("sp", "TPU-V6E", "4x4", "z2", "spot"));
+  auto snap = Snap(nodes);
+  PlacementRequest r = SliceRequest(TpuGeneration::kV6e, "4x4");
+  r.priorities = {Sel({{"sliced.io/capacity-tier", "spot"}}),
+                  Sel({{"sliced.io/capacity-tier", "on-demand"}})};
+  Decision d = Solve(*snap, r);
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"sp"});
+  EXPECT_EQ(d.priority_index, 0);
+  // Two slices exist, but never both in one priority: the gang is not split.
+  r.slice->num_slices = 2;
+  d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible) << d.diagnosis.summary;
+}
+
+TEST(SolverFallbackTest, FallbacksOnlyWhenPrimaryFails) {
+  auto snap = Snap({CpuNode("a", 4, "z1"), CpuNode("b", 4, "z2")});
+  PlacementRequest r = Generic(Strategy::kPack, {B(Cpu(2), {{"ray.io/availability-zone", "z1"}})});
+  r.fallbacks = {{B(Cpu(2), {{"ray.io/availability-zone", "z2"}})}};
+  Decision d = Solve(*snap, r);
+  EXPECT_EQ(d.fallback_index, -1);
+  EXPECT_EQ(Nodes(d), "a");
+  r.bundles = {B(Cpu(8), {{"ray.io/availability-zone", "z1"}})};
+  d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kPlaced);
+  EXPECT_EQ(d.fallback_index, 0);
+  EXPECT_EQ(Nodes(d), "b");
+  EXPECT_NE(d.diagnosis.summary.find("fallback 0"), std::string::npos);
+}
+
+TEST(SolverPinnedTest, Table) {
+  std::vector<Node> nodes = {CpuNode("a", 4), CpuNode("b", 4), CpuNode("dead", 4)};
+  nodes[2].state = NodeState::kDead;
+  auto snap = Snap(nodes, {Allocation{"pg", 0, "a", Cpu(3)},
+                           Allocation{"pg", 1, "dead", Cpu(1)}});
+  struct Case {
+    std::string name;
+    PlacementRequest request;
+    Decision::Outcome outcome;
+    std::string nodes;
+    std::string summary;
+  };
+  PlacementRequest replace =
+      Generic(Strategy::kSpread, {B(Cpu(3), {}, "a"), B(Cpu(1))});
+  replace.replacing_pg_id = "pg";
+  PlacementRequest replace_pack =
+      Generic(Strategy::kStrictPack, {B(Cpu(3), {}, "a"), B(Cpu(1))});
+  replace_pack.replacing_pg_id = "pg";
+  const Case cases[] = {
+      {"re-place a lost bundle, keep the survivor", replace, Decision::kPlaced,
+       "a,b", ""},
+      {"strict pack next to the survivor", replace_pack, Decision::kPlaced, "a,a", ""},
+      {"without releasing the old PG the survivor does not fit",
+       Generic(Strategy::kSpread, {B(Cpu(3), {}, "a"), B(Cpu(1))}),
+       Decision::kUnschedulable, "", "has no room"},
+      {"pinned to a dead node", Generic(Strategy::kPack, {B(Cpu(1), {}, "dead")}),
+       Decision::kUnschedulable, "", "pinned to node dead, which is DEAD"},
+      {"pinned to an unknown node", Generic(Strategy::kPack, {B(Cpu(1), {}, "zz")}),
+       Decision::kInfeasible, "", "is not in the inventory"},
+      {"pinned selector mismatch",
+       Generic(Strategy::kPack, {B(Cpu(1), {{"ray.io/availability-zone", "z9"}}, "b")}),
+       Decision::kUnschedulable, "", "no longer matches"},
+  };
+  for (const Case& c : cases) {
+    Decision d = Solve(*snap, c.request);
+    EXPECT_EQ(d.outcome, c.outcome) << c.name << ": " << d.diagnosis.summary;
+    EXPECT_EQ(Nodes(d), c.nodes) << c.name;
+    EXPECT_NE(d.diagnosis.summary.find(c.summary), std::string::npos)
+        << c.name << ": " << d.diagnosis.summary;
+  }
+  PlacementRequest slice_pinned = SliceRequest(TpuGeneration::kV6e, "2x4");
+  slice_pinned.bundles = {B(Tpu(8), {}, "a")};
+  EXPECT_NE(Solve(*snap, slice_pinned).diagnosis.summary.find("pinned_node_id"),
+            std::string::npos);
+}
+
+TEST(SolverStrategyTest, StrictPackWaitsForRoom) {
+  auto snap = Snap({CpuNode("a", 4)}, {Allocation{"x", 0, "a", Cpu(2)}});
+  Decision d = Solve(*snap, Generic(Strategy::kStrictPack, {B(Cpu(2)), B(Cpu(1))}));
+  EXPECT_EQ(d.outcome, Decision::kUnschedulable);
+  EXPECT_EQ(d.diagnosis.summary,
+            "gang (STRICT_PACK) {CPU: 3}: 0/1 nodes fit: 1 insufficient free CPU");
+}
+
+TEST(SolverTest, DoesNotMutateTheSnapshot) {
+  auto snap = Snap({CpuNode("a", 4)});
+  PlacementRequest r = Generic(Strategy::kPack, {B(Cpu(4))});
+  EXPECT_EQ(Solve(*snap, r).outcome, Decision::kPlaced);
+  EXPECT_EQ(Solve(*snap, r).outcome, Decision::kPlaced);
+  EXPECT_EQ((*snap->FreeResources("a"))["CPU"], Units(4));
+}
+
+}  // namespace
+}  // namespace sliced::scheduler
