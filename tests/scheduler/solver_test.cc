@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -434,6 +435,23 @@ TEST(SolverPinnedTest, Table) {
   slice_pinned.bundles = {B(Tpu(8), {}, "a")};
   EXPECT_NE(Solve(*snap, slice_pinned).diagnosis.summary.find("pinned_node_id"),
             std::string::npos);
+}
+
+TEST(SolverStrategyTest, StrictSpreadFallsBackToMatching) {
+  // Each bundle can use two of three nodes; best fit sends bundle 0 to x and
+  // bundle 1 to z, leaving bundle 2 nothing: augmenting paths repair it.
+  std::vector<Node> nodes = {CpuNode("x", 2), CpuNode("y", 8), CpuNode("z", 2)};
+  for (auto [node, label] : {std::pair{0, "p"}, {0, "r"}, {1, "p"}, {1, "q"},
+                              {2, "q"}, {2, "r"}}) {
+    nodes[node].labels[label] = "1";
+  }
+  auto snap = Snap(nodes);
+  Decision d = Solve(*snap, Generic(Strategy::kStrictSpread,
+                                    {B(Cpu(1), {{"p", "1"}}), B(Cpu(1), {{"q", "1"}}),
+                                     B(Cpu(1), {{"r", "1"}})}));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  absl::flat_hash_set<std::string> distinct(d.bundle_nodes.begin(), d.bundle_nodes.end());
+  EXPECT_EQ(distinct.size(), 3u) << Nodes(d);
 }
 
 TEST(SolverStrategyTest, StrictPackWaitsForRoom) {
