@@ -132,8 +132,6 @@ class SnapshotWriter {
     for (const auto& e : entries) ptrs.push_back(&e->node);
     std::vector<SliceInfo> infos = DeriveSlices(ptrs);
     auto slice_ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
-    auto by_shape = std::make_shared<absl::btree_map<
-        std::pair<TpuGeneration, std::string>, std::vector<uint32_t>>>();
     std::vector<std::shared_ptr<InventorySnapshot::SliceEntry>> slices;
     slices.reserve(infos.size());
     for (uint32_t si = 0; si < infos.size(); ++si) {
@@ -146,9 +144,6 @@ class SnapshotWriter {
         entries[ni]->slice = static_cast<int32_t>(si);
       }
       ResolveShape(*se);
-      if (se->shape_known) {
-        (*by_shape)[{se->shape.generation, se->shape.topology}].push_back(si);
-      }
       for (uint32_t h : se->hosts) entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
       (*slice_ids)[se->info.name] = si;
       slices.push_back(std::move(se));
@@ -163,7 +158,6 @@ class SnapshotWriter {
     }
     s_->node_ids_ = std::move(ids);
     s_->slice_ids_ = std::move(slice_ids);
-    s_->slices_by_shape_ = std::move(by_shape);
     s_->label_index_ = std::move(label_index);
     for (auto& shard : s_->pgs_) shard = std::make_shared<const PgIndex>();
     for (auto& per_kind : s_->rank_sets_) {
@@ -175,10 +169,17 @@ class SnapshotWriter {
     for (Allocation& a : allocations) {
       RETURN_IF_ERROR(AddAllocation(std::move(a), /*check_fit=*/false));
     }
+    auto by_key = std::make_shared<InventorySnapshot::SliceKeyIndex>();
     for (uint32_t si = 0; si < s_->slices_.size(); ++si) {
       RecountSlice(si);
       IndexSlice(si, true);
+      const InventorySnapshot::SliceEntry& se = s_->slice(si);
+      if (se.shape_known) {
+        (*by_key)[SliceKey{se.shape.generation, se.shape.topology, se.tier, se.zone}]
+            .push_back(si);
+      }
     }
+    s_->slices_by_key_ = std::move(by_key);
     for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
     building_ = false;
     return absl::OkStatus();

@@ -230,12 +230,11 @@ class InventorySnapshot {
   int64_t SliceIndex(absl::string_view name) const;
   const LabelIndex& label_index() const { return *label_index_; }
   const FreeSliceIndex& free_slices() const { return *free_slices_; }
-  // Slice indexes per (generation, canonical topology), all states.
-  const absl::btree_map<std::pair<TpuGeneration, std::string>,
-                        std::vector<uint32_t>>&
-  slices_by_shape() const {
-    return *slices_by_shape_;
-  }
+  // Slice indexes (ascending) per (generation, topology, tier, zone), every
+  // slice of a known shape whatever its state. A slice's key only changes
+  // with labels that force a rebuild, so Apply() shares this map.
+  using SliceKeyIndex = absl::btree_map<SliceKey, std::vector<uint32_t>>;
+  const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
   // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
   const CowBitset& rank_set(BundleKind kind, int r) const {
     return rank_sets_[static_cast<int>(kind)][r];
@@ -256,9 +255,7 @@ class InventorySnapshot {
   CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;
   std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> node_ids_;
   std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> slice_ids_;
-  std::shared_ptr<const absl::btree_map<std::pair<TpuGeneration, std::string>,
-                                        std::vector<uint32_t>>>
-      slices_by_shape_;
+  std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
   std::shared_ptr<const FreeSliceIndex> free_slices_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;

@@ -73,6 +73,7 @@ std::string JoinRejections(const std::vector<Rejection>& rejected) {
 class Tally {
  public:
   void Add(const std::string& reason, int64_t n = 1) {
+    if (n == 0) return;
     for (Rejection& r : rejected_) {
       if (r.reason == reason) {
         r.count += n;
@@ -218,42 +219,64 @@ class SolveRun {
     const TpuShape shape = *ResolveTpuShape(req.generation, req.topology);
     const int64_t hosts = shape.hosts;
     const int64_t needed = req.num_slices;
-    std::vector<Bundle> bundles = given;
-    if (bundles.empty()) {
+    // Bundles per (slice row, worker). When every slice asks the same of its
+    // hosts (the usual case) there is one row, shared by all slices.
+    std::vector<Bundle> bundles;
+    int64_t rows = 1;
+    if (given.empty()) {
       Bundle b;
       b.resources = req.resources_per_host.empty()
                         ? ResourceSet{{TpuName(), shape.chips_per_host * kResourceScale}}
                         : req.resources_per_host;
-      bundles.assign(hosts * needed, b);
+      bundles.assign(hosts, b);
+    } else {
+      for (int64_t k = 1; k < needed && rows == 1; ++k) {
+        for (int64_t w = 0; w < hosts; ++w) {
+          if (!(given[k * hosts + w] == given[w])) {
+            rows = needed;
+            break;
+          }
+        }
+      }
+      bundles.assign(given.begin(), given.begin() + rows * hosts);
     }
-    // Per bundle: the selector its host must match.
-    std::vector<LabelSelector> selectors;
-    selectors.reserve(bundles.size());
-    for (const Bundle& b : bundles) {
-      selectors.push_back(And(And(b.selector, &req.selector), priority));
+    auto at = [&](int64_t k, int64_t w) { return (rows == 1 ? 0 : k) * hosts + w; };
+    // A slice's tier and zone are those of its worker 0 (its index key):
+    // selector terms on them are decided per key; the remaining terms
+    // ("residual") are checked on every host.
+    std::vector<LabelSelector> keyed(bundles.size());
+    std::vector<LabelSelector> residual(bundles.size());
+    bool any_keyed = false;
+    bool any_residual = false;
+    for (size_t j = 0; j < bundles.size(); ++j) {
+      const LabelSelector sel = And(And(bundles[j].selector, &req.selector), priority);
+      for (const SelectorTerm& t : sel.terms) {
+        const bool on_key = t.key == kLabelCapacityTier || t.key == kLabelZone;
+        (on_key ? keyed[j] : residual[j]).terms.push_back(t);
+      }
+      any_keyed = any_keyed || !keyed[j].empty();
+      any_residual = any_residual || !residual[j].empty();
     }
-    // The tier/zone terms, evaluated per index key.
     auto key_matches = [&](const SliceKey& key) {
+      if (!any_keyed) return true;
       Labels labels;
       if (!key.tier.empty()) labels[std::string(kLabelCapacityTier)] = key.tier;
       if (!key.zone.empty()) labels[std::string(kLabelZone)] = key.zone;
-      for (const LabelSelector& sel : selectors) {
-        LabelSelector keyed;
-        for (const SelectorTerm& t : sel.terms) {
-          if (t.key == kLabelCapacityTier || t.key == kLabelZone) keyed.terms.push_back(t);
-        }
-        if (!Matches(keyed, labels)) return false;
+      for (const LabelSelector& sel : keyed) {
+        if (!Matches(sel, labels)) return false;
       }
       return true;
+    };
+    auto host_matches = [&](uint32_t h, int64_t k, int64_t w) {
+      return !any_residual || Matches(residual[at(k, w)], snap_.node(h).node.labels);
     };
     // Whether slice s can be the k-th chosen slice (hosts match and fit).
     auto slice_fits = [&](uint32_t s, int64_t k) {
       const InventorySnapshot::SliceEntry& se = snap_.slice(s);
       for (int64_t w = 0; w < hosts; ++w) {
         const uint32_t h = se.hosts[w];
-        const Bundle& b = bundles[k * hosts + w];
-        if (!Matches(selectors[k * hosts + w], snap_.node(h).node.labels)) return false;
-        if (!overlay().Fits(h, b.resources)) return false;
+        if (!host_matches(h, k, w)) return false;
+        if (!overlay().Fits(h, bundles[at(k, w)].resources)) return false;
       }
       return true;
     };
@@ -297,6 +320,8 @@ class SolveRun {
         }
       }
     };
+    int64_t total_free = 0;
+    for (const auto& [zone, pool] : order) total_free += pool->count;
     for (const auto& [zone, pool] : order) {
       if (pool->count < needed) break;
       std::vector<uint32_t> in_zone;
@@ -306,7 +331,7 @@ class SolveRun {
         break;
       }
     }
-    if (chosen.empty() && needed > 1) {
+    if (chosen.empty() && needed > 1 && total_free >= needed) {
       for (const auto& [zone, pool] : order) {
         take_from(*pool, chosen);
         if (static_cast<int64_t>(chosen.size()) == needed) break;
@@ -330,50 +355,66 @@ class SolveRun {
       return out;
     }
 
-    // Failure: explain every slice of the shape (slow path, O(slices of
-    // this shape)).
-    Tally tally;
+    // Failure: explain every slice of the shape. Keys the tier/zone terms
+    // exclude are counted whole; the slices of the other keys are checked
+    // one by one (slow path, O(slices in the allowed keys)).
     DiagnosisStep step;
     step.step = absl::StrCat(label_, shape.pod_type, " slices (",
                              TpuGenerationName(req.generation), " ", shape.topology, ")");
     int64_t could_ever = 0;
-    auto shape_it = snap_.slices_by_shape().find({req.generation, shape.topology});
-    if (shape_it != snap_.slices_by_shape().end()) {
-      for (uint32_t s : shape_it->second) {
+    int64_t held = 0, broken = 0, too_small = 0;
+    absl::btree_map<std::string, int64_t> excluded_in_zone;  // zone -> slices
+    for (auto it = snap_.slices_by_key().lower_bound(first);
+         it != snap_.slices_by_key().end() && it->first.generation == req.generation &&
+         it->first.topology == shape.topology;
+         ++it) {
+      const int64_t in_key = static_cast<int64_t>(it->second.size());
+      step.considered += in_key;
+      if (!key_matches(it->first)) {
+        excluded_in_zone[it->first.zone] += in_key;
+        continue;
+      }
+      for (uint32_t s : it->second) {
         const InventorySnapshot::SliceEntry& se = snap_.slice(s);
-        ++step.considered;
+        bool excluded = false;
         bool ever = true;
-        std::string excluded;
-        for (int64_t w = 0; w < hosts && w < static_cast<int64_t>(se.hosts.size()); ++w) {
+        const int64_t present = std::min<int64_t>(hosts, se.hosts.size());
+        for (int64_t w = 0; w < present && !excluded; ++w) {
           const Node& host = snap_.node(se.hosts[w]).node;
-          for (int64_t k = 0; k < needed; ++k) {
-            if (!Matches(selectors[k * hosts + w], host.labels)) {
-              excluded = se.zone.empty() ? std::string("excluded by selector")
-                                         : absl::StrCat("in zone ", se.zone,
-                                                        " excluded by selector");
+          for (int64_t k = 0; k < rows; ++k) {
+            if (!host_matches(se.hosts[w], k, w)) {
+              excluded = true;
+              break;
             }
-            for (const auto& [name, amount] : bundles[k * hosts + w].resources) {
+            for (const auto& [name, amount] : bundles[at(k, w)].resources) {
               if (Amount(host.resources, name) < amount) ever = false;
             }
           }
         }
-        if (!excluded.empty()) {
-          tally.Add(excluded);
-          continue;
-        }
-        if (!ever) {
-          tally.Add("with hosts too small for the bundles");
-          continue;
-        }
-        ++could_ever;
-        if (!se.info.intact) {
-          tally.Add("not intact");
-        } else if (!se.free()) {
-          tally.Add("held");
+        if (excluded) {
+          ++excluded_in_zone[se.zone];
+        } else if (!ever) {
+          ++too_small;
         } else {
-          ++step.accepted;
+          ++could_ever;
+          if (!se.info.intact) {
+            ++broken;
+          } else if (!se.free()) {
+            ++held;
+          } else {
+            ++step.accepted;
+          }
         }
       }
+    }
+    Tally tally;
+    tally.Add("held", held);
+    tally.Add("not intact", broken);
+    tally.Add("with hosts too small for the bundles", too_small);
+    for (const auto& [zone, count] : excluded_in_zone) {
+      tally.Add(zone.empty() ? std::string("excluded by selector")
+                             : absl::StrCat("in zone ", zone, " excluded by selector"),
+                count);
     }
     step.rejected = tally.Take();
     const int64_t total = step.considered;
@@ -798,15 +839,16 @@ class SolveRun {
 
   // Bundles largest first: TPU, then CPU, then memory, then bundle order.
   static std::vector<size_t> LargestFirst(const std::vector<Bundle>& bundles) {
-    std::vector<size_t> order(bundles.size());
-    for (size_t b = 0; b < order.size(); ++b) order[b] = b;
     static const std::string cpu(kResourceCpu), memory(kResourceMemory);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      const ResourceSet& x = bundles[a].resources;
-      const ResourceSet& y = bundles[b].resources;
-      return std::make_tuple(Amount(x, TpuName()), Amount(x, cpu), Amount(x, memory)) >
-             std::make_tuple(Amount(y, TpuName()), Amount(y, cpu), Amount(y, memory));
-    });
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> size(bundles.size());
+    std::vector<size_t> order(bundles.size());
+    for (size_t b = 0; b < order.size(); ++b) {
+      order[b] = b;
+      const ResourceSet& r = bundles[b].resources;
+      size[b] = {Amount(r, TpuName()), Amount(r, cpu), Amount(r, memory)};
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return size[a] > size[b]; });
     return order;
   }
 
