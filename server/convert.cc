@@ -14,11 +14,6 @@ bool IsIdChar(char c) {
   return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == ':' || c == '-';
 }
 
-absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
-}
-
 absl::Status ValidateAddress(absl::string_view address) {
   if (address.empty()) return absl::InvalidArgumentError("must not be empty");
   if (address.size() > 253) {
@@ -57,6 +52,11 @@ bool IsWholeUnitResource(absl::string_view name) {
 
 }  // namespace
 
+absl::Status WithFieldPrefix(absl::string_view prefix, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
 absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
   if (id.empty()) return absl::InvalidArgumentError("node_id: must not be empty");
   if (static_cast<int>(id.size()) > limits.max_id_length) {
@@ -87,7 +87,7 @@ absl::StatusOr<scheduler::ResourceSet> ResourcesFromProto(
   scheduler::ResourceSet out;
   for (const auto& [name, value] : resources) {
     const std::string what = absl::StrCat(field, "[\"", name, "\"]");
-    RETURN_IF_ERROR(Prefixed(what, ValidateResourceName(name, limits)));
+    RETURN_IF_ERROR(WithFieldPrefix(what, ValidateResourceName(name, limits)));
     ASSIGN_OR_RETURN(int64_t fixed, scheduler::ToFixedPoint(value, what));
     out[name] = fixed;
   }
@@ -117,13 +117,13 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     const v1::Node& in = nodes[i];
     const std::string where =
         absl::StrCat("nodes[", i, "] (node_id \"", in.node_id(), "\")");
-    RETURN_IF_ERROR(Prefixed(where, ValidateNodeId(in.node_id(), limits)));
+    RETURN_IF_ERROR(WithFieldPrefix(where, ValidateNodeId(in.node_id(), limits)));
     if (!seen.insert(in.node_id()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": node_id appears twice in the batch"));
     }
     RETURN_IF_ERROR(
-        Prefixed(absl::StrCat(where, ": address"), ValidateAddress(in.address())));
+        WithFieldPrefix(absl::StrCat(where, ": address"), ValidateAddress(in.address())));
     if (in.state() != v1::NODE_STATE_UNSPECIFIED && in.state() != v1::ALIVE) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": state: a node registers ALIVE; use DrainNode or Heartbeat "
@@ -131,15 +131,15 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     }
     scheduler::Labels raw(in.labels().begin(), in.labels().end());
     for (const auto& [key, value] : raw) {
-      RETURN_IF_ERROR(Prefixed(absl::StrCat(where, ": labels[\"", key, "\"]"),
+      RETURN_IF_ERROR(WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"]"),
                                scheduler::ValidateLabelKey(key)));
       RETURN_IF_ERROR(
-          Prefixed(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+          WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
                    scheduler::ValidateLabelValue(value)));
     }
     absl::StatusOr<scheduler::Labels> translated =
         TranslateNodeLabels(in.node_id(), raw);
-    RETURN_IF_ERROR(Prefixed(where, translated.status()));
+    RETURN_IF_ERROR(WithFieldPrefix(where, translated.status()));
     scheduler::Labels labels = *std::move(translated);
     if (static_cast<int>(labels.size()) > limits.max_labels_per_node) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -149,7 +149,7 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     for (const auto& [key, value] : labels) {
       // Derived values (e.g. a raw TPU_WORKER_ID copied over) obey the syntax.
       RETURN_IF_ERROR(
-          Prefixed(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+          WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
                    scheduler::ValidateLabelValue(value)));
     }
     ASSIGN_OR_RETURN(

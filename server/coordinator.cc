@@ -1,33 +1,209 @@
 #include "server/coordinator.h"
 
+#include <algorithm>
+#include <tuple>
 #include <utility>
 
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
 #include "scheduler/status_macros.h"
+#include "sliced/v1/sliced.pb.h"
 #include "storage/records.h"
 
 namespace sliced::server {
+namespace {
 
-const NodeEntry* Txn::FindNode(absl::string_view node_id) const {
-  for (const NodeChanges* changes : {&own_, &group_}) {
-    auto it = changes->find(node_id);
+// Looks `key` up in the op's changes, then the group's, then committed state.
+template <typename T, typename Committed>
+const T* Lookup(absl::string_view key, const Changes<T>& own,
+                const Changes<T>& group, const Committed& committed) {
+  for (const Changes<T>* changes : {&own, &group}) {
+    auto it = changes->find(key);
     if (it != changes->end()) return it->second ? &*it->second : nullptr;
   }
-  auto it = committed_.nodes.find(node_id);
-  return it == committed_.nodes.end() ? nullptr : &it->second;
+  auto it = committed.find(key);
+  return it == committed.end() ? nullptr : &it->second;
+}
+
+template <typename T>
+void MergeInto(Changes<T>& from, Changes<T>& into) {
+  for (auto& [key, change] : from) into[key] = std::move(change);
+}
+
+template <typename T, typename Map>
+void InstallInto(Changes<T>& changes, Map& map) {
+  for (auto& [key, change] : changes) {
+    if (change) {
+      map[key] = std::move(*change);
+    } else {
+      map.erase(key);
+    }
+  }
+}
+
+bool IsPending(const storage::PlacementGroupRecord& r) {
+  return r.state() == v1::PENDING || r.state() == v1::RESCHEDULING;
+}
+
+bool HoldsAllocations(const storage::PlacementGroupRecord& r) {
+  return r.state() == v1::CREATED || r.state() == v1::RESCHEDULING;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Txn
+
+const NodeEntry* Txn::FindNode(absl::string_view node_id) const {
+  return Lookup(node_id, own_.nodes, group_.nodes, committed_.nodes);
 }
 
 void Txn::PutNode(const NodeEntry& entry) {
   mutation_.PutNode(storage::ToRecord(entry.node));
-  own_[entry.node.node_id] = entry;
+  const NodeEntry* old = FindNode(entry.node.node_id);
+  if (old == nullptr || !(old->node == entry.node)) {
+    pending_nodes_.upsert_nodes.push_back(entry.node);
+  }
+  own_.nodes[entry.node.node_id] = entry;
+  // A new or revived node may let pending groups fit.
+  if (old == nullptr || entry.node.state == scheduler::NodeState::kAlive) {
+    own_.retry_pending = true;
+  }
 }
 
-void Txn::TouchNode(const NodeEntry& entry) { own_[entry.node.node_id] = entry; }
+void Txn::TouchNode(const NodeEntry& entry) {
+  own_.nodes[entry.node.node_id] = entry;
+}
 
 void Txn::RemoveNode(absl::string_view node_id) {
   mutation_.DeleteNode(node_id);
-  own_[std::string(node_id)] = std::nullopt;
+  pending_nodes_.remove_node_ids.emplace_back(node_id);
+  own_.nodes[std::string(node_id)] = std::nullopt;
 }
+
+const PgEntry* Txn::FindPg(absl::string_view pg_id) const {
+  return Lookup(pg_id, own_.pgs, group_.pgs, committed_.pgs);
+}
+
+const PgEntry* Txn::FindPgByRequestId(absl::string_view request_id) const {
+  for (const Changes<PgEntry>* changes : {&own_.pgs, &group_.pgs}) {
+    for (const auto& [id, change] : *changes) {
+      if (change && change->record.request_id() == request_id) return &*change;
+    }
+  }
+  auto it = committed_.pg_by_request_id.find(request_id);
+  return it == committed_.pg_by_request_id.end() ? nullptr : FindPg(it->second);
+}
+
+void Txn::PutPg(const PgEntry& entry) {
+  mutation_.PutPlacementGroup(entry.record);
+  own_.pgs[entry.record.placement_group_id()] = entry;
+}
+
+void Txn::DeletePg(absl::string_view pg_id) {
+  mutation_.DeletePlacementGroup(pg_id);
+  own_.pgs[std::string(pg_id)] = std::nullopt;
+}
+
+std::vector<std::string> Txn::PendingQueue() const {
+  // (-priority, sequence, id) sorts by priority descending, then arrival.
+  absl::btree_set<std::tuple<int64_t, uint64_t, std::string>> queue;
+  auto consider = [&](const std::string& id) {
+    const PgEntry* pg = FindPg(id);
+    if (pg != nullptr && IsPending(pg->record)) {
+      queue.emplace(-int64_t{pg->record.priority()}, pg->record.sequence(), id);
+    }
+  };
+  for (const auto& [id, pg] : committed_.pgs) {
+    if (IsPending(pg.record)) consider(id);
+  }
+  for (const Changes<PgEntry>* changes : {&group_.pgs, &own_.pgs}) {
+    for (const auto& [id, change] : *changes) consider(id);
+  }
+  std::vector<std::string> ids;
+  for (const auto& [p, s, id] : queue) ids.push_back(id);
+  return ids;
+}
+
+bool Txn::AnyPg(const std::function<bool(const PgEntry&)>& pred) const {
+  for (const auto& [id, pg] : committed_.pgs) {
+    const PgEntry* current = FindPg(id);
+    if (current != nullptr && pred(*current)) return true;
+  }
+  for (const Changes<PgEntry>* changes : {&group_.pgs, &own_.pgs}) {
+    for (const auto& [id, change] : *changes) {
+      if (change && pred(*change)) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> Txn::PgsOnNode(absl::string_view node_id) {
+  absl::btree_set<std::string> ids;
+  auto snapshot = Snapshot();
+  if (!snapshot.ok()) return {};
+  int64_t index = (*snapshot)->NodeIndex(node_id);
+  if (index < 0) return {};
+  for (const scheduler::Allocation& a : (*snapshot)->node(index).allocations) {
+    ids.insert(a.pg_id);
+  }
+  return {ids.begin(), ids.end()};
+}
+
+const storage::ComputeClassRecord* Txn::FindClass(absl::string_view name) const {
+  return Lookup(name, own_.classes, group_.classes, committed_.classes);
+}
+
+void Txn::PutClass(const storage::ComputeClassRecord& record) {
+  mutation_.PutComputeClass(record);
+  own_.classes[record.name()] = record;
+  own_.retry_pending = true;
+}
+
+void Txn::DeleteClass(absl::string_view name) {
+  mutation_.DeleteComputeClass(name);
+  own_.classes[std::string(name)] = std::nullopt;
+  own_.retry_pending = true;
+}
+
+std::vector<storage::ComputeClassRecord> Txn::Classes() const {
+  absl::btree_set<std::string> names;
+  for (const auto& [name, record] : committed_.classes) names.insert(name);
+  for (const auto* changes : {&group_.classes, &own_.classes}) {
+    for (const auto& [name, change] : *changes) names.insert(name);
+  }
+  std::vector<storage::ComputeClassRecord> out;
+  for (const std::string& name : names) {
+    if (const auto* record = FindClass(name)) out.push_back(*record);
+  }
+  return out;
+}
+
+absl::Status Txn::FlushNodes() {
+  if (pending_nodes_.upsert_nodes.empty() &&
+      pending_nodes_.remove_node_ids.empty()) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(pending_nodes_));
+  pending_nodes_ = scheduler::SnapshotDelta();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>>
+Txn::Snapshot() {
+  RETURN_IF_ERROR(FlushNodes());
+  return own_.snapshot;
+}
+
+absl::Status Txn::ApplyDelta(const scheduler::SnapshotDelta& delta) {
+  RETURN_IF_ERROR(FlushNodes());
+  ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(delta));
+  if (!delta.release_pg_ids.empty()) own_.retry_pending = true;
+  return absl::OkStatus();
+}
+
+uint64_t Txn::NextSequence() { return own_.next_sequence++; }
+
+// ---------------------------------------------------------------- Coordinator
 
 Coordinator::Coordinator(std::unique_ptr<storage::Store> store, Options options)
     : options_(std::move(options)), store_(std::move(store)) {}
@@ -41,16 +217,70 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   const absl::Time now = c->Now();
   {
     absl::MutexLock lock(&c->state_mu_);
+    ClusterState& state = c->state_;
+    std::vector<scheduler::Node> nodes;
     for (const storage::NodeRecord& record : stored.nodes) {
       ASSIGN_OR_RETURN(scheduler::Node node, storage::FromRecord(record));
+      nodes.push_back(node);
       std::string id = node.node_id;
-      c->state_.nodes[id] = NodeEntry{std::move(node), now};
+      state.nodes[id] = NodeEntry{std::move(node), now};
     }
+    std::vector<scheduler::Allocation> allocations;
+    if (c->options_.parse_pg) {
+      for (storage::PlacementGroupRecord& record : stored.placement_groups) {
+        auto request = c->options_.parse_pg(record);
+        if (!request.ok()) {
+          return absl::DataLossError(
+              absl::StrCat("stored placement group ", record.placement_group_id(),
+                           " is unreadable: ", request.status().message()));
+        }
+        if (HoldsAllocations(record)) {
+          for (int i = 0; i < record.bundles_size(); ++i) {
+            const storage::BundleRecord& b = record.bundles(i);
+            if (b.node_id().empty()) continue;
+            allocations.push_back(scheduler::Allocation{
+                record.placement_group_id(), i, b.node_id(),
+                scheduler::ResourceSet(b.resources().begin(), b.resources().end())});
+          }
+        }
+        state.next_sequence = std::max(state.next_sequence, record.sequence() + 1);
+        if (!record.request_id().empty()) {
+          state.pg_by_request_id[record.request_id()] = record.placement_group_id();
+        }
+        std::string id = record.placement_group_id();
+        state.pgs[id] = PgEntry{std::move(record), *std::move(request)};
+      }
+    }
+    for (storage::ComputeClassRecord& record : stored.compute_classes) {
+      std::string name = record.name();
+      state.classes[name] = std::move(record);
+    }
+    auto snapshot =
+        scheduler::InventorySnapshot::Build(std::move(nodes), std::move(allocations));
+    if (!snapshot.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stored placements are inconsistent with the stored nodes; refusing "
+          "to serve: ",
+          snapshot.status().message()));
+    }
+    absl::Status whole = (*snapshot)->CheckNotOverCommitted();
+    if (!whole.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stored placements hold some capacity twice; refusing to serve: ",
+          whole.message()));
+    }
+    state.snapshot = *std::move(snapshot);
   }
   c->writer_ = std::thread([raw = c.get()] { raw->WriterLoop(); });
   if (c->options_.heartbeat_timeout > absl::ZeroDuration()) {
     c->lease_checker_ = std::thread([raw = c.get()] { raw->LeaseLoop(); });
   }
+  // Resume the queue: placements may fit the inventory as loaded.
+  c->Submit(WriteOp{[](Txn& txn) {
+                      txn.RequestPendingRetry();
+                      return absl::OkStatus();
+                    },
+                    [](const absl::Status&) {}});
   return c;
 }
 
@@ -98,7 +328,7 @@ void Coordinator::WriterLoop() {
 }
 
 void Coordinator::RunGroup(std::vector<WriteOp> ops) {
-  NodeChanges group;
+  StateChanges group;
   storage::Mutation mutation;
   std::vector<WriteOp*> applied;
   const absl::Time now = Now();
@@ -106,16 +336,35 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     // The writer is the only thread that changes state_, so a reader lock is
     // enough to read it while readers go on.
     absl::ReaderMutexLock lock(&state_mu_);
-    for (WriteOp& op : ops) {
+    auto run = [&](const std::function<absl::Status(Txn&)>& apply) {
       Txn txn(state_, group, now);
-      absl::Status status = op.apply(txn);
-      if (!status.ok()) {
-        op.done(status);
-        continue;
-      }
-      for (auto& [id, change] : txn.own_) group[id] = std::move(change);
+      absl::Status status = apply(txn);
+      if (status.ok()) status = txn.FlushNodes();
+      if (!status.ok()) return status;
+      MergeInto(txn.own_.nodes, group.nodes);
+      MergeInto(txn.own_.pgs, group.pgs);
+      MergeInto(txn.own_.classes, group.classes);
+      group.snapshot = txn.own_.snapshot;
+      group.next_sequence = txn.own_.next_sequence;
+      group.retry_pending |= txn.own_.retry_pending;
       mutation.Append(txn.mutation_);
-      applied.push_back(&op);
+      return absl::OkStatus();
+    };
+    for (WriteOp& op : ops) {
+      absl::Status status = run(op.apply);
+      if (status.ok()) {
+        applied.push_back(&op);
+      } else {
+        op.done(status);
+      }
+    }
+    if (group.retry_pending && options_.retry_pending) {
+      // The retry's own changes never ask for another round.
+      absl::Status retried = run([this](Txn& txn) {
+        options_.retry_pending(txn);
+        return absl::OkStatus();
+      });
+      (void)retried;  // a failed retry leaves the queue as it was
     }
   }
   absl::Status committed = store_->Commit(mutation);
@@ -126,16 +375,43 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     if (!committed.ok()) ++stats_.failed_commits;
   }
   if (committed.ok()) {
-    absl::MutexLock lock(&state_mu_);
-    for (auto& [id, change] : group) {
-      if (change) {
-        state_.nodes[id] = std::move(*change);
-      } else {
-        state_.nodes.erase(id);
+    std::vector<PgEntry> changed;
+    std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+    {
+      absl::MutexLock lock(&state_mu_);
+      for (auto& [id, change] : group.pgs) {
+        if (change) {
+          changed.push_back(*change);
+        } else if (auto it = state_.pgs.find(id); it != state_.pgs.end()) {
+          changed.push_back(it->second);
+          changed.back().record.set_state(v1::REMOVED);
+        }
       }
+      Install(group);
+      snapshot = state_.snapshot;
+    }
+    if (options_.on_pg_changes && !changed.empty()) {
+      options_.on_pg_changes(changed, *snapshot);
     }
   }
   for (WriteOp* op : applied) op->done(committed);
+}
+
+void Coordinator::Install(StateChanges& group) {
+  for (const auto& [id, change] : group.pgs) {
+    auto old = state_.pgs.find(id);
+    if (old != state_.pgs.end() && !old->second.record.request_id().empty()) {
+      state_.pg_by_request_id.erase(old->second.record.request_id());
+    }
+    if (change && !change->record.request_id().empty()) {
+      state_.pg_by_request_id[change->record.request_id()] = id;
+    }
+  }
+  InstallInto(group.nodes, state_.nodes);
+  InstallInto(group.pgs, state_.pgs);
+  InstallInto(group.classes, state_.classes);
+  if (group.snapshot) state_.snapshot = group.snapshot;
+  if (group.next_sequence) state_.next_sequence = group.next_sequence;
 }
 
 void Coordinator::LeaseLoop() {
@@ -167,6 +443,7 @@ void Coordinator::LeaseLoop() {
         .apply =
             [this, expired](Txn& txn) {
               const absl::Time cutoff = txn.now() - options_.heartbeat_timeout;
+              std::vector<std::string> lost;
               for (const std::string& id : expired) {
                 const NodeEntry* entry = txn.FindNode(id);
                 // Re-check: a heartbeat may have come in meanwhile.
@@ -177,6 +454,10 @@ void Coordinator::LeaseLoop() {
                 NodeEntry dead = *entry;
                 dead.node.state = scheduler::NodeState::kDead;
                 txn.PutNode(dead);
+                lost.push_back(id);
+              }
+              if (options_.on_nodes_lost && !lost.empty()) {
+                return options_.on_nodes_lost(txn, lost);
               }
               return absl::OkStatus();
             },

@@ -32,6 +32,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "scheduler/snapshot.h"
+#include "scheduler/solver.h"
 #include "scheduler/types.h"
 #include "storage/store.h"
 
@@ -43,13 +45,42 @@ struct NodeEntry {
   absl::Time last_heartbeat = absl::InfinitePast();
 };
 
+// A live placement group: its durable record and the engine request parsed
+// from it (without compute-class priorities, resolved at solve time).
+struct PgEntry {
+  storage::PlacementGroupRecord record;
+  scheduler::PlacementRequest request;
+};
+
 // What readers see: everything committed.
 struct ClusterState {
   absl::btree_map<std::string, NodeEntry> nodes;
+  // The engine's view of nodes and allocations, consistent with `nodes` and
+  // `pgs`.
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  // Live placement groups (not removed), by id.
+  absl::btree_map<std::string, PgEntry> pgs;
+  absl::flat_hash_map<std::string, std::string> pg_by_request_id;
+  absl::btree_map<std::string, storage::ComputeClassRecord> classes;
+  // Arrival order for the next placement group.
+  uint64_t next_sequence = 1;
 };
 
-// Changes to node entries: nullopt = removed.
-using NodeChanges = absl::flat_hash_map<std::string, std::optional<NodeEntry>>;
+template <typename T>
+using Changes = absl::flat_hash_map<std::string, std::optional<T>>;
+using NodeChanges = Changes<NodeEntry>;
+
+// Everything a group (or one op) changes, in memory.
+struct StateChanges {
+  NodeChanges nodes;
+  Changes<PgEntry> pgs;
+  Changes<storage::ComputeClassRecord> classes;
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  uint64_t next_sequence = 0;
+  // Set when capacity may have freed up or a class changed: the pending
+  // queue is retried at the end of the group.
+  bool retry_pending = false;
+};
 
 // One operation's view of the state and its pending writes.
 // Not thread-safe; lives on the writer thread for the duration of `apply`.
@@ -59,22 +90,55 @@ class Txn {
   // nullptr when absent.
   const NodeEntry* FindNode(absl::string_view node_id) const;
 
-  // Stores `entry` durably.
+  // Stores `entry` durably (and in the engine snapshot).
   void PutNode(const NodeEntry& entry);
   // Updates `entry` in memory only (a lease renewal that changes no state).
   void TouchNode(const NodeEntry& entry);
   void RemoveNode(absl::string_view node_id);
 
+  // Placement groups: as committed, changed by the group and by this op.
+  const PgEntry* FindPg(absl::string_view pg_id) const;
+  const PgEntry* FindPgByRequestId(absl::string_view request_id) const;
+  void PutPg(const PgEntry& entry);
+  void DeletePg(absl::string_view pg_id);
+  // Ids of PENDING/RESCHEDULING groups in queue order (priority desc, then
+  // arrival); includes the changes of the group so far.
+  std::vector<std::string> PendingQueue() const;
+  // True when some live group (as the op sees them) satisfies `pred`.
+  bool AnyPg(const std::function<bool(const PgEntry&)>& pred) const;
+  // Ids of live groups holding a bundle on `node_id`.
+  std::vector<std::string> PgsOnNode(absl::string_view node_id);
+
+  const storage::ComputeClassRecord* FindClass(absl::string_view name) const;
+  void PutClass(const storage::ComputeClassRecord& record);
+  void DeleteClass(absl::string_view name);
+  std::vector<storage::ComputeClassRecord> Classes() const;
+
+  // The engine snapshot with every change so far applied. Returns the error
+  // of applying pending node changes (e.g. removing a node that holds
+  // allocations: FailedPrecondition).
+  absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>> Snapshot();
+  // Applies an allocation delta to the snapshot.
+  absl::Status ApplyDelta(const scheduler::SnapshotDelta& delta);
+
+  uint64_t NextSequence();
+  void RequestPendingRetry() { own_.retry_pending = true; }
   absl::Time now() const { return now_; }
 
  private:
   friend class Coordinator;
-  Txn(const ClusterState& committed, const NodeChanges& group, absl::Time now)
-      : committed_(committed), group_(group), now_(now) {}
+  Txn(const ClusterState& committed, const StateChanges& group, absl::Time now)
+      : committed_(committed), group_(group), now_(now) {
+    own_.snapshot = group.snapshot ? group.snapshot : committed.snapshot;
+    own_.next_sequence =
+        group.next_sequence ? group.next_sequence : committed.next_sequence;
+  }
+  absl::Status FlushNodes();
 
   const ClusterState& committed_;
-  const NodeChanges& group_;
-  NodeChanges own_;
+  const StateChanges& group_;
+  StateChanges own_;
+  scheduler::SnapshotDelta pending_nodes_;
   storage::Mutation mutation_;
   absl::Time now_;
 };
@@ -98,11 +162,31 @@ class Coordinator {
     absl::Duration lease_check_interval = absl::Seconds(1);
     // Clock; default absl::Now.
     std::function<absl::Time()> clock;
+    // Runs on the writer thread after a group is installed, with the groups
+    // whose state changed (removed ones have state REMOVED). Must not block.
+    std::function<void(const std::vector<PgEntry>&,
+                       const scheduler::InventorySnapshot&)>
+        on_pg_changes;
+    // Runs on the writer thread at the end of every group that asked for it
+    // (Txn::RequestPendingRetry), inside the same commit: re-tries the
+    // pending queue. Set by the placement layer.
+    std::function<void(Txn&)> retry_pending;
+    // Runs inside the op that turns nodes DEAD (lease expiry), so their
+    // placement groups are rescheduled in the same commit.
+    std::function<absl::Status(Txn&, const std::vector<std::string>&)>
+        on_nodes_lost;
+    // Parses a stored placement group record into the engine request
+    // (recovery). Set by the placement layer; without it PGs are not loaded.
+    std::function<absl::StatusOr<scheduler::PlacementRequest>(
+        const storage::PlacementGroupRecord&)>
+        parse_pg;
   };
 
-  // Loads the store's contents and starts the writer and lease threads.
-  // Returns the store's load error (DataLoss, Unavailable), or DataLoss when a
-  // record is inconsistent.
+  // Loads the store's contents, rebuilds the snapshot, checks that no chip is
+  // held twice, and starts the writer and lease threads.
+  // Returns the store's load error (DataLoss, Unavailable); DataLoss when a
+  // record is inconsistent; FailedPrecondition when the stored placements
+  // over-commit a node (the daemon refuses to serve such state).
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(
       std::unique_ptr<storage::Store> store, Options options);
 
@@ -135,6 +219,7 @@ class Coordinator {
   void WriterLoop();
   void LeaseLoop();
   void RunGroup(std::vector<WriteOp> ops);
+  void Install(StateChanges& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
 
   const Options options_;
   const std::unique_ptr<storage::Store> store_;

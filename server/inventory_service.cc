@@ -3,12 +3,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
 #include "scheduler/labels.h"
 #include "scheduler/slices.h"
 #include "scheduler/status_macros.h"
 #include "server/convert.h"
 #include "server/grpc_status.h"
+#include "server/placement.h"
 
 namespace sliced::server {
 namespace {
@@ -26,10 +28,21 @@ absl::Status NodeNotFound(absl::string_view id) {
   return absl::NotFoundError(absl::StrCat("node_id: no node \"", id, "\""));
 }
 
-void EntryToProto(const NodeEntry& entry, v1::Node* out) {
+void EntryToProto(const NodeEntry& entry,
+                  const scheduler::InventorySnapshot& snapshot, v1::Node* out) {
   NodeToProto(entry.node, out);
-  // Nothing holds capacity until placement groups exist on this node.
-  ResourcesToProto(entry.node.resources, out->mutable_available());
+  absl::StatusOr<scheduler::ResourceSet> free =
+      snapshot.FreeResources(entry.node.node_id);
+  ResourcesToProto(free.ok() ? *free : entry.node.resources,
+                   out->mutable_available());
+  const int64_t index = snapshot.NodeIndex(entry.node.node_id);
+  if (index >= 0) {
+    std::string last;
+    for (const scheduler::Allocation& a : snapshot.node(index).allocations) {
+      if (a.pg_id != last) out->add_placement_group_ids(a.pg_id);
+      last = a.pg_id;
+    }
+  }
   if (entry.last_heartbeat > absl::InfinitePast()) {
     const int64_t ms = absl::ToUnixMillis(entry.last_heartbeat);
     out->mutable_last_heartbeat()->set_seconds(ms / 1000);
@@ -87,7 +100,10 @@ grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
         }
       }
       txn.PutNode(entry);
-      EntryToProto(entry, response->add_nodes());
+    }
+    ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+    for (const scheduler::Node& node : nodes) {
+      EntryToProto(*txn.FindNode(node.node_id), *snapshot, response->add_nodes());
     }
     return absl::OkStatus();
   });
@@ -108,6 +124,7 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
   response->set_lease_seconds(
       absl::ToDoubleSeconds(coordinator_->options().heartbeat_timeout));
   return Write(context, [request](Txn& txn) {
+    std::vector<std::string> lost;
     for (int i = 0; i < request->heartbeats_size(); ++i) {
       const v1::NodeHeartbeat& beat = request->heartbeats(i);
       const NodeEntry* entry = txn.FindNode(beat.node_id());
@@ -122,11 +139,12 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
       next.node.state = state;
       if (state != entry->node.state) {
         txn.PutNode(next);
+        if (state == NodeState::kDead) lost.push_back(next.node.node_id);
       } else {
         txn.TouchNode(next);
       }
     }
-    return absl::OkStatus();
+    return lost.empty() ? absl::OkStatus() : HandleNodesLost(txn, lost);
   });
 }
 
@@ -146,7 +164,8 @@ grpc::ServerUnaryReactor* InventoryService::DrainNode(
     NodeEntry next = *entry;
     next.node.state = NodeState::kDraining;
     if (entry->node.state != NodeState::kDraining) txn.PutNode(next);
-    EntryToProto(next, response->mutable_node());
+    ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+    EntryToProto(next, *snapshot, response->mutable_node());
     return absl::OkStatus();
   });
 }
@@ -161,8 +180,21 @@ grpc::ServerUnaryReactor* InventoryService::RemoveNode(
     if (txn.FindNode(request->node_id()) == nullptr) {
       return NodeNotFound(request->node_id());
     }
-    // No placement can hold a node yet: placement groups arrive with the
-    // placement service, which adds the `force` check here.
+    std::vector<std::string> holders = txn.PgsOnNode(request->node_id());
+    if (!holders.empty()) {
+      if (!request->force()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node_id: node \"", request->node_id(), "\" holds bundles of ",
+            holders.size(), " placement group(s) (", holders.front(),
+            holders.size() > 1 ? ", ..." : "",
+            "); drain it and remove them first, or pass force"));
+      }
+      // Forced: the node is lost; its groups are rescheduled first.
+      NodeEntry dead = *txn.FindNode(request->node_id());
+      dead.node.state = NodeState::kDead;
+      txn.PutNode(dead);
+      RETURN_IF_ERROR(HandleNodesLost(txn, {request->node_id()}));
+    }
     txn.RemoveNode(request->node_id());
     return absl::OkStatus();
   });
@@ -177,7 +209,7 @@ grpc::ServerUnaryReactor* InventoryService::GetNode(
   absl::Status status = coordinator_->Read([&](const ClusterState& state) {
     auto it = state.nodes.find(request->node_id());
     if (it == state.nodes.end()) return NodeNotFound(request->node_id());
-    EntryToProto(it->second, response);
+    EntryToProto(it->second, *state.snapshot, response);
     return absl::OkStatus();
   });
   return Finish(context, status);
@@ -212,7 +244,7 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
         response->set_next_page_token(response->nodes().rbegin()->node_id());
         break;
       }
-      EntryToProto(it->second, response->add_nodes());
+      EntryToProto(it->second, *state.snapshot, response->add_nodes());
     }
     return 0;
   });
@@ -222,53 +254,127 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
 grpc::ServerUnaryReactor* InventoryService::ListSlices(
     grpc::CallbackServerContext* context,
     const v1::ListSlicesRequest* /*request*/, v1::ListSlicesResponse* response) {
-  std::vector<scheduler::SliceInfo> slices =
-      coordinator_->Read([](const ClusterState& state) {
-        std::vector<const scheduler::Node*> nodes;
-        nodes.reserve(state.nodes.size());
-        for (const auto& [id, entry] : state.nodes) nodes.push_back(&entry.node);
-        return scheduler::DeriveSlices(nodes);
-      });
-  for (const scheduler::SliceInfo& info : slices) {
-    v1::Slice* out = response->add_slices();
-    out->set_name(info.name);
-    out->set_accelerator_type(info.accelerator_type);
-    out->set_topology(info.topology);
-    out->set_pod_type(info.pod_type);
-    out->mutable_node_ids()->Add(info.node_ids.begin(), info.node_ids.end());
-    out->set_intact(info.intact);
-    // No placement holds any host until the placement service exists.
-    out->set_free(info.intact);
-    out->set_reason(info.reason);
-    out->set_expected_hosts(info.expected_hosts);
-  }
+  coordinator_->Read([&](const ClusterState& state) {
+    for (const scheduler::SliceState& slice : state.snapshot->ListSlices()) {
+      const scheduler::SliceInfo& info = slice.info;
+      v1::Slice* out = response->add_slices();
+      out->set_name(info.name);
+      out->set_accelerator_type(info.accelerator_type);
+      out->set_topology(info.topology);
+      out->set_pod_type(info.pod_type);
+      out->mutable_node_ids()->Add(info.node_ids.begin(), info.node_ids.end());
+      out->set_intact(info.intact);
+      out->set_free(info.intact && slice.free);
+      out->set_reason(info.reason);
+      out->set_expected_hosts(info.expected_hosts);
+      absl::btree_set<std::string> holders;
+      for (const std::string& id : info.node_ids) {
+        const int64_t index = state.snapshot->NodeIndex(id);
+        if (index < 0) continue;
+        for (const auto& a : state.snapshot->node(index).allocations) {
+          holders.insert(a.pg_id);
+        }
+      }
+      out->mutable_placement_group_ids()->Add(holders.begin(), holders.end());
+    }
+    return 0;
+  });
   return Finish(context, absl::OkStatus());
 }
 
 namespace {
-absl::Status ComputeClassesNotBuilt() {
-  return absl::UnimplementedError(
-      "compute classes are not implemented yet: they arrive with the "
-      "placement service (issue 4)");
+
+absl::StatusOr<storage::ComputeClassRecord> ComputeClassFromProto(
+    const v1::ComputeClass& in) {
+  storage::ComputeClassRecord record;
+  if (absl::Status s = scheduler::ValidateLabelValue(in.name());
+      in.name().empty() || !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "compute_class.name: must be 1..63 characters of "
+        "[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?, got '", in.name(), "'"));
+  }
+  record.set_name(in.name());
+  if (in.priorities().empty() || in.priorities_size() > 32) {
+    return absl::InvalidArgumentError(
+        "compute_class.priorities: give 1..32 priorities, in order");
+  }
+  for (int i = 0; i < in.priorities_size(); ++i) {
+    const auto& map = in.priorities(i).label_selector();
+    auto parsed = scheduler::ParseLabelSelector(
+        absl::btree_map<std::string, std::string>(map.begin(), map.end()));
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("compute_class.priorities[", i, "].label_selector: ",
+                       parsed.status().message()));
+    }
+    record.add_priorities()->mutable_terms()->insert(map.begin(), map.end());
+  }
+  if (!v1::WhenUnsatisfiable_IsValid(in.when_unsatisfiable())) {
+    return absl::InvalidArgumentError(
+        "compute_class.when_unsatisfiable: use WAIT or FAIL");
+  }
+  record.set_when_unsatisfiable(in.when_unsatisfiable() == v1::FAIL ? v1::FAIL
+                                                                    : v1::WAIT);
+  return record;
 }
+
+void ComputeClassToProto(const storage::ComputeClassRecord& record,
+                         v1::ComputeClass* out) {
+  out->set_name(record.name());
+  for (const storage::SelectorRecord& p : record.priorities()) {
+    out->add_priorities()->mutable_label_selector()->insert(p.terms().begin(),
+                                                            p.terms().end());
+  }
+  out->set_when_unsatisfiable(
+      static_cast<v1::WhenUnsatisfiable>(record.when_unsatisfiable()));
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* InventoryService::PutComputeClass(
-    grpc::CallbackServerContext* context, const v1::PutComputeClassRequest*,
-    v1::ComputeClass*) {
-  return Finish(context, ComputeClassesNotBuilt());
+    grpc::CallbackServerContext* context,
+    const v1::PutComputeClassRequest* request, v1::ComputeClass* response) {
+  absl::StatusOr<storage::ComputeClassRecord> record =
+      ComputeClassFromProto(request->compute_class());
+  if (!record.ok()) return Finish(context, record.status());
+  ComputeClassToProto(*record, response);
+  return Write(context, [record = *std::move(record)](Txn& txn) {
+    txn.PutClass(record);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* InventoryService::ListComputeClasses(
     grpc::CallbackServerContext* context, const v1::ListComputeClassesRequest*,
-    v1::ListComputeClassesResponse*) {
-  return Finish(context, ComputeClassesNotBuilt());
+    v1::ListComputeClassesResponse* response) {
+  coordinator_->Read([&](const ClusterState& state) {
+    for (const auto& [name, record] : state.classes) {
+      ComputeClassToProto(record, response->add_compute_classes());
+    }
+    return 0;
+  });
+  return Finish(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InventoryService::DeleteComputeClass(
-    grpc::CallbackServerContext* context, const v1::DeleteComputeClassRequest*,
+    grpc::CallbackServerContext* context,
+    const v1::DeleteComputeClassRequest* request,
     v1::DeleteComputeClassResponse*) {
-  return Finish(context, ComputeClassesNotBuilt());
+  return Write(context, [request](Txn& txn) {
+    if (txn.FindClass(request->name()) == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("name: no compute class \"", request->name(), "\""));
+    }
+    if (txn.AnyPg([&](const PgEntry& pg) {
+          return pg.record.compute_class() == request->name();
+        })) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "name: compute class \"", request->name(),
+          "\" is used by live placement groups; remove them first"));
+    }
+    txn.DeleteClass(request->name());
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace sliced::server

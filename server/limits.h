@@ -17,6 +17,12 @@ struct Limits {
   int max_resources_per_node = 64;
   // Length of node ids and resource names.
   int max_id_length = 128;
+  // Bundles in one placement group (each fallback list too).
+  int max_bundles_per_pg = 10000;
+  // Slices in one slice requirement.
+  int max_slices_per_pg = 1024;
+  // job_id, name, request_id, compute-class names.
+  int max_name_length = 256;
   // Page size of ListNodes: default and maximum.
   int default_page_size = 500;
   int max_page_size = 5000;

@@ -14,6 +14,8 @@
 #include "scheduler/status_macros.h"
 #include "server/coordinator.h"
 #include "server/inventory_service.h"
+#include "server/placement.h"
+#include "server/placement_service.h"
 #include "server/unimplemented_services.h"
 
 namespace sliced::server {
@@ -21,7 +23,8 @@ namespace sliced::server {
 struct SlicedServer::Impl {
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<InventoryService> inventory;
-  std::unique_ptr<PendingPlacementService> placement;
+  WatchHub hub;
+  std::unique_ptr<PlacementService> placement;
   std::unique_ptr<PendingTelemetryService> telemetry;
   std::unique_ptr<grpc::Server> server;
   std::shared_ptr<prometheus::Registry> registry;
@@ -47,12 +50,25 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   auto impl = std::make_unique<Impl>();
   Coordinator::Options coordinator_options;
   coordinator_options.heartbeat_timeout = options.heartbeat_timeout;
+  coordinator_options.parse_pg = RequestFromRecord;
+  coordinator_options.retry_pending = RetryPending;
+  coordinator_options.on_nodes_lost = HandleNodesLost;
+  coordinator_options.on_pg_changes =
+      [hub = &impl->hub](const std::vector<PgEntry>& changed,
+                         const scheduler::InventorySnapshot& snapshot) {
+        std::vector<v1::PlacementGroup> out(changed.size());
+        for (size_t i = 0; i < changed.size(); ++i) {
+          PgToProto(changed[i], snapshot, &out[i]);
+        }
+        hub->Publish(out);
+      };
   ASSIGN_OR_RETURN(impl->coordinator,
                    Coordinator::Start(std::move(store), coordinator_options));
 
   impl->inventory =
       std::make_unique<InventoryService>(impl->coordinator.get(), options.limits);
-  impl->placement = std::make_unique<PendingPlacementService>();
+  impl->placement = std::make_unique<PlacementService>(
+      impl->coordinator.get(), &impl->hub, options.limits);
   impl->telemetry = std::make_unique<PendingTelemetryService>();
 
   // The health proto is compiled into this binary so that reflection can

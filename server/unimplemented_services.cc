@@ -5,9 +5,6 @@
 namespace sliced::server {
 namespace {
 
-constexpr char kPlacement[] =
-    "not implemented yet: placement groups and ScalingConfigs arrive with the "
-    "placement service (issue 4)";
 constexpr char kTelemetry[] =
     "not implemented yet: telemetry, logs and the cluster summary arrive with "
     "the observability issue (issue 6)";
@@ -38,23 +35,6 @@ class UnimplementedStream : public grpc::ServerWriteReactor<T> {
     return Unimplemented(c, what);                                           \
   }
 
-SLICED_UNIMPLEMENTED_UNARY(PendingPlacementService, CreatePlacementGroup,
-                           CreatePlacementGroupRequest, PlacementGroup,
-                           kPlacement)
-SLICED_UNIMPLEMENTED_UNARY(PendingPlacementService, SubmitScalingConfig,
-                           SubmitScalingConfigRequest, PlacementGroup,
-                           kPlacement)
-SLICED_UNIMPLEMENTED_UNARY(PendingPlacementService, GetPlacementGroup,
-                           GetPlacementGroupRequest, PlacementGroup, kPlacement)
-SLICED_UNIMPLEMENTED_UNARY(PendingPlacementService, ListPlacementGroups,
-                           ListPlacementGroupsRequest,
-                           ListPlacementGroupsResponse, kPlacement)
-SLICED_UNIMPLEMENTED_UNARY(PendingPlacementService, RemovePlacementGroup,
-                           RemovePlacementGroupRequest,
-                           RemovePlacementGroupResponse, kPlacement)
-SLICED_UNIMPLEMENTED_UNARY(PendingPlacementService, ExplainPlacementGroup,
-                           ExplainPlacementGroupRequest,
-                           ExplainPlacementGroupResponse, kPlacement)
 SLICED_UNIMPLEMENTED_UNARY(PendingTelemetryService, ReportTpuMetrics,
                            ReportTpuMetricsRequest, ReportTpuMetricsResponse,
                            kTelemetry)
@@ -64,12 +44,6 @@ SLICED_UNIMPLEMENTED_UNARY(PendingTelemetryService, GetClusterSummary,
 SLICED_UNIMPLEMENTED_UNARY(PendingTelemetryService, AppendLogs,
                            AppendLogsRequest, AppendLogsResponse, kTelemetry)
 #undef SLICED_UNIMPLEMENTED_UNARY
-
-grpc::ServerWriteReactor<v1::PlacementGroupEvent>*
-PendingPlacementService::WatchPlacementGroups(
-    grpc::CallbackServerContext*, const v1::WatchPlacementGroupsRequest*) {
-  return new UnimplementedStream<v1::PlacementGroupEvent>(kPlacement);
-}
 
 grpc::ServerWriteReactor<v1::LogLine>* PendingTelemetryService::TailLogs(
     grpc::CallbackServerContext*, const v1::TailLogsRequest*) {

@@ -1,4 +1,4 @@
-// Placement and Telemetry services whose RPCs are not built yet: each answers
+// The Telemetry service, whose RPCs are not built yet: each answers
 // UNIMPLEMENTED with a message naming the issue that builds it.
 //
 // Stateless; thread-safe.
@@ -8,31 +8,6 @@
 #include "sliced/v1/sliced.grpc.pb.h"
 
 namespace sliced::server {
-
-class PendingPlacementService final : public v1::Placement::CallbackService {
- public:
-  grpc::ServerUnaryReactor* CreatePlacementGroup(
-      grpc::CallbackServerContext*, const v1::CreatePlacementGroupRequest*,
-      v1::PlacementGroup*) override;
-  grpc::ServerUnaryReactor* SubmitScalingConfig(
-      grpc::CallbackServerContext*, const v1::SubmitScalingConfigRequest*,
-      v1::PlacementGroup*) override;
-  grpc::ServerUnaryReactor* GetPlacementGroup(
-      grpc::CallbackServerContext*, const v1::GetPlacementGroupRequest*,
-      v1::PlacementGroup*) override;
-  grpc::ServerUnaryReactor* ListPlacementGroups(
-      grpc::CallbackServerContext*, const v1::ListPlacementGroupsRequest*,
-      v1::ListPlacementGroupsResponse*) override;
-  grpc::ServerUnaryReactor* RemovePlacementGroup(
-      grpc::CallbackServerContext*, const v1::RemovePlacementGroupRequest*,
-      v1::RemovePlacementGroupResponse*) override;
-  grpc::ServerWriteReactor<v1::PlacementGroupEvent>* WatchPlacementGroups(
-      grpc::CallbackServerContext*,
-      const v1::WatchPlacementGroupsRequest*) override;
-  grpc::ServerUnaryReactor* ExplainPlacementGroup(
-      grpc::CallbackServerContext*, const v1::ExplainPlacementGroupRequest*,
-      v1::ExplainPlacementGroupResponse*) override;
-};
 
 class PendingTelemetryService final : public v1::Telemetry::CallbackService {
  public:

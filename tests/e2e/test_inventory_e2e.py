@@ -101,10 +101,10 @@ class InventoryEndToEnd(unittest.TestCase):
         d = self.start(temp_data_dir(self))
         with d.channel() as ch:
             with self.assertRaises(grpc.RpcError) as err:
-                sliced_pb2_grpc.PlacementStub(ch).GetPlacementGroup(
-                    sliced_pb2.GetPlacementGroupRequest(placement_group_id="x"), timeout=10)
+                sliced_pb2_grpc.TelemetryStub(ch).GetClusterSummary(
+                    sliced_pb2.GetClusterSummaryRequest(), timeout=10)
             self.assertEqual(err.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
-            self.assertIn("issue 4", err.exception.details())
+            self.assertIn("issue 6", err.exception.details())
 
     def test_lease_expiry_marks_node_dead_and_heartbeat_revives(self):
         d = self.start(temp_data_dir(self), "--heartbeat_timeout=0.4s")

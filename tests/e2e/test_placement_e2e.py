@@ -1,0 +1,249 @@
+"""End to end: placement groups and ScalingConfigs on the real daemon."""
+import threading
+import time
+import unittest
+
+import grpc
+
+from sliced_testlib import Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+
+P = sliced_pb2
+
+
+def tpu_slice(name, hosts, zone="us-east5-b", tier_labels=None, chips=4,
+              accel="tpu-v6e-slice", topology="4x4"):
+    nodes = []
+    for w in range(hosts):
+        labels = {"cloud.google.com/gke-tpu-accelerator": accel,
+                  "cloud.google.com/gke-tpu-topology": topology,
+                  "topology.kubernetes.io/zone": zone,
+                  "TPU_NAME": name, "TPU_WORKER_ID": str(w)}
+        labels.update(tier_labels or {})
+        nodes.append(P.Node(node_id="%s-w%d" % (name, w), address="%s-w%d.internal" % (name, w),
+                            labels=labels, resources={"CPU": 100, "TPU": chips}))
+    return nodes
+
+
+def cpu_node(name, cpus=16, **labels):
+    return P.Node(node_id=name, address=name + ".internal", labels=labels,
+                  resources={"CPU": cpus})
+
+
+SEED = P.ScalingConfig(num_workers=4, use_tpu=True, topology="4x4",
+                       accelerator_type="TPU-V6E", placement_strategy="SPREAD")
+
+
+class PlacementEndToEnd(unittest.TestCase):
+    def start(self, data=None, *args):
+        d = Daemon(data or temp_data_dir(self), *args).start()
+        self.addCleanup(d.close)
+        ch = d.channel()
+        self.addCleanup(ch.close)
+        return d, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
+
+    def register(self, inv, nodes):
+        inv.RegisterNodes(P.RegisterNodesRequest(nodes=nodes), timeout=10)
+
+    def test_seed_jaxtrainer_example_gets_a_whole_slice_and_env(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + [cpu_node("cpu-0")])
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=SEED, job_id="job-1"), timeout=10)
+        self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+        self.assertEqual(list(pg.slice_names), ["v6e-a"])
+        self.assertEqual([w.rank for w in pg.workers], [0, 1, 2, 3])
+        self.assertEqual([w.node_id for w in pg.workers], ["v6e-a-w%d" % i for i in range(4)])
+        hostnames = ",".join("v6e-a-w%d.internal" % i for i in range(4))
+        for w in pg.workers:
+            self.assertEqual(w.env["TPU_WORKER_ID"], str(w.tpu_worker_id))
+            self.assertEqual(w.env["TPU_WORKER_HOSTNAMES"], hostnames)
+            self.assertEqual(w.env["TPU_NAME"], "v6e-a")
+            self.assertNotIn("MEGASCALE_NUM_SLICES", w.env)
+        slices = {s.name: s for s in inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices}
+        self.assertFalse(slices["v6e-a"].free)
+        self.assertEqual(list(slices["v6e-a"].placement_group_ids), [pg.placement_group_id])
+        node = inv.GetNode(P.GetNodeRequest(node_id="v6e-a-w0"), timeout=10)
+        self.assertEqual(node.available["TPU"], 0)
+
+    def test_two_slice_job_gets_megascale_env(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))
+        cfg = P.ScalingConfig(num_workers=8, use_tpu=True, topology="4x4",
+                              accelerator_type="v6e")
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=cfg), timeout=10)
+        self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+        self.assertEqual(sorted(pg.slice_names), ["v6e-a", "v6e-b"])
+        coordinator = pg.workers[0].address
+        for w in pg.workers:
+            self.assertEqual(w.rank, w.slice_index * 4 + w.tpu_worker_id)
+            self.assertEqual(w.env["MEGASCALE_NUM_SLICES"], "2")
+            self.assertEqual(w.env["MEGASCALE_SLICE_ID"], str(w.slice_index))
+            self.assertEqual(w.env["MEGASCALE_PORT"], "8081")
+            self.assertEqual(w.env["MEGASCALE_COORDINATOR_ADDRESS"], coordinator)
+
+    def test_invalid_scaling_configs_get_rays_messages(self):
+        _, _, pl = self.start(None, "--heartbeat_timeout=0")
+        cases = [
+            (P.ScalingConfig(num_workers=4, use_tpu=True, accelerator_type="TPU-V6E"),
+             "`topology` must be specified in ScalingConfig when `use_tpu=True` and `num_workers` > 1"),
+            (P.ScalingConfig(num_workers=1, use_tpu=True, use_gpu=True, topology="2x2",
+                             accelerator_type="TPU-V6E"),
+             "Cannot specify both `use_gpu=True` and `use_tpu=True`"),
+            (P.ScalingConfig(num_workers=3, use_tpu=True, topology="4x4", accelerator_type="TPU-V6E"),
+             "num_workers"),
+            (P.ScalingConfig(num_workers=4, use_tpu=True, topology="3x3", accelerator_type="TPU-V6E"),
+             "topology"),
+            (P.ScalingConfig(num_workers=4, use_tpu=True, topology="4x4", accelerator_type="TPU-V9"),
+             "accelerator_type"),
+        ]
+        for cfg, message in cases:
+            with self.assertRaises(grpc.RpcError) as err:
+                pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=cfg), timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(message, err.exception.details())
+        self.assertEqual(len(pl.ListPlacementGroups(P.ListPlacementGroupsRequest(),
+                                                    timeout=10).placement_groups), 0)
+
+    def test_pending_until_capacity_frees_seen_by_watch_and_explain(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4))
+        first = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
+        second = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=SEED, request_id="retry-me"), timeout=10)
+        self.assertEqual(second.state, P.PENDING)
+        self.assertIn("v6e-16", second.pending_reason)
+        again = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=SEED, request_id="retry-me"), timeout=10)
+        self.assertEqual(again.placement_group_id, second.placement_group_id)
+        explain = pl.ExplainPlacementGroup(P.ExplainPlacementGroupRequest(
+            placement_group_id=second.placement_group_id), timeout=10)
+        self.assertEqual(explain.outcome.lower(), "unschedulable")
+        self.assertIn("held", explain.summary)
+
+        events = []
+        stream = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(
+            placement_group_id=second.placement_group_id), timeout=20)
+
+        def read():
+            for ev in stream:
+                events.append(ev.placement_group.state)
+                if ev.placement_group.state == P.CREATED:
+                    return
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(0.3)
+        pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
+            placement_group_id=first.placement_group_id), timeout=10)
+        t.join(timeout=20)
+        stream.cancel()
+        self.assertEqual(events[0], P.PENDING)
+        self.assertEqual(events[-1], P.CREATED)
+        got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=second.placement_group_id), timeout=10)
+        self.assertEqual(got.state, P.CREATED)
+        with self.assertRaises(grpc.RpcError) as err:
+            pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+                placement_group_id=first.placement_group_id), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_infeasible_shape_and_remove_node_refusal(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4))
+        cfg = P.ScalingConfig(num_workers=8, use_tpu=True, topology="4x8", accelerator_type="TPU-V6E")
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=cfg), timeout=10)
+        self.assertEqual(pg.state, P.INFEASIBLE)
+        seed = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
+        self.assertEqual(seed.state, P.CREATED)
+        with self.assertRaises(grpc.RpcError) as err:
+            inv.RemoveNode(P.RemoveNodeRequest(node_id="v6e-a-w1"), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn(seed.placement_group_id, err.exception.details())
+
+    def test_compute_class_falls_back_in_order(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, [
+            cpu_node("spot-1", 8, **{"cloud.google.com/gke-spot": "true"}),
+            cpu_node("flex-1", 8, **{"cloud.google.com/gke-flex-start": "true"}),
+            cpu_node("res-1", 8, **{"cloud.google.com/reservation-name": "r"})])
+        tier = "sliced.io/capacity-tier"
+        inv.PutComputeClass(P.PutComputeClassRequest(compute_class=P.ComputeClass(
+            name="cost-optimized",
+            priorities=[P.ComputeClass.Priority(label_selector={tier: t})
+                        for t in ("spot", "flex-start", "reserved")])), timeout=10)
+        used = []
+        for _ in range(3):
+            pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                bundles=[P.Bundle(resources={"CPU": 8})], compute_class="cost-optimized"),
+                timeout=10)
+            self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+            used.append((pg.bundles[0].node_id, pg.priority_index))
+        self.assertEqual(used, [("spot-1", 0), ("flex-1", 1), ("res-1", 2)])
+        inv.PutComputeClass(P.PutComputeClassRequest(compute_class=P.ComputeClass(
+            name="strict", when_unsatisfiable=P.FAIL,
+            priorities=[P.ComputeClass.Priority(label_selector={tier: "spot"})])), timeout=10)
+        with self.assertRaises(grpc.RpcError) as err:
+            pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                bundles=[P.Bundle(resources={"CPU": 1})], compute_class="strict"), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaises(grpc.RpcError) as err:
+            inv.DeleteComputeClass(P.DeleteComputeClassRequest(name="cost-optimized"), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_lost_host_moves_slice_job_to_another_slice(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=1s")
+        nodes = tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4)
+        self.register(inv, nodes)
+        stop = threading.Event()
+
+        def beat():  # every node but v6e-?-w2 of the slice the job lands on
+            while not stop.is_set():
+                alive = [n.node_id for n in nodes if n.node_id != victim[0]]
+                inv.Heartbeat(P.HeartbeatRequest(heartbeats=[
+                    P.NodeHeartbeat(node_id=i) for i in alive]), timeout=10)
+                time.sleep(0.2)
+        victim = [None]
+        t = threading.Thread(target=beat)
+        t.start()
+        self.addCleanup(lambda: (stop.set(), t.join()))
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
+        self.assertEqual(pg.state, P.CREATED)
+        first_slice = pg.slice_names[0]
+        victim[0] = first_slice + "-w2"
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+                placement_group_id=pg.placement_group_id), timeout=10)
+            if got.state == P.CREATED and got.slice_names[0] != first_slice:
+                break
+            time.sleep(0.2)
+        self.assertEqual(got.state, P.CREATED, got.pending_reason)
+        self.assertNotEqual(got.slice_names[0], first_slice)
+        self.assertEqual(got.workers[0].env["TPU_NAME"], got.slice_names[0])
+        slices = {s.name: s for s in inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices}
+        self.assertFalse(slices[first_slice].intact)
+        self.assertEqual(list(slices[first_slice].placement_group_ids), [])
+
+    def test_placements_survive_kill_9(self):
+        data = temp_data_dir(self)
+        d, inv, pl = self.start(data, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + [cpu_node("cpu-%d" % i) for i in range(4)])
+        tpu = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
+        cpu = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 8}) for _ in range(4)],
+            strategy=P.STRICT_SPREAD, job_id="j"), timeout=10)
+        self.assertEqual(cpu.state, P.CREATED)
+        d.kill9()
+        _, inv2, pl2 = self.start(data, "--heartbeat_timeout=0")
+        for before in (tpu, cpu):
+            after = pl2.GetPlacementGroup(P.GetPlacementGroupRequest(
+                placement_group_id=before.placement_group_id), timeout=10)
+            self.assertEqual(after.state, P.CREATED)
+            self.assertEqual([b.node_id for b in after.bundles], [b.node_id for b in before.bundles])
+        self.assertEqual(inv2.GetNode(P.GetNodeRequest(node_id="cpu-0"), timeout=10).available["CPU"], 8)
+        # Capacity is still held: another whole slice does not fit.
+        again = pl2.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
+        self.assertEqual(again.state, P.PENDING)
+
+
+if __name__ == "__main__":
+    unittest.main()
