@@ -159,7 +159,9 @@ class SnapshotWriter {
     s_->node_ids_ = std::move(ids);
     s_->slice_ids_ = std::move(slice_ids);
     s_->label_index_ = std::move(label_index);
-    for (auto& shard : s_->pgs_) shard = std::make_shared<const PgIndex>();
+    s_->pgs_ = CowArray<std::shared_ptr<const PgIndex>, 6>(InventorySnapshot::kPgShards);
+    auto empty = std::make_shared<const PgIndex>();
+    for (size_t i = 0; i < InventorySnapshot::kPgShards; ++i) s_->pgs_.Mutable(i) = empty;
     for (auto& per_kind : s_->rank_sets_) {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
@@ -285,7 +287,7 @@ class SnapshotWriter {
 
   PgIndex& MutablePgShard(size_t shard) {
     if (!owned_shards_[shard]) {
-      s_->pgs_[shard] = std::make_shared<PgIndex>(*s_->pgs_[shard]);
+      s_->pgs_.Mutable(shard) = std::make_shared<PgIndex>(*s_->pgs_[shard]);
       owned_shards_[shard] = true;
     }
     return const_cast<PgIndex&>(*s_->pgs_[shard]);
@@ -471,7 +473,7 @@ class SnapshotWriter {
   std::shared_ptr<InventorySnapshot::FreeSliceIndex> free_map_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
-  std::array<bool, InventorySnapshot::kPgShards> owned_shards_{};
+  std::vector<bool> owned_shards_ = std::vector<bool>(InventorySnapshot::kPgShards);
 };
 
 // ---------------------------------------------------------------------------

@@ -244,7 +244,7 @@ class InventorySnapshot {
 
  private:
   using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
-  static constexpr int kPgShards = 256;
+  static constexpr int kPgShards = 4096;
 
   InventorySnapshot() = default;
   friend class SnapshotWriter;
@@ -259,7 +259,8 @@ class InventorySnapshot {
   std::shared_ptr<const LabelIndex> label_index_;
   std::shared_ptr<const FreeSliceIndex> free_slices_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
-  std::array<std::shared_ptr<const PgIndex>, kPgShards> pgs_;
+  // PG id -> its allocations, sharded by hash; shards are copied on write.
+  CowArray<std::shared_ptr<const PgIndex>, 6> pgs_;
   int64_t num_allocations_ = 0;
 };
 
