@@ -252,6 +252,23 @@ BENCHMARK(BM_GenericPg1000)
                     static_cast<int>(Strategy::kStrictSpread)}})
     ->Unit(benchmark::kMicrosecond);
 
+// A 1,000-bundle PG that does not fit ({CPU: 64} each, larger than any CPU
+// node, in one zone): the failing path with its diagnosis.
+void BM_GenericPg1000Unschedulable(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  PlacementRequest r;
+  r.strategy = Strategy::kSpread;
+  for (int b = 0; b < 1000; ++b) {
+    Bundle bundle;
+    bundle.resources = {{"CPU", 64 * kResourceScale}};
+    bundle.selector = Sel({{std::string(kLabelZone), kZones[0]},
+                           {std::string(kLabelAcceleratorType), "!TPU-V6E"}});
+    r.bundles.push_back(bundle);
+  }
+  TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
+}
+BENCHMARK(BM_GenericPg1000Unschedulable)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+
 // Plain TPU bundles: 8 x {TPU: 1} PACK, no selector (single-host nodes first).
 void BM_PlainTpuPg(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;

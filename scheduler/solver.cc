@@ -863,59 +863,76 @@ class SolveRun {
     return *overlay_;
   }
 
-  // Explains why bundle b (or the summed gang when b < 0) fits nowhere:
-  // scans every node once (slow path only).
+  // Explains why bundle b (or the summed gang when b < 0) fits nowhere.
+  // Slow path only: O(n / 64) for the selector, then one look at every node
+  // that matches it.
   void Fail(Attempt& out, int64_t b, const Bundle& bundle,
             const LabelSelector& selector, bool distinct) {
-    Tally tally;
     DiagnosisStep step;
     step.step = absl::StrCat(label_, b < 0 ? std::string("gang (STRICT_PACK)")
                                            : absl::StrCat("bundle ", b),
                              " ", ResourcesToString(bundle.resources),
                              selector.empty() ? "" : " on ",
                              selector.empty() ? "" : SelectorToString(selector));
-    int64_t ever = 0;
-    for (uint32_t i = 0; i < snap_.num_nodes(); ++i) {
-      const InventorySnapshot::NodeEntry& e = snap_.node(i);
-      ++step.considered;
-      if (!Matches(selector, e.node.labels)) {
-        tally.Add("selector mismatch");
-        continue;
-      }
-      std::string short_total;
-      for (const auto& [name, amount] : bundle.resources) {
-        if (Amount(e.node.resources, name) < amount) {
-          short_total = name;
-          break;
-        }
-      }
-      if (!short_total.empty()) {
-        tally.Add(absl::StrCat("insufficient total ", short_total));
-        continue;
-      }
-      ++ever;
-      if (e.node.state != NodeState::kAlive) {
-        tally.Add(absl::StrCat(NodeStateName(e.node.state)));
-        continue;
-      }
-      std::string short_free;
-      for (const auto& [name, amount] : bundle.resources) {
-        if (amount > 0 && overlay().Free(i, name) < amount) {
-          short_free = name;
-          break;
-        }
-      }
-      if (!short_free.empty()) {
-        tally.Add(absl::StrCat("insufficient free ", short_free));
-        continue;
-      }
-      if (distinct && opened_set_.contains(i)) {
-        tally.Add("already used by this gang");
-        continue;
-      }
-      ++step.accepted;
+    const Bits candidates = CandidateBits(snap_, selector);
+    std::vector<const std::string*> names;
+    std::vector<int64_t> amounts;
+    for (const auto& [name, amount] : bundle.resources) {
+      names.push_back(&name);
+      amounts.push_back(amount);
     }
+    std::vector<int64_t> short_total(names.size()), short_free(names.size());
+    int64_t matched = 0, dead = 0, draining = 0, in_gang = 0;
+    for (size_t w = 0; w < candidates.size(); ++w) {
+      for (uint64_t word = candidates[w]; word != 0; word &= word - 1) {
+        const uint32_t i = (w << 6) + std::countr_zero(word);
+        const InventorySnapshot::NodeEntry& e = snap_.node(i);
+        ++matched;
+        size_t r = 0;
+        while (r < names.size() && Amount(e.node.resources, *names[r]) >= amounts[r]) ++r;
+        if (r < names.size()) {
+          ++short_total[r];
+          continue;
+        }
+        if (e.node.state == NodeState::kDead) {
+          ++dead;
+          continue;
+        }
+        if (e.node.state == NodeState::kDraining) {
+          ++draining;
+          continue;
+        }
+        r = 0;
+        while (r < names.size() &&
+               (amounts[r] <= 0 || overlay().Free(i, *names[r]) >= amounts[r])) {
+          ++r;
+        }
+        if (r < names.size()) {
+          ++short_free[r];
+          continue;
+        }
+        if (distinct && opened_set_.contains(i)) {
+          ++in_gang;
+          continue;
+        }
+        ++step.accepted;
+      }
+    }
+    step.considered = static_cast<int64_t>(snap_.num_nodes());
+    Tally tally;
+    tally.Add("selector mismatch", step.considered - matched);
+    for (size_t r = 0; r < names.size(); ++r) {
+      tally.Add(absl::StrCat("insufficient total ", *names[r]), short_total[r]);
+    }
+    tally.Add("DEAD", dead);
+    tally.Add("DRAINING", draining);
+    for (size_t r = 0; r < names.size(); ++r) {
+      tally.Add(absl::StrCat("insufficient free ", *names[r]), short_free[r]);
+    }
+    tally.Add("already used by this gang", in_gang);
     step.rejected = tally.Take();
+    int64_t ever = matched;
+    for (int64_t n : short_total) ever -= n;
     out.infeasible = out.infeasible || ever == 0;
     const std::string detail = JoinRejections(step.rejected);
     out.summary = absl::StrCat(step.step.substr(label_.size()), ": ", step.accepted,
