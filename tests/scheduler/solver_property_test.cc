@@ -141,8 +141,13 @@ class World {
   }
 
   void Commit(const std::string& pg, const std::vector<Bundle>& bundles,
-              const Decision& d) {
+              const Decision& d, bool replace = false) {
     SnapshotDelta delta;
+    if (replace) {
+      delta.release_pg_ids = {pg};
+      std::erase_if(allocations_, [&](const Allocation& a) { return a.pg_id == pg; });
+      std::erase(pgs_, pg);
+    }
     for (size_t b = 0; b < bundles.size(); ++b) {
       Allocation a{pg, static_cast<int>(b), d.bundle_nodes[b], bundles[b].resources};
       delta.add_allocations.push_back(a);
@@ -152,6 +157,31 @@ class World {
     ASSERT_TRUE(next.ok()) << next.status();  // never over-committed
     snap_ = *next;
     pgs_.push_back(pg);
+  }
+
+  // A random generic PG currently placed, or "" when there is none.
+  std::string RandomGenericPg() {
+    std::vector<std::string> generic;
+    for (const std::string& pg : pgs_) {
+      if (generic_.contains(pg)) generic.push_back(pg);
+    }
+    return generic.empty() ? "" : generic[rng_() % generic.size()];
+  }
+  void RememberGeneric(const std::string& pg, const PlacementRequest& r) {
+    generic_[pg] = r;
+  }
+  const PlacementRequest& RequestOf(const std::string& pg) { return generic_[pg]; }
+
+  // Turns a node DEAD (a missed heartbeat).
+  void Kill(const std::string& node_id) {
+    Node n = *snap_->FindNode(node_id);
+    n.state = NodeState::kDead;
+    SnapshotDelta delta;
+    delta.upsert_nodes = {n};
+    snap_ = *snap_->Apply(delta);
+    for (Node& m : nodes_) {
+      if (m.node_id == node_id) m.state = NodeState::kDead;
+    }
   }
 
   void ReleaseRandom() {
@@ -186,6 +216,7 @@ class World {
   std::vector<Node> nodes_;
   std::vector<Allocation> allocations_;
   std::vector<std::string> pgs_;
+  absl::flat_hash_map<std::string, PlacementRequest> generic_;
   std::shared_ptr<const InventorySnapshot> snap_;
 };
 
@@ -290,6 +321,10 @@ void CheckPlaced(const InventorySnapshot& snap, const PlacementRequest& r,
         << "bundle " << b << " on " << node->node_id;
     for (const auto& [k, v] : bundles[b].resources) used[node->node_id][k] += v;
   }
+  // What a re-placed PG holds now is given back by the same commit.
+  for (const Allocation& a : snap.AllocationsOf(r.replacing_pg_id)) {
+    for (const auto& [k, v] : a.resources) used[a.node_id][k] -= v;
+  }
   for (const auto& [id, res] : used) {
     EXPECT_TRUE(FitsFree(snap, snap.NodeIndex(id), res)) << "over-commits " << id;
   }
@@ -314,6 +349,56 @@ void CheckPlaced(const InventorySnapshot& snap, const PlacementRequest& r,
   } else if (r.strategy == Strategy::kStrictSpread) {
     EXPECT_EQ(distinct.size(), d.bundle_nodes.size());
   }
+}
+
+// A node of a placed PG dies; the coordinator re-places only the lost
+// bundles, pinning the survivors and releasing the old allocations in the
+// same commit.
+TEST(SolverPropertyTest, ReplacesLostBundlesOnly) {
+  int replaced = 0;
+  for (int seed = 1; seed <= kSeeds; ++seed) {
+    World world(1000 + seed);
+    for (int step = 0; step < kStepsPerSeed; ++step) {
+      SCOPED_TRACE(absl::StrCat("seed ", seed, " step ", step));
+      PlacementRequest r = world.RandomRequest();
+      if (r.slice.has_value()) continue;
+      r.fallbacks.clear();
+      Decision d = Solve(world.snap(), r);
+      if (d.outcome == Decision::kPlaced) {
+        const std::string pg = absl::StrCat("pg", step);
+        world.Commit(pg, r.bundles, d);
+        world.RememberGeneric(pg, r);
+      }
+      if (world.rng()() % 3 != 0) continue;
+      const std::string victim_pg = world.RandomGenericPg();
+      if (victim_pg.empty()) continue;
+      const std::vector<Allocation> held = world.snap().AllocationsOf(victim_pg);
+      const std::string dead = held[world.rng()() % held.size()].node_id;
+      world.Kill(dead);
+      PlacementRequest again = world.RequestOf(victim_pg);
+      again.replacing_pg_id = victim_pg;
+      for (const Allocation& a : held) {
+        if (a.node_id != dead) again.bundles[a.bundle_index].pinned_node_id = a.node_id;
+      }
+      const Decision redo = Solve(world.snap(), again);
+      ASSERT_EQ(Solve(*world.Shuffled(), again), redo);
+      if (redo.outcome != Decision::kPlaced) continue;
+      ++replaced;
+      for (const Allocation& a : held) {
+        if (a.node_id != dead) {
+          EXPECT_EQ(redo.bundle_nodes[a.bundle_index], a.node_id);
+        } else {
+          EXPECT_NE(redo.bundle_nodes[a.bundle_index], dead);
+        }
+      }
+      CheckPlaced(world.snap(), again, redo);
+      if (HasFailure()) return;
+      world.Commit(victim_pg, again.bundles, redo, /*replace=*/true);
+      ASSERT_TRUE(world.snap().CheckNotOverCommitted().ok());
+    }
+  }
+  EXPECT_GT(replaced, 100);
+  std::printf("re-placed %d PGs\n", replaced);
 }
 
 TEST(SolverPropertyTest, RandomClustersAndRequests) {
@@ -347,7 +432,9 @@ TEST(SolverPropertyTest, RandomClustersAndRequests) {
       ++placed;
       CheckPlaced(world.snap(), r, d);
       if (HasFailure()) return;
-      world.Commit(absl::StrCat("pg", seed, "-", step), World::PlacedBundles(r, d), d);
+      const std::string pg = absl::StrCat("pg", seed, "-", step);
+      world.Commit(pg, World::PlacedBundles(r, d), d);
+      if (!r.slice.has_value() && d.fallback_index < 0) world.RememberGeneric(pg, r);
       ASSERT_TRUE(world.snap().CheckNotOverCommitted().ok());
     }
   }
