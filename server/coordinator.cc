@@ -41,8 +41,11 @@ void InstallInto(Changes<T>& changes, Map& map) {
   }
 }
 
+// Groups the queue re-tries: waiting ones, and infeasible ones (the
+// inventory may since have gained the shape they need).
 bool IsPending(const storage::PlacementGroupRecord& r) {
-  return r.state() == v1::PENDING || r.state() == v1::RESCHEDULING;
+  return r.state() == v1::PENDING || r.state() == v1::RESCHEDULING ||
+         r.state() == v1::INFEASIBLE;
 }
 
 bool HoldsAllocations(const storage::PlacementGroupRecord& r) {

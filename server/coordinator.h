@@ -101,7 +101,7 @@ class Txn {
   const PgEntry* FindPgByRequestId(absl::string_view request_id) const;
   void PutPg(const PgEntry& entry);
   void DeletePg(absl::string_view pg_id);
-  // Ids of PENDING/RESCHEDULING groups in queue order (priority desc, then
+  // Ids of PENDING/RESCHEDULING/INFEASIBLE groups in queue order (priority desc, then
   // arrival); includes the changes of the group so far.
   std::vector<std::string> PendingQueue() const;
   // True when some live group (as the op sees them) satisfies `pred`.

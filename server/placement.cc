@@ -230,8 +230,8 @@ absl::StatusOr<Decision> TryPlace(Txn& txn, PgEntry& entry) {
   r.set_update_time_ms(absl::ToUnixMillis(txn.now()));
   if (d.outcome != Decision::kPlaced) {
     r.set_pending_reason(PendingReason(d));
-    if (d.outcome == Decision::kInfeasible && r.state() == v1::PENDING) {
-      r.set_state(v1::INFEASIBLE);
+    if (r.state() == v1::PENDING || r.state() == v1::INFEASIBLE) {
+      r.set_state(d.outcome == Decision::kInfeasible ? v1::INFEASIBLE : v1::PENDING);
     }
     return d;
   }
@@ -444,6 +444,7 @@ void RetryPending(Txn& txn) {
     auto d = TryPlace(txn, entry);
     if (!d.ok()) continue;
     if (d->outcome == Decision::kPlaced ||
+        entry.record.state() != current->record.state() ||
         entry.record.pending_reason() != current->record.pending_reason()) {
       txn.PutPg(entry);
     }

@@ -158,6 +158,12 @@ class PlacementEndToEnd(unittest.TestCase):
             inv.RemoveNode(P.RemoveNodeRequest(node_id="v6e-a-w1"), timeout=10)
         self.assertEqual(err.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
         self.assertIn(seed.placement_group_id, err.exception.details())
+        # The inventory gains the shape: the infeasible group is placed.
+        self.register(inv, tpu_slice("v6e-big", 8, topology="4x8"))
+        got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
+        self.assertEqual(got.state, P.CREATED, got.pending_reason)
+        self.assertEqual(list(got.slice_names), ["v6e-big"])
 
     def test_compute_class_falls_back_in_order(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")
@@ -243,6 +249,79 @@ class PlacementEndToEnd(unittest.TestCase):
         # Capacity is still held: another whole slice does not fit.
         again = pl2.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
         self.assertEqual(again.state, P.PENDING)
+
+
+    def test_concurrent_burst_with_kill_9_keeps_every_acknowledged_placement(self):
+        data = temp_data_dir(self)
+        d, inv, _ = self.start(data, "--heartbeat_timeout=0")
+        nodes = [cpu_node("c-%02d" % i, 8) for i in range(24)]
+        for s in range(4):
+            nodes += tpu_slice("s%d" % s, 4)
+        self.register(inv, nodes)
+        acked_created, acked_removed, lock = {}, set(), threading.Lock()
+        remove_sent = set()  # a remove in flight at the crash may or may not apply
+        stop = threading.Event()
+
+        def client(k):
+            with d.channel() as ch:
+                pl = sliced_pb2_grpc.PlacementStub(ch)
+                i = 0
+                while not stop.is_set():
+                    i += 1
+                    try:
+                        if k % 2 == 0:
+                            pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                                bundles=[P.Bundle(resources={"CPU": 2}) for _ in range(2)],
+                                request_id="c%d-%d" % (k, i)), timeout=5)
+                        else:
+                            pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+                                scaling_config=SEED, request_id="t%d-%d" % (k, i)), timeout=5)
+                        with lock:
+                            acked_created[pg.placement_group_id] = pg
+                        if i % 3 == 0:
+                            with lock:
+                                remove_sent.add(pg.placement_group_id)
+                            pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
+                                placement_group_id=pg.placement_group_id), timeout=5)
+                            with lock:
+                                acked_removed.add(pg.placement_group_id)
+                    except grpc.RpcError:
+                        return  # the daemon died under us
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        d.kill9()
+        stop.set()
+        for t in threads:
+            t.join(timeout=20)
+        self.assertGreater(len(acked_created), 10)
+
+        _, inv2, pl2 = self.start(data, "--heartbeat_timeout=0")
+        live = {pg.placement_group_id: pg for pg in pl2.ListPlacementGroups(
+            P.ListPlacementGroupsRequest(), timeout=10).placement_groups}
+        for pg_id, before in acked_created.items():
+            if pg_id in acked_removed:
+                self.assertNotIn(pg_id, live)
+                continue
+            if pg_id in remove_sent and pg_id not in live:
+                continue
+            self.assertIn(pg_id, live)
+            if before.state == P.CREATED:
+                self.assertEqual([b.node_id for b in live[pg_id].bundles],
+                                 [b.node_id for b in before.bundles])
+        # No capacity held twice: per node, what live groups hold fits.
+        held = {}
+        for pg in live.values():
+            if pg.state != P.CREATED:
+                continue
+            for b in pg.bundles:
+                for r, v in b.resources.items():
+                    held[(b.node_id, r)] = held.get((b.node_id, r), 0) + v
+        for n in inv2.ListNodes(P.ListNodesRequest(), timeout=10).nodes:
+            for r, total in n.resources.items():
+                self.assertLessEqual(held.get((n.node_id, r), 0), total, (n.node_id, r))
+                self.assertAlmostEqual(n.available[r], total - held.get((n.node_id, r), 0))
 
 
 if __name__ == "__main__":
