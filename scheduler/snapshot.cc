@@ -268,7 +268,7 @@ class SnapshotWriter {
 
   InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
     std::shared_ptr<const InventorySnapshot::NodeEntry>& p = s_->nodes_.Mutable(i);
-    if (!building_ && (p.use_count() > 1 || !owned_nodes_.contains(i))) {
+    if (!building_ && !owned_nodes_.contains(i)) {
       p = std::make_shared<InventorySnapshot::NodeEntry>(*p);
       owned_nodes_.insert(i);
     }

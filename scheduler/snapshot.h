@@ -73,7 +73,10 @@ struct SliceState {
 };
 
 // Copy-on-write chunked array: chunks are shared between snapshots and copied
-// only when written. Engine-internal; exposed for the solver.
+// only when written. A copy of the array owns none of its chunks: the first
+// Mutable() of a chunk copies it (never reasoning from use_count(), which
+// would race with another thread dropping the last reader). Engine-internal;
+// exposed for the solver.
 template <typename T, int kChunkShift>
 class CowArray {
  public:
@@ -81,31 +84,47 @@ class CowArray {
 
   CowArray() = default;
   explicit CowArray(size_t n, const T& fill = T()) { Resize(n, fill); }
+  CowArray(const CowArray& other)
+      : chunks_(other.chunks_),
+        owned_(other.chunks_.size(), false),
+        size_(other.size_) {}
+  CowArray& operator=(const CowArray& other) {
+    chunks_ = other.chunks_;
+    owned_.assign(chunks_.size(), false);
+    size_ = other.size_;
+    return *this;
+  }
+  CowArray(CowArray&&) = default;
+  CowArray& operator=(CowArray&&) = default;
 
   size_t size() const { return size_; }
   const T& operator[](size_t i) const {
     return (*chunks_[i >> kChunkShift])[i & (kChunkSize - 1)];
   }
-  // Copies the chunk first if another snapshot shares it. Only the single
-  // writer building a new, unpublished snapshot calls this; a chunk whose
-  // use_count() is 1 is referenced by that snapshot alone.
+  // Only the single writer building a new, unpublished snapshot calls this.
   T& Mutable(size_t i) {
-    std::shared_ptr<std::vector<T>>& chunk = chunks_[i >> kChunkShift];
-    if (chunk.use_count() > 1) chunk = std::make_shared<std::vector<T>>(*chunk);
-    return (*chunk)[i & (kChunkSize - 1)];
+    const size_t c = i >> kChunkShift;
+    if (!owned_[c]) {
+      chunks_[c] = std::make_shared<std::vector<T>>(*chunks_[c]);
+      owned_[c] = true;
+    }
+    return (*chunks_[c])[i & (kChunkSize - 1)];
   }
   void Resize(size_t n, const T& fill = T()) {
     size_ = n;
     chunks_.resize((n + kChunkSize - 1) >> kChunkShift);
-    for (auto& chunk : chunks_) {
-      if (chunk == nullptr) {
-        chunk = std::make_shared<std::vector<T>>(kChunkSize, fill);
+    owned_.resize(chunks_.size(), false);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      if (chunks_[c] == nullptr) {
+        chunks_[c] = std::make_shared<std::vector<T>>(kChunkSize, fill);
+        owned_[c] = true;
       }
     }
   }
 
  private:
   std::vector<std::shared_ptr<std::vector<T>>> chunks_;
+  std::vector<bool> owned_;  // chunks this copy created or already copied
   size_t size_ = 0;
 };
 
@@ -247,6 +266,9 @@ class InventorySnapshot {
   static constexpr int kPgShards = 4096;
 
   InventorySnapshot() = default;
+  // Only Apply() copies a snapshot (to derive the next one).
+  InventorySnapshot(const InventorySnapshot&) = default;
+  InventorySnapshot& operator=(const InventorySnapshot&) = delete;
   friend class SnapshotWriter;
   // True when slice s exists, is intact and free.
   bool SliceFreeIntact(int32_t s) const;
