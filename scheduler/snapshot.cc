@@ -624,15 +624,21 @@ int InventorySnapshot::Rank(BundleKind kind, uint32_t i) const {
   if (e.node.state != NodeState::kAlive) return kNumRanks;
   const bool used = !e.allocations.empty();
   const bool whole = SliceFreeIntact(e.slice);
+  // Hosts of free intact multi-host slices come last, smallest slices first
+  // (<= 4 hosts, <= 16, larger): breaking a small slice costs less.
+  auto whole_multi = [&] {
+    const int64_t hosts = slice(e.slice).shape.hosts;
+    return 5 + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
+  };
   if (kind == BundleKind::kCpuOnly) {
     if (!e.tpu) return used ? 0 : 1;
     if (!whole) return used ? 2 : 3;
-    return e.single_host ? 4 : 5;
+    return e.single_host ? 4 : whole_multi();
   }
   if (!e.tpu) return kNumRanks;
-  const int base = e.single_host ? 0 : 3;
-  if (used) return base;
-  return base + (whole ? 2 : 1);
+  if (e.single_host) return used ? 0 : (whole ? 2 : 1);
+  if (used) return 3;
+  return whole ? whole_multi() : 4;
 }
 
 std::vector<uint32_t> InventorySnapshot::MatchingNodes(

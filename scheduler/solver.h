@@ -153,13 +153,14 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      index, intersected with the snapshot's rank bitsets (ALIVE only).
 //   2. Ranks (lower first). CPU-only bundles: CPU nodes already in use, idle
 //      CPU nodes, TPU nodes whose slice is already broken (used, then idle),
-//      free single-host TPU slices, hosts of free intact multi-host slices.
+//      free single-host TPU slices, hosts of free intact multi-host slices
+//      (smallest slices first: <= 4 hosts, <= 16, larger).
 //      TPU bundles: single-host TPU nodes first (used, idle but not a whole
 //      free slice, free single-host slices), then multi-host TPU nodes in
-//      the same order, so hosts of free intact multi-host slices come last. So a
-//      CPU bundle lands on a TPU node only when no CPU node fits or its
-//      selector asks for TPU nodes, and a free multi-host slice is broken
-//      only when nothing else fits.
+//      the same order, so hosts of free intact multi-host slices come last
+//      (smallest first). So a CPU bundle lands on a TPU node only when no
+//      CPU node fits or its selector asks for TPU nodes, and a free
+//      multi-host slice is broken only when nothing else fits.
 //   3. Fit the whole gang, bundles largest first (TPU, CPU, memory):
 //      PACK: the whole gang on one node if it fits there (best fit, as
 //        Ray's PACK does, scanning at most kPackOneNodeScan candidates),

@@ -256,6 +256,14 @@ TEST(SolverRankTest, Table) {
   }
 }
 
+TEST(SolverRankTest, BreaksTheSmallestFreeSliceWhenItMust) {
+  std::vector<Node> nodes = Slice("a-big", "TPU-V6E", "8x8");  // 16 hosts
+  Append(nodes, Slice("z-small", "TPU-V6E", "4x4"));           // 4 hosts
+  auto snap = Snap(nodes);
+  EXPECT_EQ(Nodes(Solve(*snap, Generic(Strategy::kPack, {B(Tpu(1))}))), "z-small-w0");
+  EXPECT_EQ(Nodes(Solve(*snap, Generic(Strategy::kPack, {B(Cpu(1))}))), "z-small-w0");
+}
+
 // --- Strategies -------------------------------------------------------------
 
 TEST(SolverStrategyTest, Table) {
