@@ -17,6 +17,9 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics HTTP address (empty disables)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "a node without a heartbeat for this long turns DEAD (0 disables)");
+ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
+          "a placement group pending this long blocks later ones of the same "
+          "or lower priority until it is placed (0 disables)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -36,8 +39,11 @@ int main(int argc, char** argv) {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
-  if (options.heartbeat_timeout < absl::ZeroDuration()) {
-    std::fprintf(stderr, "sliced: --heartbeat_timeout must be >= 0\n");
+  options.starvation_bound = absl::GetFlag(FLAGS_starvation_bound);
+  if (options.heartbeat_timeout < absl::ZeroDuration() ||
+      options.starvation_bound < absl::ZeroDuration()) {
+    std::fprintf(stderr,
+                 "sliced: --heartbeat_timeout and --starvation_bound must be >= 0\n");
     return 2;
   }
 

@@ -1,6 +1,7 @@
 #include "server/placement.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -389,7 +390,31 @@ absl::StatusOr<PlacementRequest> RequestFromRecord(const PlacementGroupRecord& r
   return request;
 }
 
-absl::Status CreatePg(Txn& txn, PgSpec spec, v1::PlacementGroup* reply) {
+namespace {
+
+bool Waits(const PlacementGroupRecord& r) {
+  return r.state() == v1::PENDING || r.state() == v1::RESCHEDULING;
+}
+
+// Whether `r` has waited past the policy's bound.
+bool Starving(const PlacementGroupRecord& r, const PlacementPolicy& policy,
+              absl::Time now) {
+  return Waits(r) && policy.starvation_bound > absl::ZeroDuration() &&
+         now - absl::FromUnixMillis(r.queued_time_ms()) >= policy.starvation_bound;
+}
+
+std::string BlockedBy(const PlacementGroupRecord& starving,
+                      const PlacementPolicy& policy) {
+  return absl::StrCat("PENDING: waiting behind ", starving.placement_group_id(),
+                      ", which has waited over ",
+                      absl::FormatDuration(policy.starvation_bound),
+                      " and claims capacity first");
+}
+
+}  // namespace
+
+absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
+                      v1::PlacementGroup* reply) {
   PgEntry& entry = spec.entry;
   PlacementGroupRecord& r = entry.record;
   if (!r.request_id().empty()) {
@@ -404,9 +429,28 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, v1::PlacementGroup* reply) {
   r.set_placement_group_id(absl::StrFormat("pg-%012x", sequence));
   r.set_state(v1::PENDING);
   r.set_create_time_ms(absl::ToUnixMillis(txn.now()));
-  // Older pending groups of at least this priority go first: a new group
-  // only backfills when it fits beside them (it is solved after them on the
-  // same snapshot, so it cannot take what they need now).
+  r.set_queued_time_ms(r.create_time_ms());
+  // A new group backfills beside the queued ones (the queue was re-tried on
+  // this snapshot already), unless one of at least its priority starves.
+  const PgEntry* starving = nullptr;
+  if (policy.starvation_bound > absl::ZeroDuration()) {
+    for (const std::string& id : txn.PendingQueue()) {
+      const PgEntry* pg = txn.FindPg(id);
+      if (pg->record.priority() < r.priority()) break;
+      if (Starving(pg->record, policy, txn.now())) {
+        starving = pg;
+        break;
+      }
+    }
+  }
+  if (starving != nullptr) {
+    r.set_pending_reason(BlockedBy(starving->record, policy));
+    r.set_update_time_ms(r.create_time_ms());
+    txn.PutPg(entry);
+    ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+    PgToProto(entry, *snapshot, reply);
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry));
   if (d.outcome != Decision::kPlaced && !r.compute_class().empty()) {
     const storage::ComputeClassRecord* cls = txn.FindClass(r.compute_class());
@@ -436,13 +480,26 @@ absl::Status RemovePg(Txn& txn, const std::string& pg_id) {
   return absl::OkStatus();
 }
 
-void RetryPending(Txn& txn) {
+void RetryPending(Txn& txn, const PlacementPolicy& policy) {
+  std::optional<PlacementGroupRecord> blocker;  // a starving group not placed
   for (const std::string& id : txn.PendingQueue()) {
     const PgEntry* current = txn.FindPg(id);
     if (current == nullptr) continue;
     PgEntry entry = *current;
+    if (blocker && Waits(entry.record)) {
+      std::string reason = BlockedBy(*blocker, policy);
+      if (entry.record.pending_reason() != reason) {
+        entry.record.set_pending_reason(reason);
+        txn.PutPg(entry);
+      }
+      continue;
+    }
     auto d = TryPlace(txn, entry);
     if (!d.ok()) continue;
+    if (d->outcome != Decision::kPlaced &&
+        Starving(entry.record, policy, txn.now())) {
+      blocker = entry.record;
+    }
     if (d->outcome == Decision::kPlaced ||
         entry.record.state() != current->record.state() ||
         entry.record.pending_reason() != current->record.pending_reason()) {
@@ -479,6 +536,7 @@ absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids)
     }
     RETURN_IF_ERROR(txn.ApplyDelta(release));
     r.set_state(v1::RESCHEDULING);
+    r.set_queued_time_ms(absl::ToUnixMillis(txn.now()));
     for (auto& b : *r.mutable_bundles()) {
       if (entry.request.slice || lost.contains(b.node_id())) b.clear_node_id();
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "scheduler/snapshot.h"
 #include "scheduler/solver.h"
 #include "server/coordinator.h"
@@ -17,6 +18,15 @@
 #include "sliced/v1/sliced.pb.h"
 
 namespace sliced::server {
+
+// How the queue treats waiting groups. Plain values; default as documented.
+struct PlacementPolicy {
+  // Smaller groups may backfill around a blocked one, but once a group has
+  // waited this long it blocks every group behind it in queue order (same or
+  // lower priority, later arrival) until it is placed: it claims capacity as
+  // it frees. Zero disables the bound. Default 5 minutes.
+  absl::Duration starvation_bound = absl::Minutes(5);
+};
 
 // A validated request, not yet given an id, sequence or state.
 struct PgSpec {
@@ -38,13 +48,14 @@ absl::StatusOr<scheduler::PlacementRequest> RequestFromRecord(
 // request_id) and tries to place it at once. Fills `reply`.
 // Errors: NotFound for an unknown compute class; FailedPrecondition when the
 // class says FAIL and the gang does not fit now, or it can never fit.
-absl::Status CreatePg(Txn& txn, PgSpec spec, v1::PlacementGroup* reply);
+absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
+                      v1::PlacementGroup* reply);
 
 // Releases the group's capacity and forgets it. NotFound when unknown.
 absl::Status RemovePg(Txn& txn, const std::string& pg_id);
 
 // Re-tries the pending queue in order (priority, then arrival).
-void RetryPending(Txn& txn);
+void RetryPending(Txn& txn, const PlacementPolicy& policy);
 
 // Nodes turned DEAD (or were force-removed): their groups go RESCHEDULING
 // and are re-placed where possible (slice groups whole, plain groups only

@@ -20,13 +20,14 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
 
 grpc::ServerUnaryReactor* SubmitCreate(grpc::CallbackServerContext* context,
                                        Coordinator* coordinator,
+                                       const PlacementPolicy& policy,
                                        absl::StatusOr<PgSpec> spec,
                                        v1::PlacementGroup* response) {
   if (!spec.ok()) return Finish(context, spec.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   coordinator->Submit(WriteOp{
-      [spec = *std::move(spec), response](Txn& txn) mutable {
-        return CreatePg(txn, std::move(spec), response);
+      [spec = *std::move(spec), policy, response](Txn& txn) mutable {
+        return CreatePg(txn, std::move(spec), policy, response);
       },
       [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); }});
   return reactor;
@@ -137,14 +138,14 @@ void WatchHub::Publish(const std::vector<v1::PlacementGroup>& changes) {
 grpc::ServerUnaryReactor* PlacementService::CreatePlacementGroup(
     grpc::CallbackServerContext* context,
     const v1::CreatePlacementGroupRequest* request, v1::PlacementGroup* response) {
-  return SubmitCreate(context, coordinator_, PgSpecFromCreate(*request, limits_),
+  return SubmitCreate(context, coordinator_, policy_, PgSpecFromCreate(*request, limits_),
                       response);
 }
 
 grpc::ServerUnaryReactor* PlacementService::SubmitScalingConfig(
     grpc::CallbackServerContext* context,
     const v1::SubmitScalingConfigRequest* request, v1::PlacementGroup* response) {
-  return SubmitCreate(context, coordinator_,
+  return SubmitCreate(context, coordinator_, policy_,
                       PgSpecFromScalingConfig(*request, limits_), response);
 }
 

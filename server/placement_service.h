@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/coordinator.h"
 #include "server/limits.h"
+#include "server/placement.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
 namespace sliced::server {
@@ -37,8 +38,9 @@ class WatchHub {
 
 class PlacementService final : public v1::Placement::CallbackService {
  public:
-  PlacementService(Coordinator* coordinator, WatchHub* hub, const Limits& limits)
-      : coordinator_(coordinator), hub_(hub), limits_(limits) {}
+  PlacementService(Coordinator* coordinator, WatchHub* hub, const Limits& limits,
+                   const PlacementPolicy& policy)
+      : coordinator_(coordinator), hub_(hub), limits_(limits), policy_(policy) {}
 
   grpc::ServerUnaryReactor* CreatePlacementGroup(
       grpc::CallbackServerContext* context,
@@ -72,6 +74,7 @@ class PlacementService final : public v1::Placement::CallbackService {
   Coordinator* const coordinator_;
   WatchHub* const hub_;
   const Limits limits_;
+  const PlacementPolicy policy_;
 };
 
 }  // namespace sliced::server

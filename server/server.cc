@@ -51,7 +51,10 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   Coordinator::Options coordinator_options;
   coordinator_options.heartbeat_timeout = options.heartbeat_timeout;
   coordinator_options.parse_pg = RequestFromRecord;
-  coordinator_options.retry_pending = RetryPending;
+  const PlacementPolicy policy{.starvation_bound = options.starvation_bound};
+  coordinator_options.retry_pending = [policy](Txn& txn) {
+    RetryPending(txn, policy);
+  };
   coordinator_options.on_nodes_lost = HandleNodesLost;
   coordinator_options.on_pg_changes =
       [hub = &impl->hub](const std::vector<PgEntry>& changed,
@@ -68,7 +71,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   impl->inventory =
       std::make_unique<InventoryService>(impl->coordinator.get(), options.limits);
   impl->placement = std::make_unique<PlacementService>(
-      impl->coordinator.get(), &impl->hub, options.limits);
+      impl->coordinator.get(), &impl->hub, options.limits, policy);
   impl->telemetry = std::make_unique<PendingTelemetryService>();
 
   // The health proto is compiled into this binary so that reflection can

@@ -25,6 +25,8 @@ struct ServerOptions {
   std::string metrics_listen = "127.0.0.1:9464";
   // Lease: a node without a heartbeat for this long turns DEAD; 0 disables.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // A group pending this long blocks later ones until placed; 0 disables.
+  absl::Duration starvation_bound = absl::Minutes(5);
   Limits limits;
 };
 

@@ -251,6 +251,43 @@ class PlacementEndToEnd(unittest.TestCase):
         self.assertEqual(again.state, P.PENDING)
 
 
+    def test_backfill_until_the_starvation_bound_then_the_big_job_claims_capacity(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0", "--starvation_bound=1s")
+        self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))
+        submit = lambda n: pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=P.ScalingConfig(num_workers=n, use_tpu=True, topology="4x4",
+                                           accelerator_type="TPU-V6E")), timeout=10)
+        remove = lambda pg: pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
+        get = lambda pg: pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
+        a = submit(4)
+        big = submit(8)
+        self.assertEqual(big.state, P.PENDING)
+        small = submit(4)  # backfills the free slice while big is young
+        self.assertEqual(small.state, P.CREATED)
+        remove(small)
+        self.assertEqual(get(big).state, P.PENDING)  # one slice free, needs two
+        time.sleep(1.2)
+        late = submit(4)  # big has starved: the free slice is kept for it
+        self.assertEqual(late.state, P.PENDING)
+        self.assertIn(big.placement_group_id, late.pending_reason)
+        remove(a)
+        self.assertEqual(get(big).state, P.CREATED)
+        self.assertEqual(get(late).state, P.PENDING)
+
+    def test_drained_node_takes_no_new_bundles(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, [cpu_node("a", 8), cpu_node("b", 8)])
+        inv.DrainNode(P.DrainNodeRequest(node_id="a"), timeout=10)
+        pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 4}) for _ in range(2)]), timeout=10)
+        self.assertEqual([b.node_id for b in pg.bundles], ["b", "b"])
+        spread = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1}) for _ in range(2)],
+            strategy=P.STRICT_SPREAD), timeout=10)
+        self.assertEqual(spread.state, P.PENDING)  # a drained node may come back
+
     def test_concurrent_burst_with_kill_9_keeps_every_acknowledged_placement(self):
         data = temp_data_dir(self)
         d, inv, _ = self.start(data, "--heartbeat_timeout=0")
