@@ -1,0 +1,980 @@
+// slicectl: the sliced command line. Every command is one SlicedClient call
+// (or a watch) plus its human output; --json prints the API's JSON instead.
+// Flags are parsed here (client/slicectl_cli.h); see `slicectl --help` and
+// docs/clients.md. Single-threaded.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/slicectl_cli.h"
+#include "client/sliced_client.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace sliced::slicectl {
+namespace {
+
+using client::SlicedClient;
+namespace v1 = ::sliced::v1;
+
+// ------------------------------------------------------------------ context
+
+struct Context {
+  std::string server;
+  bool json = false;
+  bool color = false;
+  std::unique_ptr<SlicedClient> client;
+};
+
+// A command's outcome: an exit code and what to print on stderr.
+struct Failure {
+  int code;
+  std::string message;
+};
+
+int Fail(const Failure& failure) {
+  std::fprintf(stderr, "slicectl: %s\n", failure.message.c_str());
+  return failure.code;
+}
+
+int Usage(absl::string_view message) {
+  return Fail({kExitUsage, std::string(message)});
+}
+
+// A server error -> exit code 3 (rejected) or 4 (unreachable), with the
+// server's code name and message as given.
+int ServerError(const Context& ctx, const absl::Status& status) {
+  const std::string code = absl::StatusCodeToString(status.code());
+  if (status.code() == absl::StatusCode::kUnavailable ||
+      status.code() == absl::StatusCode::kDeadlineExceeded) {
+    return Fail({kExitUnreachable,
+                 absl::StrCat("cannot reach sliced at ", ctx.server, ": ", code,
+                              ": ", status.message(),
+                              "\n  is the daemon running there? Set --server "
+                              "or SLICED_SERVER (host:port).")});
+  }
+  return Fail({kExitRejected, absl::StrCat(code, ": ", status.message())});
+}
+
+void PrintJson(const google::protobuf::Message& message, bool pretty = true) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  // add_whitespace ends with a newline; compact output does not.
+  if (out.empty() || out.back() != '\n') out.push_back('\n');
+  std::fputs(out.c_str(), stdout);
+}
+
+void Print(const std::string& text) { std::fputs(text.c_str(), stdout); }
+
+// Reads a JSON file into `message` (unknown fields are an error: they are
+// usually a typo). Exit 2 material on failure.
+absl::Status ReadJsonFile(const std::string& path,
+                          google::protobuf::Message* message) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError("-f FILE is required (a JSON file)");
+  }
+  std::stringstream contents;
+  if (path == "-") {
+    contents << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot read \"", path, "\": ", std::strerror(errno)));
+    }
+    contents << in.rdbuf();
+  }
+  google::protobuf::util::JsonParseOptions options;
+  auto status = google::protobuf::util::JsonStringToMessage(contents.str(),
+                                                            message, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a valid ", message->GetDescriptor()->name(),
+                     " (JSON): ", std::string(status.message())));
+  }
+  return absl::OkStatus();
+}
+
+// Whole numbers in full (memory bytes), others as the shortest %g.
+std::string Num(double v) {
+  if (v == static_cast<double>(static_cast<int64_t>(v)) && v < 1e18 &&
+      v > -1e18) {
+    return absl::StrCat(static_cast<int64_t>(v));
+  }
+  return absl::StrCat(v);
+}
+
+std::string OrDash(absl::string_view s) {
+  return s.empty() ? "-" : std::string(s);
+}
+
+std::string TimeText(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  absl::Time time =
+      absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", time, absl::UTCTimeZone());
+}
+
+Table::Cell State(const Context& ctx, absl::string_view state) {
+  return Table::Cell(std::string(state),
+                     ctx.color ? StateColor(state) : nullptr);
+}
+
+// `state` in its colour when colour is on.
+std::string Colored(const Context& ctx, absl::string_view state) {
+  const char* color = StateColor(state);
+  if (!ctx.color || color == nullptr) return std::string(state);
+  return absl::StrCat("\033[", color, "m", state, "\033[0m");
+}
+
+// "avail/total" for one resource, "-" when the node has none of it.
+std::string Capacity(const v1::Node& node, const std::string& resource) {
+  auto total = node.resources().find(resource);
+  if (total == node.resources().end()) return "-";
+  auto avail = node.available().find(resource);
+  double free = avail == node.available().end() ? 0 : avail->second;
+  return absl::StrCat(Num(free), "/", Num(total->second));
+}
+
+std::string Label(const v1::Node& node, const std::string& key) {
+  auto it = node.labels().find(key);
+  return it == node.labels().end() ? "-" : OrDash(it->second);
+}
+
+// ------------------------------------------------------------ human output
+
+void PrintNodes(const Context& ctx,
+                const google::protobuf::RepeatedPtrField<v1::Node>& nodes) {
+  Table table({"NODE", "STATE", "ADDRESS", "ACCELERATOR", "TOPOLOGY", "SLICE",
+               "WORKER", "TIER", "CPU", "TPU", "PGS"});
+  for (const v1::Node& n : nodes) {
+    table.AddRow(
+        {n.node_id(), State(ctx, v1::NodeState_Name(n.state())),
+         OrDash(n.address()), Label(n, "ray.io/accelerator-type"),
+         Label(n, "ray.io/tpu-topology"), Label(n, "ray.io/tpu-slice-name"),
+         Label(n, "ray.io/tpu-worker-id"), Label(n, "sliced.io/capacity-tier"),
+         Capacity(n, "CPU"), Capacity(n, "TPU"),
+         absl::StrCat(n.placement_group_ids_size())});
+  }
+  if (table.empty()) {
+    Print("no nodes\n");
+    return;
+  }
+  Print(table.Render(ctx.color));
+}
+
+void PrintNode(const Context& ctx, const v1::Node& n) {
+  Table head({"node", n.node_id()});
+  head.AddRow({"state", State(ctx, v1::NodeState_Name(n.state()))});
+  head.AddRow({"address", OrDash(n.address())});
+  head.AddRow({"last heartbeat", TimeText(n.last_heartbeat())});
+  head.AddRow({"placement groups",
+               OrDash(absl::StrJoin(n.placement_group_ids(), ", "))});
+  Print(head.Render(ctx.color));
+  std::map<std::string, std::string> labels(n.labels().begin(),
+                                            n.labels().end());
+  Print("labels:\n");
+  for (const auto& [k, v] : labels) Print(absl::StrCat("  ", k, "=", v, "\n"));
+  std::map<std::string, double> resources(n.resources().begin(),
+                                          n.resources().end());
+  Table res({"RESOURCE", "TOTAL", "AVAILABLE"});
+  for (const auto& [k, v] : resources) {
+    auto a = n.available().find(k);
+    res.AddRow({k, Num(v), a == n.available().end() ? "0" : Num(a->second)});
+  }
+  Print("resources:\n");
+  Print(res.Render(ctx.color, "  "));
+}
+
+std::string SliceState(const v1::Slice& s) {
+  if (!s.intact()) return "broken";
+  return s.free() ? "free" : "held";
+}
+
+void PrintSlices(const Context& ctx, const v1::ListSlicesResponse& response) {
+  // Grouped by (accelerator type, topology), groups and slices by name.
+  std::map<std::pair<std::string, std::string>, std::vector<const v1::Slice*>>
+      groups;
+  for (const v1::Slice& s : response.slices()) {
+    groups[{s.accelerator_type(), s.topology()}].push_back(&s);
+  }
+  if (groups.empty()) {
+    Print("no TPU slices\n");
+    return;
+  }
+  bool first = true;
+  for (auto& [key, slices] : groups) {
+    std::sort(slices.begin(), slices.end(),
+              [](auto* a, auto* b) { return a->name() < b->name(); });
+    int free = 0;
+    for (const v1::Slice* s : slices) free += s->intact() && s->free();
+    const v1::Slice& any = *slices.front();
+    Print(absl::StrCat(
+        first ? "" : "\n", OrDash(key.first), " ", OrDash(key.second), " (",
+        OrDash(any.pod_type()), ", ", any.expected_hosts(),
+        " hosts per slice): ", slices.size(),
+        slices.size() == 1 ? " slice, " : " slices, ", free, " free\n"));
+    first = false;
+    Table table({"SLICE", "STATE", "HOSTS", "PGS", "REASON"});
+    for (const v1::Slice* s : slices) {
+      int present = 0;
+      for (const std::string& id : s->node_ids()) present += !id.empty();
+      table.AddRow({s->name(), State(ctx, SliceState(*s)),
+                    absl::StrCat(present, "/", s->expected_hosts()),
+                    OrDash(absl::StrJoin(s->placement_group_ids(), ",")),
+                    OrDash(s->reason())});
+    }
+    Print(table.Render(ctx.color, "  "));
+  }
+}
+
+std::string SelectorText(
+    const google::protobuf::Map<std::string, std::string>& m) {
+  std::map<std::string, std::string> sorted(m.begin(), m.end());
+  return absl::StrJoin(sorted, ",", absl::PairFormatter("="));
+}
+
+std::string ResourcesText(const google::protobuf::Map<std::string, double>& m) {
+  std::map<std::string, double> sorted(m.begin(), m.end());
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : sorted)
+    parts.push_back(absl::StrCat(k, "=", Num(v)));
+  return absl::StrJoin(parts, ",");
+}
+
+void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
+  Table head({"placement group", pg.placement_group_id()});
+  head.AddRow({"state", State(ctx, v1::PlacementGroupState_Name(pg.state()))});
+  if (!pg.pending_reason().empty())
+    head.AddRow({"reason", pg.pending_reason()});
+  head.AddRow({"job", OrDash(pg.job_id())});
+  if (!pg.name().empty()) head.AddRow({"name", pg.name()});
+  head.AddRow({"request id", OrDash(pg.request_id())});
+  head.AddRow({"strategy", v1::PlacementStrategy_Name(pg.strategy())});
+  if (!pg.compute_class().empty()) {
+    head.AddRow(
+        {"compute class", absl::StrCat(pg.compute_class(), " (priority ",
+                                       pg.priority_index(), ")")});
+  }
+  if (pg.has_slice()) {
+    head.AddRow(
+        {"slice shape",
+         absl::StrCat(pg.slice().accelerator_type(), " ", pg.slice().topology(),
+                      " x", std::max(1, pg.slice().num_slices()))});
+  }
+  head.AddRow({"slices", OrDash(absl::StrJoin(pg.slice_names(), ", "))});
+  head.AddRow({"created", TimeText(pg.create_time())});
+  Print(head.Render(ctx.color));
+
+  if (pg.workers_size() > 0) {
+    Table workers({"RANK", "NODE", "ADDRESS", "SLICE", "TPU_WORKER_ID"});
+    for (const v1::Worker& w : pg.workers()) {
+      workers.AddRow({absl::StrCat(w.rank()), w.node_id(), OrDash(w.address()),
+                      OrDash(w.slice_name()), absl::StrCat(w.tpu_worker_id())});
+    }
+    Print("\nworkers:\n");
+    Print(workers.Render(ctx.color, "  "));
+    for (const v1::Worker& w : pg.workers()) {
+      Print(absl::StrCat("\nworker ", w.rank(), " env (", w.node_id(), "):\n"));
+      std::map<std::string, std::string> env(w.env().begin(), w.env().end());
+      for (const auto& [k, v] : env) Print(absl::StrCat("  ", k, "=", v, "\n"));
+    }
+  } else if (pg.bundles_size() > 0) {
+    Table bundles({"BUNDLE", "NODE", "RESOURCES", "SELECTOR"});
+    for (int i = 0; i < pg.bundles_size(); ++i) {
+      const v1::Bundle& b = pg.bundles(i);
+      bundles.AddRow({absl::StrCat(i), OrDash(b.node_id()),
+                      OrDash(ResourcesText(b.resources())),
+                      OrDash(SelectorText(b.label_selector()))});
+    }
+    Print("\nbundles:\n");
+    Print(bundles.Render(ctx.color, "  "));
+  }
+}
+
+void PrintPlacementGroups(const Context& ctx,
+                          const v1::ListPlacementGroupsResponse& response) {
+  Table table({"ID", "STATE", "JOB", "NAME", "STRATEGY", "BUNDLES", "SLICES",
+               "REASON"});
+  for (const v1::PlacementGroup& pg : response.placement_groups()) {
+    table.AddRow({pg.placement_group_id(),
+                  State(ctx, v1::PlacementGroupState_Name(pg.state())),
+                  OrDash(pg.job_id()), OrDash(pg.name()),
+                  v1::PlacementStrategy_Name(pg.strategy()),
+                  absl::StrCat(pg.bundles_size()),
+                  OrDash(absl::StrJoin(pg.slice_names(), ",")),
+                  OrDash(pg.pending_reason())});
+  }
+  if (table.empty()) {
+    Print("no placement groups\n");
+    return;
+  }
+  Print(table.Render(ctx.color));
+}
+
+void PrintExplain(const Context& ctx,
+                  const v1::ExplainPlacementGroupResponse& r) {
+  Table head({"outcome", r.outcome()});
+  head.AddRow({"summary", OrDash(r.summary())});
+  Print(head.Render(ctx.color));
+  for (const std::string& d : r.details()) Print(absl::StrCat("  - ", d, "\n"));
+  if (r.bundles_size() > 0) {
+    Table bundles({"BUNDLE", "NODE", "RESOURCES"});
+    for (int i = 0; i < r.bundles_size(); ++i) {
+      bundles.AddRow({absl::StrCat(i), OrDash(r.bundles(i).node_id()),
+                      OrDash(ResourcesText(r.bundles(i).resources()))});
+    }
+    Print("would place:\n");
+    Print(bundles.Render(ctx.color, "  "));
+  }
+}
+
+void PrintComputeClasses(const Context& ctx,
+                         const v1::ListComputeClassesResponse& response) {
+  Table table({"NAME", "WHEN_UNSATISFIABLE", "PRIORITIES"});
+  for (const v1::ComputeClass& c : response.compute_classes()) {
+    std::vector<std::string> priorities;
+    for (int i = 0; i < c.priorities_size(); ++i) {
+      priorities.push_back(absl::StrCat(
+          i + 1, ". ", OrDash(SelectorText(c.priorities(i).label_selector()))));
+    }
+    table.AddRow({c.name(),
+                  c.when_unsatisfiable() == v1::FAIL ? "FAIL" : "WAIT",
+                  absl::StrJoin(priorities, "  ")});
+  }
+  if (table.empty()) {
+    Print("no compute classes\n");
+    return;
+  }
+  Print(table.Render(ctx.color));
+}
+
+void PrintSummary(const Context& ctx, const v1::GetClusterSummaryResponse& r) {
+  std::map<std::string, int64_t> by_state(r.nodes_by_state().begin(),
+                                          r.nodes_by_state().end());
+  std::vector<std::string> states;
+  for (const auto& [k, v] : by_state) states.push_back(absl::StrCat(k, " ", v));
+  Table head({"nodes", OrDash(absl::StrJoin(states, ", "))});
+  head.AddRow(
+      {"pending placement groups", absl::StrCat(r.pending_placement_groups())});
+  if (r.pending_shapes_size() > 0) {
+    head.AddRow({"pending shapes", absl::StrJoin(r.pending_shapes(), ", ")});
+  }
+  head.AddRow({"fragmentation", Num(r.fragmentation())});
+  Print(head.Render(ctx.color));
+  Table table(
+      {"ACCELERATOR", "TOPOLOGY", "TIER", "ZONE", "FREE_SLICES", "FREE_CHIPS"});
+  for (const v1::FreeCapacity& f : r.free()) {
+    table.AddRow({OrDash(f.accelerator_type()), OrDash(f.topology()),
+                  OrDash(f.tier()), OrDash(f.zone()),
+                  absl::StrCat(f.free_slices(), "/", f.total_slices()),
+                  absl::StrCat(f.free_chips())});
+  }
+  if (!table.empty()) Print(absl::StrCat("\n", table.Render(ctx.color)));
+}
+
+// --------------------------------------------------------------- commands
+
+using Handler = std::function<int(Context&, const ParsedFlags&)>;
+
+// Result of a call: prints JSON or the human form, or maps the error.
+template <typename T, typename Human>
+int Output(Context& ctx, const absl::StatusOr<T>& result, Human human) {
+  if (!result.ok()) return ServerError(ctx, result.status());
+  if (ctx.json) {
+    PrintJson(*result);
+  } else {
+    human(*result);
+  }
+  return kExitOk;
+}
+
+int Done(Context& ctx, const absl::Status& status, const std::string& human) {
+  if (!status.ok()) return ServerError(ctx, status);
+  Print(ctx.json ? "{}\n" : human + "\n");
+  return kExitOk;
+}
+
+int CmdNodes(Context& ctx, const ParsedFlags& flags) {
+  auto selector = ParseKeyValues("selector", flags.GetAll("selector"));
+  if (!selector.ok()) return Usage(selector.status().message());
+  v1::ListNodesRequest request;
+  request.mutable_label_selector()->insert(selector->begin(), selector->end());
+  return Output(
+      ctx, ctx.client->ListAllNodes(request),
+      [&](const v1::ListNodesResponse& r) { PrintNodes(ctx, r.nodes()); });
+}
+
+int CmdNodeGet(Context& ctx, const ParsedFlags& flags) {
+  return Output(ctx, ctx.client->GetNode(flags.args[0]),
+                [&](const v1::Node& n) { PrintNode(ctx, n); });
+}
+
+int CmdNodeDrain(Context& ctx, const ParsedFlags& flags) {
+  return Output(
+      ctx, ctx.client->DrainNode(flags.args[0]), [&](const v1::Node& n) {
+        Print(absl::StrCat(
+            "node ", n.node_id(), " is ", v1::NodeState_Name(n.state()),
+            ": it keeps its placements and takes no new ones\n"));
+      });
+}
+
+int CmdNodeRemove(Context& ctx, const ParsedFlags& flags) {
+  return Done(ctx, ctx.client->RemoveNode(flags.args[0], flags.Has("force")),
+              absl::StrCat("removed node ", flags.args[0]));
+}
+
+int CmdRegister(Context& ctx, const ParsedFlags& flags) {
+  v1::RegisterNodesRequest request;
+  if (absl::Status s = ReadJsonFile(flags.Get("file"), &request); !s.ok()) {
+    return Usage(s.message());
+  }
+  return Output(
+      ctx, ctx.client->RegisterNodes(request),
+      [&](const v1::RegisterNodesResponse& r) {
+        Print(absl::StrCat("registered ", r.nodes_size(), " nodes\n"));
+        PrintNodes(ctx, r.nodes());
+      });
+}
+
+int CmdSlices(Context& ctx, const ParsedFlags&) {
+  return Output(ctx, ctx.client->ListSlices(),
+                [&](const v1::ListSlicesResponse& r) { PrintSlices(ctx, r); });
+}
+
+bool Settled(v1::PlacementGroupState state) {
+  return state == v1::CREATED || state == v1::INFEASIBLE ||
+         state == v1::REMOVED;
+}
+
+// --wait: watches until CREATED (0) or INFEASIBLE (3); --wait-timeout -> 5.
+int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
+                 absl::Duration timeout) {
+  if (!ctx.json && !Settled(created.state())) {
+    Print(absl::StrCat("submitted ", created.placement_group_id(), " (",
+                       v1::PlacementGroupState_Name(created.state()),
+                       "); waiting until it is CREATED...\n"));
+    std::fflush(stdout);
+  }
+  absl::StatusOr<v1::PlacementGroup> pg =
+      ctx.client->WaitForPlacementGroup(created.placement_group_id(), timeout);
+  if (!pg.ok()) {
+    if (pg.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      return Fail({kExitWaitTimeout,
+                   absl::StrCat(pg.status().message(),
+                                " (--wait-timeout; it stays queued: see "
+                                "`slicectl pg explain ",
+                                created.placement_group_id(), "`)")});
+    }
+    return ServerError(ctx, pg.status());
+  }
+  if (ctx.json) {
+    PrintJson(*pg);
+  } else {
+    PrintPlacementGroup(ctx, *pg);
+  }
+  if (pg->state() != v1::CREATED) {
+    return Fail({kExitRejected,
+                 absl::StrCat("placement group ", pg->placement_group_id(),
+                              " is ", v1::PlacementGroupState_Name(pg->state()),
+                              pg->pending_reason().empty() ? "" : ": ",
+                              pg->pending_reason())});
+  }
+  return kExitOk;
+}
+
+int PlacementResult(Context& ctx, const ParsedFlags& flags,
+                    const absl::StatusOr<v1::PlacementGroup>& pg) {
+  if (!pg.ok()) return ServerError(ctx, pg.status());
+  if (flags.Has("wait")) {
+    auto timeout =
+        ParseDurationFlag("wait-timeout", flags.Get("wait-timeout", "0"));
+    // Checked before the call; cannot fail here.
+    absl::Duration d = timeout.ok() && *timeout > absl::ZeroDuration()
+                           ? *timeout
+                           : absl::InfiniteDuration();
+    return WaitAndPrint(ctx, *pg, d);
+  }
+  if (ctx.json) {
+    PrintJson(*pg);
+  } else {
+    PrintPlacementGroup(ctx, *pg);
+  }
+  return kExitOk;
+}
+
+absl::Status CheckWaitFlags(const ParsedFlags& flags) {
+  if (flags.Has("wait-timeout")) {
+    if (!flags.Has("wait")) {
+      return absl::InvalidArgumentError("--wait-timeout needs --wait");
+    }
+    auto d = ParseDurationFlag("wait-timeout", flags.Get("wait-timeout"));
+    if (!d.ok()) return d.status();
+  }
+  return absl::OkStatus();
+}
+
+int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
+  v1::SubmitScalingConfigRequest request;
+  v1::ScalingConfig* config = request.mutable_scaling_config();
+  if (!flags.Has("num-workers")) {
+    return Usage(
+        "submit: --num-workers N is required (see: slicectl submit --help)");
+  }
+  auto workers = ParseIntFlag("num-workers", flags.Get("num-workers"));
+  if (!workers.ok()) return Usage(workers.status().message());
+  auto resources = ParseResources("resources-per-worker",
+                                  flags.GetAll("resources-per-worker"));
+  if (!resources.ok()) return Usage(resources.status().message());
+  auto selector =
+      ParseKeyValues("label-selector", flags.GetAll("label-selector"));
+  if (!selector.ok()) return Usage(selector.status().message());
+  if (absl::Status s = CheckWaitFlags(flags); !s.ok())
+    return Usage(s.message());
+  int priority = 0;
+  if (flags.Has("priority")) {
+    auto p = ParseIntFlag("priority", flags.Get("priority"));
+    if (!p.ok()) return Usage(p.status().message());
+    priority = *p;
+  }
+  config->set_num_workers(*workers);
+  config->set_use_tpu(flags.Has("use-tpu"));
+  config->set_use_gpu(flags.Has("use-gpu"));
+  config->set_topology(flags.Get("topology"));
+  config->set_accelerator_type(flags.Get("accelerator-type"));
+  config->set_placement_strategy(flags.Get("placement-strategy"));
+  config->mutable_resources_per_worker()->insert(resources->begin(),
+                                                 resources->end());
+  config->mutable_label_selector()->insert(selector->begin(), selector->end());
+  request.set_job_id(flags.Get("job-id"));
+  request.set_name(flags.Get("name"));
+  request.set_request_id(flags.Get("request-id"));
+  request.set_compute_class(flags.Get("compute-class"));
+  request.set_priority(priority);
+  return PlacementResult(ctx, flags, ctx.client->SubmitScalingConfig(request));
+}
+
+int CmdPgCreate(Context& ctx, const ParsedFlags& flags) {
+  v1::CreatePlacementGroupRequest request;
+  if (absl::Status s = ReadJsonFile(flags.Get("file"), &request); !s.ok()) {
+    return Usage(s.message());
+  }
+  if (absl::Status s = CheckWaitFlags(flags); !s.ok())
+    return Usage(s.message());
+  return PlacementResult(ctx, flags, ctx.client->CreatePlacementGroup(request));
+}
+
+int CmdPgList(Context& ctx, const ParsedFlags& flags) {
+  v1::ListPlacementGroupsRequest request;
+  request.set_job_id(flags.Get("job"));
+  if (flags.Has("state")) {
+    v1::PlacementGroupState state;
+    if (!v1::PlacementGroupState_Parse(
+            absl::AsciiStrToUpper(flags.Get("state")), &state) ||
+        state == v1::PLACEMENT_GROUP_STATE_UNSPECIFIED) {
+      return Usage(absl::StrCat(
+          "--state: want PENDING, CREATED, RESCHEDULING, REMOVED or "
+          "INFEASIBLE, got \"",
+          flags.Get("state"), "\""));
+    }
+    request.set_state(state);
+  }
+  return Output(ctx, ctx.client->ListPlacementGroups(request),
+                [&](const v1::ListPlacementGroupsResponse& r) {
+                  PrintPlacementGroups(ctx, r);
+                });
+}
+
+int CmdPgGet(Context& ctx, const ParsedFlags& flags) {
+  return Output(
+      ctx, ctx.client->GetPlacementGroup(flags.args[0]),
+      [&](const v1::PlacementGroup& pg) { PrintPlacementGroup(ctx, pg); });
+}
+
+int CmdPgExplain(Context& ctx, const ParsedFlags& flags) {
+  v1::ExplainPlacementGroupRequest request;
+  request.set_placement_group_id(flags.args[0]);
+  return Output(ctx, ctx.client->ExplainPlacementGroup(request),
+                [&](const v1::ExplainPlacementGroupResponse& r) {
+                  PrintExplain(ctx, r);
+                });
+}
+
+int CmdPgRemove(Context& ctx, const ParsedFlags& flags) {
+  return Done(ctx, ctx.client->RemovePlacementGroup(flags.args[0]),
+              absl::StrCat("removed placement group ", flags.args[0]));
+}
+
+int CmdWatch(Context& ctx, const ParsedFlags& flags) {
+  v1::WatchPlacementGroupsRequest request;
+  request.set_job_id(flags.Get("job"));
+  request.set_placement_group_id(flags.Get("pg"));
+  int count = 0;
+  if (flags.Has("count")) {
+    auto n = ParseIntFlag("count", flags.Get("count"));
+    if (!n.ok() || *n < 1) return Usage("--count: want an integer >= 1");
+    count = *n;
+  }
+  absl::Duration duration = absl::InfiniteDuration();
+  if (flags.Has("duration")) {
+    auto d = ParseDurationFlag("duration", flags.Get("duration"));
+    if (!d.ok()) return Usage(d.status().message());
+    duration = *d;
+  }
+  int seen = 0;
+  absl::Status status = ctx.client->WatchPlacementGroups(
+      request, duration, [&](const v1::PlacementGroupEvent& event) {
+        const v1::PlacementGroup& pg = event.placement_group();
+        if (ctx.json) {
+          PrintJson(event, /*pretty=*/false);
+        } else {
+          std::string state = v1::PlacementGroupState_Name(pg.state());
+          Print(absl::StrCat(
+              absl::FormatTime("%H:%M:%S", absl::Now(), absl::UTCTimeZone()),
+              "  ", pg.placement_group_id(), "  ", Colored(ctx, state),
+              "  job=", OrDash(pg.job_id()),
+              pg.slice_names_size()
+                  ? absl::StrCat("  slices=",
+                                 absl::StrJoin(pg.slice_names(), ","))
+                  : "",
+              pg.pending_reason().empty() ? "" : "  " + pg.pending_reason(),
+              "\n"));
+        }
+        std::fflush(stdout);
+        return count == 0 || ++seen < count;
+      });
+  // --duration ending the watch is the normal way out.
+  if (status.code() == absl::StatusCode::kDeadlineExceeded &&
+      flags.Has("duration")) {
+    return kExitOk;
+  }
+  if (!status.ok()) return ServerError(ctx, status);
+  return kExitOk;
+}
+
+int CmdComputeClassPut(Context& ctx, const ParsedFlags& flags) {
+  // Either a PutComputeClassRequest ({"compute_class": {...}}, the examples/
+  // format) or a bare ComputeClass.
+  v1::PutComputeClassRequest request;
+  absl::Status as_request = ReadJsonFile(flags.Get("file"), &request);
+  if (!as_request.ok() || !request.has_compute_class()) {
+    v1::ComputeClass bare;
+    if (ReadJsonFile(flags.Get("file"), &bare).ok() && !bare.name().empty()) {
+      *request.mutable_compute_class() = bare;
+    } else {
+      return Usage(as_request.ok()
+                       ? absl::StrCat(flags.Get("file"),
+                                      ": no \"compute_class\" in it (want "
+                                      "{\"compute_class\": {\"name\": ...}})")
+                       : std::string(as_request.message()));
+    }
+  }
+  return Output(
+      ctx, ctx.client->PutComputeClass(request),
+      [&](const v1::ComputeClass& c) {
+        Print(absl::StrCat("compute class ", c.name(), ": ",
+                           c.priorities_size(), " priorities, ",
+                           c.when_unsatisfiable() == v1::FAIL ? "FAIL" : "WAIT",
+                           " when unsatisfiable\n"));
+      });
+}
+
+int CmdComputeClassList(Context& ctx, const ParsedFlags&) {
+  return Output(ctx, ctx.client->ListComputeClasses(),
+                [&](const v1::ListComputeClassesResponse& r) {
+                  PrintComputeClasses(ctx, r);
+                });
+}
+
+int CmdComputeClassDelete(Context& ctx, const ParsedFlags& flags) {
+  return Done(ctx, ctx.client->DeleteComputeClass(flags.args[0]),
+              absl::StrCat("deleted compute class ", flags.args[0]));
+}
+
+int CmdSummary(Context& ctx, const ParsedFlags&) {
+  return Output(
+      ctx, ctx.client->GetClusterSummary(),
+      [&](const v1::GetClusterSummaryResponse& r) { PrintSummary(ctx, r); });
+}
+
+// ------------------------------------------------------------ the table
+
+struct Command {
+  CommandSpec spec;
+  Handler handler;
+};
+
+const FlagSpec kFileFlag{"file", "FILE", "JSON file to read (- for stdin)",
+                         false, 'f'};
+const FlagSpec kWaitFlag{"wait", "",
+                         "watch until CREATED (exit 0) or INFEASIBLE (exit 3)"};
+const FlagSpec kWaitTimeoutFlag{
+    "wait-timeout", "D",
+    "give up waiting after D (e.g. 5m; exit 5; default: never)"};
+
+std::vector<FlagSpec> GlobalFlags() {
+  return {
+      {"server", "HOST:PORT",
+       "the daemon (default $SLICED_SERVER, else 127.0.0.1:50051)"},
+      {"json", "", "print the API's JSON instead of tables"},
+      {"timeout", "D", "deadline of each call, retries included (default 10s)"},
+      {"tls-ca", "FILE", "PEM root CA: use TLS"},
+      {"tls-cert", "FILE",
+       "PEM client certificate (mutual TLS; with --tls-key)"},
+      {"tls-key", "FILE", "PEM client key (mutual TLS; with --tls-cert)"},
+  };
+}
+
+// A command spec; `args` names at most one positional argument.
+CommandSpec Cmd(std::string name, std::string args, std::string summary,
+                std::string details = "", std::vector<FlagSpec> flags = {}) {
+  CommandSpec spec;
+  spec.num_args = args.empty() ? 0 : 1;
+  spec.name = std::move(name);
+  spec.args = std::move(args);
+  spec.summary = std::move(summary);
+  spec.details = std::move(details);
+  spec.flags = std::move(flags);
+  return spec;
+}
+
+std::vector<Command> Commands() {
+  return {
+      {Cmd("nodes", "",
+           "List nodes, optionally filtered by a Ray label selector.",
+           "Selector values: v, !v, in(a,b), !in(a,b); entries are ANDed, "
+           "e.g.\n"
+           "  slicectl nodes --selector ray.io/accelerator-type=TPU-V6E "
+           "--selector 'sliced.io/capacity-tier=!spot'",
+           {{"selector", "K=V", "label selector entry", true}}),
+       CmdNodes},
+      {Cmd("node get", "ID",
+           "Show one node: state, labels, resources, placements."),
+       CmdNodeGet},
+      {Cmd("node drain", "ID",
+           "Drain a node: it keeps its placements and takes no new ones."),
+       CmdNodeDrain},
+      {Cmd("node remove", "ID", "Remove a node from the inventory.",
+           "Refused (exit 3) while it holds placement groups, unless --force.",
+           {{"force", "",
+             "remove even if it holds placements (they are lost)"}}),
+       CmdNodeRemove},
+      {Cmd("register", "",
+           "Register (upsert) nodes from a JSON file (examples/fleet.json).",
+           "The format of examples/fleet.json: {\"nodes\": [{\"node_id\": ..., "
+           "\"address\": ..., \"labels\": {...}, \"resources\": {...}}]}",
+           {kFileFlag}),
+       CmdRegister},
+      {Cmd("slices", "",
+           "List TPU slices by type and topology: free, held or broken (why)."),
+       CmdSlices},
+      {Cmd("submit", "",
+           "Submit a JaxTrainer-style ScalingConfig (Ray Train's names).",
+           "Example (the JaxTrainer snippet: one v6e 4x4 slice, 4 workers):\n"
+           "  slicectl submit --num-workers 4 --use-tpu --topology 4x4 "
+           "--accelerator-type TPU-V6E --placement-strategy SPREAD --wait\n"
+           "The server validates with Ray's rules; a rejected config exits 3 "
+           "with Ray's message.",
+           {{"num-workers", "N", "number of workers (TPU: one per host)"},
+            {"use-tpu", "", "workers use TPUs"},
+            {"use-gpu", "", "workers use GPUs"},
+            {"topology", "T", "TPU topology, e.g. 4x4 or 2x2x2"},
+            {"accelerator-type", "A", "e.g. TPU-V6E, v6e, TPU-V4"},
+            {"placement-strategy", "S",
+             "PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"},
+            {"resources-per-worker", "K=V", "resources per worker, e.g. CPU=8",
+             true},
+            {"label-selector", "K=V", "Ray label selector entry", true},
+            {"compute-class", "C", "compute class to place by"},
+            {"job-id", "J", "Ray job id"},
+            {"name", "NAME", "placement group name"},
+            {"request-id", "R", "idempotency key (default: generated)"},
+            {"priority", "P", "higher is scheduled first"},
+            kWaitFlag,
+            kWaitTimeoutFlag}),
+       CmdSubmit},
+      {Cmd("pg create", "",
+           "Create a placement group from a CreatePlacementGroupRequest JSON "
+           "file.",
+           "e.g. {\"bundles\": [{\"resources\": {\"CPU\": 4}}], \"strategy\": "
+           "\"SPREAD\", \"job_id\": \"job-1\"}",
+           {kFileFlag, kWaitFlag, kWaitTimeoutFlag}),
+       CmdPgCreate},
+      {Cmd("pg list", "", "List placement groups.", "",
+           {{"job", "J", "only this job's"},
+            {"state", "S", "only in this state (PENDING, CREATED, ...)"}}),
+       CmdPgList},
+      {Cmd("pg get", "ID",
+           "Show a placement group, its workers and their env."),
+       CmdPgGet},
+      {Cmd("pg explain", "ID",
+           "Explain why a placement group is pending (or placed)."),
+       CmdPgExplain},
+      {Cmd("pg remove", "ID",
+           "Remove a placement group, releasing its capacity."),
+       CmdPgRemove},
+      {Cmd("watch", "",
+           "Stream placement-group changes (current state first) until Ctrl-C.",
+           "With --json, one PlacementGroupEvent JSON object per line.",
+           {{"job", "J", "only this job's groups"},
+            {"pg", "ID", "only this group"},
+            {"count", "N", "stop after N events"},
+            {"duration", "D", "stop after D (e.g. 30s)"}}),
+       CmdWatch},
+      {Cmd("compute-class put", "",
+           "Create or replace a compute class from a JSON file.",
+           "A PutComputeClassRequest (examples/cost-optimized.json) or a bare "
+           "ComputeClass.",
+           {kFileFlag}),
+       CmdComputeClassPut},
+      {Cmd("compute-class list", "",
+           "List compute classes and their priorities."),
+       CmdComputeClassList},
+      {Cmd("compute-class delete", "NAME", "Delete a compute class.",
+           "Refused (exit 3) while a placement group uses it."),
+       CmdComputeClassDelete},
+      {Cmd("summary", "",
+           "Free chips and slices per type/topology/tier/zone, pending demand.",
+           "Uses Telemetry.GetClusterSummary."),
+       CmdSummary},
+  };
+}
+
+// "  name ARGS  summary" lines, aligned, for the commands whose name starts
+// with `prefix`.
+std::string CommandList(const std::vector<Command>& commands,
+                        absl::string_view prefix) {
+  Table table({"", ""});
+  for (const Command& c : commands) {
+    if (!absl::StartsWith(c.spec.name, prefix)) continue;
+    table.AddRow(
+        {absl::StrCat(c.spec.name, c.spec.args.empty() ? "" : " ", c.spec.args),
+         c.spec.summary});
+  }
+  std::string out = table.Render(/*color=*/false, "  ");
+  return out.substr(out.find('\n') + 1);  // without the empty header
+}
+
+std::string MainHelp(const std::vector<Command>& commands,
+                     const std::vector<FlagSpec>& globals) {
+  CommandSpec none;
+  std::string globals_help = CommandHelp(none, globals);
+  return absl::StrCat(
+      "slicectl: the sliced command line (TPU placement for Ray clusters).\n\n"
+      "Usage: slicectl [global flags] COMMAND [flags] [args]\n\nCommands:\n",
+      CommandList(commands, ""),
+      globals_help.substr(globals_help.find("\nGlobal flags:")),
+      "\nRun `slicectl COMMAND --help` for a command's flags.\n"
+      "Exit codes: 0 ok, 2 usage, 3 rejected by the server, 4 server "
+      "unreachable, 5 --wait timed out.\n");
+}
+
+int Run(const std::vector<std::string>& argv) {
+  const std::vector<Command> commands = Commands();
+  const std::vector<FlagSpec> globals = GlobalFlags();
+  std::vector<CommandSpec> specs;
+  for (const Command& c : commands) specs.push_back(c.spec);
+
+  std::vector<std::string> args = argv;
+  // `slicectl help [COMMAND...]` == `slicectl [COMMAND...] --help`.
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].empty() || args[i][0] != '-') {
+      if (args[i] == "help") {
+        args.erase(args.begin() + i);
+        args.push_back("--help");
+      }
+      break;
+    }
+    for (const FlagSpec& g : globals) {
+      if (args[i] == "--" + g.name && !g.value_name.empty()) ++i;  // its value
+    }
+  }
+  CommandMatch match = MatchCommand(specs, globals, args);
+  if (match.index < 0) {
+    bool help = false;
+    for (const std::string& a : args) help |= a == "--help" || a == "-h";
+    // A group word alone ("pg"): list its commands.
+    std::string group_help;
+    if (!match.unknown.empty()) {
+      group_help = CommandList(commands, match.unknown + " ");
+    }
+    if (!group_help.empty()) {
+      if (help) {
+        Print(absl::StrCat("Commands:\n", group_help));
+        return kExitOk;
+      }
+      return Usage(absl::StrCat("'", match.unknown, "' needs a subcommand:\n",
+                                group_help));
+    }
+    if (help && match.unknown.empty()) {
+      Print(MainHelp(commands, globals));
+      return kExitOk;
+    }
+    if (match.unknown.empty()) {
+      std::fputs(MainHelp(commands, globals).c_str(), stderr);
+      return kExitUsage;
+    }
+    return Usage(absl::StrCat("unknown command '", match.unknown,
+                              "' (see: slicectl --help)"));
+  }
+  const Command& command = commands[match.index];
+  absl::StatusOr<ParsedFlags> flags =
+      ParseFlags(command.spec, globals, match.rest);
+  if (!flags.ok()) return Usage(flags.status().message());
+  if (flags->Has("help")) {
+    Print(CommandHelp(command.spec, globals));
+    return kExitOk;
+  }
+
+  Context ctx;
+  const char* env_server = std::getenv("SLICED_SERVER");
+  ctx.server = flags->Get(
+      "server", env_server && *env_server ? env_server : "127.0.0.1:50051");
+  ctx.json = flags->Has("json");
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  ctx.color = isatty(STDOUT_FILENO) && !(no_color && *no_color) &&
+              !(term && absl::string_view(term) == "dumb");
+  client::ClientOptions options;
+  options.server = ctx.server;
+  if (flags->Has("timeout")) {
+    auto timeout = ParseDurationFlag("timeout", flags->Get("timeout"));
+    if (!timeout.ok()) return Usage(timeout.status().message());
+    if (*timeout <= absl::ZeroDuration())
+      return Usage("--timeout: must be > 0");
+    options.timeout = *timeout;
+  }
+  options.root_ca_pem = flags->Get("tls-ca");
+  options.client_cert_pem = flags->Get("tls-cert");
+  options.client_key_pem = flags->Get("tls-key");
+  auto client = SlicedClient::Create(options);
+  if (!client.ok()) return Usage(client.status().message());
+  ctx.client = *std::move(client);
+  return command.handler(ctx, *flags);
+}
+
+}  // namespace
+}  // namespace sliced::slicectl
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return sliced::slicectl::Run(args);
+}

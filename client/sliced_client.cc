@@ -1,0 +1,360 @@
+#include "client/sliced_client.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace sliced::client {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(absl::string_view what,
+                                    const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": cannot read \"", path, "\""));
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
+    const ClientOptions& options) {
+  const bool has_cert = !options.client_cert_pem.empty();
+  const bool has_key = !options.client_key_pem.empty();
+  if (options.root_ca_pem.empty()) {
+    if (has_cert || has_key) {
+      return absl::InvalidArgumentError(
+          "client_cert_pem/client_key_pem: need root_ca_pem too (TLS)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (has_cert != has_key) {
+    return absl::InvalidArgumentError(
+        "client_cert_pem and client_key_pem: give both or neither");
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca = ReadPem("root_ca_pem", options.root_ca_pem);
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *std::move(ca);
+  if (has_cert) {
+    absl::StatusOr<std::string> cert =
+        ReadPem("client_cert_pem", options.client_cert_pem);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadPem("client_key_pem", options.client_key_pem);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+bool Settled(v1::PlacementGroupState state) {
+  return state == v1::CREATED || state == v1::INFEASIBLE ||
+         state == v1::REMOVED;
+}
+
+}  // namespace
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+std::string NewRequestId() {
+  absl::BitGen gen;
+  return absl::StrFormat("req-%016x%016x", absl::Uniform<uint64_t>(gen),
+                         absl::Uniform<uint64_t>(gen));
+}
+
+absl::StatusOr<std::unique_ptr<SlicedClient>> SlicedClient::Create(
+    const ClientOptions& options) {
+  if (options.server.empty()) {
+    return absl::InvalidArgumentError("server: empty (want host:port)");
+  }
+  if (options.max_attempts < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_attempts: must be >= 1, got ", options.max_attempts));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeout: must be > 0");
+  }
+  auto credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+  return std::make_unique<SlicedClient>(
+      grpc::CreateChannel(options.server, *credentials), options);
+}
+
+SlicedClient::SlicedClient(std::shared_ptr<grpc::Channel> channel,
+                           const ClientOptions& options)
+    : options_(options),
+      channel_(std::move(channel)),
+      inventory_(v1::Inventory::NewStub(channel_)),
+      placement_(v1::Placement::NewStub(channel_)),
+      telemetry_(v1::Telemetry::NewStub(channel_)) {}
+
+absl::Status SlicedClient::Call(
+    bool retryable,
+    absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  const int attempts = retryable ? std::max(1, options_.max_attempts) : 1;
+  absl::Duration backoff = options_.initial_backoff;
+  grpc::Status status;
+  for (int i = 0; i < attempts; ++i) {
+    if (i > 0) {
+      if (absl::Now() + backoff >= deadline) break;
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    status = attempt(&context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+  }
+  return FromGrpcStatus(status);
+}
+
+// Whether a call may be retried on UNAVAILABLE (see the header).
+namespace {
+constexpr bool kRetry = true;
+constexpr bool kOnce = false;
+}  // namespace
+
+absl::StatusOr<v1::RegisterNodesResponse> SlicedClient::RegisterNodes(
+    const v1::RegisterNodesRequest& request) {
+  return Unary<v1::RegisterNodesResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return inventory_->RegisterNodes(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::HeartbeatResponse> SlicedClient::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  return Unary<v1::HeartbeatResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return inventory_->Heartbeat(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::Node> SlicedClient::DrainNode(absl::string_view node_id) {
+  v1::DrainNodeRequest request;
+  request.set_node_id(std::string(node_id));
+  absl::StatusOr<v1::DrainNodeResponse> response =
+      Unary<v1::DrainNodeResponse>(kRetry, [&](auto* context, auto* response) {
+        return inventory_->DrainNode(context, request, response);
+      });
+  if (!response.ok()) return response.status();
+  return response->node();
+}
+
+absl::Status SlicedClient::RemoveNode(absl::string_view node_id, bool force) {
+  v1::RemoveNodeRequest request;
+  request.set_node_id(std::string(node_id));
+  request.set_force(force);
+  return Unary<v1::RemoveNodeResponse>(kOnce,
+                                       [&](auto* context, auto* response) {
+                                         return inventory_->RemoveNode(
+                                             context, request, response);
+                                       })
+      .status();
+}
+
+absl::StatusOr<v1::Node> SlicedClient::GetNode(absl::string_view node_id) {
+  v1::GetNodeRequest request;
+  request.set_node_id(std::string(node_id));
+  return Unary<v1::Node>(kRetry, [&](auto* context, auto* response) {
+    return inventory_->GetNode(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListNodes(
+    const v1::ListNodesRequest& request) {
+  return Unary<v1::ListNodesResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return inventory_->ListNodes(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListAllNodes(
+    v1::ListNodesRequest request) {
+  v1::ListNodesResponse all;
+  while (true) {
+    absl::StatusOr<v1::ListNodesResponse> page = ListNodes(request);
+    if (!page.ok()) return page.status();
+    for (v1::Node& node : *page->mutable_nodes()) {
+      *all.add_nodes() = std::move(node);
+    }
+    if (page->next_page_token().empty()) return all;
+    request.set_page_token(page->next_page_token());
+  }
+}
+
+absl::StatusOr<v1::ListSlicesResponse> SlicedClient::ListSlices() {
+  v1::ListSlicesRequest request;
+  return Unary<v1::ListSlicesResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return inventory_->ListSlices(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::ComputeClass> SlicedClient::PutComputeClass(
+    const v1::PutComputeClassRequest& request) {
+  return Unary<v1::ComputeClass>(kRetry, [&](auto* context, auto* response) {
+    return inventory_->PutComputeClass(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::ListComputeClassesResponse>
+SlicedClient::ListComputeClasses() {
+  v1::ListComputeClassesRequest request;
+  return Unary<v1::ListComputeClassesResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return inventory_->ListComputeClasses(context, request, response);
+      });
+}
+
+absl::Status SlicedClient::DeleteComputeClass(absl::string_view name) {
+  v1::DeleteComputeClassRequest request;
+  request.set_name(std::string(name));
+  return Unary<v1::DeleteComputeClassResponse>(
+             kOnce,
+             [&](auto* context, auto* response) {
+               return inventory_->DeleteComputeClass(context, request,
+                                                     response);
+             })
+      .status();
+}
+
+absl::StatusOr<v1::PlacementGroup> SlicedClient::CreatePlacementGroup(
+    v1::CreatePlacementGroupRequest request) {
+  if (request.request_id().empty()) request.set_request_id(NewRequestId());
+  return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
+    return placement_->CreatePlacementGroup(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::PlacementGroup> SlicedClient::SubmitScalingConfig(
+    v1::SubmitScalingConfigRequest request) {
+  if (request.request_id().empty()) request.set_request_id(NewRequestId());
+  return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
+    return placement_->SubmitScalingConfig(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::PlacementGroup> SlicedClient::GetPlacementGroup(
+    absl::string_view id) {
+  v1::GetPlacementGroupRequest request;
+  request.set_placement_group_id(std::string(id));
+  return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
+    return placement_->GetPlacementGroup(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::ListPlacementGroupsResponse>
+SlicedClient::ListPlacementGroups(
+    const v1::ListPlacementGroupsRequest& request) {
+  return Unary<v1::ListPlacementGroupsResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return placement_->ListPlacementGroups(context, request, response);
+      });
+}
+
+absl::Status SlicedClient::RemovePlacementGroup(absl::string_view id) {
+  v1::RemovePlacementGroupRequest request;
+  request.set_placement_group_id(std::string(id));
+  return Unary<v1::RemovePlacementGroupResponse>(
+             kOnce,
+             [&](auto* context, auto* response) {
+               return placement_->RemovePlacementGroup(context, request,
+                                                       response);
+             })
+      .status();
+}
+
+absl::StatusOr<v1::ExplainPlacementGroupResponse>
+SlicedClient::ExplainPlacementGroup(
+    const v1::ExplainPlacementGroupRequest& request) {
+  return Unary<v1::ExplainPlacementGroupResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return placement_->ExplainPlacementGroup(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::GetClusterSummaryResponse>
+SlicedClient::GetClusterSummary() {
+  v1::GetClusterSummaryRequest request;
+  return Unary<v1::GetClusterSummaryResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return telemetry_->GetClusterSummary(context, request, response);
+      });
+}
+
+absl::Status SlicedClient::WatchPlacementGroups(
+    const v1::WatchPlacementGroupsRequest& request, absl::Duration timeout,
+    absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = options_.initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext context;
+    if (deadline != absl::InfiniteFuture()) {
+      context.set_deadline(absl::ToChronoTime(deadline));
+    }
+    std::unique_ptr<grpc::ClientReader<v1::PlacementGroupEvent>> reader =
+        placement_->WatchPlacementGroups(&context, request);
+    v1::PlacementGroupEvent event;
+    bool delivered = false;
+    while (reader->Read(&event)) {
+      delivered = true;
+      if (!on_event(event)) {
+        context.TryCancel();
+        reader->Finish();
+        return absl::OkStatus();
+      }
+    }
+    grpc::Status status = reader->Finish();
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || delivered ||
+        attempt >= options_.max_attempts || absl::Now() + backoff >= deadline) {
+      return FromGrpcStatus(status);
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+absl::StatusOr<v1::PlacementGroup> SlicedClient::WaitForPlacementGroup(
+    absl::string_view id, absl::Duration timeout) {
+  // Get first: NOT_FOUND for an unknown id (a watch would just stay silent).
+  absl::StatusOr<v1::PlacementGroup> current = GetPlacementGroup(id);
+  if (!current.ok() || Settled(current->state())) return current;
+  v1::WatchPlacementGroupsRequest request;
+  request.set_placement_group_id(std::string(id));
+  absl::Status status = WatchPlacementGroups(
+      request, timeout, [&](const v1::PlacementGroupEvent& e) {
+        *current = e.placement_group();
+        return !Settled(current->state());
+      });
+  if (status.ok() && Settled(current->state())) return current;
+  if (status.ok() || status.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("placement group ", id, " is still ",
+                     v1::PlacementGroupState_Name(current->state()), " after ",
+                     absl::FormatDuration(timeout),
+                     current->pending_reason().empty() ? "" : ": ",
+                     current->pending_reason()));
+  }
+  return status;
+}
+
+}  // namespace sliced::client

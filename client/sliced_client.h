@@ -1,0 +1,170 @@
+// SlicedClient: a thin C++ client for the sliced API (Inventory, Placement,
+// Telemetry). Every call returns absl::Status / absl::StatusOr with the
+// server's code and message unchanged (absl and gRPC share the codes), runs
+// under a deadline, and is retried with exponential backoff on UNAVAILABLE
+// when a retry cannot do anything twice:
+//   - reads (Get/List/Explain/GetClusterSummary, the opening of a watch);
+//   - upserts whose repetition is harmless (RegisterNodes, DrainNode,
+//     PutComputeClass, Heartbeat);
+//   - creates (CreatePlacementGroup, SubmitScalingConfig), because they always
+//     carry a request_id: when the caller gives none, one is generated, so a
+//     retry after a lost reply gets the same placement group back.
+// Removes and deletes are tried once (a retry after a lost reply would turn a
+// success into NOT_FOUND).
+//
+// Example:
+//   sliced::client::ClientOptions options;
+//   options.server = "127.0.0.1:50051";
+//   auto client = sliced::client::SlicedClient::Create(options);
+//   if (!client.ok()) return client.status();
+//   sliced::v1::SubmitScalingConfigRequest request;
+//   request.mutable_scaling_config()->set_num_workers(4);
+//   ...
+//   absl::StatusOr<sliced::v1::PlacementGroup> pg =
+//       (*client)->SubmitScalingConfig(request);
+//
+// Thread-safety: a SlicedClient is safe to share between threads (gRPC stubs
+// are thread-safe and the client has no mutable state).
+#ifndef SLICED_CLIENT_SLICED_CLIENT_H_
+#define SLICED_CLIENT_SLICED_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
+#include "sliced/v1/sliced.grpc.pb.h"
+
+namespace sliced::client {
+
+struct ClientOptions {
+  // host:port of the daemon.
+  std::string server = "127.0.0.1:50051";
+  // Deadline of one call, covering all of its attempts.
+  absl::Duration timeout = absl::Seconds(10);
+  // Attempts per retryable call (1 disables retries). Must be >= 1.
+  int max_attempts = 4;
+  // Backoff before the second attempt; doubles per attempt up to max_backoff.
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+
+  // TLS, for the security work. When root_ca_pem is set (a file path) the
+  // channel uses grpc::SslCredentials with that CA; client_cert_pem and
+  // client_key_pem (file paths, both or neither) add a client certificate for
+  // mutual TLS. All empty (the default): a plaintext channel.
+  std::string root_ca_pem;
+  std::string client_cert_pem;
+  std::string client_key_pem;
+};
+
+// grpc::Status -> absl::Status: the one place the mapping lives. The codes are
+// the same numbers and the message is kept as the server gave it.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+class SlicedClient {
+ public:
+  // Returns a client for options.server. The channel connects lazily, so an
+  // unreachable server shows up as UNAVAILABLE on the first call.
+  // Errors: INVALID_ARGUMENT for bad options (empty server, max_attempts < 1,
+  // a TLS file that cannot be read, a cert without its key).
+  static absl::StatusOr<std::unique_ptr<SlicedClient>> Create(
+      const ClientOptions& options);
+
+  // A client over an existing channel (tests, or callers with their own
+  // channel arguments). REQUIRES: channel != nullptr.
+  SlicedClient(std::shared_ptr<grpc::Channel> channel,
+               const ClientOptions& options);
+
+  const ClientOptions& options() const { return options_; }
+
+  // ---- Inventory
+  absl::StatusOr<v1::RegisterNodesResponse> RegisterNodes(
+      const v1::RegisterNodesRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  absl::StatusOr<v1::Node> DrainNode(absl::string_view node_id);
+  // FAILED_PRECONDITION if the node holds placements, unless force.
+  absl::Status RemoveNode(absl::string_view node_id, bool force);
+  absl::StatusOr<v1::Node> GetNode(absl::string_view node_id);
+  // One page; see ListAllNodes for every page.
+  absl::StatusOr<v1::ListNodesResponse> ListNodes(
+      const v1::ListNodesRequest& request);
+  // Every matching node, following next_page_token; the result has no token.
+  absl::StatusOr<v1::ListNodesResponse> ListAllNodes(
+      v1::ListNodesRequest request);
+  absl::StatusOr<v1::ListSlicesResponse> ListSlices();
+  absl::StatusOr<v1::ComputeClass> PutComputeClass(
+      const v1::PutComputeClassRequest& request);
+  absl::StatusOr<v1::ListComputeClassesResponse> ListComputeClasses();
+  absl::Status DeleteComputeClass(absl::string_view name);
+
+  // ---- Placement
+  // A request without request_id gets a generated one (see the file comment);
+  // the returned group carries it.
+  absl::StatusOr<v1::PlacementGroup> CreatePlacementGroup(
+      v1::CreatePlacementGroupRequest request);
+  absl::StatusOr<v1::PlacementGroup> SubmitScalingConfig(
+      v1::SubmitScalingConfigRequest request);
+  absl::StatusOr<v1::PlacementGroup> GetPlacementGroup(absl::string_view id);
+  absl::StatusOr<v1::ListPlacementGroupsResponse> ListPlacementGroups(
+      const v1::ListPlacementGroupsRequest& request);
+  absl::Status RemovePlacementGroup(absl::string_view id);
+  absl::StatusOr<v1::ExplainPlacementGroupResponse> ExplainPlacementGroup(
+      const v1::ExplainPlacementGroupRequest& request);
+
+  // Streams WatchPlacementGroups: on_event gets the current state of the
+  // matching groups, then every change, until it returns false (then OK), the
+  // stream ends, or `timeout` passes (DEADLINE_EXCEEDED;
+  // absl::InfiniteDuration() waits forever). Opening the stream is retried on
+  // UNAVAILABLE until the first event arrives; a broken stream afterwards is
+  // returned as its error.
+  absl::Status WatchPlacementGroups(
+      const v1::WatchPlacementGroupsRequest& request, absl::Duration timeout,
+      absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event);
+
+  // Watches one group until it is CREATED or INFEASIBLE (or REMOVED) and
+  // returns it in that state. DEADLINE_EXCEEDED if `timeout` passes first;
+  // NOT_FOUND if there is no such group.
+  absl::StatusOr<v1::PlacementGroup> WaitForPlacementGroup(
+      absl::string_view id, absl::Duration timeout);
+
+  // ---- Telemetry
+  absl::StatusOr<v1::GetClusterSummaryResponse> GetClusterSummary();
+
+ private:
+  // Runs `attempt` (one RPC under the given context) until it succeeds, fails
+  // with a code other than UNAVAILABLE, runs out of attempts (retryable ==
+  // false: one attempt) or the call's deadline would pass during the backoff.
+  absl::Status Call(
+      bool retryable,
+      absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
+
+  // Call() for a unary RPC: rpc(context, &response) -> grpc::Status.
+  template <typename Response, typename Rpc>
+  absl::StatusOr<Response> Unary(bool retryable, Rpc rpc) {
+    Response response;
+    absl::Status status = Call(retryable, [&](grpc::ClientContext* context) {
+      response.Clear();
+      return rpc(context, &response);
+    });
+    if (!status.ok()) return status;
+    return response;
+  }
+
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Inventory::Stub> inventory_;
+  std::unique_ptr<v1::Placement::Stub> placement_;
+  std::unique_ptr<v1::Telemetry::Stub> telemetry_;
+};
+
+// A fresh random request id ("req-" + 32 hex digits).
+std::string NewRequestId();
+
+}  // namespace sliced::client
+
+#endif  // SLICED_CLIENT_SLICED_CLIENT_H_

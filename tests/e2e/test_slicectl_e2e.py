@@ -1,0 +1,385 @@
+"""End to end: every slicectl command against the real daemon.
+
+Happy paths, then the failure paths with their exit codes: 2 usage (bad flags,
+unknown command, unreadable file), 3 rejected by the server (its code and
+message), 4 unreachable, 5 --wait gave up. SLICECTL_BIN is set by CTest.
+"""
+import json
+import os
+import pty
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+from google.protobuf import json_format
+
+from sliced_testlib import REPO, Daemon, sliced_pb2, temp_data_dir
+
+P = sliced_pb2
+SLICECTL = os.environ.get("SLICECTL_BIN", "slicectl")
+FLEET = os.path.join(REPO, "examples", "fleet.json")
+COST_OPTIMIZED = os.path.join(REPO, "examples", "cost-optimized.json")
+SEED = ["submit", "--num-workers", "4", "--use-tpu", "--topology", "4x4",
+        "--accelerator-type", "TPU-V6E", "--placement-strategy", "SPREAD"]
+
+
+def closed_port():
+    """A loopback port nobody listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(*args, env=None, timeout=60):
+    full_env = dict(os.environ)
+    full_env.pop("SLICED_SERVER", None)
+    full_env.update(env or {})
+    return subprocess.run([SLICECTL] + list(args), capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+class SlicectlEndToEnd(unittest.TestCase):
+    def start(self):
+        d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0").start()
+        self.addCleanup(d.close)
+        self.server = "127.0.0.1:%d" % d.port
+        return d
+
+    def ctl(self, *args, code=0, **kw):
+        r = run("--server", self.server, *args, **kw)
+        self.assertEqual(r.returncode, code, "slicectl %s\nstdout: %s\nstderr: %s"
+                         % (" ".join(args), r.stdout, r.stderr))
+        return r
+
+    def json_of(self, message_cls, *args):
+        r = self.ctl("--json", *args)
+        return json_format.Parse(r.stdout, message_cls())
+
+    def register_fleet(self):
+        r = self.ctl("register", "-f", FLEET)
+        self.assertIn("registered 9 nodes", r.stdout)
+
+    def write(self, text):
+        f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        self.addCleanup(os.unlink, f.name)
+        f.write(text)
+        f.close()
+        return f.name
+
+    # ------------------------------------------------------------ usage (2)
+
+    def test_help_everywhere_and_usage_errors_exit_2(self):
+        self.server = "127.0.0.1:%d" % closed_port()  # usage fails before any call
+        r = self.ctl("--help")
+        for command in ("nodes", "node get ID", "node drain ID", "node remove ID",
+                        "register", "slices", "submit", "pg create", "pg list",
+                        "pg get ID", "pg explain ID", "pg remove ID", "watch",
+                        "compute-class put", "compute-class list",
+                        "compute-class delete NAME", "summary"):
+            self.assertIn(command, r.stdout)
+            name = command.replace(" ID", "").replace(" NAME", "")
+            h = self.ctl(*name.split(), "--help")
+            self.assertIn("Usage: slicectl " + name, h.stdout)
+            self.assertIn("--server", h.stdout)
+        self.assertIn("--accelerator-type A", self.ctl("submit", "--help").stdout)
+        self.assertIn("Usage: slicectl pg list", self.ctl("help", "pg", "list").stdout)
+
+        cases = [
+            (["frobnicate"], "unknown command 'frobnicate'"),
+            ([], "Usage: slicectl"),
+            (["pg"], "'pg' needs a subcommand"),
+            (["nodes", "--bogus"], "unknown flag --bogus"),
+            (["node", "get"], "'node get' needs ID"),
+            (["node", "get", "a", "b"], "'node get' needs ID"),
+            (["slices", "extra"], "takes no arguments"),
+            (["submit", "--use-tpu"], "--num-workers N is required"),
+            (["submit", "--num-workers", "x"], "--num-workers: want an integer"),
+            (["submit", "--num-workers"], "--num-workers needs a value"),
+            (["submit", "--num-workers", "1", "--use-tpu=yes"], "takes no value"),
+            (["submit", "--num-workers", "1", "--resources-per-worker", "TPU=four"],
+             "TPU wants a number"),
+            (["submit", "--num-workers", "1", "--label-selector", "novalue"],
+             "want KEY=VALUE"),
+            (["submit", "--num-workers", "1", "--wait-timeout", "5s"],
+             "--wait-timeout needs --wait"),
+            (["nodes", "--timeout", "soon"], "--timeout: want a duration"),
+            (["nodes", "--selector", "=x"], "want KEY=VALUE"),
+            (["pg", "list", "--state", "SLEEPING"], "--state: want PENDING"),
+            (["watch", "--count", "0"], "--count"),
+            (["register"], "-f FILE is required"),
+            (["register", "-f", "/nonexistent/fleet.json"], 'cannot read "/nonexistent/fleet.json"'),
+            (["register", "-f", self.write("{not json")], "is not a valid RegisterNodesRequest"),
+            (["pg", "create", "-f", self.write('{"bundels": []}')],
+             "is not a valid CreatePlacementGroupRequest"),
+            (["compute-class", "put", "-f", self.write("{}")], 'no "compute_class"'),
+            (["nodes", "--tls-ca", "/nonexistent/ca.pem"], "root_ca_pem: cannot read"),
+        ]
+        for args, message in cases:
+            r = self.ctl(*args, code=2)
+            self.assertIn(message, r.stderr, args)
+
+    # ------------------------------------------------------- unreachable (4)
+
+    def test_unreachable_server_exits_4_and_says_where(self):
+        server = "127.0.0.1:%d" % closed_port()
+        for args in (["nodes"], ["slices"], SEED, ["pg", "list"], ["pg", "remove", "pg-1"],
+                     ["watch", "--count", "1"], ["summary"], ["register", "-f", FLEET]):
+            r = run("--server", server, "--timeout", "5s", *args)
+            self.assertEqual(r.returncode, 4, (args, r.stderr))
+            self.assertIn("cannot reach sliced at " + server, r.stderr)
+            self.assertIn("UNAVAILABLE", r.stderr)
+        r = run("nodes", env={"SLICED_SERVER": server})
+        self.assertEqual(r.returncode, 4)
+        self.assertIn(server, r.stderr)
+
+    # ---------------------------------------------------------- inventory
+
+    def test_inventory_commands(self):
+        self.start()
+        self.register_fleet()
+        got = self.json_of(P.RegisterNodesResponse, "register", "-f", FLEET)
+        self.assertEqual(len(got.nodes), 9)
+
+        r = self.ctl("nodes")
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0].split()[:3], ["NODE", "STATE", "ADDRESS"])
+        self.assertEqual(len(lines), 10)
+        self.assertNotIn("\033[", r.stdout)  # not a TTY: no colour
+        row = next(l.split() for l in lines if l.startswith("v6e-a-w2"))
+        self.assertEqual(row[:9], ["v6e-a-w2", "ALIVE", "10.0.1.12", "TPU-V6E", "4x4",
+                                   "v6e-a", "2", "spot", "180/180"])
+        # The header and the rows line up.
+        self.assertEqual(lines[0].index("STATE"), lines[1].index("ALIVE"))
+
+        nodes = self.json_of(P.ListNodesResponse, "nodes", "--selector",
+                             "ray.io/accelerator-type=in(TPU-V6E,TPU-V4)",
+                             "--selector", "sliced.io/capacity-tier=!spot")
+        self.assertEqual([n.node_id for n in nodes.nodes], ["v4-b-w0", "v4-b-w1"])
+        r = self.ctl("nodes", "--selector", "ray.io/accelerator-type=in(", code=3)
+        self.assertIn("INVALID_ARGUMENT: ", r.stderr)
+        # SLICED_SERVER stands in for --server.
+        env_run = run("nodes", env={"SLICED_SERVER": self.server})
+        self.assertEqual(env_run.returncode, 0, env_run.stderr)
+
+        r = self.ctl("node", "get", "v6e-a-w0")
+        self.assertIn("ray.io/tpu-slice-name=v6e-a", r.stdout)
+        self.assertRegex(r.stdout, r"TPU\s+4\s+4")
+        node = self.json_of(P.Node, "node", "get", "v4-b-w1")
+        self.assertEqual(node.labels["ray.io/tpu-worker-id"], "1")
+        r = self.ctl("node", "get", "nope", code=3)
+        self.assertTrue(r.stderr.startswith("slicectl: NOT_FOUND: "), r.stderr)
+
+        r = self.ctl("slices")
+        self.assertIn("TPU-V4 2x2x2 (v4-16, 2 hosts per slice): 1 slice, 1 free", r.stdout)
+        self.assertIn("TPU-V6E 4x4 (v6e-16, 4 hosts per slice): 1 slice, 1 free", r.stdout)
+        self.assertRegex(r.stdout, r"v6e-a\s+free\s+4/4")
+        slices = self.json_of(P.ListSlicesResponse, "slices")
+        self.assertEqual(sorted(s.name for s in slices.slices), ["v4-b", "v6e-a"])
+
+        r = self.ctl("node", "drain", "cpu-0")
+        self.assertIn("node cpu-0 is DRAINING", r.stdout)
+        self.assertEqual(self.json_of(P.Node, "node", "get", "cpu-0").state, P.DRAINING)
+        self.assertEqual(self.json_of(P.Node, "node", "drain", "cpu-0").state, P.DRAINING)
+        self.assertIn("removed node cpu-0", self.ctl("node", "remove", "cpu-0").stdout)
+        self.assertEqual(self.ctl("--json", "node", "remove", "cpu-1").stdout.strip(), "{}")
+        r = self.ctl("node", "remove", "cpu-0", code=3)
+        self.assertIn("NOT_FOUND", r.stderr)
+        self.assertEqual(len(self.json_of(P.ListNodesResponse, "nodes").nodes), 7)
+
+        # Re-registering a node that turned out wrong is rejected as a whole.
+        bad = self.write(json.dumps({"nodes": [{"node_id": "x", "labels": {"bad key!": "v"},
+                                                 "resources": {"CPU": 1}}]}))
+        r = self.ctl("register", "-f", bad, code=3)
+        self.assertIn("INVALID_ARGUMENT: ", r.stderr)
+
+    # ------------------------------------------------------------ placement
+
+    def test_submit_wait_list_explain_watch_remove(self):
+        self.start()
+        self.register_fleet()
+        r = self.ctl(*SEED, "--job-id", "job-1", "--wait")
+        self.assertIn("state            CREATED", r.stdout)
+        self.assertIn("TPU_WORKER_HOSTNAMES=10.0.1.10,10.0.1.11,10.0.1.12,10.0.1.13",
+                      r.stdout)
+        self.assertRegex(r.stdout, r"3\s+v6e-a-w3\s+10\.0\.1\.13\s+v6e-a\s+3")
+        first = json_format.Parse(self.ctl("--json", "pg", "list").stdout,
+                                  P.ListPlacementGroupsResponse()).placement_groups[0]
+        self.assertEqual(first.state, P.CREATED)
+        self.assertEqual(first.job_id, "job-1")
+        self.assertTrue(first.request_id, "a generated request id")
+
+        # The only v6e slice is held: the second waits, and --wait gives up.
+        r = self.ctl(*SEED, "--request-id", "second", "--wait", "--wait-timeout", "1s",
+                     code=5)
+        self.assertIn("still PENDING", r.stderr)
+        self.assertIn("v6e-16", r.stderr)
+        second = self.json_of(P.PlacementGroup, *SEED, "--request-id", "second")
+        self.assertEqual(second.state, P.PENDING)  # the same group: idempotent
+        pgs = self.json_of(P.ListPlacementGroupsResponse, "pg", "list").placement_groups
+        self.assertEqual(len(pgs), 2)
+        pending = self.json_of(P.ListPlacementGroupsResponse, "pg", "list", "--state",
+                               "pending").placement_groups
+        self.assertEqual([p.placement_group_id for p in pending], [second.placement_group_id])
+        mine = self.json_of(P.ListPlacementGroupsResponse, "pg", "list", "--job", "job-1")
+        self.assertEqual([p.placement_group_id for p in mine.placement_groups],
+                         [first.placement_group_id])
+        table = self.ctl("pg", "list").stdout
+        self.assertRegex(table, r"%s\s+PENDING" % second.placement_group_id)
+
+        r = self.ctl("pg", "explain", second.placement_group_id)
+        self.assertRegex(r.stdout, r"outcome\s+UNSCHEDULABLE")
+        self.assertIn("held", r.stdout)
+        explain = self.json_of(P.ExplainPlacementGroupResponse, "pg", "explain",
+                               second.placement_group_id)
+        self.assertEqual(explain.outcome.lower(), "unschedulable")
+
+        r = self.ctl("watch", "--count", "2")
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+        self.assertIn(first.placement_group_id + "  CREATED", r.stdout)
+        r = self.ctl("--json", "watch", "--duration", "0.5s")
+        events = [json_format.Parse(l, P.PlacementGroupEvent()) for l in r.stdout.splitlines()]
+        self.assertEqual(len(events), 2)
+
+        # A --wait in the background finishes when the first group is removed.
+        waiter = subprocess.Popen(
+            [SLICECTL, "--server", self.server, "--json", *SEED, "--request-id", "second",
+             "--wait", "--wait-timeout", "60s"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        watcher = subprocess.Popen(
+            [SLICECTL, "--server", self.server, "watch", "--pg",
+             second.placement_group_id, "--count", "2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        r = self.ctl("pg", "remove", first.placement_group_id)
+        self.assertIn("removed placement group " + first.placement_group_id, r.stdout)
+        out, err = waiter.communicate(timeout=60)
+        self.assertEqual(waiter.returncode, 0, err)
+        done = json_format.Parse(out, P.PlacementGroup())
+        self.assertEqual(done.placement_group_id, second.placement_group_id)
+        self.assertEqual(done.state, P.CREATED)
+        self.assertEqual(len(done.workers), 4)
+        out, err = watcher.communicate(timeout=60)
+        self.assertEqual(watcher.returncode, 0, err)
+        self.assertEqual([l.split()[2] for l in out.splitlines()], ["PENDING", "CREATED"])
+
+        got = self.json_of(P.PlacementGroup, "pg", "get", second.placement_group_id)
+        self.assertEqual(got.state, P.CREATED)
+        r = self.ctl("pg", "get", first.placement_group_id, code=3)
+        self.assertIn("NOT_FOUND: ", r.stderr)
+        r = self.ctl("pg", "remove", first.placement_group_id, code=3)
+        self.assertIn("NOT_FOUND: ", r.stderr)
+
+    def test_rejected_and_infeasible_submissions_exit_3(self):
+        self.start()
+        self.register_fleet()
+        cases = [
+            (["submit", "--num-workers", "4", "--use-tpu", "--accelerator-type", "TPU-V6E"],
+             "INVALID_ARGUMENT: ",
+             "`topology` must be specified in ScalingConfig when `use_tpu=True` and "
+             "`num_workers` > 1"),
+            (["submit", "--num-workers", "1", "--use-tpu", "--use-gpu", "--topology", "2x2",
+              "--accelerator-type", "TPU-V6E"],
+             "INVALID_ARGUMENT: ", "Cannot specify both `use_gpu=True` and `use_tpu=True`"),
+            (SEED[:2] + ["3"] + SEED[3:], "INVALID_ARGUMENT: ", "num_workers"),
+            (SEED + ["--compute-class", "no-such-class"], "", "no-such-class"),
+        ]
+        for args, code_name, message in cases:
+            r = self.ctl(*args, code=3)
+            self.assertIn(message, r.stderr, args)
+            self.assertTrue(r.stderr.startswith("slicectl: " + code_name), r.stderr)
+        self.assertEqual(self.json_of(P.ListPlacementGroupsResponse, "pg", "list"),
+                         P.ListPlacementGroupsResponse())
+        # No v6e 4x8 slice exists: INFEASIBLE; with --wait that exits 3.
+        r = self.ctl("submit", "--num-workers", "8", "--use-tpu", "--topology", "4x8",
+                     "--accelerator-type", "TPU-V6E", "--wait", code=3)
+        self.assertIn("INFEASIBLE", r.stderr)
+        self.assertIn("state            INFEASIBLE", r.stdout)
+
+    def test_pg_create_and_compute_classes(self):
+        self.start()
+        self.register_fleet()
+        r = self.ctl("compute-class", "put", "-f", COST_OPTIMIZED)
+        self.assertIn("compute class cost-optimized: 3 priorities, WAIT", r.stdout)
+        bare = self.write(json.dumps({"name": "spot-only", "when_unsatisfiable": "FAIL",
+                                      "priorities": [{"label_selector": {
+                                          "sliced.io/capacity-tier": "spot"}}]}))
+        got = self.json_of(P.ComputeClass, "compute-class", "put", "-f", bare)
+        self.assertEqual(got.when_unsatisfiable, P.FAIL)
+        r = self.ctl("compute-class", "list")
+        self.assertRegex(r.stdout, r"cost-optimized\s+WAIT\s+1\. sliced.io/capacity-tier=spot")
+        self.assertRegex(r.stdout, r"spot-only\s+FAIL")
+        classes = self.json_of(P.ListComputeClassesResponse, "compute-class", "list")
+        self.assertEqual(sorted(c.name for c in classes.compute_classes),
+                         ["cost-optimized", "spot-only"])
+        invalid = self.write(json.dumps({"compute_class": {"name": "bad", "priorities": [
+            {"label_selector": {"bad key!": "x"}}]}}))
+        r = self.ctl("compute-class", "put", "-f", invalid, code=3)
+        self.assertIn("INVALID_ARGUMENT: ", r.stderr)
+
+        pg_file = self.write(json.dumps({
+            "bundles": [{"resources": {"CPU": 4}}, {"resources": {"CPU": 4}}],
+            "strategy": "STRICT_SPREAD", "job_id": "job-2",
+            "compute_class": "cost-optimized"}))
+        r = self.ctl("pg", "create", "-f", pg_file, "--wait")
+        self.assertRegex(r.stdout, r"compute class\s+cost-optimized \(priority 0\)")
+        self.assertRegex(r.stdout, r"0\s+v6e-a-w\d\s+CPU=4")
+        pgs = self.json_of(P.ListPlacementGroupsResponse, "pg", "list", "--job", "job-2")
+        pg = pgs.placement_groups[0]
+        self.assertEqual(pg.state, P.CREATED)
+        self.assertEqual(len({b.node_id for b in pg.bundles}), 2)
+        too_big = self.write(json.dumps({"bundles": [{"resources": {"CPU": 1000}}],
+                                         "compute_class": "spot-only"}))
+        r = self.ctl("pg", "create", "-f", too_big, code=3)
+        self.assertIn("FAILED_PRECONDITION: ", r.stderr)
+
+        r = self.ctl("compute-class", "delete", "cost-optimized", code=3)
+        self.assertIn("FAILED_PRECONDITION: ", r.stderr)
+        self.ctl("pg", "remove", pg.placement_group_id)
+        r = self.ctl("compute-class", "delete", "cost-optimized")
+        self.assertIn("deleted compute class cost-optimized", r.stdout)
+        r = self.ctl("compute-class", "delete", "cost-optimized", code=3)
+        self.assertIn("NOT_FOUND: ", r.stderr)
+
+    def test_summary_prints_the_summary_or_the_servers_message(self):
+        self.start()
+        self.register_fleet()
+        r = run("--server", self.server, "summary")
+        if r.returncode == 3:  # Telemetry is not built yet: the server says so
+            self.assertTrue(r.stderr.startswith("slicectl: UNIMPLEMENTED: "), r.stderr)
+            return
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("pending placement groups", r.stdout)
+        self.json_of(P.GetClusterSummaryResponse, "summary")
+
+    def test_states_are_coloured_only_on_a_tty(self):
+        self.start()
+        self.register_fleet()
+        leader, follower = pty.openpty()
+        env = dict(os.environ, TERM="xterm")
+        env.pop("NO_COLOR", None)
+        proc = subprocess.Popen([SLICECTL, "--server", self.server, "nodes"],
+                                stdout=follower, stderr=subprocess.PIPE, env=env)
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=30)
+        os.close(leader)
+        self.assertEqual(proc.returncode, 0)
+        self.assertIn(b"\033[32mALIVE\033[0m", out)
+        # Alignment is computed without the escape codes.
+        lines = out.decode().replace("\r", "").splitlines()
+        self.assertEqual(lines[0].index("ADDRESS"),
+                         lines[1].replace("\033[32m", "").replace("\033[0m", "").index("10.0.0.10"))
+
+
+if __name__ == "__main__":
+    unittest.main()
