@@ -1,0 +1,319 @@
+"""The sliced Python client: Ray Train's ScalingConfig in, placed workers out.
+
+    from sliced_client import Client, ScalingConfig
+
+    config = ScalingConfig(use_tpu=True, num_workers=4, topology="4x4",
+                           accelerator_type="TPU-V6E", placement_strategy="SPREAD")
+    with Client("127.0.0.1:50051") as client:
+        pg = client.wait_ready(client.submit(config, job_id="job-1"), timeout=60)
+        for worker in pg.workers:
+            print(worker.rank, worker.node_id, worker.env["TPU_WORKER_ID"])
+
+Every error is a SlicedError carrying the gRPC code and the server's message.
+Reads and creates are retried with exponential backoff on UNAVAILABLE; creates
+always carry a request_id (generated when not given), so a retry gets the same
+placement group back. Removes are sent once.
+
+A Client is safe to share between threads (gRPC channels and stubs are).
+"""
+import dataclasses
+import time
+import uuid
+from typing import Dict, Iterator, List, Optional, Union
+
+import grpc
+
+from sliced_client._stubs import sliced_pb2 as _pb
+from sliced_client._stubs import sliced_pb2_grpc as _pb_grpc
+
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+_SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
+
+
+class SlicedError(Exception):
+    """Any failure: `.code` is a grpc.StatusCode, `.message` the server's text."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__("%s: %s" % (code.name, message))
+        self.code = code
+        self.message = message
+
+
+@dataclasses.dataclass
+class ScalingConfig:
+    """Ray Train's ScalingConfig (the fields JaxTrainer uses), same names and
+    defaults. For TPUs each worker is one host of a slice: num_workers must be
+    a multiple of the slice's hosts (4x4 v6e: 4 hosts)."""
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: Optional[Dict[str, float]] = None
+    placement_strategy: str = "PACK"
+    accelerator_type: Optional[str] = None
+    use_tpu: bool = False
+    topology: Optional[str] = None
+    label_selector: Optional[Dict[str, str]] = None
+
+    def to_proto(self) -> "_pb.ScalingConfig":
+        return _pb.ScalingConfig(
+            num_workers=self.num_workers, use_gpu=self.use_gpu, use_tpu=self.use_tpu,
+            topology=self.topology or "", accelerator_type=self.accelerator_type or "",
+            placement_strategy=self.placement_strategy or "",
+            resources_per_worker=dict(self.resources_per_worker or {}),
+            label_selector=dict(self.label_selector or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """One placed worker. rank = slice_index * hosts_per_slice + tpu_worker_id."""
+
+    rank: int
+    node_id: str
+    address: str
+    slice_name: str
+    env: Dict[str, str]
+    slice_index: int = 0
+    tpu_worker_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+    resources: Dict[str, float]
+    label_selector: Dict[str, str]
+    node_id: str  # "" while pending
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementGroup:
+    """state: PENDING, CREATED, RESCHEDULING, REMOVED or INFEASIBLE."""
+
+    id: str
+    state: str
+    pending_reason: str
+    workers: List[Worker]
+    job_id: str = ""
+    name: str = ""
+    request_id: str = ""
+    compute_class: str = ""
+    slice_names: List[str] = dataclasses.field(default_factory=list)
+    bundles: List[Bundle] = dataclasses.field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "CREATED"
+
+    @classmethod
+    def from_proto(cls, pg) -> "PlacementGroup":
+        return cls(
+            id=pg.placement_group_id, state=_pb.PlacementGroupState.Name(pg.state),
+            pending_reason=pg.pending_reason,
+            workers=[Worker(rank=w.rank, node_id=w.node_id, address=w.address,
+                            slice_name=w.slice_name, env=dict(w.env),
+                            slice_index=w.slice_index, tpu_worker_id=w.tpu_worker_id)
+                     for w in pg.workers],
+            job_id=pg.job_id, name=pg.name, request_id=pg.request_id,
+            compute_class=pg.compute_class, slice_names=list(pg.slice_names),
+            bundles=[Bundle(resources=dict(b.resources), label_selector=dict(b.label_selector),
+                            node_id=b.node_id) for b in pg.bundles])
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """state: ALIVE, DRAINING or DEAD."""
+
+    node_id: str
+    address: str
+    state: str
+    labels: Dict[str, str]
+    resources: Dict[str, float]
+    available: Dict[str, float]
+    placement_group_ids: List[str]
+
+    @classmethod
+    def from_proto(cls, n) -> "Node":
+        return cls(node_id=n.node_id, address=n.address,
+                   state=_pb.NodeState.Name(n.state), labels=dict(n.labels),
+                   resources=dict(n.resources), available=dict(n.available),
+                   placement_group_ids=list(n.placement_group_ids))
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Why a group is pending: outcome is Placed, Unschedulable or Infeasible."""
+
+    outcome: str
+    summary: str
+    details: List[str]
+    bundles: List[Bundle]
+
+
+PgRef = Union[PlacementGroup, str]
+
+
+def _pg_id(pg: PgRef) -> str:
+    return pg.id if isinstance(pg, PlacementGroup) else pg
+
+
+class Client:
+    """A connection to sliced. Use as a context manager, or call close()."""
+
+    def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float = 10.0,
+                 max_attempts: int = 4,
+                 credentials: Optional[grpc.ChannelCredentials] = None):
+        """timeout: seconds per call, retries included. max_attempts: tries per
+        retryable call. credentials: grpc.ssl_channel_credentials(...) for TLS;
+        None for plaintext."""
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.address = address
+        self._timeout = timeout
+        self._max_attempts = max_attempts
+        self._channel = (grpc.secure_channel(address, credentials) if credentials
+                         else grpc.insecure_channel(address))
+        self._inventory = _pb_grpc.InventoryStub(self._channel)
+        self._placement = _pb_grpc.PlacementStub(self._channel)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    # ------------------------------------------------------------ placement
+
+    def submit(self, scaling_config: ScalingConfig, *, job_id: str = "",
+               compute_class: str = "", request_id: Optional[str] = None,
+               priority: int = 0, name: str = "") -> PlacementGroup:
+        """Submits a ScalingConfig; returns the group (CREATED, PENDING or
+        INFEASIBLE). An invalid config raises SlicedError(INVALID_ARGUMENT)
+        with Ray's message. The same request_id returns the same group."""
+        request = _pb.SubmitScalingConfigRequest(
+            scaling_config=scaling_config.to_proto(), job_id=job_id, name=name,
+            request_id=request_id or "req-" + uuid.uuid4().hex,
+            compute_class=compute_class, priority=priority)
+        return PlacementGroup.from_proto(
+            self._call(self._placement.SubmitScalingConfig, request, retry=True))
+
+    def get(self, pg: PgRef) -> PlacementGroup:
+        """The group's current state; SlicedError(NOT_FOUND) if there is none."""
+        return PlacementGroup.from_proto(self._call(
+            self._placement.GetPlacementGroup,
+            _pb.GetPlacementGroupRequest(placement_group_id=_pg_id(pg)), retry=True))
+
+    def placement_groups(self, job_id: str = "", state: str = "") -> List[PlacementGroup]:
+        """Every group, or those of a job and/or in a state ("PENDING", ...)."""
+        request = _pb.ListPlacementGroupsRequest(
+            job_id=job_id, state=_pb.PlacementGroupState.Value(state.upper()) if state else 0)
+        response = self._call(self._placement.ListPlacementGroups, request, retry=True)
+        return [PlacementGroup.from_proto(pg) for pg in response.placement_groups]
+
+    def remove(self, pg: PgRef) -> None:
+        """Removes the group and releases its capacity (sent once: a retry
+        after a lost reply would be NOT_FOUND)."""
+        self._call(self._placement.RemovePlacementGroup,
+                   _pb.RemovePlacementGroupRequest(placement_group_id=_pg_id(pg)),
+                   retry=False)
+
+    def wait_ready(self, pg: PgRef, timeout: Optional[float] = None) -> PlacementGroup:
+        """Blocks until the group is CREATED (watching, not polling) and
+        returns it. Raises SlicedError with DEADLINE_EXCEEDED when `timeout`
+        seconds pass first (None: wait forever), FAILED_PRECONDITION if the
+        group is INFEASIBLE, NOT_FOUND if it does not exist or was removed."""
+        current = self.get(pg)
+        if current.state not in _SETTLED:
+            start = time.monotonic()
+            events = self.watch(placement_group_id=current.id, timeout=timeout)
+            try:
+                for event in events:
+                    current = event
+                    if current.state in _SETTLED:
+                        break
+            except SlicedError as e:
+                if e.code != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise
+                raise SlicedError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  "placement group %s is still %s after %.1fs%s" % (
+                                      current.id, current.state, time.monotonic() - start,
+                                      ": " + current.pending_reason
+                                      if current.pending_reason else "")) from None
+            finally:
+                events.close()  # cancels the stream
+        if current.state == "INFEASIBLE":
+            raise SlicedError(grpc.StatusCode.FAILED_PRECONDITION,
+                              "placement group %s is INFEASIBLE: %s"
+                              % (current.id, current.pending_reason))
+        if current.state == "REMOVED":
+            raise SlicedError(grpc.StatusCode.NOT_FOUND,
+                              "placement group %s was removed" % current.id)
+        return current
+
+    def watch(self, job_id: str = "", placement_group_id: str = "",
+              timeout: Optional[float] = None) -> Iterator[PlacementGroup]:
+        """Yields the matching groups' current state, then every change, until
+        the generator is closed (or `timeout` seconds pass: SlicedError with
+        DEADLINE_EXCEEDED). Closing it cancels the stream."""
+        stream = self._placement.WatchPlacementGroups(
+            _pb.WatchPlacementGroupsRequest(job_id=job_id,
+                                            placement_group_id=placement_group_id),
+            timeout=timeout)
+        try:
+            for event in stream:
+                yield PlacementGroup.from_proto(event.placement_group)
+        except grpc.RpcError as e:
+            raise SlicedError(e.code(), e.details()) from None
+        finally:
+            stream.cancel()
+
+    def explain(self, target: Union[PgRef, ScalingConfig], *, job_id: str = "",
+                compute_class: str = "") -> Explanation:
+        """Why a group is pending (or where it is placed). Given a
+        ScalingConfig instead, a dry run: what would happen if it were
+        submitted now (nothing is created)."""
+        if isinstance(target, ScalingConfig):
+            request = _pb.ExplainPlacementGroupRequest(
+                dry_run_scaling_config=_pb.SubmitScalingConfigRequest(
+                    scaling_config=target.to_proto(), job_id=job_id,
+                    compute_class=compute_class))
+        else:
+            request = _pb.ExplainPlacementGroupRequest(placement_group_id=_pg_id(target))
+        r = self._call(self._placement.ExplainPlacementGroup, request, retry=True)
+        return Explanation(outcome=r.outcome, summary=r.summary, details=list(r.details),
+                           bundles=[Bundle(resources=dict(b.resources),
+                                           label_selector=dict(b.label_selector),
+                                           node_id=b.node_id) for b in r.bundles])
+
+    # ------------------------------------------------------------ inventory
+
+    def nodes(self, selector: Optional[Dict[str, str]] = None) -> List[Node]:
+        """Every node matching a Ray label selector ("v", "!v", "in(a,b)",
+        "!in(a,b)"; entries ANDed), all pages."""
+        out, token = [], ""
+        while True:
+            response = self._call(self._inventory.ListNodes, _pb.ListNodesRequest(
+                label_selector=dict(selector or {}), page_token=token), retry=True)
+            out.extend(Node.from_proto(n) for n in response.nodes)
+            token = response.next_page_token
+            if not token:
+                return out
+
+    # ------------------------------------------------------------ plumbing
+
+    def _call(self, method, request, *, retry: bool):
+        deadline = time.monotonic() + self._timeout
+        backoff = 0.1
+        attempt = 1
+        while True:
+            try:
+                return method(request, timeout=max(0.001, deadline - time.monotonic()))
+            except grpc.RpcError as e:
+                if (retry and e.code() == grpc.StatusCode.UNAVAILABLE
+                        and attempt < self._max_attempts
+                        and time.monotonic() + backoff < deadline):
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    attempt += 1
+                    continue
+                raise SlicedError(e.code(), e.details()) from None

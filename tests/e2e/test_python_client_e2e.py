@@ -1,0 +1,224 @@
+"""End to end: the Python client (client/python/sliced_client) and
+examples/jaxtrainer_example.py against the real daemon."""
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import grpc
+from google.protobuf import json_format
+
+from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+import sliced_client  # noqa: E402
+from sliced_client import Client, ScalingConfig, SlicedError  # noqa: E402
+
+P = sliced_pb2
+SEED = ScalingConfig(use_tpu=True, num_workers=4, topology="4x4",
+                     accelerator_type="TPU-V6E", placement_strategy="SPREAD")
+EXAMPLE = os.path.join(REPO, "examples", "jaxtrainer_example.py")
+
+
+def register_demo_fleet(port):
+    with open(os.path.join(REPO, "examples", "fleet.json")) as f:
+        request = json_format.Parse(f.read(), P.RegisterNodesRequest())
+    with grpc.insecure_channel("127.0.0.1:%d" % port) as ch:
+        sliced_pb2_grpc.InventoryStub(ch).RegisterNodes(request, timeout=10)
+
+
+class PythonClientEndToEnd(unittest.TestCase):
+    def start(self):
+        d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0").start()
+        self.addCleanup(d.close)
+        register_demo_fleet(d.port)
+        client = Client("127.0.0.1:%d" % d.port)
+        self.addCleanup(client.close)
+        return d, client
+
+    def test_scaling_config_has_ray_trains_names_and_defaults(self):
+        fields = {f.name: f.default for f in dataclasses.fields(ScalingConfig)}
+        self.assertEqual(fields, {
+            "num_workers": 1, "use_gpu": False, "resources_per_worker": None,
+            "placement_strategy": "PACK", "accelerator_type": None, "use_tpu": False,
+            "topology": None, "label_selector": None})
+        self.assertEqual(sorted(sliced_client.__all__), sorted(
+            ["Bundle", "Client", "DEFAULT_ADDRESS", "Explanation", "Node",
+             "PlacementGroup", "ScalingConfig", "SlicedError", "Worker"]))
+        self.assertEqual(sliced_client.DEFAULT_ADDRESS, "127.0.0.1:50051")
+
+    def test_submit_wait_get_explain_remove(self):
+        _, client = self.start()
+        with client:
+            pg = client.submit(SEED, job_id="job-1", request_id="try-1")
+            self.assertEqual(pg.state, "CREATED", pg.pending_reason)
+            self.assertTrue(pg.ready)
+            self.assertEqual(client.submit(SEED, job_id="job-1", request_id="try-1").id, pg.id)
+            ready = client.wait_ready(pg, timeout=10)
+            self.assertEqual(ready.slice_names, ["v6e-a"])
+            self.assertEqual([w.rank for w in ready.workers], [0, 1, 2, 3])
+            self.assertEqual([w.node_id for w in ready.workers],
+                             ["v6e-a-w%d" % i for i in range(4)])
+            hosts = ",".join("10.0.1.1%d" % i for i in range(4))
+            for w in ready.workers:
+                self.assertEqual(w.env["TPU_WORKER_HOSTNAMES"], hosts)
+                self.assertEqual(w.env["TPU_WORKER_ID"], str(w.tpu_worker_id))
+                self.assertEqual(w.slice_name, "v6e-a")
+            self.assertEqual(client.get(pg.id), ready)
+            self.assertEqual(client.get(pg).job_id, "job-1")
+            # (What Explain says of a CREATED group is the server's business.)
+            self.assertTrue(client.explain(pg.id).summary)
+
+            # The only v6e slice is held: a second one waits, and says why.
+            second = client.submit(SEED)
+            self.assertEqual(second.state, "PENDING")
+            self.assertTrue(second.request_id.startswith("req-"))
+            why = client.explain(second)
+            self.assertEqual(why.outcome.lower(), "unschedulable")
+            self.assertIn("held", why.summary)
+            dry = client.explain(SEED)
+            self.assertEqual(dry.outcome.lower(), "unschedulable")
+            with self.assertRaises(SlicedError) as err:
+                client.wait_ready(second, timeout=0.5)
+            self.assertEqual(err.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+            self.assertIn("still PENDING", err.exception.message)
+            self.assertEqual([p.id for p in client.placement_groups(state="pending")],
+                             [second.id])
+            self.assertEqual([p.id for p in client.placement_groups(job_id="job-1")], [pg.id])
+
+            # Removing the first lets the second through; wait_ready sees it.
+            done = []
+            t = threading.Thread(target=lambda: done.append(client.wait_ready(second, 30)))
+            t.start()
+            time.sleep(0.3)
+            client.remove(pg)
+            t.join(timeout=30)
+            self.assertEqual(done[0].state, "CREATED")
+            self.assertEqual(done[0].slice_names, ["v6e-a"])
+            with self.assertRaises(SlicedError) as err:
+                client.get(pg)
+            self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+            with self.assertRaises(SlicedError) as err:
+                client.remove(pg)
+            self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+            with self.assertRaises(SlicedError) as err:
+                client.wait_ready("pg-nope", timeout=1)
+            self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_watch_yields_current_state_then_changes(self):
+        _, client = self.start()
+        first = client.submit(SEED, job_id="a")
+        second = client.submit(SEED, job_id="b")
+        seen = []
+        events = client.watch(job_id="b", timeout=30)
+
+        def read():
+            for pg in events:
+                seen.append((pg.id, pg.state))
+                if pg.state == "CREATED":
+                    return
+        t = threading.Thread(target=read)
+        t.start()
+        time.sleep(0.3)
+        client.remove(first)
+        t.join(timeout=30)
+        events.close()
+        self.assertEqual(seen, [(second.id, "PENDING"), (second.id, "CREATED")])
+        with self.assertRaises(SlicedError) as err:
+            list(client.watch(timeout=0.3))
+        self.assertEqual(err.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    def test_nodes_with_selectors(self):
+        _, client = self.start()
+        nodes = client.nodes()
+        self.assertEqual(len(nodes), 9)
+        v4 = client.nodes({"ray.io/accelerator-type": "in(TPU-V6E,TPU-V4)",
+                           "sliced.io/capacity-tier": "!spot"})
+        self.assertEqual([n.node_id for n in v4], ["v4-b-w0", "v4-b-w1"])
+        self.assertEqual(v4[0].state, "ALIVE")
+        self.assertEqual(v4[0].labels["ray.io/tpu-slice-name"], "v4-b")
+        self.assertEqual(v4[0].resources["TPU"], 4)
+        with self.assertRaises(SlicedError) as err:
+            client.nodes({"bad key!": "x"})
+        self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_every_error_is_a_sliced_error_with_rays_message(self):
+        _, client = self.start()
+        cases = [
+            (ScalingConfig(num_workers=4, use_tpu=True, accelerator_type="TPU-V6E"),
+             "`topology` must be specified in ScalingConfig when `use_tpu=True` and "
+             "`num_workers` > 1"),
+            (ScalingConfig(num_workers=1, use_tpu=True, use_gpu=True, topology="2x2",
+                           accelerator_type="TPU-V6E"),
+             "Cannot specify both `use_gpu=True` and `use_tpu=True`"),
+        ]
+        for config, message in cases:
+            with self.assertRaises(SlicedError) as err:
+                client.submit(config)
+            self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(message, err.exception.message)
+            self.assertTrue(str(err.exception).startswith("INVALID_ARGUMENT: "))
+        infeasible = client.submit(ScalingConfig(num_workers=8, use_tpu=True, topology="4x8",
+                                                 accelerator_type="TPU-V6E"))
+        self.assertEqual(infeasible.state, "INFEASIBLE")
+        with self.assertRaises(SlicedError) as err:
+            client.wait_ready(infeasible, timeout=5)
+        self.assertEqual(err.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("INFEASIBLE", err.exception.message)
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        with Client("127.0.0.1:%d" % closed, timeout=3) as unreachable:
+            started = time.monotonic()
+            with self.assertRaises(SlicedError) as err:
+                unreachable.nodes()
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertLess(time.monotonic() - started, 3.5)
+            with self.assertRaises(SlicedError) as err:
+                unreachable.submit(SEED)
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_stubs_are_found_from_the_environment_or_the_build_dir(self):
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "client", "python"))
+        code = "import sliced_client._stubs as s; print(s.stub_dir())"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.strip(), os.environ["SLICED_PY"])
+        env["SLICED_PY"] = "/nonexistent"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("set SLICED_PY", out.stderr)
+
+    def test_jaxtrainer_example_runs(self):
+        d, client = self.start()
+        out = subprocess.run([sys.executable, EXAMPLE, "--address", "127.0.0.1:%d" % d.port,
+                              "--timeout", "30"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("is CREATED on slice(s) v6e-a", out.stdout)
+        for rank in range(4):
+            self.assertIn("worker %d on v6e-a-w%d (10.0.1.1%d):" % (rank, rank, rank), out.stdout)
+            self.assertIn("  TPU_WORKER_ID=%d" % rank, out.stdout)
+        self.assertIn("  TPU_WORKER_HOSTNAMES=10.0.1.10,10.0.1.11,10.0.1.12,10.0.1.13",
+                      out.stdout)
+        self.assertIn("  TPU_NAME=v6e-a", out.stdout)
+        self.assertIn("released", out.stdout)
+        self.assertEqual(client.placement_groups(state="CREATED"), [])
+        # The unreachable case prints the error and exits 1.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        out = subprocess.run([sys.executable, EXAMPLE, "--address", "127.0.0.1:%d" % closed],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("UNAVAILABLE", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
