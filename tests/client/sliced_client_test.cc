@@ -1,0 +1,260 @@
+// SlicedClient against an in-process fake Placement service that fails on
+// command: retries, request ids, deadlines, the status mapping, waiting.
+#include "client/sliced_client.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+
+namespace sliced::client {
+namespace {
+
+// Answers UNAVAILABLE to the first `fail_first` unary calls, then `status`.
+class FakePlacement final : public v1::Placement::Service {
+ public:
+  grpc::Status SubmitScalingConfig(
+      grpc::ServerContext*, const v1::SubmitScalingConfigRequest* request,
+      v1::PlacementGroup* response) override {
+    {
+      absl::MutexLock lock(&mu_);
+      request_ids_.push_back(request->request_id());
+    }
+    response->set_placement_group_id("pg-1");
+    response->set_request_id(request->request_id());
+    return Next();
+  }
+  grpc::Status RemovePlacementGroup(
+      grpc::ServerContext*, const v1::RemovePlacementGroupRequest*,
+      v1::RemovePlacementGroupResponse*) override {
+    return Next();
+  }
+  grpc::Status GetPlacementGroup(grpc::ServerContext*,
+                                 const v1::GetPlacementGroupRequest* request,
+                                 v1::PlacementGroup* response) override {
+    absl::SleepFor(delay);
+    response->set_placement_group_id(request->placement_group_id());
+    response->set_state(v1::PENDING);
+    return Next();
+  }
+  grpc::Status WatchPlacementGroups(
+      grpc::ServerContext* context,
+      const v1::WatchPlacementGroupsRequest* request,
+      grpc::ServerWriter<v1::PlacementGroupEvent>* writer) override {
+    v1::PlacementGroupEvent event;
+    event.mutable_placement_group()->set_placement_group_id(
+        request->placement_group_id());
+    event.mutable_placement_group()->set_state(v1::PENDING);
+    writer->Write(event);
+    if (!watch_creates) {
+      while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+      return grpc::Status::CANCELLED;
+    }
+    event.mutable_placement_group()->set_state(v1::CREATED);
+    writer->Write(event);
+    return grpc::Status::OK;
+  }
+
+  int calls() const { return calls_.load(); }
+  std::vector<std::string> request_ids() {
+    absl::MutexLock lock(&mu_);
+    return request_ids_;
+  }
+
+  int fail_first = 0;
+  grpc::Status status = grpc::Status::OK;
+  absl::Duration delay = absl::ZeroDuration();
+  bool watch_creates = true;
+
+ private:
+  grpc::Status Next() {
+    int n = ++calls_;
+    if (n <= fail_first) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "try again");
+    }
+    return status;
+  }
+
+  std::atomic<int> calls_{0};
+  absl::Mutex mu_;
+  std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+class SlicedClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    options_.server = "127.0.0.1:" + std::to_string(port_);
+    options_.initial_backoff = absl::Milliseconds(1);
+    options_.timeout = absl::Seconds(10);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  std::unique_ptr<SlicedClient> Client() {
+    auto client = SlicedClient::Create(options_);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  }
+
+  FakePlacement fake_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  ClientOptions options_;
+};
+
+TEST_F(SlicedClientTest, RetriesACreateWithOneGeneratedRequestId) {
+  fake_.fail_first = 2;
+  auto pg = Client()->SubmitScalingConfig(v1::SubmitScalingConfigRequest());
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ(fake_.calls(), 3);
+  std::vector<std::string> ids = fake_.request_ids();
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids[0].rfind("req-", 0), 0u) << ids[0];
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_EQ(ids[1], ids[2]);
+  EXPECT_EQ(pg->request_id(), ids[0]);
+}
+
+TEST_F(SlicedClientTest, KeepsTheCallersRequestId) {
+  v1::SubmitScalingConfigRequest request;
+  request.set_request_id("mine");
+  ASSERT_TRUE(Client()->SubmitScalingConfig(request).ok());
+  EXPECT_EQ(fake_.request_ids(), std::vector<std::string>{"mine"});
+}
+
+TEST_F(SlicedClientTest, GeneratedRequestIdsDiffer) {
+  EXPECT_NE(NewRequestId(), NewRequestId());
+  EXPECT_EQ(NewRequestId().size(), 4u + 32u);
+}
+
+TEST_F(SlicedClientTest, GivesUpAfterMaxAttempts) {
+  fake_.fail_first = 100;
+  options_.max_attempts = 3;
+  auto pg = Client()->GetPlacementGroup("pg-1");
+  EXPECT_EQ(pg.status(), absl::UnavailableError("try again"));
+  EXPECT_EQ(fake_.calls(), 3);
+}
+
+TEST_F(SlicedClientTest, RemovesAreTriedOnce) {
+  fake_.fail_first = 1;
+  EXPECT_EQ(Client()->RemovePlacementGroup("pg-1").code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(fake_.calls(), 1);
+}
+
+TEST_F(SlicedClientTest, OtherErrorsComeBackAsGivenWithoutRetry) {
+  fake_.status =
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                   "scaling_config.topology: `topology` must be specified");
+  auto pg = Client()->SubmitScalingConfig(v1::SubmitScalingConfigRequest());
+  EXPECT_EQ(pg.status(),
+            absl::InvalidArgumentError(
+                "scaling_config.topology: `topology` must be specified"));
+  EXPECT_EQ(fake_.calls(), 1);
+}
+
+TEST_F(SlicedClientTest, TheDeadlineCoversEveryAttempt) {
+  fake_.fail_first = 100;
+  options_.timeout = absl::Milliseconds(300);
+  options_.initial_backoff =
+      absl::Milliseconds(200);  // the 3rd try would be late
+  options_.max_attempts = 10;
+  absl::Time start = absl::Now();
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(fake_.calls(), 2);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+
+  fake_.fail_first = 0;
+  fake_.delay = absl::Milliseconds(500);
+  options_.timeout = absl::Milliseconds(100);
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(SlicedClientTest, WaitForPlacementGroupWatchesUntilCreated) {
+  auto pg = Client()->WaitForPlacementGroup("pg-7", absl::Seconds(10));
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ(pg->placement_group_id(), "pg-7");
+  EXPECT_EQ(pg->state(), v1::CREATED);
+}
+
+TEST_F(SlicedClientTest, WaitForPlacementGroupTimesOutSayingTheState) {
+  fake_.watch_creates = false;
+  auto pg = Client()->WaitForPlacementGroup("pg-7", absl::Milliseconds(200));
+  EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(pg.status().message().find("pg-7 is still PENDING"),
+            std::string::npos)
+      << pg.status();
+}
+
+TEST_F(SlicedClientTest, UnreachableServerIsUnavailable) {
+  server_->Shutdown();
+  options_.max_attempts = 2;
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(SlicedClientCreateTest, RejectsBadOptions) {
+  struct Case {
+    const char* name;
+    void (*mutate)(ClientOptions&);
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"empty server", [](ClientOptions& o) { o.server = ""; }, "server"},
+      {"no attempts", [](ClientOptions& o) { o.max_attempts = 0; },
+       "max_attempts"},
+      {"zero timeout",
+       [](ClientOptions& o) { o.timeout = absl::ZeroDuration(); }, "timeout"},
+      {"missing CA",
+       [](ClientOptions& o) { o.root_ca_pem = "/nonexistent/ca.pem"; },
+       "root_ca_pem: cannot read \"/nonexistent/ca.pem\""},
+      {"cert without CA",
+       [](ClientOptions& o) {
+         o.client_cert_pem = "c.pem";
+         o.client_key_pem = "k.pem";
+       },
+       "need root_ca_pem"},
+      {"cert without key",
+       [](ClientOptions& o) {
+         o.root_ca_pem = "/dev/null";
+         o.client_cert_pem = "c.pem";
+       },
+       "give both or neither"},
+  };
+  for (const Case& c : cases) {
+    ClientOptions options;
+    c.mutate(options);
+    auto client = SlicedClient::Create(options);
+    ASSERT_FALSE(client.ok()) << c.name;
+    EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.name;
+    EXPECT_NE(client.status().message().find(c.expect), std::string::npos)
+        << c.name << ": " << client.status();
+  }
+}
+
+TEST(FromGrpcStatusTest, KeepsCodeAndMessage) {
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+  for (int code = 1; code <= 16; ++code) {
+    absl::Status s = FromGrpcStatus(grpc::Status(
+        static_cast<grpc::StatusCode>(code), "as the server said"));
+    EXPECT_EQ(static_cast<int>(s.code()), code);
+    EXPECT_EQ(s.message(), "as the server said");
+  }
+}
+
+}  // namespace
+}  // namespace sliced::client
