@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,9 @@ constexpr int kBestFitWindow = 8;
 constexpr int64_t kMatchingBudget = 4'000'000;
 // Candidates PACK examines when trying the whole gang on one node.
 constexpr int64_t kPackOneNodeScan = 1024;
+// Gangs up to this many bundles that land in several zones are also tried
+// one zone at a time (the cost is one placement per zone).
+constexpr size_t kZoneDomainMaxBundles = 64;
 
 const std::string& TpuName() {
   static const std::string* name = new std::string(kResourceTpu);
@@ -437,8 +441,95 @@ class SolveRun {
   }
 
   // --- Generic requests ----------------------------------------------------
+  // Places the gang across the whole cluster; then, for small gangs spread
+  // over several zones, tries each zone alone and keeps the best placement
+  // by DomainScore.
   Attempt GenericAttempt(const std::vector<Bundle>& bundles,
                          const LabelSelector* priority) {
+    Attempt base = PlaceGang(bundles, priority, nullptr);
+    if (request_.strategy == Strategy::kPack && bundles.size() > 1) {
+      // Ray's PACK puts the gang on one node when it can; keep that unless it
+      // costs more (e.g. CPU bundles on a TPU host while CPU nodes hold them).
+      one_node_ = true;
+      Attempt one = PlaceGang(bundles, priority, nullptr);
+      one_node_ = false;
+      if (one.placed && (!base.placed || !(Score(bundles, base) < Score(bundles, one)))) {
+        base = std::move(one);
+      }
+    }
+    if (!base.placed || request_.strategy == Strategy::kStrictPack ||
+        bundles.size() > kZoneDomainMaxBundles) {
+      return base;
+    }
+    DomainScore best = Score(bundles, base);
+    if (best.zones <= 1) return base;
+    auto zones = snap_.label_index().find(kLabelZone);
+    if (zones == snap_.label_index().end()) return base;
+    Attempt chosen = std::move(base);
+    for (const auto& [zone, nodes] : *zones->second) {
+      LabelSelector domain;
+      domain.terms.push_back({std::string(kLabelZone), SelectorOp::kEquals, {zone}});
+      Attempt attempt = PlaceGang(bundles, priority, &domain);
+      if (!attempt.placed) continue;
+      const DomainScore score = Score(bundles, attempt);
+      if (score < best) {
+        best = score;
+        absl::StrAppend(&attempt.summary, " in zone ", zone);
+        chosen = std::move(attempt);
+      }
+    }
+    return chosen;
+  }
+
+  // How much a placement costs, compared lexicographically (lower is
+  // better): whole free slices it breaks, CPU-only bundles it puts on TPU
+  // nodes, how far it strays from the strategy (PACK: nodes used; SPREAD:
+  // bundles sharing a node), zones it spans, idle nodes it opens, then the
+  // sum of the nodes' ranks.
+  struct DomainScore {
+    int64_t slices_broken = 0;
+    int64_t cpu_on_tpu = 0;
+    int64_t strategy_cost = 0;
+    int64_t zones = 0;
+    int64_t fresh_nodes = 0;
+    int64_t rank_sum = 0;
+    friend auto operator<=>(const DomainScore&, const DomainScore&) = default;
+  };
+
+  DomainScore Score(const std::vector<Bundle>& bundles, const Attempt& a) const {
+    DomainScore score;
+    absl::btree_set<int32_t> broken;
+    absl::btree_set<std::string> zones;
+    absl::btree_set<uint32_t> fresh;
+    for (size_t b = 0; b < bundles.size(); ++b) {
+      const uint32_t i = a.nodes[b];
+      const InventorySnapshot::NodeEntry& e = snap_.node(i);
+      const BundleKind kind = KindOf(bundles[b].resources);
+      if (e.slice >= 0 && snap_.slice(e.slice).info.intact && snap_.slice(e.slice).free()) {
+        broken.insert(e.slice);
+      }
+      if (kind == BundleKind::kCpuOnly && e.tpu) ++score.cpu_on_tpu;
+      auto zone = e.node.labels.find(kLabelZone);
+      zones.insert(zone == e.node.labels.end() ? std::string() : zone->second);
+      if (e.allocations.empty()) fresh.insert(i);
+      score.rank_sum += snap_.Rank(kind, i);
+    }
+    const int64_t distinct =
+        static_cast<int64_t>(absl::btree_set<uint32_t>(a.nodes.begin(), a.nodes.end()).size());
+    if (request_.strategy == Strategy::kPack) score.strategy_cost = distinct;
+    if (request_.strategy == Strategy::kSpread) {
+      score.strategy_cost = static_cast<int64_t>(bundles.size()) - distinct;
+    }
+    score.slices_broken = static_cast<int64_t>(broken.size());
+    score.zones = static_cast<int64_t>(zones.size());
+    score.fresh_nodes = static_cast<int64_t>(fresh.size());
+    return score;
+  }
+
+  // One placement of the gang, optionally confined to `domain` (a selector
+  // ANDed with every bundle's).
+  Attempt PlaceGang(const std::vector<Bundle>& bundles, const LabelSelector* priority,
+                    const LabelSelector* domain) {
     Attempt out;
     overlay_.emplace(snap_, &released_);
     groups_.clear();
@@ -457,6 +548,7 @@ class SolveRun {
         continue;
       }
       selectors[b] = And(bundles[b].selector, priority);
+      if (domain != nullptr) selectors[b] = And(selectors[b], domain);
       group[b] = GroupFor(selectors[b], KindOf(bundles[b].resources),
                           bundles[b].resources);
     }
@@ -518,7 +610,8 @@ class SolveRun {
                     const std::vector<LabelSelector>& selectors,
                     const std::vector<int>& group, std::vector<bool>& done) {
     const bool pack = request_.strategy == Strategy::kPack;
-    if (pack && opened_.empty() && bundles.size() > 1 && OneNode(out, bundles, selectors, done)) {
+    if (one_node_) {
+      if (pack && opened_.empty()) OneNode(out, bundles, selectors, done);
       return;
     }
     size_t round_robin = 0;
@@ -559,8 +652,8 @@ class SolveRun {
     out.placed = true;
   }
 
-  // PACK's first try: every bundle on one node, best fit, looking at no
-  // more than kPackOneNodeScan candidates. True when placed.
+  // PACK's one-node placement: every bundle on one node, best fit, looking
+  // at no more than kPackOneNodeScan candidates. True when placed.
   bool OneNode(Attempt& out, const std::vector<Bundle>& bundles,
                const std::vector<LabelSelector>& selectors,
                std::vector<bool>& done) {
@@ -950,6 +1043,7 @@ class SolveRun {
   absl::flat_hash_map<std::string, int> group_of_;
   absl::flat_hash_map<std::string, std::unique_ptr<Bits>> bits_cache_;
   std::vector<uint32_t> opened_;  // gang nodes in opening order
+  bool one_node_ = false;         // PACK: only try the whole gang on one node
   absl::flat_hash_set<uint32_t> opened_set_;
 };
 

@@ -162,9 +162,10 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      CPU node fits or its selector asks for TPU nodes, and a free
 //      multi-host slice is broken only when nothing else fits.
 //   3. Fit the whole gang, bundles largest first (TPU, CPU, memory):
-//      PACK: the whole gang on one node if it fits there (best fit, as
-//        Ray's PACK does, scanning at most kPackOneNodeScan candidates),
-//        else nodes this gang already uses first, then best fit among the
+//      PACK: the whole gang on one node (best fit, as Ray's PACK does,
+//        scanning at most 1,024 candidates) unless that scores worse (see
+//        4) than the greedy placement: nodes this gang already uses first,
+//        then best fit among the
 //        first 8 fitting candidates of the best rank (least leftover of the
 //        bundle's dominant resource); SPREAD: a node this gang does not use
 //        yet (same best-fit choice), else the gang's nodes round-robin;
@@ -172,6 +173,12 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //        every selector; STRICT_SPREAD: distinct nodes, most constrained
 //        bundle first, then augmenting paths (bipartite matching) when
 //        greedy fails, so it finds a placement whenever one exists.
+//   4. Domains: a gang of up to 64 bundles placed across several zones is
+//      also placed in each zone alone; the lowest score wins, compared in
+//      order: whole free slices broken, CPU-only bundles on TPU nodes, the
+//      strategy's own cost (PACK: nodes used; SPREAD: bundles sharing a
+//      node), zones spanned, idle nodes opened, sum of ranks; ties keep the
+//      cluster-wide placement, then the first zone by name.
 //   Pinned bundles are placed first, on their node.
 //  On failure, a diagnosis step counts what was ruled out and why.
 Decision Solve(const InventorySnapshot& snapshot,

@@ -335,6 +335,31 @@ TEST(SolverStrategyTest, Table) {
   }
 }
 
+TEST(SolverZoneTest, SmallGangsPreferOneZone) {
+  // Two used nodes in different zones each hold one {CPU: 3}; zone z1 also
+  // has an idle node. Staying in z1 costs one idle node and no more nodes.
+  std::vector<Node> nodes = {CpuNode("a", 4, "z1"), CpuNode("b", 4, "z2"),
+                             CpuNode("c", 4, "z1")};
+  auto snap = Snap(nodes, {Allocation{"x", 0, "a", Cpu(0.5)},
+                           Allocation{"y", 0, "b", Cpu(0.5)}});
+  Decision d = Solve(*snap, Generic(Strategy::kPack, {B(Cpu(3)), B(Cpu(3))}));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "a,c");
+  EXPECT_NE(d.diagnosis.summary.find("in zone z1"), std::string::npos)
+      << d.diagnosis.summary;
+
+  // But not at the price of putting a CPU bundle on a TPU host.
+  std::vector<Node> tpu = {CpuNode("a", 4, "z1"), CpuNode("b", 4, "z2")};
+  Append(tpu, Slice("s", "TPU-V6E", "4x4", "z1"));
+  auto snap2 = Snap(tpu, {Allocation{"held", 0, "s-w3", Tpu(4)}});
+  d = Solve(*snap2, Generic(Strategy::kPack, {B(Cpu(3)), B(Cpu(3))}));
+  EXPECT_EQ(Nodes(d), "a,b");
+
+  // SPREAD keeps distinct nodes before one zone.
+  d = Solve(*snap, Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}));
+  EXPECT_EQ(Nodes(d), "a,b,c");
+}
+
 // --- Priorities, fallbacks, pinned bundles ----------------------------------
 
 TEST(SolverPriorityTest, WholeGangOnFirstPriorityThatHoldsIt) {
