@@ -495,6 +495,16 @@ TEST(SolverStrategyTest, StrictPackWaitsForRoom) {
             "gang (STRICT_PACK) {CPU: 3}: 0/1 nodes fit: 1 insufficient free CPU");
 }
 
+TEST(SolverTest, EmptyInventory) {
+  auto snap = InventorySnapshot::Empty();
+  Decision d = Solve(*snap, Generic(Strategy::kSpread, {B(Cpu(1))}));
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_EQ(d.diagnosis.summary, "bundle 0 {CPU: 1}: 0/0 nodes fit");
+  d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "2x4"));
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_EQ(d.diagnosis.summary, "no v6e-8 slice (v6e 2x4) exists in this inventory");
+}
+
 TEST(SolverTest, DoesNotMutateTheSnapshot) {
   auto snap = Snap({CpuNode("a", 4)});
   PlacementRequest r = Generic(Strategy::kPack, {B(Cpu(4))});
