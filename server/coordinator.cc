@@ -48,6 +48,12 @@ bool IsPending(const storage::PlacementGroupRecord& r) {
          r.state() == v1::INFEASIBLE;
 }
 
+std::tuple<int64_t, uint64_t, std::string> QueueKey(
+    const storage::PlacementGroupRecord& r) {
+  // Priority descending, then arrival.
+  return {-int64_t{r.priority()}, r.sequence(), r.placement_group_id()};
+}
+
 bool HoldsAllocations(const storage::PlacementGroupRecord& r) {
   return r.state() == v1::CREATED || r.state() == v1::RESCHEDULING;
 }
@@ -108,17 +114,12 @@ void Txn::DeletePg(absl::string_view pg_id) {
 }
 
 std::vector<std::string> Txn::PendingQueue() const {
-  // (-priority, sequence, id) sorts by priority descending, then arrival.
   absl::btree_set<std::tuple<int64_t, uint64_t, std::string>> queue;
   auto consider = [&](const std::string& id) {
     const PgEntry* pg = FindPg(id);
-    if (pg != nullptr && IsPending(pg->record)) {
-      queue.emplace(-int64_t{pg->record.priority()}, pg->record.sequence(), id);
-    }
+    if (pg != nullptr && IsPending(pg->record)) queue.insert(QueueKey(pg->record));
   };
-  for (const auto& [id, pg] : committed_.pgs) {
-    if (IsPending(pg.record)) consider(id);
-  }
+  for (const auto& [p, s, id] : committed_.queue) consider(id);
   for (const Changes<PgEntry>* changes : {&group_.pgs, &own_.pgs}) {
     for (const auto& [id, change] : *changes) consider(id);
   }
@@ -247,6 +248,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
           }
         }
         state.next_sequence = std::max(state.next_sequence, record.sequence() + 1);
+        if (IsPending(record)) state.queue.insert(QueueKey(record));
         if (!record.request_id().empty()) {
           state.pg_by_request_id[record.request_id()] = record.placement_group_id();
         }
@@ -349,7 +351,9 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
       MergeInto(txn.own_.classes, group.classes);
       group.snapshot = txn.own_.snapshot;
       group.next_sequence = txn.own_.next_sequence;
-      group.retry_pending |= txn.own_.retry_pending;
+      group.retry_pending = txn.own_.queue_retried
+                                ? txn.own_.retry_pending
+                                : group.retry_pending || txn.own_.retry_pending;
       mutation.Append(txn.mutation_);
       return absl::OkStatus();
     };
@@ -403,11 +407,17 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
 void Coordinator::Install(StateChanges& group) {
   for (const auto& [id, change] : group.pgs) {
     auto old = state_.pgs.find(id);
-    if (old != state_.pgs.end() && !old->second.record.request_id().empty()) {
-      state_.pg_by_request_id.erase(old->second.record.request_id());
+    if (old != state_.pgs.end()) {
+      if (!old->second.record.request_id().empty()) {
+        state_.pg_by_request_id.erase(old->second.record.request_id());
+      }
+      state_.queue.erase(QueueKey(old->second.record));
     }
     if (change && !change->record.request_id().empty()) {
       state_.pg_by_request_id[change->record.request_id()] = id;
+    }
+    if (change && IsPending(change->record)) {
+      state_.queue.insert(QueueKey(change->record));
     }
   }
   InstallInto(group.nodes, state_.nodes);

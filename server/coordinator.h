@@ -23,10 +23,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,6 +64,9 @@ struct ClusterState {
   absl::btree_map<std::string, PgEntry> pgs;
   absl::flat_hash_map<std::string, std::string> pg_by_request_id;
   absl::btree_map<std::string, storage::ComputeClassRecord> classes;
+  // Queued groups (PENDING, RESCHEDULING, INFEASIBLE) as (-priority,
+  // sequence, id): queue order.
+  absl::btree_set<std::tuple<int64_t, uint64_t, std::string>> queue;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };
@@ -80,6 +85,9 @@ struct StateChanges {
   // Set when capacity may have freed up or a class changed: the pending
   // queue is retried at the end of the group.
   bool retry_pending = false;
+  // Set when the queue was re-tried; retry_pending then says whether
+  // capacity freed again since.
+  bool queue_retried = false;
 };
 
 // One operation's view of the state and its pending writes.
@@ -123,6 +131,16 @@ class Txn {
 
   uint64_t NextSequence();
   void RequestPendingRetry() { own_.retry_pending = true; }
+  // Whether this op or an earlier one of the group may have freed capacity.
+  bool PendingRetryRequested() const {
+    return own_.queue_retried ? own_.retry_pending
+                              : own_.retry_pending || group_.retry_pending;
+  }
+  // Records that the queue was just re-tried on this op's view.
+  void MarkQueueRetried() {
+    own_.retry_pending = false;
+    own_.queue_retried = true;
+  }
   absl::Time now() const { return now_; }
 
  private:

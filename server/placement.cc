@@ -430,8 +430,11 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
   r.set_state(v1::PENDING);
   r.set_create_time_ms(absl::ToUnixMillis(txn.now()));
   r.set_queued_time_ms(r.create_time_ms());
-  // A new group backfills beside the queued ones (the queue was re-tried on
-  // this snapshot already), unless one of at least its priority starves.
+  // Queued groups go first: if an earlier op of this group freed capacity,
+  // re-try the queue before this newcomer can take it. A new group then
+  // backfills beside the queued ones, unless one of at least its priority
+  // starves.
+  if (txn.PendingRetryRequested()) RetryPending(txn, policy);
   const PgEntry* starving = nullptr;
   if (policy.starvation_bound > absl::ZeroDuration()) {
     for (const std::string& id : txn.PendingQueue()) {
@@ -481,6 +484,7 @@ absl::Status RemovePg(Txn& txn, const std::string& pg_id) {
 }
 
 void RetryPending(Txn& txn, const PlacementPolicy& policy) {
+  txn.MarkQueueRetried();
   std::optional<PlacementGroupRecord> blocker;  // a starving group not placed
   for (const std::string& id : txn.PendingQueue()) {
     const PgEntry* current = txn.FindPg(id);
