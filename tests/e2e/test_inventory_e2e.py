@@ -44,6 +44,13 @@ class InventoryEndToEnd(unittest.TestCase):
             slices = dynamic_call(ch, "sliced.v1.Inventory/ListSlices", "{}")["slices"]
             self.assertEqual([(s["name"], s["podType"], s.get("intact", False)) for s in slices],
                              [("v4-b", "v4-16", True), ("v6e-a", "v6e-16", True)])
+            # The README's JaxTrainer example, as grpcurl sends it.
+            pg = dynamic_call(ch, "sliced.v1.Placement/SubmitScalingConfig", json.dumps({
+                "scaling_config": {"num_workers": 4, "use_tpu": True, "topology": "4x4",
+                                   "accelerator_type": "TPU-V6E"},
+                "job_id": "job-1", "request_id": "job-1-try-1"}))
+            self.assertEqual(pg["state"], "CREATED")
+            self.assertEqual(pg["workers"][0]["env"]["TPU_NAME"], "v6e-a")
 
     def test_registered_nodes_survive_kill_9(self):
         data = temp_data_dir(self)

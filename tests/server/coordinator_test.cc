@@ -1,5 +1,9 @@
 #include "server/coordinator.h"
 
+#include "server/placement.h"
+#include "sliced/v1/sliced.pb.h"
+#include "storage/records.h"
+
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -168,6 +172,83 @@ TEST(CoordinatorTest, ExpiredLeaseMarksNodeDeadDurably) {
   auto stored = memory.Load();
   ASSERT_EQ(stored->nodes.size(), 1u);
   EXPECT_EQ(stored->nodes[0].state(), storage::NODE_DEAD);
+}
+
+}  // namespace
+}  // namespace sliced::server
+
+namespace sliced::server {
+namespace {
+
+storage::PlacementGroupRecord HeldPg(const std::string& id, const std::string& node,
+                                     int64_t cpu) {
+  storage::PlacementGroupRecord r;
+  r.set_placement_group_id(id);
+  r.set_state(v1::CREATED);
+  r.set_sequence(1);
+  storage::BundleRecord* b = r.add_bundles();
+  (*b->mutable_resources())["CPU"] = cpu;
+  b->set_node_id(node);
+  return r;
+}
+
+TEST(CoordinatorRecoveryTest, RefusesStoredPlacementsThatHoldCapacityTwice) {
+  storage::MemoryStore memory;
+  storage::Mutation m;
+  scheduler::Node node;
+  node.node_id = "n1";
+  node.address = "n1";
+  node.resources = {{"CPU", 40000}};
+  m.PutNode(storage::ToRecord(node));
+  m.PutPlacementGroup(HeldPg("pg-a", "n1", 30000));
+  m.PutPlacementGroup(HeldPg("pg-b", "n1", 30000));
+  ASSERT_TRUE(memory.Commit(m).ok());
+  Coordinator::Options o = NoLeases();
+  o.parse_pg = RequestFromRecord;
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("n1"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("refusing to serve"), std::string::npos);
+}
+
+TEST(CoordinatorRecoveryTest, RefusesPlacementsOnUnknownNodes) {
+  storage::MemoryStore memory;
+  storage::Mutation m;
+  m.PutPlacementGroup(HeldPg("pg-a", "ghost", 10000));
+  ASSERT_TRUE(memory.Commit(m).ok());
+  Coordinator::Options o = NoLeases();
+  o.parse_pg = RequestFromRecord;
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("ghost"), std::string::npos) << c.status();
+}
+
+TEST(CoordinatorRecoveryTest, ReloadsPlacementsAndQueue) {
+  storage::MemoryStore memory;
+  storage::Mutation m;
+  scheduler::Node node;
+  node.node_id = "n1";
+  node.address = "n1";
+  node.resources = {{"CPU", 40000}};
+  m.PutNode(storage::ToRecord(node));
+  m.PutPlacementGroup(HeldPg("pg-a", "n1", 30000));
+  storage::PlacementGroupRecord waiting = HeldPg("pg-b", "", 30000);
+  waiting.set_state(v1::PENDING);
+  waiting.set_sequence(2);
+  m.PutPlacementGroup(waiting);
+  ASSERT_TRUE(memory.Commit(m).ok());
+  Coordinator::Options o = NoLeases();
+  o.parse_pg = RequestFromRecord;
+  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->Read([](const ClusterState& s) {
+    EXPECT_EQ(*s.snapshot->FreeResources("n1"), (scheduler::ResourceSet{{"CPU", 10000}}));
+    EXPECT_EQ(s.queue.size(), 1u);
+    EXPECT_EQ(s.next_sequence, 3u);
+    return 0;
+  });
 }
 
 }  // namespace
