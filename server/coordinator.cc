@@ -350,6 +350,7 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
       MergeInto(txn.own_.pgs, group.pgs);
       MergeInto(txn.own_.classes, group.classes);
       group.snapshot = txn.own_.snapshot;
+      for (PgEntry& e : txn.own_.events) group.events.push_back(std::move(e));
       group.next_sequence = txn.own_.next_sequence;
       group.retry_pending = txn.own_.queue_retried
                                 ? txn.own_.retry_pending
@@ -382,7 +383,7 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     if (!committed.ok()) ++stats_.failed_commits;
   }
   if (committed.ok()) {
-    std::vector<PgEntry> changed;
+    std::vector<PgEntry> changed = std::move(group.events);
     std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
     {
       absl::MutexLock lock(&state_mu_);

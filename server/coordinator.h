@@ -85,6 +85,9 @@ struct StateChanges {
   // Set when capacity may have freed up or a class changed: the pending
   // queue is retried at the end of the group.
   bool retry_pending = false;
+  // Intermediate states watchers should see before the final ones (e.g.
+  // RESCHEDULING when a group is re-placed within the same commit).
+  std::vector<PgEntry> events;
   // Set when the queue was re-tried; retry_pending then says whether
   // capacity freed again since.
   bool queue_retried = false;
@@ -109,6 +112,9 @@ class Txn {
   const PgEntry* FindPgByRequestId(absl::string_view request_id) const;
   void PutPg(const PgEntry& entry);
   void DeletePg(absl::string_view pg_id);
+  // Makes watchers see `entry` as it is now, even if a later change of this
+  // commit supersedes it.
+  void NotifyIntermediate(const PgEntry& entry) { own_.events.push_back(entry); }
   // Ids of PENDING/RESCHEDULING/INFEASIBLE groups in queue order (priority desc, then
   // arrival); includes the changes of the group so far.
   std::vector<std::string> PendingQueue() const;

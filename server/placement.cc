@@ -545,6 +545,10 @@ absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids)
       if (entry.request.slice || lost.contains(b.node_id())) b.clear_node_id();
     }
     r.clear_slice_names();
+    r.set_update_time_ms(absl::ToUnixMillis(txn.now()));
+    r.set_pending_reason(absl::StrCat("RESCHEDULING: lost node(s) ",
+                                      absl::StrJoin(lost, ", ")));
+    txn.NotifyIntermediate(entry);
     entry.request.replacing_pg_id = id;
     ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry));
     (void)d;

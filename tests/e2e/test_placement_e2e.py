@@ -214,6 +214,16 @@ class PlacementEndToEnd(unittest.TestCase):
         pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
         self.assertEqual(pg.state, P.CREATED)
         first_slice = pg.slice_names[0]
+        seen = []
+        stream = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(
+            placement_group_id=pg.placement_group_id), timeout=30)
+
+        def watch():
+            for ev in stream:
+                seen.append((ev.placement_group.state, tuple(ev.placement_group.slice_names)))
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        self.addCleanup(lambda: (stream.cancel(), watcher.join()))
         victim[0] = first_slice + "-w2"
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -228,6 +238,11 @@ class PlacementEndToEnd(unittest.TestCase):
         slices = {s.name: s for s in inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices}
         self.assertFalse(slices[first_slice].intact)
         self.assertEqual(list(slices[first_slice].placement_group_ids), [])
+        time.sleep(0.3)
+        states = [state for state, _ in seen]
+        self.assertEqual(states[0], P.CREATED)  # the current state first
+        self.assertIn(P.RESCHEDULING, states)
+        self.assertEqual(seen[-1], (P.CREATED, tuple(got.slice_names)))
 
     def test_placements_survive_kill_9(self):
         data = temp_data_dir(self)
