@@ -450,9 +450,7 @@ class SolveRun {
     if (request_.strategy == Strategy::kPack && bundles.size() > 1) {
       // Ray's PACK puts the gang on one node when it can; keep that unless it
       // costs more (e.g. CPU bundles on a TPU host while CPU nodes hold them).
-      one_node_ = true;
-      Attempt one = PlaceGang(bundles, priority, nullptr);
-      one_node_ = false;
+      Attempt one = PlaceOnOneNode(bundles, priority);
       if (one.placed && (!base.placed || !(Score(bundles, base) < Score(bundles, one)))) {
         base = std::move(one);
       }
@@ -526,27 +524,66 @@ class SolveRun {
     return score;
   }
 
-  // One placement of the gang, optionally confined to `domain` (a selector
-  // ANDed with every bundle's).
-  Attempt PlaceGang(const std::vector<Bundle>& bundles, const LabelSelector* priority,
-                    const LabelSelector* domain) {
+  // PACK's one-node placement: every bundle on one node, best fit, looking
+  // at no more than kPackOneNodeScan candidates. Not with pinned bundles.
+  Attempt PlaceOnOneNode(const std::vector<Bundle>& bundles,
+                         const LabelSelector* priority) {
     Attempt out;
+    Reset();
+    ResourceSet sum;
+    LabelSelector all = priority == nullptr ? LabelSelector() : *priority;
+    std::vector<const LabelSelector*> seen;
+    for (const Bundle& b : bundles) {
+      if (!b.pinned_node_id.empty()) return out;
+      for (const auto& [name, amount] : b.resources) sum[name] += amount;
+      if (std::none_of(seen.begin(), seen.end(),
+                       [&](const LabelSelector* x) { return *x == b.selector; })) {
+        seen.push_back(&b.selector);
+        all = And(all, &b.selector);
+      }
+    }
+    Group& g = groups_[GroupFor(all, KindOf(sum), sum)];
+    const int64_t node = BestFit(g, sum, /*fresh_only=*/false, kPackOneNodeScan);
+    if (node < 0) return out;
+    out.nodes.assign(bundles.size(), static_cast<uint32_t>(node));
+    out.placed = true;
+    out.summary = absl::StrCat("placed ", bundles.size(), " bundles on 1 node (PACK)");
+    return out;
+  }
+
+  void Reset() {
     overlay_.emplace(snap_, &released_);
     groups_.clear();
     group_of_.clear();
     bits_cache_.clear();
     opened_.clear();
     opened_set_.clear();
+  }
+
+  // One placement of the gang, optionally confined to `domain` (a selector
+  // ANDed with every bundle's).
+  Attempt PlaceGang(const std::vector<Bundle>& bundles, const LabelSelector* priority,
+                    const LabelSelector* domain) {
+    Attempt out;
+    Reset();
     const size_t b_count = bundles.size();
     std::vector<int> group(b_count);
     std::vector<LabelSelector> selectors(b_count);
+    // Bundles of a gang repeat a few shapes: look at the last few distinct
+    // ones before building a group key.
+    std::vector<size_t> recent;
     for (size_t b = 0; b < b_count; ++b) {
-      if (b > 0 && bundles[b].selector == bundles[b - 1].selector &&
-          bundles[b].resources == bundles[b - 1].resources) {
-        selectors[b] = selectors[b - 1];
-        group[b] = group[b - 1];
+      auto same = std::find_if(recent.rbegin(), recent.rend(), [&](size_t r) {
+        return bundles[b].selector == bundles[r].selector &&
+               bundles[b].resources == bundles[r].resources;
+      });
+      if (same != recent.rend()) {
+        selectors[b] = selectors[*same];
+        group[b] = group[*same];
         continue;
       }
+      if (recent.size() == 4) recent.erase(recent.begin());
+      recent.push_back(b);
       selectors[b] = And(bundles[b].selector, priority);
       if (domain != nullptr) selectors[b] = And(selectors[b], domain);
       group[b] = GroupFor(selectors[b], KindOf(bundles[b].resources),
@@ -610,10 +647,6 @@ class SolveRun {
                     const std::vector<LabelSelector>& selectors,
                     const std::vector<int>& group, std::vector<bool>& done) {
     const bool pack = request_.strategy == Strategy::kPack;
-    if (one_node_) {
-      if (pack && opened_.empty()) OneNode(out, bundles, selectors, done);
-      return;
-    }
     size_t round_robin = 0;
     for (size_t b : LargestFirst(bundles)) {
       if (done[b]) continue;
@@ -650,30 +683,6 @@ class SolveRun {
       done[b] = true;
     }
     out.placed = true;
-  }
-
-  // PACK's one-node placement: every bundle on one node, best fit, looking
-  // at no more than kPackOneNodeScan candidates. True when placed.
-  bool OneNode(Attempt& out, const std::vector<Bundle>& bundles,
-               const std::vector<LabelSelector>& selectors,
-               std::vector<bool>& done) {
-    ResourceSet sum;
-    LabelSelector all;
-    for (size_t b = 0; b < bundles.size(); ++b) {
-      for (const auto& [name, amount] : bundles[b].resources) sum[name] += amount;
-      if (b == 0 || !(bundles[b].selector == bundles[b - 1].selector)) {
-        all = And(all, &selectors[b]);
-      }
-    }
-    Group& g = groups_[GroupFor(all, KindOf(sum), sum)];
-    const int64_t node = BestFit(g, sum, /*fresh_only=*/false, kPackOneNodeScan);
-    if (node < 0) return false;
-    for (size_t b = 0; b < bundles.size(); ++b) {
-      Place(out, b, static_cast<uint32_t>(node), bundles[b].resources);
-      done[b] = true;
-    }
-    out.placed = true;
-    return true;
   }
 
   void StrictPack(Attempt& out, const std::vector<Bundle>& bundles,
@@ -1043,7 +1052,6 @@ class SolveRun {
   absl::flat_hash_map<std::string, int> group_of_;
   absl::flat_hash_map<std::string, std::unique_ptr<Bits>> bits_cache_;
   std::vector<uint32_t> opened_;  // gang nodes in opening order
-  bool one_node_ = false;         // PACK: only try the whole gang on one node
   absl::flat_hash_set<uint32_t> opened_set_;
 };
 
