@@ -9,4 +9,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev librocksdb-dev prometheus-cpp-dev libgtest-dev libbenchmark-dev \
-  grpc-proto python3 python3-grpcio python3-protobuf >/dev/null
+  grpc-proto python3 python3-grpcio python3-protobuf \
+  prometheus >/dev/null  # promtool, for the /metrics format test

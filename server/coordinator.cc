@@ -276,6 +276,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     }
     state.snapshot = *std::move(snapshot);
   }
+  if (c->options_.load_logs) {
+    storage::Mutation trim;
+    c->options_.load_logs(stored.logs, &trim);
+    RETURN_IF_ERROR(c->store_->Commit(trim));
+  }
   c->writer_ = std::thread([raw = c.get()] { raw->WriterLoop(); });
   if (c->options_.heartbeat_timeout > absl::ZeroDuration()) {
     c->lease_checker_ = std::thread([raw = c.get()] { raw->LeaseLoop(); });
@@ -375,7 +380,13 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
       (void)retried;  // a failed retry leaves the queue as it was
     }
   }
+  const absl::Time commit_start = absl::Now();
   absl::Status committed = store_->Commit(mutation);
+  if (options_.on_commit && !mutation.empty()) {
+    options_.on_commit(absl::Now() - commit_start,
+                       static_cast<int64_t>(applied.size()),
+                       static_cast<int64_t>(mutation.size()), committed.ok());
+  }
   {
     absl::MutexLock lock(&queue_mu_);
     ++stats_.groups;

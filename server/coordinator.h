@@ -123,6 +123,12 @@ class Txn {
   // Ids of live groups holding a bundle on `node_id`.
   std::vector<std::string> PgsOnNode(absl::string_view node_id);
 
+  // Log records: written with the op's commit, not part of ClusterState.
+  void PutLog(absl::string_view key, const storage::LogRecord& record) {
+    mutation_.PutLog(key, record);
+  }
+  void DeleteLog(absl::string_view key) { mutation_.DeleteLog(key); }
+
   const storage::ComputeClassRecord* FindClass(absl::string_view name) const;
   void PutClass(const storage::ComputeClassRecord& record);
   void DeleteClass(absl::string_view name);
@@ -199,6 +205,14 @@ class Coordinator {
     // placement groups are rescheduled in the same commit.
     std::function<absl::Status(Txn&, const std::vector<std::string>&)>
         on_nodes_lost;
+    // Runs after every group commit: its latency, ops and writes, success.
+    std::function<void(absl::Duration, int64_t ops, int64_t writes, bool ok)>
+        on_commit;
+    // Receives the stored log records at start-up and may add writes (e.g.
+    // trimming) that are committed before serving.
+    std::function<void(const std::vector<std::pair<std::string, storage::LogRecord>>&,
+                       storage::Mutation*)>
+        load_logs;
     // Parses a stored placement group record into the engine request
     // (recovery). Set by the placement layer; without it PGs are not loaded.
     std::function<absl::StatusOr<scheduler::PlacementRequest>(

@@ -4,11 +4,18 @@
 #define SLICED_SERVER_GRPC_STATUS_H_
 
 #include "absl/status/status.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 
 namespace sliced::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Finishes a unary callback-API call at once with `status`; returns the
+// reactor for the handler to return.
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      const absl::Status& status);
 
 }  // namespace sliced::server
 

@@ -17,13 +17,6 @@ namespace {
 
 using scheduler::NodeState;
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 absl::Status NodeNotFound(absl::string_view id) {
   return absl::NotFoundError(absl::StrCat("node_id: no node \"", id, "\""));
 }
@@ -89,7 +82,7 @@ grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
     v1::RegisterNodesResponse* response) {
   absl::StatusOr<std::vector<scheduler::Node>> nodes =
       NodesFromProto(request->nodes(), limits_);
-  if (!nodes.ok()) return Finish(context, nodes.status());
+  if (!nodes.ok()) return FinishUnary(context, nodes.status());
   return Write(context, [nodes = *std::move(nodes), response](Txn& txn) {
     for (const scheduler::Node& node : nodes) {
       NodeEntry entry{node, txn.now()};
@@ -113,17 +106,17 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
   if (request->heartbeats().empty()) {
-    return Finish(context,
+    return FinishUnary(context,
                   absl::InvalidArgumentError("heartbeats: must not be empty"));
   }
   if (request->heartbeats_size() > limits_.max_nodes_per_batch) {
-    return Finish(context, absl::InvalidArgumentError(absl::StrCat(
+    return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
                                "heartbeats: at most ", limits_.max_nodes_per_batch,
                                " per batch, got ", request->heartbeats_size())));
   }
   response->set_lease_seconds(
       absl::ToDoubleSeconds(coordinator_->options().heartbeat_timeout));
-  return Write(context, [request](Txn& txn) {
+  return Write(context, [this, request](Txn& txn) {
     std::vector<std::string> lost;
     for (int i = 0; i < request->heartbeats_size(); ++i) {
       const v1::NodeHeartbeat& beat = request->heartbeats(i);
@@ -144,7 +137,7 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
         txn.TouchNode(next);
       }
     }
-    return lost.empty() ? absl::OkStatus() : HandleNodesLost(txn, lost);
+    return lost.empty() ? absl::OkStatus() : HandleNodesLost(txn, lost, policy_);
   });
 }
 
@@ -152,7 +145,7 @@ grpc::ServerUnaryReactor* InventoryService::DrainNode(
     grpc::CallbackServerContext* context, const v1::DrainNodeRequest* request,
     v1::DrainNodeResponse* response) {
   if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
-    return Finish(context, s);
+    return FinishUnary(context, s);
   }
   return Write(context, [request, response](Txn& txn) {
     const NodeEntry* entry = txn.FindNode(request->node_id());
@@ -174,9 +167,10 @@ grpc::ServerUnaryReactor* InventoryService::RemoveNode(
     grpc::CallbackServerContext* context, const v1::RemoveNodeRequest* request,
     v1::RemoveNodeResponse* /*response*/) {
   if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
-    return Finish(context, s);
+    return FinishUnary(context, s);
   }
-  return Write(context, [request](Txn& txn) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  coordinator_->Submit(WriteOp{[this, request](Txn& txn) {
     if (txn.FindNode(request->node_id()) == nullptr) {
       return NodeNotFound(request->node_id());
     }
@@ -193,18 +187,27 @@ grpc::ServerUnaryReactor* InventoryService::RemoveNode(
       NodeEntry dead = *txn.FindNode(request->node_id());
       dead.node.state = NodeState::kDead;
       txn.PutNode(dead);
-      RETURN_IF_ERROR(HandleNodesLost(txn, {request->node_id()}));
+      RETURN_IF_ERROR(HandleNodesLost(txn, {request->node_id()}, policy_));
     }
     txn.RemoveNode(request->node_id());
+    if (logs_ != nullptr) logs_->StageForget(txn, request->node_id());
     return absl::OkStatus();
-  });
+  },
+  [this, reactor, request](const absl::Status& s) {
+    if (s.ok()) {
+      if (logs_ != nullptr) logs_->Forget(request->node_id());
+      if (telemetry_ != nullptr) telemetry_->Forget(request->node_id());
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  }});
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InventoryService::GetNode(
     grpc::CallbackServerContext* context, const v1::GetNodeRequest* request,
     v1::Node* response) {
   if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
-    return Finish(context, s);
+    return FinishUnary(context, s);
   }
   absl::Status status = coordinator_->Read([&](const ClusterState& state) {
     auto it = state.nodes.find(request->node_id());
@@ -212,7 +215,7 @@ grpc::ServerUnaryReactor* InventoryService::GetNode(
     EntryToProto(it->second, *state.snapshot, response);
     return absl::OkStatus();
   });
-  return Finish(context, status);
+  return FinishUnary(context, status);
 }
 
 grpc::ServerUnaryReactor* InventoryService::ListNodes(
@@ -222,12 +225,12 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
       scheduler::ParseLabelSelector(absl::btree_map<std::string, std::string>(
           request->label_selector().begin(), request->label_selector().end()));
   if (!selector.ok()) {
-    return Finish(context,
+    return FinishUnary(context,
                   absl::InvalidArgumentError(absl::StrCat(
                       "label_selector: ", selector.status().message())));
   }
   if (request->page_size() < 0 || request->page_size() > limits_.max_page_size) {
-    return Finish(context, absl::InvalidArgumentError(absl::StrCat(
+    return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
                                "page_size: must be 0..", limits_.max_page_size,
                                ", got ", request->page_size())));
   }
@@ -248,7 +251,7 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
     }
     return 0;
   });
-  return Finish(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InventoryService::ListSlices(
@@ -279,7 +282,7 @@ grpc::ServerUnaryReactor* InventoryService::ListSlices(
     }
     return 0;
   });
-  return Finish(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 namespace {
@@ -336,7 +339,7 @@ grpc::ServerUnaryReactor* InventoryService::PutComputeClass(
     const v1::PutComputeClassRequest* request, v1::ComputeClass* response) {
   absl::StatusOr<storage::ComputeClassRecord> record =
       ComputeClassFromProto(request->compute_class());
-  if (!record.ok()) return Finish(context, record.status());
+  if (!record.ok()) return FinishUnary(context, record.status());
   ComputeClassToProto(*record, response);
   return Write(context, [record = *std::move(record)](Txn& txn) {
     txn.PutClass(record);
@@ -353,7 +356,7 @@ grpc::ServerUnaryReactor* InventoryService::ListComputeClasses(
     }
     return 0;
   });
-  return Finish(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* InventoryService::DeleteComputeClass(

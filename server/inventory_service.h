@@ -8,14 +8,24 @@
 
 #include "server/coordinator.h"
 #include "server/limits.h"
+#include "server/log_store.h"
+#include "server/placement.h"
+#include "server/telemetry_store.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
 namespace sliced::server {
 
 class InventoryService final : public v1::Inventory::CallbackService {
  public:
-  InventoryService(Coordinator* coordinator, const Limits& limits)
-      : coordinator_(coordinator), limits_(limits) {}
+  // `logs` and `telemetry` (optional) forget a node when it is removed.
+  InventoryService(Coordinator* coordinator, const Limits& limits,
+                   const PlacementPolicy& policy, LogStore* logs = nullptr,
+                   TelemetryStore* telemetry = nullptr)
+      : coordinator_(coordinator),
+        limits_(limits),
+        policy_(policy),
+        logs_(logs),
+        telemetry_(telemetry) {}
 
   grpc::ServerUnaryReactor* RegisterNodes(
       grpc::CallbackServerContext* context,
@@ -61,6 +71,9 @@ class InventoryService final : public v1::Inventory::CallbackService {
 
   Coordinator* const coordinator_;
   const Limits limits_;
+  const PlacementPolicy policy_;
+  LogStore* const logs_;
+  TelemetryStore* const telemetry_;
 };
 
 }  // namespace sliced::server

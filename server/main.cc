@@ -17,6 +17,10 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics HTTP address (empty disables)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "a node without a heartbeat for this long turns DEAD (0 disables)");
+ABSL_FLAG(absl::Duration, telemetry_max_age, absl::Seconds(60),
+          "TPU telemetry older than this is dropped from /metrics");
+ABSL_FLAG(int, log_lines_per_node, 1000,
+          "libtpu log lines kept per node (a ring, persisted)");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -40,6 +44,8 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.starvation_bound = absl::GetFlag(FLAGS_starvation_bound);
+  options.telemetry_max_age = absl::GetFlag(FLAGS_telemetry_max_age);
+  options.log_lines_per_node = absl::GetFlag(FLAGS_log_lines_per_node);
   if (options.heartbeat_timeout < absl::ZeroDuration() ||
       options.starvation_bound < absl::ZeroDuration()) {
     std::fprintf(stderr,

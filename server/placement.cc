@@ -222,12 +222,15 @@ std::string PendingReason(const Decision& d) {
 
 // Solves `entry` on the txn's snapshot and, when placed, allocates. Updates
 // the record's state, bundles, reason. Returns the decision.
-absl::StatusOr<Decision> TryPlace(Txn& txn, PgEntry& entry) {
+absl::StatusOr<Decision> TryPlace(Txn& txn, PgEntry& entry,
+                                  const PlacementPolicy& policy) {
   PlacementGroupRecord& r = entry.record;
   PlacementRequest request = entry.request;
   ASSIGN_OR_RETURN(request.priorities, Priorities(txn, r));
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+  const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);
+  if (policy.on_decision) policy.on_decision(d, absl::Now() - start);
   r.set_update_time_ms(absl::ToUnixMillis(txn.now()));
   if (d.outcome != Decision::kPlaced) {
     r.set_pending_reason(PendingReason(d));
@@ -454,7 +457,7 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
     PgToProto(entry, *snapshot, reply);
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry));
+  ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry, policy));
   if (d.outcome != Decision::kPlaced && !r.compute_class().empty()) {
     const storage::ComputeClassRecord* cls = txn.FindClass(r.compute_class());
     if (cls != nullptr && cls->when_unsatisfiable() == v1::FAIL) {
@@ -498,7 +501,7 @@ void RetryPending(Txn& txn, const PlacementPolicy& policy) {
       }
       continue;
     }
-    auto d = TryPlace(txn, entry);
+    auto d = TryPlace(txn, entry, policy);
     if (!d.ok()) continue;
     if (d->outcome != Decision::kPlaced &&
         Starving(entry.record, policy, txn.now())) {
@@ -512,7 +515,8 @@ void RetryPending(Txn& txn, const PlacementPolicy& policy) {
   }
 }
 
-absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids) {
+absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids,
+                             const PlacementPolicy& policy) {
   absl::btree_set<std::string> lost(node_ids.begin(), node_ids.end());
   absl::btree_set<std::string> affected;
   for (const std::string& node : node_ids) {
@@ -550,7 +554,7 @@ absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids)
                                       absl::StrJoin(lost, ", ")));
     txn.NotifyIntermediate(entry);
     entry.request.replacing_pg_id = id;
-    ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry));
+    ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry, policy));
     (void)d;
     // Keep pins only for this attempt: a later retry re-solves from the record.
     ASSIGN_OR_RETURN(entry.request, RequestFromRecord(r));

@@ -6,6 +6,7 @@
 #ifndef SLICED_SERVER_PLACEMENT_H_
 #define SLICED_SERVER_PLACEMENT_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct PlacementPolicy {
   // lower priority, later arrival) until it is placed: it claims capacity as
   // it frees. Zero disables the bound. Default 5 minutes.
   absl::Duration starvation_bound = absl::Minutes(5);
+  // Called after every solve with the decision and how long it took
+  // (metrics). Optional.
+  std::function<void(const scheduler::Decision&, absl::Duration)> on_decision;
 };
 
 // A validated request, not yet given an id, sequence or state.
@@ -60,7 +64,8 @@ void RetryPending(Txn& txn, const PlacementPolicy& policy);
 // Nodes turned DEAD (or were force-removed): their groups go RESCHEDULING
 // and are re-placed where possible (slice groups whole, plain groups only
 // the lost bundles).
-absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids);
+absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids,
+                             const PlacementPolicy& policy);
 
 // The engine decision for an existing group or a dry run, on `snapshot`.
 scheduler::Decision Explain(const scheduler::InventorySnapshot& snapshot,

@@ -1,29 +1,22 @@
 #include "server/placement_service.h"
 
-#include <deque>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/placement.h"
+#include "server/stream_reactor.h"
 
 namespace sliced::server {
 namespace {
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 grpc::ServerUnaryReactor* SubmitCreate(grpc::CallbackServerContext* context,
                                        Coordinator* coordinator,
                                        const PlacementPolicy& policy,
                                        absl::StatusOr<PgSpec> spec,
                                        v1::PlacementGroup* response) {
-  if (!spec.ok()) return Finish(context, spec.status());
+  if (!spec.ok()) return FinishUnary(context, spec.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   coordinator->Submit(WriteOp{
       [spec = *std::move(spec), policy, response](Txn& txn) mutable {
@@ -41,12 +34,13 @@ bool WatchMatches(const v1::WatchPlacementGroupsRequest& filter,
 }
 
 // One WatchPlacementGroups stream: the current state, then every change.
-class WatchReactor : public grpc::ServerWriteReactor<v1::PlacementGroupEvent>,
+class WatchReactor : public StreamReactor<v1::PlacementGroupEvent>,
                      public WatchHub::Watcher {
  public:
   WatchReactor(Coordinator* coordinator, WatchHub* hub,
                v1::WatchPlacementGroupsRequest filter)
       : hub_(hub), filter_(std::move(filter)) {
+    set_on_done([this] { hub_->Remove(this); });
     hub_->Add(this);  // first, so that no change falls between the two
     std::vector<v1::PlacementGroup> current =
         coordinator->Read([&](const ClusterState& state) {
@@ -63,57 +57,14 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::PlacementGroupEvent>,
 
   void Deliver(const v1::PlacementGroup& pg) override {
     if (!WatchMatches(filter_, pg)) return;
-    absl::MutexLock lock(&mu_);
-    if (done_) return;
     v1::PlacementGroupEvent event;
     *event.mutable_placement_group() = pg;
-    pending_.push_back(std::move(event));
-    if (!writing_) WriteNext();
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    pending_.pop_front();
-    if (done_) {
-      Finish(grpc::Status::CANCELLED);
-      return;
-    }
-    if (!ok) {
-      Stop(grpc::Status::CANCELLED);
-      return;
-    }
-    if (!pending_.empty()) WriteNext();
-  }
-
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    Stop(grpc::Status::CANCELLED);
-  }
-
-  void OnDone() override {
-    hub_->Remove(this);
-    delete this;
+    StreamReactor::Deliver(std::move(event));
   }
 
  private:
-  void WriteNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    writing_ = true;
-    StartWrite(&pending_.front());
-  }
-  // Ends the stream; while a write is in flight, OnWriteDone finishes it.
-  void Stop(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (done_) return;
-    done_ = true;
-    if (!writing_) Finish(status);
-  }
-
   WatchHub* const hub_;
   const v1::WatchPlacementGroupsRequest filter_;
-  absl::Mutex mu_;
-  std::deque<v1::PlacementGroupEvent> pending_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -162,7 +113,7 @@ grpc::ServerUnaryReactor* PlacementService::GetPlacementGroup(
     PgToProto(it->second, *state.snapshot, response);
     return absl::OkStatus();
   });
-  return Finish(context, status);
+  return FinishUnary(context, status);
 }
 
 grpc::ServerUnaryReactor* PlacementService::ListPlacementGroups(
@@ -182,7 +133,7 @@ grpc::ServerUnaryReactor* PlacementService::ListPlacementGroups(
     }
     return 0;
   });
-  return Finish(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* PlacementService::RemovePlacementGroup(
@@ -252,7 +203,7 @@ grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(
     }
     return absl::OkStatus();
   });
-  return Finish(context, status);
+  return FinishUnary(context, status);
 }
 
 }  // namespace sliced::server

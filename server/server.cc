@@ -9,25 +9,30 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
-#include "prometheus/gauge.h"
-#include "prometheus/registry.h"
 #include "scheduler/status_macros.h"
 #include "server/coordinator.h"
 #include "server/inventory_service.h"
 #include "server/placement.h"
 #include "server/placement_service.h"
-#include "server/unimplemented_services.h"
+#include "server/log_store.h"
+#include "server/metrics.h"
+#include "server/telemetry_service.h"
+#include "server/telemetry_store.h"
 
 namespace sliced::server {
 
 struct SlicedServer::Impl {
-  std::unique_ptr<Coordinator> coordinator;
-  std::unique_ptr<InventoryService> inventory;
+  explicit Impl(const ServerOptions& options)
+      : telemetry(options.telemetry_max_age), logs(options.log_lines_per_node) {}
+  Metrics metrics;
+  TelemetryStore telemetry;
+  LogStore logs;
   WatchHub hub;
-  std::unique_ptr<PlacementService> placement;
-  std::unique_ptr<PendingTelemetryService> telemetry;
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<InventoryService> inventory_service;
+  std::unique_ptr<PlacementService> placement_service;
+  std::unique_ptr<TelemetryService> telemetry_service;
   std::unique_ptr<grpc::Server> server;
-  std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<prometheus::Exposer> exposer;
   int port = 0;
   int metrics_port = 0;
@@ -47,15 +52,36 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
 
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
     const ServerOptions& options, std::unique_ptr<storage::Store> store) {
-  auto impl = std::make_unique<Impl>();
+  if (options.log_lines_per_node < 1) {
+    return absl::InvalidArgumentError("log_lines_per_node: must be >= 1");
+  }
+  auto impl = std::make_unique<Impl>(options);
+  Metrics* metrics = &impl->metrics;
   Coordinator::Options coordinator_options;
   coordinator_options.heartbeat_timeout = options.heartbeat_timeout;
   coordinator_options.parse_pg = RequestFromRecord;
-  const PlacementPolicy policy{.starvation_bound = options.starvation_bound};
+  PlacementPolicy policy;
+  policy.starvation_bound = options.starvation_bound;
+  policy.on_decision = [metrics](const scheduler::Decision& d, absl::Duration took) {
+    std::string outcome(scheduler::OutcomeName(d.outcome));
+    for (char& c : outcome) c = static_cast<char>(std::tolower(c));
+    metrics->ObserveDecision(outcome, d.priority_index, absl::ToDoubleSeconds(took));
+  };
   coordinator_options.retry_pending = [policy](Txn& txn) {
     RetryPending(txn, policy);
   };
-  coordinator_options.on_nodes_lost = HandleNodesLost;
+  coordinator_options.on_nodes_lost =
+      [policy](Txn& txn, const std::vector<std::string>& nodes) {
+        return HandleNodesLost(txn, nodes, policy);
+      };
+  coordinator_options.on_commit = [metrics](absl::Duration took, int64_t ops,
+                                            int64_t writes, bool ok) {
+    metrics->ObserveCommit(absl::ToDoubleSeconds(took), ops, writes, ok);
+  };
+  coordinator_options.load_logs =
+      [logs = &impl->logs](
+          const std::vector<std::pair<std::string, storage::LogRecord>>& stored,
+          storage::Mutation* trim) { logs->Load(stored, trim); };
   coordinator_options.on_pg_changes =
       [hub = &impl->hub](const std::vector<PgEntry>& changed,
                          const scheduler::InventorySnapshot& snapshot) {
@@ -68,11 +94,13 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   ASSIGN_OR_RETURN(impl->coordinator,
                    Coordinator::Start(std::move(store), coordinator_options));
 
-  impl->inventory =
-      std::make_unique<InventoryService>(impl->coordinator.get(), options.limits);
-  impl->placement = std::make_unique<PlacementService>(
+  impl->inventory_service = std::make_unique<InventoryService>(
+      impl->coordinator.get(), options.limits, policy, &impl->logs, &impl->telemetry);
+  impl->placement_service = std::make_unique<PlacementService>(
       impl->coordinator.get(), &impl->hub, options.limits, policy);
-  impl->telemetry = std::make_unique<PendingTelemetryService>();
+  impl->telemetry_service = std::make_unique<TelemetryService>(
+      impl->coordinator.get(), &impl->telemetry, &impl->logs);
+  impl->metrics.AttachState(impl->coordinator.get(), &impl->telemetry);
 
   // The health proto is compiled into this binary so that reflection can
   // describe grpc.health.v1.Health; touching its descriptor keeps the linker
@@ -85,9 +113,13 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &impl->port);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
-  builder.RegisterService(impl->inventory.get());
-  builder.RegisterService(impl->placement.get());
-  builder.RegisterService(impl->telemetry.get());
+  builder.RegisterService(impl->inventory_service.get());
+  builder.RegisterService(impl->placement_service.get());
+  builder.RegisterService(impl->telemetry_service.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(impl->metrics.InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || impl->port == 0) {
     return absl::UnavailableError(
@@ -104,14 +136,8 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
       return absl::UnavailableError(absl::StrCat(
           "cannot serve metrics on ", options.metrics_listen, ": ", e.what()));
     }
-    impl->registry = std::make_shared<prometheus::Registry>();
-    prometheus::BuildGauge()
-        .Name("sliced_up")
-        .Help("1 while the sliced daemon is serving")
-        .Register(*impl->registry)
-        .Add({})
-        .Set(1);
-    impl->exposer->RegisterCollectable(impl->registry);
+    impl->exposer->RegisterCollectable(impl->metrics.registry());
+    impl->exposer->RegisterCollectable(impl->metrics.state_collector());
     std::vector<int> ports = impl->exposer->GetListeningPorts();
     impl->metrics_port = ports.empty() ? 0 : ports.front();
   }

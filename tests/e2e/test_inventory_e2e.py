@@ -104,15 +104,6 @@ class InventoryEndToEnd(unittest.TestCase):
         self.assertIn("locked", str(err.exception))
         self.assertEqual(second.proc.returncode, 1)
 
-    def test_unbuilt_rpcs_say_unimplemented(self):
-        d = self.start(temp_data_dir(self))
-        with d.channel() as ch:
-            with self.assertRaises(grpc.RpcError) as err:
-                sliced_pb2_grpc.TelemetryStub(ch).GetClusterSummary(
-                    sliced_pb2.GetClusterSummaryRequest(), timeout=10)
-            self.assertEqual(err.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
-            self.assertIn("issue 6", err.exception.details())
-
     def test_lease_expiry_marks_node_dead_and_heartbeat_revives(self):
         d = self.start(temp_data_dir(self), "--heartbeat_timeout=0.4s")
         with d.channel() as ch:

@@ -1,0 +1,48 @@
+// sliced.v1.Telemetry on gRPC's callback API: TPU telemetry reports, the
+// cluster summary, and libtpu logs (append, tail, follow).
+//
+// Thread-safe.
+#ifndef SLICED_SERVER_TELEMETRY_SERVICE_H_
+#define SLICED_SERVER_TELEMETRY_SERVICE_H_
+
+#include "server/coordinator.h"
+#include "server/log_store.h"
+#include "server/telemetry_store.h"
+#include "sliced/v1/sliced.grpc.pb.h"
+
+namespace sliced::server {
+
+class TelemetryService final : public v1::Telemetry::CallbackService {
+ public:
+  TelemetryService(Coordinator* coordinator, TelemetryStore* telemetry,
+                   LogStore* logs)
+      : coordinator_(coordinator), telemetry_(telemetry), logs_(logs) {}
+
+  grpc::ServerUnaryReactor* ReportTpuMetrics(
+      grpc::CallbackServerContext* context,
+      const v1::ReportTpuMetricsRequest* request,
+      v1::ReportTpuMetricsResponse* response) override;
+  grpc::ServerUnaryReactor* GetClusterSummary(
+      grpc::CallbackServerContext* context,
+      const v1::GetClusterSummaryRequest* request,
+      v1::GetClusterSummaryResponse* response) override;
+  grpc::ServerUnaryReactor* AppendLogs(grpc::CallbackServerContext* context,
+                                       const v1::AppendLogsRequest* request,
+                                       v1::AppendLogsResponse* response) override;
+  grpc::ServerWriteReactor<v1::LogLine>* TailLogs(
+      grpc::CallbackServerContext* context,
+      const v1::TailLogsRequest* request) override;
+
+  // Limits on AppendLogs.
+  static constexpr int kMaxLinesPerAppend = 1000;
+  static constexpr int kMaxLineBytes = 4096;
+
+ private:
+  Coordinator* const coordinator_;
+  TelemetryStore* const telemetry_;
+  LogStore* const logs_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_TELEMETRY_SERVICE_H_
