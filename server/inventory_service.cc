@@ -80,6 +80,10 @@ grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
     grpc::CallbackServerContext* context,
     const v1::RegisterNodesRequest* request,
     v1::RegisterNodesResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kInventory);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   absl::StatusOr<std::vector<scheduler::Node>> nodes =
       NodesFromProto(request->nodes(), limits_);
   if (!nodes.ok()) return FinishUnary(context, nodes.status());
@@ -105,6 +109,12 @@ grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
 grpc::ServerUnaryReactor* InventoryService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  std::vector<std::string> beating;
+  for (const auto& beat : request->heartbeats()) beating.push_back(beat.node_id());
+  if (absl::Status denied = Authorize(auth_, *context, Access::kNodeAgent, beating);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   if (request->heartbeats().empty()) {
     return FinishUnary(context,
                   absl::InvalidArgumentError("heartbeats: must not be empty"));
@@ -144,6 +154,10 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
 grpc::ServerUnaryReactor* InventoryService::DrainNode(
     grpc::CallbackServerContext* context, const v1::DrainNodeRequest* request,
     v1::DrainNodeResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kInventory);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
     return FinishUnary(context, s);
   }
@@ -166,6 +180,10 @@ grpc::ServerUnaryReactor* InventoryService::DrainNode(
 grpc::ServerUnaryReactor* InventoryService::RemoveNode(
     grpc::CallbackServerContext* context, const v1::RemoveNodeRequest* request,
     v1::RemoveNodeResponse* /*response*/) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kInventory);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
     return FinishUnary(context, s);
   }
@@ -206,6 +224,10 @@ grpc::ServerUnaryReactor* InventoryService::RemoveNode(
 grpc::ServerUnaryReactor* InventoryService::GetNode(
     grpc::CallbackServerContext* context, const v1::GetNodeRequest* request,
     v1::Node* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   if (absl::Status s = ValidateNodeId(request->node_id(), limits_); !s.ok()) {
     return FinishUnary(context, s);
   }
@@ -221,6 +243,10 @@ grpc::ServerUnaryReactor* InventoryService::GetNode(
 grpc::ServerUnaryReactor* InventoryService::ListNodes(
     grpc::CallbackServerContext* context, const v1::ListNodesRequest* request,
     v1::ListNodesResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   absl::StatusOr<scheduler::LabelSelector> selector =
       scheduler::ParseLabelSelector(absl::btree_map<std::string, std::string>(
           request->label_selector().begin(), request->label_selector().end()));
@@ -257,6 +283,10 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
 grpc::ServerUnaryReactor* InventoryService::ListSlices(
     grpc::CallbackServerContext* context,
     const v1::ListSlicesRequest* /*request*/, v1::ListSlicesResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   coordinator_->Read([&](const ClusterState& state) {
     for (const scheduler::SliceState& slice : state.snapshot->ListSlices()) {
       const scheduler::SliceInfo& info = slice.info;
@@ -337,6 +367,10 @@ void ComputeClassToProto(const storage::ComputeClassRecord& record,
 grpc::ServerUnaryReactor* InventoryService::PutComputeClass(
     grpc::CallbackServerContext* context,
     const v1::PutComputeClassRequest* request, v1::ComputeClass* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kInventory);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   absl::StatusOr<storage::ComputeClassRecord> record =
       ComputeClassFromProto(request->compute_class());
   if (!record.ok()) return FinishUnary(context, record.status());
@@ -350,6 +384,10 @@ grpc::ServerUnaryReactor* InventoryService::PutComputeClass(
 grpc::ServerUnaryReactor* InventoryService::ListComputeClasses(
     grpc::CallbackServerContext* context, const v1::ListComputeClassesRequest*,
     v1::ListComputeClassesResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   coordinator_->Read([&](const ClusterState& state) {
     for (const auto& [name, record] : state.classes) {
       ComputeClassToProto(record, response->add_compute_classes());
@@ -363,6 +401,10 @@ grpc::ServerUnaryReactor* InventoryService::DeleteComputeClass(
     grpc::CallbackServerContext* context,
     const v1::DeleteComputeClassRequest* request,
     v1::DeleteComputeClassResponse*) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kInventory);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   return Write(context, [request](Txn& txn) {
     if (txn.FindClass(request->name()) == nullptr) {
       return absl::NotFoundError(

@@ -7,6 +7,7 @@
 #define SLICED_SERVER_INVENTORY_SERVICE_H_
 
 #include "server/coordinator.h"
+#include "server/auth.h"
 #include "server/limits.h"
 #include "server/log_store.h"
 #include "server/placement.h"
@@ -20,12 +21,14 @@ class InventoryService final : public v1::Inventory::CallbackService {
   // `logs` and `telemetry` (optional) forget a node when it is removed.
   InventoryService(Coordinator* coordinator, const Limits& limits,
                    const PlacementPolicy& policy, LogStore* logs = nullptr,
-                   TelemetryStore* telemetry = nullptr)
+                   TelemetryStore* telemetry = nullptr,
+                   const Authenticator* auth = nullptr)
       : coordinator_(coordinator),
         limits_(limits),
         policy_(policy),
         logs_(logs),
-        telemetry_(telemetry) {}
+        telemetry_(telemetry),
+        auth_(auth) {}
 
   grpc::ServerUnaryReactor* RegisterNodes(
       grpc::CallbackServerContext* context,
@@ -74,6 +77,7 @@ class InventoryService final : public v1::Inventory::CallbackService {
   const PlacementPolicy policy_;
   LogStore* const logs_;
   TelemetryStore* const telemetry_;
+  const Authenticator* const auth_;  // null: auth off
 };
 
 }  // namespace sliced::server

@@ -21,6 +21,15 @@ ABSL_FLAG(absl::Duration, telemetry_max_age, absl::Seconds(60),
           "TPU telemetry older than this is dropped from /metrics");
 ABSL_FLAG(int, log_lines_per_node, 1000,
           "libtpu log lines kept per node (a ring, persisted)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: turns TLS on");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: requires and verifies client certificates (mutual TLS)");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "file of '<token> <role> [<node_id>]' lines (admin, scheduler, agent, "
+          "viewer); reloaded on SIGHUP");
+ABSL_FLAG(bool, insecure_listen_any, false,
+          "allow a non-loopback --listen without TLS and tokens");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -36,6 +45,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   sliced::server::ServerOptions options;
@@ -46,6 +56,11 @@ int main(int argc, char** argv) {
   options.starvation_bound = absl::GetFlag(FLAGS_starvation_bound);
   options.telemetry_max_age = absl::GetFlag(FLAGS_telemetry_max_age);
   options.log_lines_per_node = absl::GetFlag(FLAGS_log_lines_per_node);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  options.insecure_listen_any = absl::GetFlag(FLAGS_insecure_listen_any);
   if (options.heartbeat_timeout < absl::ZeroDuration() ||
       options.starvation_bound < absl::ZeroDuration()) {
     std::fprintf(stderr,
@@ -64,10 +79,22 @@ int main(int argc, char** argv) {
       "port %d\n",
       host.c_str(), (*server)->port(), options.data_dir.c_str(),
       (*server)->node_count(), (*server)->metrics_port());
+  if (!(*server)->tls() || !(*server)->auth()) {
+    std::printf("sliced: %s%s%s\n", (*server)->tls() ? "" : "TLS off",
+                !(*server)->tls() && !(*server)->auth() ? ", " : "",
+                (*server)->auth() ? "" : "no authentication (any caller is admin)");
+  }
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (true) {
+    sigwait(&stop_signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    absl::Status reloaded = (*server)->ReloadAuth();
+    std::printf("sliced: SIGHUP: %s\n",
+                reloaded.ok() ? "auth tokens reloaded" : reloaded.ToString().c_str());
+    std::fflush(stdout);
+  }
   std::printf("sliced: signal %d, shutting down\n", signal_number);
   std::fflush(stdout);
   (*server)->Shutdown();

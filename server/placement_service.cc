@@ -89,6 +89,10 @@ void WatchHub::Publish(const std::vector<v1::PlacementGroup>& changes) {
 grpc::ServerUnaryReactor* PlacementService::CreatePlacementGroup(
     grpc::CallbackServerContext* context,
     const v1::CreatePlacementGroupRequest* request, v1::PlacementGroup* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kPlacement);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   return SubmitCreate(context, coordinator_, policy_, PgSpecFromCreate(*request, limits_),
                       response);
 }
@@ -96,6 +100,10 @@ grpc::ServerUnaryReactor* PlacementService::CreatePlacementGroup(
 grpc::ServerUnaryReactor* PlacementService::SubmitScalingConfig(
     grpc::CallbackServerContext* context,
     const v1::SubmitScalingConfigRequest* request, v1::PlacementGroup* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kPlacement);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   return SubmitCreate(context, coordinator_, policy_,
                       PgSpecFromScalingConfig(*request, limits_), response);
 }
@@ -103,6 +111,10 @@ grpc::ServerUnaryReactor* PlacementService::SubmitScalingConfig(
 grpc::ServerUnaryReactor* PlacementService::GetPlacementGroup(
     grpc::CallbackServerContext* context,
     const v1::GetPlacementGroupRequest* request, v1::PlacementGroup* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   absl::Status status = coordinator_->Read([&](const ClusterState& state) {
     auto it = state.pgs.find(request->placement_group_id());
     if (it == state.pgs.end()) {
@@ -120,6 +132,10 @@ grpc::ServerUnaryReactor* PlacementService::ListPlacementGroups(
     grpc::CallbackServerContext* context,
     const v1::ListPlacementGroupsRequest* request,
     v1::ListPlacementGroupsResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   coordinator_->Read([&](const ClusterState& state) {
     for (const auto& [id, entry] : state.pgs) {
       if (!request->job_id().empty() && entry.record.job_id() != request->job_id()) {
@@ -140,6 +156,10 @@ grpc::ServerUnaryReactor* PlacementService::RemovePlacementGroup(
     grpc::CallbackServerContext* context,
     const v1::RemovePlacementGroupRequest* request,
     v1::RemovePlacementGroupResponse* /*response*/) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kPlacement);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   coordinator_->Submit(WriteOp{
       [request](Txn& txn) { return RemovePg(txn, request->placement_group_id()); },
@@ -149,8 +169,11 @@ grpc::ServerUnaryReactor* PlacementService::RemovePlacementGroup(
 
 grpc::ServerWriteReactor<v1::PlacementGroupEvent>*
 PlacementService::WatchPlacementGroups(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const v1::WatchPlacementGroupsRequest* request) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead); !denied.ok()) {
+    return new FailedStream<v1::PlacementGroupEvent>(denied);
+  }
   return new WatchReactor(coordinator_, hub_, *request);
 }
 
@@ -158,6 +181,10 @@ grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(
     grpc::CallbackServerContext* context,
     const v1::ExplainPlacementGroupRequest* request,
     v1::ExplainPlacementGroupResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   absl::StatusOr<PgSpec> dry_run = absl::InvalidArgumentError(
       "target: give placement_group_id, dry_run or dry_run_scaling_config");
   if (request->has_dry_run()) {

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "server/coordinator.h"
+#include "server/auth.h"
 #include "server/limits.h"
 #include "server/placement.h"
 #include "sliced/v1/sliced.grpc.pb.h"
@@ -39,8 +40,12 @@ class WatchHub {
 class PlacementService final : public v1::Placement::CallbackService {
  public:
   PlacementService(Coordinator* coordinator, WatchHub* hub, const Limits& limits,
-                   const PlacementPolicy& policy)
-      : coordinator_(coordinator), hub_(hub), limits_(limits), policy_(policy) {}
+                   const PlacementPolicy& policy, const Authenticator* auth = nullptr)
+      : coordinator_(coordinator),
+        hub_(hub),
+        limits_(limits),
+        policy_(policy),
+        auth_(auth) {}
 
   grpc::ServerUnaryReactor* CreatePlacementGroup(
       grpc::CallbackServerContext* context,
@@ -75,6 +80,7 @@ class PlacementService final : public v1::Placement::CallbackService {
   WatchHub* const hub_;
   const Limits limits_;
   const PlacementPolicy policy_;
+  const Authenticator* const auth_;  // null: auth off
 };
 
 }  // namespace sliced::server

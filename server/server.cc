@@ -1,6 +1,12 @@
 #include "server/server.h"
 
+#include <fstream>
+#include <sstream>
 #include <vector>
+
+#include "absl/strings/match.h"
+#include "grpcpp/security/server_credentials.h"
+#include "server/auth.h"
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
@@ -21,6 +27,54 @@
 
 namespace sliced::server {
 
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": can't read ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerOptions& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("tls_cert and tls_key: give both or neither");
+  }
+  if (options.tls_cert.empty()) {
+    if (!options.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_client_ca: mutual TLS needs --tls_cert and --tls_key too");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.private_key, ReadFile(options.tls_key, "tls_key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(options.tls_cert, "tls_cert"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!options.tls_client_ca.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_client_ca, "tls_client_ca"));
+    ssl.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+// True for 127.0.0.0/8, ::1 and localhost listen addresses.
+bool IsLoopback(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+}  // namespace
+
 struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
       : telemetry(options.telemetry_max_age), logs(options.log_lines_per_node) {}
@@ -32,6 +86,8 @@ struct SlicedServer::Impl {
   std::unique_ptr<InventoryService> inventory_service;
   std::unique_ptr<PlacementService> placement_service;
   std::unique_ptr<TelemetryService> telemetry_service;
+  std::unique_ptr<Authenticator> auth;
+  bool tls = false;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<prometheus::Exposer> exposer;
   int port = 0;
@@ -55,7 +111,21 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   if (options.log_lines_per_node < 1) {
     return absl::InvalidArgumentError("log_lines_per_node: must be >= 1");
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   ServerCredentials(options));
   auto impl = std::make_unique<Impl>(options);
+  impl->tls = !options.tls_cert.empty();
+  if (!options.auth_tokens.empty()) {
+    ASSIGN_OR_RETURN(impl->auth, Authenticator::Load(options.auth_tokens));
+  }
+  if (!IsLoopback(options.listen) && !options.insecure_listen_any &&
+      (!impl->tls || impl->auth == nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to listen on ", options.listen,
+        " without TLS (--tls_cert/--tls_key) and tokens (--auth_tokens): anyone on "
+        "the network could drain nodes and take placements. Listen on 127.0.0.1, "
+        "turn both on, or pass --insecure_listen_any"));
+  }
   Metrics* metrics = &impl->metrics;
   Coordinator::Options coordinator_options;
   coordinator_options.heartbeat_timeout = options.heartbeat_timeout;
@@ -95,11 +165,12 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
                    Coordinator::Start(std::move(store), coordinator_options));
 
   impl->inventory_service = std::make_unique<InventoryService>(
-      impl->coordinator.get(), options.limits, policy, &impl->logs, &impl->telemetry);
+      impl->coordinator.get(), options.limits, policy, &impl->logs, &impl->telemetry,
+      impl->auth.get());
   impl->placement_service = std::make_unique<PlacementService>(
-      impl->coordinator.get(), &impl->hub, options.limits, policy);
+      impl->coordinator.get(), &impl->hub, options.limits, policy, impl->auth.get());
   impl->telemetry_service = std::make_unique<TelemetryService>(
-      impl->coordinator.get(), &impl->telemetry, &impl->logs);
+      impl->coordinator.get(), &impl->telemetry, &impl->logs, impl->auth.get());
   impl->metrics.AttachState(impl->coordinator.get(), &impl->telemetry);
 
   // The health proto is compiled into this binary so that reflection can
@@ -110,8 +181,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &impl->port);
+  builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.RegisterService(impl->inventory_service.get());
   builder.RegisterService(impl->placement_service.get());
@@ -145,6 +215,15 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
 }
 
 int SlicedServer::port() const { return impl_->port; }
+bool SlicedServer::tls() const { return impl_->tls; }
+bool SlicedServer::auth() const { return impl_->auth != nullptr; }
+
+absl::Status SlicedServer::ReloadAuth() {
+  if (impl_->auth == nullptr) {
+    return absl::FailedPreconditionError("no --auth_tokens file to reload");
+  }
+  return impl_->auth->Reload();
+}
 int SlicedServer::metrics_port() const { return impl_->metrics_port; }
 
 size_t SlicedServer::node_count() const {

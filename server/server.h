@@ -31,6 +31,15 @@ struct ServerOptions {
   absl::Duration telemetry_max_age = absl::Seconds(60);
   // libtpu log lines kept per node (a ring).
   int log_lines_per_node = 1000;
+  // Transport security: PEM files. cert+key turn TLS on; client_ca also
+  // requires and verifies client certificates (mutual TLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Bearer tokens and roles (server/auth.h); empty: no authentication.
+  std::string auth_tokens;
+  // Without TLS and tokens the daemon only listens on loopback, unless this.
+  bool insecure_listen_any = false;
   Limits limits;
 };
 
@@ -53,6 +62,14 @@ class SlicedServer {
   int metrics_port() const;
   // Nodes loaded or registered so far.
   size_t node_count() const;
+
+  // Re-reads the auth tokens file (SIGHUP). FailedPrecondition when auth is
+  // off; the file's error otherwise (the old tokens stay in force).
+  absl::Status ReloadAuth();
+
+  // Whether TLS / token authentication are on.
+  bool tls() const;
+  bool auth() const;
 
   // Stops accepting calls, finishes the ones in flight, stops the writer.
   void Shutdown();

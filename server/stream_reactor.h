@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/server_callback.h"
 
@@ -83,6 +84,17 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A stream that ends at once with `status` (e.g. a denied call).
+template <typename Message>
+class FailedStream : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit FailedStream(const absl::Status& status) {
+    this->Finish(grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                              std::string(status.message())));
+  }
+  void OnDone() override { delete this; }
 };
 
 }  // namespace sliced::server

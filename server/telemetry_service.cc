@@ -70,18 +70,17 @@ class TailReactor : public StreamReactor<v1::LogLine>, public LogStore::Follower
   const LogStore::Filter filter_;
 };
 
-// A stream that ends at once with `status`.
-class FailedStream : public grpc::ServerWriteReactor<v1::LogLine> {
- public:
-  explicit FailedStream(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
 grpc::ServerUnaryReactor* TelemetryService::ReportTpuMetrics(
     grpc::CallbackServerContext* context, const v1::ReportTpuMetricsRequest* request,
     v1::ReportTpuMetricsResponse* /*response*/) {
+  std::vector<std::string> reporting;
+  for (const auto& node : request->nodes()) reporting.push_back(node.node_id());
+  if (absl::Status denied = Authorize(auth_, *context, Access::kNodeAgent, reporting);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   absl::Status known = coordinator_->Read([&](const ClusterState& state) {
     for (int i = 0; i < request->nodes_size(); ++i) {
       if (!state.nodes.contains(request->nodes(i).node_id())) {
@@ -98,6 +97,10 @@ grpc::ServerUnaryReactor* TelemetryService::ReportTpuMetrics(
 grpc::ServerUnaryReactor* TelemetryService::GetClusterSummary(
     grpc::CallbackServerContext* context, const v1::GetClusterSummaryRequest*,
     v1::GetClusterSummaryResponse* response) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   ClusterSummary s = coordinator_->Read([&](const ClusterState& state) {
     return Summarize(state, coordinator_->Now());
   });
@@ -124,6 +127,10 @@ grpc::ServerUnaryReactor* TelemetryService::GetClusterSummary(
 grpc::ServerUnaryReactor* TelemetryService::AppendLogs(
     grpc::CallbackServerContext* context, const v1::AppendLogsRequest* request,
     v1::AppendLogsResponse* /*response*/) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kNodeAgent, {request->node_id()});
+      !denied.ok()) {
+    return FinishUnary(context, denied);
+  }
   if (request->lines_size() > kMaxLinesPerAppend) {
     return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
                                "lines: at most ", kMaxLinesPerAppend,
@@ -161,13 +168,16 @@ grpc::ServerUnaryReactor* TelemetryService::AppendLogs(
 }
 
 grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
-    grpc::CallbackServerContext* /*context*/, const v1::TailLogsRequest* request) {
+    grpc::CallbackServerContext* context, const v1::TailLogsRequest* request) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead); !denied.ok()) {
+    return new FailedStream<v1::LogLine>(denied);
+  }
   if (!v1::LogSeverity_IsValid(request->min_severity())) {
-    return new FailedStream(absl::InvalidArgumentError("min_severity: unknown value"));
+    return new FailedStream<v1::LogLine>(absl::InvalidArgumentError("min_severity: unknown value"));
   }
   auto nodes = coordinator_->Read(
       [&](const ClusterState& state) { return TailNodes(state, *request); });
-  if (!nodes.ok()) return new FailedStream(nodes.status());
+  if (!nodes.ok()) return new FailedStream<v1::LogLine>(nodes.status());
   const int min_severity = request->min_severity();
   const int64_t since = request->has_since() ? Millis(request->since()) : 0;
   LogStore::Filter filter = [min_severity, since](const v1::LogLine& line) {

@@ -5,6 +5,7 @@
 #ifndef SLICED_SERVER_TELEMETRY_SERVICE_H_
 #define SLICED_SERVER_TELEMETRY_SERVICE_H_
 
+#include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/log_store.h"
 #include "server/telemetry_store.h"
@@ -15,8 +16,8 @@ namespace sliced::server {
 class TelemetryService final : public v1::Telemetry::CallbackService {
  public:
   TelemetryService(Coordinator* coordinator, TelemetryStore* telemetry,
-                   LogStore* logs)
-      : coordinator_(coordinator), telemetry_(telemetry), logs_(logs) {}
+                   LogStore* logs, const Authenticator* auth = nullptr)
+      : coordinator_(coordinator), telemetry_(telemetry), logs_(logs), auth_(auth) {}
 
   grpc::ServerUnaryReactor* ReportTpuMetrics(
       grpc::CallbackServerContext* context,
@@ -41,6 +42,7 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
   Coordinator* const coordinator_;
   TelemetryStore* const telemetry_;
   LogStore* const logs_;
+  const Authenticator* const auth_;  // null: auth off
 };
 
 }  // namespace sliced::server
