@@ -1,0 +1,63 @@
+// The closed-loop gRPC load generator: N clients, each with exactly one RPC
+// in flight, issuing the next as soon as the previous completes, on gRPC's
+// callback API (no thread per client; the generator stays cheap).
+//
+// Workloads (one "op" = one RPC; every mutation is a durable commit):
+//   health        grpc.health.v1.Health/Check, the no-op ceiling
+//   create_remove CreatePlacementGroup of one {CPU: 1} bundle, then
+//                 RemovePlacementGroup of it
+//   scaling       SubmitScalingConfig (TPU v6e: 4 workers of 4x4, or 1 of
+//                 2x4), then RemovePlacementGroup
+//   mix           per pair: 80 % create_remove, 20 % scaling
+//   create_only   CreatePlacementGroup of 1-2 {CPU: 1} bundles, never
+//                 removed (filling a daemon for the scaling runs)
+//
+// Thread-safety: Run() blocks the calling thread; callbacks run on gRPC's
+// threads, each client's state touched by one callback at a time.
+#ifndef SLICED_BENCH_LOAD_CLOSED_LOOP_H_
+#define SLICED_BENCH_LOAD_CLOSED_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpcpp/channel.h"
+
+namespace sliced::bench {
+
+struct LoadOptions {
+  std::string workload = "health";
+  int clients = 16;
+  double duration_s = 2;     // measured window
+  double warmup_s = 0.3;     // before the window; not counted
+  int64_t max_ops = 0;       // create_only: stop after this many (0: no cap)
+  uint64_t seed = 1;
+};
+
+struct LoadResult {
+  std::string workload;
+  int clients = 0;
+  int64_t ops = 0;            // completed OK in the window
+  int64_t errors = 0;         // non-OK in the window
+  std::map<std::string, int64_t> error_codes;  // by gRPC code name
+  double window_s = 0;
+  double ops_per_s = 0;
+  double p50_us = 0, p99_us = 0, p999_us = 0;
+  double client_cpu_cores = 0;  // this process's CPU over the window / wall
+  double daemon_cpu_cores = 0;  // filled in by the caller when known
+  std::string first_error;
+};
+
+// Runs one phase against `channels` (client i uses channels[i % size]).
+// `daemon_cpu` (optional) returns the daemon's CPU seconds so far; with it
+// the result's daemon_cpu_cores is filled in.
+LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                         const LoadOptions& options,
+                         const std::function<double()>& daemon_cpu = nullptr);
+
+}  // namespace sliced::bench
+
+#endif  // SLICED_BENCH_LOAD_CLOSED_LOOP_H_

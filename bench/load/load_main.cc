@@ -1,0 +1,398 @@
+// sliced_load: end-to-end load and scaling against the real daemon.
+//
+//   sliced_load --daemon=build/server/sliced [--quick] --out_dir=DIR
+//
+// 1. Throughput: starts a daemon on a fresh data dir (durable commits,
+//    leases off), registers a generated fleet, then for each repetition and
+//    each client count runs the no-op health check and every workload
+//    (closed_loop.h) back to back, so each ratio to the gRPC ceiling comes
+//    from one run.
+// 2. Scaling: per fleet size, a fresh daemon: RSS empty, after registering
+//    the nodes (RegisterNodes batches of 1,000), after creating nodes x
+//    --pgs_per_node placement groups; then kill -9 and restart, timing exec
+//    to the "serving on" line.
+// Writes DIR/load.json and the Markdown sections DIR/load.md and
+// DIR/scale.md. With --target=HOST:PORT it only runs (1) against that
+// daemon (no daemon CPU, no scaling). --check exits 1 when a phase made no
+// progress or more than 1 % of its RPCs failed.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/common/json.h"
+#include "bench/common/output.h"
+#include "bench/common/stats.h"
+#include "bench/gen/fleet.h"
+#include "bench/load/closed_loop.h"
+#include "bench/load/daemon.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "sliced/v1/sliced.grpc.pb.h"
+
+ABSL_FLAG(std::string, daemon, "", "path to the sliced binary to start");
+ABSL_FLAG(std::string, target, "", "an already running daemon (HOST:PORT) instead");
+ABSL_FLAG(bool, quick, false, "2 s phases, 1 repetition, scaling to 10k nodes");
+ABSL_FLAG(std::string, clients, "16,64", "client counts");
+ABSL_FLAG(std::string, workloads, "create_remove,scaling,mix", "workloads besides health");
+ABSL_FLAG(double, duration, 0, "measured seconds per phase (default 5; quick 2)");
+ABSL_FLAG(double, warmup, 0.5, "warm-up seconds per phase, not counted");
+ABSL_FLAG(int, reps, 0, "repetitions (default 3; quick 1)");
+ABSL_FLAG(int, connections, 1, "HTTP/2 connections shared by the clients (ghz: 1)");
+ABSL_FLAG(int64_t, fleet_nodes, 1000, "nodes registered for the throughput runs");
+ABSL_FLAG(std::string, scale_nodes, "",
+          "fleet sizes for RSS and restart (default 1000,10000,100000; quick "
+          "1000,10000; 'none' to skip)");
+ABSL_FLAG(double, pgs_per_node, 0.5, "placement groups created per node when scaling");
+ABSL_FLAG(int, restarts, 0, "restarts timed per fleet size (default 3; quick 1)");
+ABSL_FLAG(std::string, work_dir, "/tmp", "where the daemons' temp data dirs go");
+ABSL_FLAG(std::string, out_dir, ".", "where the JSON and Markdown go");
+ABSL_FLAG(uint64_t, seed, 1, "fleet and client seed");
+ABSL_FLAG(bool, check, false, "exit 1 unless every phase made sane progress");
+
+namespace sliced::bench {
+namespace {
+
+namespace v1 = ::sliced::v1;
+using Clock = std::chrono::steady_clock;
+
+std::vector<int64_t> ParseList(const std::string& flag) {
+  std::vector<int64_t> out;
+  for (absl::string_view s : absl::StrSplit(flag, ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (absl::SimpleAtoi(s, &n) && n > 0) out.push_back(n);
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& target, int n) {
+  std::vector<std::shared_ptr<grpc::Channel>> out;
+  for (int i = 0; i < std::max(1, n); ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("sliced.bench.connection", i);  // distinct args: own connection
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    out.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+  return out;
+}
+
+v1::Node ToProto(const scheduler::Node& n) {
+  v1::Node out;
+  out.set_node_id(n.node_id);
+  out.set_address(n.address);
+  for (const auto& [k, v] : n.labels) (*out.mutable_labels())[k] = v;
+  for (const auto& [k, v] : n.resources) {
+    (*out.mutable_resources())[k] = scheduler::FromFixedPoint(v);
+  }
+  return out;
+}
+
+// Registers the fleet in RegisterNodes batches of 1,000.
+absl::Status Register(const std::shared_ptr<grpc::Channel>& channel, const Fleet& fleet) {
+  auto stub = v1::Inventory::NewStub(channel);
+  for (size_t i = 0; i < fleet.nodes.size(); i += 1000) {
+    v1::RegisterNodesRequest req;
+    for (size_t k = i; k < std::min(fleet.nodes.size(), i + 1000); ++k) {
+      *req.add_nodes() = ToProto(fleet.nodes[k]);
+    }
+    v1::RegisterNodesResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    const grpc::Status s = stub->RegisterNodes(&ctx, req, &resp);
+    if (!s.ok()) return absl::UnavailableError("RegisterNodes: " + s.error_message());
+    Progress("registered %d / %d nodes", std::min(fleet.nodes.size(), i + 1000),
+             fleet.nodes.size());
+  }
+  return absl::OkStatus();
+}
+
+std::string TempDir(const std::string& tag) {
+  std::string tmpl = absl::GetFlag(FLAGS_work_dir) + "/sliced-bench-" + tag + "-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) return "";
+  return tmpl;
+}
+
+double Mb(int64_t bytes) { return bytes / 1048576.0; }
+
+struct ScalePoint {
+  int64_t nodes = 0, pgs = 0, pg_errors = 0;
+  double register_s = 0;
+  int64_t rss_empty = 0, rss_nodes = 0, rss_pgs = 0, rss_restart = 0;
+  LoadResult create;
+  std::vector<double> restart_s;
+  std::string banner;
+};
+
+absl::StatusOr<ScalePoint> MeasureScale(const std::string& binary, int64_t nodes) {
+  ScalePoint p;
+  p.nodes = nodes;
+  const std::string dir = TempDir("scale");
+  const std::vector<std::string> args = {"--heartbeat_timeout=0"};
+  auto daemon = DaemonProcess::Start(binary, dir, args);
+  if (!daemon.ok()) return daemon.status();
+  p.rss_empty = (*daemon)->RssBytes();
+  const Fleet fleet = GenerateFleet({nodes, absl::GetFlag(FLAGS_seed)});
+  auto channels = Channels((*daemon)->target(), 1);
+  const auto t0 = Clock::now();
+  if (absl::Status s = Register(channels[0], fleet); !s.ok()) return s;
+  p.register_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  p.rss_nodes = (*daemon)->RssBytes();
+  LoadOptions lo;
+  lo.workload = "create_only";
+  lo.clients = 64;
+  lo.warmup_s = 0;
+  lo.duration_s = 3600;
+  lo.max_ops = static_cast<int64_t>(nodes * absl::GetFlag(FLAGS_pgs_per_node));
+  Progress("creating %d placement groups on %d nodes", lo.max_ops, nodes);
+  DaemonProcess* d = daemon->get();
+  p.create = RunClosedLoop(channels, lo, [d] { return d->CpuSeconds(); });
+  p.pgs = p.create.ops;
+  p.pg_errors = p.create.errors;
+  p.rss_pgs = (*daemon)->RssBytes();
+  for (int r = 0; r < std::max(1, absl::GetFlag(FLAGS_restarts)); ++r) {
+    Progress("restart %d at %d nodes", r + 1, nodes);
+    (*daemon)->Stop(SIGKILL);
+    daemon = DaemonProcess::Start(binary, dir, args);
+    if (!daemon.ok()) return daemon.status();
+    p.restart_s.push_back((*daemon)->startup_s());
+    p.banner = (*daemon)->banner();
+  }
+  p.rss_restart = (*daemon)->RssBytes();
+  (*daemon)->Stop(SIGTERM);
+  RemoveTree(dir);
+  RemoveTree(dir + ".log");
+  return p;
+}
+
+void WriteResultJson(JsonWriter& j, const LoadResult& r) {
+  j.BeginObject().Key("workload").String(r.workload).Key("clients").Number(r.clients)
+      .Key("ops").Number(r.ops).Key("errors").Number(r.errors)
+      .Key("window_s").Number(r.window_s).Key("ops_per_s").Number(r.ops_per_s)
+      .Key("p50_us").Number(r.p50_us).Key("p99_us").Number(r.p99_us)
+      .Key("p999_us").Number(r.p999_us).Key("client_cpu_cores").Number(r.client_cpu_cores)
+      .Key("daemon_cpu_cores").Number(r.daemon_cpu_cores);
+  j.Key("error_codes").BeginObject();
+  for (const auto& [code, n] : r.error_codes) j.Key(code).Number(n);
+  j.EndObject().EndObject();
+}
+
+bool Sane(const LoadResult& r) {
+  return r.ops > 0 && r.errors * 100 <= r.ops + r.errors;
+}
+
+int Main() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  double duration = absl::GetFlag(FLAGS_duration);
+  if (duration <= 0) duration = quick ? 2 : 5;
+  int reps = absl::GetFlag(FLAGS_reps);
+  if (reps <= 0) reps = quick ? 1 : 3;
+  if (absl::GetFlag(FLAGS_restarts) <= 0) absl::SetFlag(&FLAGS_restarts, quick ? 1 : 3);
+  std::string scale_flag = absl::GetFlag(FLAGS_scale_nodes);
+  if (scale_flag.empty()) scale_flag = quick ? "1000,10000" : "1000,10000,100000";
+  const std::vector<int64_t> scale_sizes = ParseList(scale_flag == "none" ? "" : scale_flag);
+  const std::vector<int64_t> client_counts = ParseList(absl::GetFlag(FLAGS_clients));
+  std::vector<std::string> workloads = {"health"};
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workloads), ',', absl::SkipEmpty())) {
+    workloads.emplace_back(w);
+  }
+  const std::string binary = absl::GetFlag(FLAGS_daemon);
+  std::string target = absl::GetFlag(FLAGS_target);
+  if (binary.empty() && target.empty()) {
+    std::fprintf(stderr, "sliced_load: give --daemon=PATH or --target=HOST:PORT\n");
+    return 2;
+  }
+  bool sane = true;
+
+  // 1. Throughput against the health-check ceiling.
+  std::unique_ptr<DaemonProcess> daemon;
+  std::string dir;
+  if (target.empty()) {
+    dir = TempDir("load");
+    auto d = DaemonProcess::Start(binary, dir, {"--heartbeat_timeout=0"});
+    if (!d.ok()) {
+      std::fprintf(stderr, "sliced_load: %s\n", d.status().ToString().c_str());
+      return 1;
+    }
+    daemon = *std::move(d);
+    target = daemon->target();
+  }
+  const auto channels = Channels(target, absl::GetFlag(FLAGS_connections));
+  const Fleet fleet = GenerateFleet({absl::GetFlag(FLAGS_fleet_nodes), absl::GetFlag(FLAGS_seed)});
+  if (absl::Status s = Register(channels[0], fleet); !s.ok()) {
+    std::fprintf(stderr, "sliced_load: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::function<double()> daemon_cpu;
+  if (daemon) daemon_cpu = [d = daemon.get()] { return d->CpuSeconds(); };
+  // results[clients][workload] = one LoadResult per repetition.
+  std::map<int64_t, std::map<std::string, std::vector<LoadResult>>> results;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int64_t c : client_counts) {
+      for (const std::string& w : workloads) {
+        Progress("rep %d/%d: %d clients, %s", rep + 1, reps, c, w);
+        LoadOptions lo;
+        lo.workload = w;
+        lo.clients = static_cast<int>(c);
+        lo.duration_s = duration;
+        lo.warmup_s = absl::GetFlag(FLAGS_warmup);
+        lo.seed = absl::GetFlag(FLAGS_seed) + rep;
+        LoadResult r = RunClosedLoop(channels, lo, daemon_cpu);
+        if (!Sane(r)) {
+          sane = false;
+          std::fprintf(stderr, "sliced_load: %s at %d clients: %d ok, %d errors (%s)\n",
+                       w.c_str(), static_cast<int>(c), static_cast<int>(r.ops),
+                       static_cast<int>(r.errors), r.first_error.c_str());
+        }
+        results[c][w].push_back(std::move(r));
+      }
+    }
+  }
+  if (daemon) {
+    daemon->Stop(SIGTERM);
+    RemoveTree(dir);
+    RemoveTree(dir + ".log");
+  }
+
+  // 2. Scaling and restart.
+  std::vector<ScalePoint> scale;
+  if (!binary.empty()) {
+    for (int64_t n : scale_sizes) {
+      auto p = MeasureScale(binary, n);
+      if (!p.ok()) {
+        std::fprintf(stderr, "sliced_load: scaling at %d nodes: %s\n",
+                     static_cast<int>(n), p.status().ToString().c_str());
+        return 1;
+      }
+      sane = sane && p->pgs > 0 && p->pg_errors == 0;
+      scale.push_back(*std::move(p));
+    }
+  }
+  Progress("%s", "");
+
+  // JSON.
+  JsonWriter j;
+  j.BeginObject().Key("duration_s").Number(duration).Key("warmup_s")
+      .Number(absl::GetFlag(FLAGS_warmup)).Key("reps").Number(reps)
+      .Key("connections").Number(absl::GetFlag(FLAGS_connections))
+      .Key("fleet_nodes").Number(absl::GetFlag(FLAGS_fleet_nodes));
+  j.Key("throughput").BeginArray();
+  for (const auto& [c, by_w] : results) {
+    for (const auto& [w, runs] : by_w) {
+      for (const LoadResult& r : runs) WriteResultJson(j, r);
+    }
+  }
+  j.EndArray().Key("scaling").BeginArray();
+  for (const ScalePoint& p : scale) {
+    j.BeginObject().Key("nodes").Number(p.nodes).Key("pgs").Number(p.pgs)
+        .Key("pg_errors").Number(p.pg_errors).Key("register_s").Number(p.register_s)
+        .Key("rss_empty").Number(p.rss_empty).Key("rss_nodes").Number(p.rss_nodes)
+        .Key("rss_pgs").Number(p.rss_pgs).Key("rss_restart").Number(p.rss_restart)
+        .Key("restart_s").BeginArray();
+    for (double s : p.restart_s) j.Number(s);
+    j.EndArray().Key("create");
+    WriteResultJson(j, p.create);
+    j.EndObject();
+  }
+  j.EndArray().EndObject();
+
+  // Markdown: throughput.
+  std::string md = absl::StrFormat(
+      "sliced_load, closed loop on gRPC's callback API over %d HTTP/2 "
+      "connection(s), against a Release daemon on a fresh RocksDB dir "
+      "(durable: synced group commits; `--heartbeat_timeout=0`) holding a "
+      "generated fleet of %d nodes. Each phase: %.1f s warm-up, %.1f s "
+      "measured; %d repetition(s), each running the health check and every "
+      "workload back to back at each client count. ops/s and latencies are "
+      "medians over the repetitions; the ratio is computed inside each "
+      "repetition (workload ÷ that repetition's health check), listed per "
+      "repetition, median first.\n\n"
+      "| clients | workload | ops/s | ratio to health | p50 / p99 / p99.9 ms | errors | generator CPU (cores) | daemon CPU (cores) |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+      absl::GetFlag(FLAGS_connections), absl::GetFlag(FLAGS_fleet_nodes),
+      absl::GetFlag(FLAGS_warmup), duration, reps);
+  for (const auto& [c, by_w] : results) {
+    for (const std::string& w : workloads) {
+      const std::vector<LoadResult>& runs = by_w.at(w);
+      const std::vector<LoadResult>& health = by_w.at("health");
+      std::vector<double> ops, p50, p99, p999, ccpu, dcpu, ratio;
+      int64_t errors = 0;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        ops.push_back(runs[i].ops_per_s);
+        p50.push_back(runs[i].p50_us / 1000);
+        p99.push_back(runs[i].p99_us / 1000);
+        p999.push_back(runs[i].p999_us / 1000);
+        ccpu.push_back(runs[i].client_cpu_cores);
+        dcpu.push_back(runs[i].daemon_cpu_cores);
+        errors += runs[i].errors;
+        ratio.push_back(health[i].ops_per_s > 0 ? runs[i].ops_per_s / health[i].ops_per_s : 0);
+      }
+      std::string ratio_cell = "—";
+      if (w != "health") {
+        std::vector<std::string> each;
+        for (double r : ratio) each.push_back(absl::StrFormat("%.2f", r));
+        ratio_cell = absl::StrFormat("**%.2f**", Median(ratio));
+        if (ratio.size() > 1) ratio_cell += " (" + absl::StrJoin(each, ", ") + ")";
+      }
+      absl::StrAppendFormat(&md, "| %d | %s | %.0f | %s | %.2f / %.2f / %.2f | %d | %.2f | %s |\n",
+                            c, w, Median(ops), ratio_cell, Median(p50), Median(p99),
+                            Median(p999), errors, Median(ccpu),
+                            daemon ? absl::StrFormat("%.2f", Median(dcpu)) : "–");
+    }
+  }
+  md += "\nOne op = one RPC; create_remove and scaling alternate a create "
+        "(CreatePlacementGroup of one {CPU: 1} bundle / SubmitScalingConfig of "
+        "v6e 4x4 × 4 workers or 2x4 × 1) with the RemovePlacementGroup of it, "
+        "both durable commits; mix draws 80 % / 20 % of those pairs.\n";
+
+  // Markdown: scaling.
+  std::string sc =
+      "Per fleet size a fresh daemon: the generated fleet registered in "
+      "RegisterNodes batches of 1,000, then placement groups of 1–2 {CPU: 1} "
+      "bundles created by 64 closed-loop clients; RSS is VmRSS from "
+      "/proc/PID/status (allocator high-water marks included). Restart: "
+      "kill -9, then exec to the \"serving on\" line, same data dir; median "
+      "of the restarts (each listed).\n\n"
+      "| nodes | PGs | register | RSS empty | RSS + nodes | per node | RSS + PGs | per PG | create ops/s (p99 ms) | restart | RSS after restart |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const ScalePoint& p : scale) {
+    std::vector<std::string> each;
+    for (double s : p.restart_s) each.push_back(absl::StrFormat("%.2f", s));
+    absl::StrAppendFormat(
+        &sc, "| %d | %d | %.2f s | %.0f MB | %.0f MB | %.1f KB | %.0f MB | %.1f KB | %.0f (%.1f) | **%.2f s** (%s) | %.0f MB |\n",
+        p.nodes, p.pgs, p.register_s, Mb(p.rss_empty), Mb(p.rss_nodes),
+        (p.rss_nodes - p.rss_empty) / 1024.0 / std::max<int64_t>(1, p.nodes),
+        Mb(p.rss_pgs), (p.rss_pgs - p.rss_nodes) / 1024.0 / std::max<int64_t>(1, p.pgs),
+        p.create.ops_per_s, p.create.p99_us / 1000, Median(p.restart_s),
+        absl::StrJoin(each, ", "), Mb(p.rss_restart));
+  }
+
+  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+  std::vector<std::pair<std::string, std::string>> files = {
+      {"load.json", j.str() + "\n"}, {"load.md", md}};
+  if (!scale.empty()) files.emplace_back("scale.md", sc);
+  if (!WriteOutputs(out_dir, files)) return 1;
+  std::printf("%s\n%s", md.c_str(), scale.empty() ? "" : sc.c_str());
+  if (absl::GetFlag(FLAGS_check) && !sane) return 1;
+  return 0;
+}
+
+}  // namespace
+}  // namespace sliced::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return sliced::bench::Main();
+}

@@ -1,0 +1,590 @@
+// Placement-quality simulator; see sim.h.
+#include "bench/sim/sim.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <queue>
+#include <set>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "bench/common/rng.h"
+#include "bench/common/stats.h"
+#include "scheduler/solver.h"
+
+namespace sliced::bench {
+namespace {
+
+using scheduler::InventorySnapshot;
+using scheduler::LabelSelector;
+using scheduler::ResourceSet;
+
+int64_t Get(const ResourceSet& set, absl::string_view name) {
+  auto it = set.find(name);
+  return it == set.end() ? 0 : it->second;
+}
+
+void AddTo(ResourceSet& into, const ResourceSet& add) {
+  for (const auto& [name, amount] : add) into[name] += amount;
+}
+
+[[noreturn]] void Die(absl::string_view what) {
+  std::fprintf(stderr, "sliced_sim: %.*s\n", static_cast<int>(what.size()),
+               what.data());
+  std::abort();
+}
+
+std::shared_ptr<const InventorySnapshot> BuildEmpty(const Fleet& fleet) {
+  auto snap = InventorySnapshot::Build(fleet.nodes, {});
+  if (!snap.ok()) Die(snap.status().ToString());
+  return *std::move(snap);
+}
+
+// --- sliced: the real engine -------------------------------------------------
+
+class SlicedPolicy : public Policy {
+ public:
+  Placement Place(const InventorySnapshot& snapshot, const Job& job) override {
+    const scheduler::Decision d = scheduler::Solve(snapshot, job.request);
+    if (d.outcome != scheduler::Decision::kPlaced) return {};
+    std::vector<scheduler::Bundle> bundles = ExpandBundles(job);
+    if (d.fallback_index >= 0) bundles = job.request.fallbacks[d.fallback_index];
+    Placement p;
+    for (size_t i = 0; i < d.bundle_nodes.size(); ++i) {
+      p.nodes.push_back(static_cast<uint32_t>(snapshot.NodeIndex(d.bundle_nodes[i])));
+      p.resources.push_back(bundles[i].resources);
+    }
+    return p;
+  }
+};
+
+// --- baselines -----------------------------------------------------------------
+
+class BaselinePolicy : public Policy {
+ public:
+  BaselinePolicy(PolicyKind kind, uint64_t seed) : kind_(kind), rng_(seed) {}
+
+  Placement Place(const InventorySnapshot& snapshot, const Job& job) override {
+    std::vector<LabelSelector> priorities = job.request.priorities;
+    if (priorities.empty()) priorities.emplace_back();
+    for (const LabelSelector& priority : priorities) {
+      Placement p = job.request.slice
+                        ? PlaceSlices(snapshot, job, priority)
+                        : PlaceGeneric(snapshot, job, priority);
+      if (!p.nodes.empty()) return p;
+    }
+    return {};
+  }
+
+ private:
+  // Whole free intact slices of the job's shape whose hosts all match.
+  Placement PlaceSlices(const InventorySnapshot& snap, const Job& job,
+                        const LabelSelector& priority) {
+    const scheduler::SliceRequirement& req = *job.request.slice;
+    std::vector<uint32_t> candidates;
+    for (const auto& [key, slices] : snap.slices_by_key()) {
+      if (key.generation != req.generation || key.topology != req.topology) continue;
+      for (uint32_t s : slices) {
+        const InventorySnapshot::SliceEntry& e = snap.slice(s);
+        if (!e.info.intact || !e.free()) continue;
+        bool ok = true;
+        for (uint32_t h : e.hosts) {
+          const scheduler::Node& n = snap.node(h).node;
+          ok = ok && n.state == scheduler::NodeState::kAlive &&
+               scheduler::Matches(req.selector, n.labels) &&
+               scheduler::Matches(priority, n.labels);
+        }
+        if (ok) candidates.push_back(s);
+      }
+    }
+    if (static_cast<int>(candidates.size()) < req.num_slices) return {};
+    if (kind_ == PolicyKind::kFirstFit) {
+      std::sort(candidates.begin(), candidates.end());
+    } else {  // random; Ray's scorer ties every free slice, broken at random
+      for (int i = 0; i < req.num_slices; ++i) {
+        std::swap(candidates[i],
+                  candidates[rng_.Int(i, static_cast<int64_t>(candidates.size()) - 1)]);
+      }
+    }
+    const std::vector<scheduler::Bundle> bundles = ExpandBundles(job);
+    Placement p;
+    for (int s = 0; s < req.num_slices; ++s) {
+      for (uint32_t h : snap.slice(candidates[s]).hosts) {
+        p.resources.push_back(bundles[p.nodes.size()].resources);
+        p.nodes.push_back(h);
+      }
+    }
+    return p;
+  }
+
+  Placement PlaceGeneric(const InventorySnapshot& snap, const Job& job,
+                         const LabelSelector& priority) {
+    const std::vector<scheduler::Bundle>& bundles = job.request.bundles;
+    order_.clear();
+    for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
+      const scheduler::Node& n = snap.node(i).node;
+      if (n.state == scheduler::NodeState::kAlive &&
+          scheduler::Matches(priority, n.labels)) {
+        order_.push_back(i);
+      }
+    }
+    if (kind_ == PolicyKind::kRandom) {
+      for (size_t i = order_.size(); i > 1; --i) {
+        std::swap(order_[i - 1], order_[rng_.Int(0, static_cast<int64_t>(i) - 1)]);
+      }
+    }
+    absl::flat_hash_map<uint32_t, ResourceSet> used;
+    auto fits = [&](uint32_t i, const ResourceSet& r, const LabelSelector& sel) {
+      if (!sel.empty() && !scheduler::Matches(sel, snap.node(i).node.labels)) return false;
+      const ResourceSet& free = snap.node(i).free;
+      auto u = used.find(i);
+      for (const auto& [name, amount] : r) {
+        const int64_t held = u == used.end() ? 0 : Get(u->second, name);
+        if (Get(free, name) - held < amount) return false;
+      }
+      return true;
+    };
+    // Ray's LeastResourceScorer: sum over requested resources of the
+    // remaining share after placing; larger is better.
+    auto score = [&](uint32_t i, const ResourceSet& r) {
+      const ResourceSet& free = snap.node(i).free;
+      auto u = used.find(i);
+      double s = 0;
+      for (const auto& [name, amount] : r) {
+        const int64_t avail = Get(free, name) - (u == used.end() ? 0 : Get(u->second, name));
+        if (avail > 0) s += double(avail - amount) / double(avail);
+      }
+      return s;
+    };
+    // The policy's choice among nodes passing `allowed`; -1 when none.
+    auto choose = [&](const ResourceSet& r, const LabelSelector& sel, auto allowed) {
+      int64_t best = -1;
+      double best_score = -1;
+      int ties = 0;
+      for (uint32_t i : order_) {
+        if (!allowed(i) || !fits(i, r, sel)) continue;
+        if (kind_ != PolicyKind::kRay) return int64_t{i};
+        const double s = score(i, r);
+        if (s > best_score + 1e-12) {
+          best = i, best_score = s, ties = 1;
+        } else if (s > best_score - 1e-12 && rng_.Int(0, ties++) == 0) {
+          best = i;
+        }
+      }
+      return best;
+    };
+    const LabelSelector none;
+    Placement p;
+    if (job.request.strategy == scheduler::Strategy::kPack) {
+      ResourceSet sum;
+      bool same_selector = true;
+      for (const auto& b : bundles) {
+        AddTo(sum, b.resources);
+        same_selector = same_selector && b.selector == bundles[0].selector;
+      }
+      if (same_selector) {
+        const int64_t n = choose(sum, bundles[0].selector, [](uint32_t) { return true; });
+        if (n >= 0) {
+          for (const auto& b : bundles) {
+            p.nodes.push_back(static_cast<uint32_t>(n));
+            p.resources.push_back(b.resources);
+          }
+          return p;
+        }
+      }
+    }
+    std::vector<uint32_t> gang;  // nodes this gang uses, in first-use order
+    for (const auto& b : bundles) {
+      int64_t n = -1;
+      const bool pack = job.request.strategy == scheduler::Strategy::kPack;
+      if (pack) {
+        for (uint32_t g : gang) {
+          if (fits(g, b.resources, b.selector)) {
+            n = g;
+            break;
+          }
+        }
+      }
+      if (n < 0) {
+        n = choose(b.resources, b.selector, [&](uint32_t i) {
+          return pack || std::find(gang.begin(), gang.end(), i) == gang.end();
+        });
+      }
+      if (n < 0 && !pack) {
+        n = choose(b.resources, b.selector, [](uint32_t) { return true; });
+      }
+      if (n < 0) return {};
+      const uint32_t node = static_cast<uint32_t>(n);
+      AddTo(used[node], b.resources);
+      if (std::find(gang.begin(), gang.end(), node) == gang.end()) gang.push_back(node);
+      p.nodes.push_back(node);
+      p.resources.push_back(b.resources);
+    }
+    return p;
+  }
+
+  PolicyKind kind_;
+  Rng rng_;
+  std::vector<uint32_t> order_;
+};
+
+std::string PgId(const Job& job) { return absl::StrCat("job-", job.id); }
+
+// Applies a placement; dies on an engine error (a policy bug).
+std::shared_ptr<const InventorySnapshot> Commit(
+    const InventorySnapshot& snap, const Job& job, const Placement& p) {
+  scheduler::SnapshotDelta delta;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    delta.add_allocations.push_back({PgId(job), static_cast<int>(i),
+                                     snap.node(p.nodes[i]).node.node_id,
+                                     p.resources[i]});
+  }
+  auto next = snap.Apply(delta);
+  if (!next.ok()) Die(absl::StrCat("job ", job.id, ": ", next.status().ToString()));
+  return *std::move(next);
+}
+
+int64_t Sum(const Placement& p, absl::string_view resource) {
+  int64_t total = 0;
+  for (const ResourceSet& r : p.resources) total += Get(r, resource);
+  return total;
+}
+
+// Dinic's max flow on a small graph.
+class MaxFlow {
+ public:
+  explicit MaxFlow(int n) : adj_(n), level_(n), it_(n) {}
+  void AddEdge(int from, int to, int64_t cap) {
+    adj_[from].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({to, cap});
+    adj_[to].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({from, 0});
+  }
+  int64_t Run(int s, int t) {
+    int64_t flow = 0;
+    while (Bfs(s, t)) {
+      std::fill(it_.begin(), it_.end(), 0);
+      while (int64_t f = Dfs(s, t, INT64_MAX)) flow += f;
+    }
+    return flow;
+  }
+
+ private:
+  struct Edge {
+    int to;
+    int64_t cap;
+  };
+  bool Bfs(int s, int t) {
+    std::fill(level_.begin(), level_.end(), -1);
+    std::queue<int> q;
+    level_[s] = 0;
+    q.push(s);
+    while (!q.empty()) {
+      const int v = q.front();
+      q.pop();
+      for (int e : adj_[v]) {
+        if (edges_[e].cap > 0 && level_[edges_[e].to] < 0) {
+          level_[edges_[e].to] = level_[v] + 1;
+          q.push(edges_[e].to);
+        }
+      }
+    }
+    return level_[t] >= 0;
+  }
+  int64_t Dfs(int v, int t, int64_t f) {
+    if (v == t) return f;
+    for (; it_[v] < static_cast<int>(adj_[v].size()); ++it_[v]) {
+      const int e = adj_[v][it_[v]];
+      Edge& edge = edges_[e];
+      if (edge.cap <= 0 || level_[edge.to] != level_[v] + 1) continue;
+      if (int64_t d = Dfs(edge.to, t, std::min(f, edge.cap))) {
+        edge.cap -= d;
+        edges_[e ^ 1].cap += d;
+        return d;
+      }
+    }
+    return 0;
+  }
+  std::vector<Edge> edges_;
+  std::vector<std::vector<int>> adj_;
+  std::vector<int> level_, it_;
+};
+
+}  // namespace
+
+const char* PolicyName(PolicyKind kind) {
+  switch (kind) {
+    case PolicyKind::kSliced: return "sliced";
+    case PolicyKind::kFirstFit: return "first-fit";
+    case PolicyKind::kRandom: return "random";
+    case PolicyKind::kRay: return "ray-worst-fit";
+  }
+  return "?";
+}
+
+std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed) {
+  if (kind == PolicyKind::kSliced) return std::make_unique<SlicedPolicy>();
+  return std::make_unique<BaselinePolicy>(kind, seed);
+}
+
+std::vector<scheduler::Bundle> ExpandBundles(const Job& job) {
+  if (!job.request.slice || !job.request.bundles.empty()) return job.request.bundles;
+  const scheduler::SliceRequirement& req = *job.request.slice;
+  auto shape = scheduler::ResolveTpuShape(req.generation, req.topology);
+  if (!shape.ok()) Die(shape.status().ToString());
+  ResourceSet per_host = req.resources_per_host;
+  if (per_host.empty()) {
+    per_host = {{"TPU", shape->chips / shape->hosts * scheduler::kResourceScale}};
+  }
+  return std::vector<scheduler::Bundle>(req.num_slices * shape->hosts,
+                                        scheduler::Bundle{per_host, {}, ""});
+}
+
+std::vector<bool> FeasibleJobs(const Fleet& fleet, const std::vector<Job>& jobs) {
+  auto snap = BuildEmpty(fleet);
+  std::vector<bool> out;
+  out.reserve(jobs.size());
+  for (const Job& job : jobs) {
+    out.push_back(scheduler::Solve(*snap, job.request).outcome ==
+                  scheduler::Decision::kPlaced);
+  }
+  return out;
+}
+
+SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
+                 const std::vector<bool>& feasible, PolicyKind kind,
+                 const SimOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  SimResult result;
+  result.policy = PolicyName(kind);
+  auto snap = BuildEmpty(fleet);
+  auto policy = MakePolicy(kind, options.seed);
+
+  int64_t total_cpu = 0;
+  for (const auto& n : fleet.nodes) total_cpu += Get(n.resources, "CPU");
+  const double total_chips = std::max<int64_t>(1, fleet.tpu_chips) * double(scheduler::kResourceScale);
+  int64_t used_chips = 0, used_cpu = 0;
+
+  const double horizon = trace.empty() ? 0 : trace.back().arrival_s;
+  const double start = trace.empty() ? 0 : trace.front().arrival_s;
+  using QueueKey = std::tuple<int, double, int64_t>;  // -priority, arrival, id
+  std::set<QueueKey> queue;
+  using Completion = std::pair<double, int64_t>;
+  std::priority_queue<Completion, std::vector<Completion>, std::greater<>> running;
+  std::vector<Placement> placed(trace.size());
+  std::map<std::string, std::vector<double>> waits;
+  std::vector<double> window_waits;
+  double chip_time = 0, cpu_time = 0;
+  size_t next_arrival = 0;
+  int next_sample = 0;
+  double t = start;
+
+  // Per-shape fragmentation sums over the samples.
+  struct FragSum {
+    int64_t slices = 0;
+    double whole_free = 0, stranded = 0;
+  };
+  std::map<std::string, FragSum> frag;
+  auto sample = [&](double at) {
+    SimSample s;
+    s.t_s = at - start;
+    s.utilization = used_chips / total_chips;
+    s.cpu_utilization = total_cpu ? double(used_cpu) / total_cpu : 0;
+    s.queued = static_cast<int64_t>(queue.size());
+    s.mean_wait_s = Mean(window_waits);
+    window_waits.clear();
+    result.series.push_back(s);
+    std::map<std::string, std::tuple<int64_t, int64_t, int64_t, int64_t>> now;
+    for (uint32_t i = 0; i < snap->num_slices(); ++i) {
+      const InventorySnapshot::SliceEntry& e = snap->slice(i);
+      if (!e.shape_known) continue;
+      auto& [slices, whole, free_chips, whole_chips] = now[e.shape.pod_type];
+      ++slices;
+      int64_t chips = 0;
+      for (uint32_t h : e.hosts) chips += Get(snap->node(h).free, "TPU");
+      free_chips += chips;
+      if (e.info.intact && e.free()) {
+        ++whole;
+        whole_chips += chips;
+      }
+    }
+    for (const auto& [shape, v] : now) {
+      const auto& [slices, whole, free_chips, whole_chips] = v;
+      FragSum& f = frag[shape];
+      f.slices = slices;
+      f.whole_free += whole;
+      f.stranded += free_chips ? 1.0 - double(whole_chips) / free_chips : 0.0;
+    }
+  };
+
+  while (true) {
+    double t_next = std::numeric_limits<double>::infinity();
+    if (next_arrival < trace.size()) t_next = trace[next_arrival].arrival_s;
+    if (!running.empty()) t_next = std::min(t_next, running.top().first);
+    if (!std::isfinite(t_next)) break;
+    // Samples fall at evenly spaced times over the arrival window.
+    while (next_sample < options.samples &&
+           start + (horizon - start) * next_sample / (options.samples - 1) <= t_next) {
+      sample(start + (horizon - start) * next_sample / (options.samples - 1));
+      ++next_sample;
+    }
+    const double until = std::min(t_next, horizon);
+    if (until > t) {
+      chip_time += used_chips * (until - t);
+      cpu_time += used_cpu * (until - t);
+    }
+    t = t_next;
+    while (!running.empty() && running.top().first <= t) {
+      const Job& job = trace[running.top().second];
+      running.pop();
+      scheduler::SnapshotDelta delta;
+      delta.release_pg_ids.push_back(PgId(job));
+      auto next = snap->Apply(delta);
+      if (!next.ok()) Die(next.status().ToString());
+      snap = *std::move(next);
+      used_chips -= Sum(placed[job.id], "TPU");
+      used_cpu -= Sum(placed[job.id], "CPU");
+    }
+    while (next_arrival < trace.size() && trace[next_arrival].arrival_s <= t) {
+      const Job& job = trace[next_arrival++];
+      if (feasible[job.id]) queue.insert({-job.priority, job.arrival_s, job.id});
+    }
+    int tries = 0;
+    for (auto it = queue.begin(); it != queue.end() && tries < options.scan_limit;) {
+      const Job& job = trace[std::get<2>(*it)];
+      if (t - job.arrival_s > options.patience_s) {
+        it = queue.erase(it);
+        continue;
+      }
+      ++tries;
+      Placement p = policy->Place(*snap, job);
+      if (p.nodes.empty()) {
+        ++it;
+        continue;
+      }
+      snap = Commit(*snap, job, p);
+      used_chips += Sum(p, "TPU");
+      used_cpu += Sum(p, "CPU");
+      const double wait = t - job.arrival_s;
+      waits[JobKindName(job.kind)].push_back(wait);
+      window_waits.push_back(wait);
+      running.push({t + job.duration_s, job.id});
+      placed[job.id] = std::move(p);
+      ++result.accepted;
+      it = queue.erase(it);
+    }
+  }
+  while (next_sample < options.samples) {  // an empty trace
+    sample(start);
+    ++next_sample;
+  }
+  const double window = std::max(1e-9, horizon - start);
+  result.utilization = chip_time / window / total_chips;
+  result.cpu_utilization = total_cpu ? cpu_time / window / total_cpu : 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    if (!feasible[i]) continue;
+    ++result.feasible;
+    ++result.wait_by_kind[JobKindName(trace[i].kind)].feasible;
+  }
+  result.acceptance = result.feasible ? double(result.accepted) / result.feasible : 0;
+  for (auto& [kind_name, w] : waits) {
+    WaitStats& s = result.wait_by_kind[kind_name];
+    s.placed = static_cast<int64_t>(w.size());
+    s.mean_s = Mean(w);
+    s.p99_s = Percentile(w, 0.99);
+  }
+  for (const auto& [shape, f] : frag) {
+    result.fragmentation.push_back(
+        {shape, f.slices, f.whole_free / options.samples, f.stranded / options.samples});
+  }
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                wall_start).count();
+  return result;
+}
+
+BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& batch,
+                                  uint64_t seed) {
+  BatchComparison out;
+  out.jobs = static_cast<int64_t>(batch.size());
+  std::vector<const Job*> order;
+  for (const Job& j : batch) {
+    order.push_back(&j);
+    out.slices_asked += j.request.slice->num_slices;
+  }
+  std::stable_sort(order.begin(), order.end(), [](const Job* a, const Job* b) {
+    return a->priority > b->priority;
+  });
+  const auto empty = BuildEmpty(fleet);
+  for (PolicyKind kind : kAllPolicies) {
+    auto policy = MakePolicy(kind, seed);
+    auto snap = empty;
+    BatchResult r;
+    r.policy = PolicyName(kind);
+    for (const Job* job : order) {
+      Placement p = policy->Place(*snap, *job);
+      if (p.nodes.empty()) continue;
+      snap = Commit(*snap, *job, p);
+      ++r.jobs_placed;
+      r.slices_placed += job->request.slice->num_slices;
+      r.chips_placed += job->chips;
+    }
+    out.results.push_back(r);
+  }
+  // The bound: per shape, source -> job (num_slices) -> (tier, zone) pool it
+  // may use -> sink (free intact slices of the pool). Gang atomicity is
+  // relaxed, so this is an upper bound (exact for single-slice jobs).
+  struct Pool {
+    int64_t free = 0;
+    const scheduler::Labels* labels = nullptr;  // worker 0 of one slice
+  };
+  std::map<std::pair<scheduler::TpuGeneration, std::string>, std::vector<Pool>> pools;
+  for (const auto& [key, slices] : empty->slices_by_key()) {
+    Pool pool;
+    for (uint32_t s : slices) {
+      const auto& e = empty->slice(s);
+      if (!e.info.intact || !e.free()) continue;
+      ++pool.free;
+      pool.labels = &empty->node(e.hosts[0]).node.labels;
+    }
+    if (pool.free > 0) pools[{key.generation, key.topology}].push_back(pool);
+  }
+  for (auto& [shape_key, shape_pools] : pools) {
+    std::vector<const Job*> jobs;
+    for (const Job& j : batch) {
+      if (j.request.slice->generation == shape_key.first &&
+          j.request.slice->topology == shape_key.second) {
+        jobs.push_back(&j);
+      }
+    }
+    if (jobs.empty()) continue;
+    const int n_jobs = static_cast<int>(jobs.size());
+    const int n_pools = static_cast<int>(shape_pools.size());
+    const int source = 0, sink = 1 + n_jobs + n_pools;
+    MaxFlow flow(sink + 1);
+    for (int j = 0; j < n_jobs; ++j) {
+      const Job& job = *jobs[j];
+      flow.AddEdge(source, 1 + j, job.request.slice->num_slices);
+      std::vector<LabelSelector> priorities = job.request.priorities;
+      if (priorities.empty()) priorities.emplace_back();
+      for (int p = 0; p < n_pools; ++p) {
+        const scheduler::Labels& labels = *shape_pools[p].labels;
+        bool ok = false;
+        for (const auto& prio : priorities) ok = ok || scheduler::Matches(prio, labels);
+        if (ok && scheduler::Matches(job.request.slice->selector, labels)) {
+          flow.AddEdge(1 + j, 1 + n_jobs + p, job.request.slice->num_slices);
+        }
+      }
+    }
+    for (int p = 0; p < n_pools; ++p) flow.AddEdge(1 + n_jobs + p, sink, shape_pools[p].free);
+    const int64_t slices = flow.Run(source, sink);
+    auto shape = scheduler::ResolveTpuShape(shape_key.first, shape_key.second);
+    out.bound_slices += slices;
+    out.bound_chips += slices * (shape.ok() ? shape->chips : 0);
+  }
+  return out;
+}
+
+}  // namespace sliced::bench

@@ -1,0 +1,143 @@
+// The placement-quality simulator: replays one seeded trace in simulated time
+// under several placement policies, on the engine's own InventorySnapshot,
+// and measures utilization, acceptance, wait and fragmentation; and places a
+// batch of whole-slice jobs under each policy against a max-flow bound.
+//
+// Policies (all see the same snapshot; only *where* a gang goes differs):
+//   sliced     the real engine: scheduler::Solve.
+//   first-fit  nodes (and slices) in id order, first that fits.
+//   random     a seeded random order.
+//   ray        Ray's bundle scheduling with its LeastResourceScorer: per
+//              bundle the node with the largest remaining share of the
+//              requested resources (worst fit); PACK first tries the whole
+//              gang on one node. Ties, which Ray breaks by hash-map order,
+//              are broken at random (seeded). A slice request takes free
+//              intact slices scored by their head node: all equal, so random.
+// The baselines honour selectors, compute-class priorities (first priority
+// that holds the whole gang), PACK / SPREAD, and slice atomicity (free
+// intact slices only, bundle i on worker i).
+//
+// Queue discipline, the same for every policy: waiting jobs in (priority
+// desc, arrival) order; at every event each of the first `scan_limit` is
+// tried and placed if it fits (backfill without reservation); a job that
+// waited longer than `patience_s` leaves (not accepted). Jobs that cannot
+// be placed even on the empty fleet are "infeasible" and excluded from
+// acceptance for all policies alike.
+//
+// Not thread-safe; one Simulator per thread.
+#ifndef SLICED_BENCH_SIM_SIM_H_
+#define SLICED_BENCH_SIM_SIM_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/gen/fleet.h"
+#include "bench/gen/trace.h"
+#include "scheduler/snapshot.h"
+
+namespace sliced::bench {
+
+enum class PolicyKind { kSliced, kFirstFit, kRandom, kRay };
+const char* PolicyName(PolicyKind kind);
+inline constexpr PolicyKind kAllPolicies[] = {
+    PolicyKind::kSliced, PolicyKind::kFirstFit, PolicyKind::kRandom,
+    PolicyKind::kRay};
+
+// Where each bundle of a job goes (node indexes of the snapshot, bundle
+// order), or empty when the policy does not place it now.
+struct Placement {
+  std::vector<uint32_t> nodes;
+  std::vector<scheduler::ResourceSet> resources;  // per bundle
+};
+
+// Places `job` on `snapshot` under `kind`. `seed` feeds random tie breaks.
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual Placement Place(const scheduler::InventorySnapshot& snapshot,
+                          const Job& job) = 0;
+};
+std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed);
+
+// The per-host bundles of a slice job (num_slices x hosts of {TPU: chips per
+// host}); the bundles themselves for other jobs.
+std::vector<scheduler::Bundle> ExpandBundles(const Job& job);
+
+struct SimOptions {
+  double patience_s = 4 * 3600;   // a job leaves after waiting this long
+  int scan_limit = 64;            // queue entries tried per event
+  int samples = 120;              // points of the time series
+  uint64_t seed = 1;              // random tie breaks
+};
+
+struct WaitStats {
+  int64_t placed = 0;
+  int64_t feasible = 0;
+  double mean_s = 0;
+  double p99_s = 0;
+};
+
+struct ShapeFragmentation {
+  std::string shape;            // pod type, e.g. "v6e-64"
+  int64_t slices = 0;
+  double mean_whole_free = 0;   // whole free intact slices, time average
+  double stranded = 0;          // Slurm-style cost: time average of free
+                                // chips outside whole free slices / free chips
+};
+
+struct SimSample {
+  double t_s = 0;
+  double utilization = 0;       // held TPU chips / fleet chips
+  double cpu_utilization = 0;   // held CPU / fleet CPU
+  int64_t queued = 0;
+  double mean_wait_s = 0;       // of jobs started since the previous sample
+};
+
+struct SimResult {
+  std::string policy;
+  double utilization = 0;       // time-weighted TPU, over the arrival window
+  double cpu_utilization = 0;
+  double acceptance = 0;        // accepted / feasible
+  int64_t accepted = 0;
+  int64_t feasible = 0;
+  std::map<std::string, WaitStats> wait_by_kind;  // JobKindName
+  std::vector<ShapeFragmentation> fragmentation;
+  std::vector<SimSample> series;
+  double wall_s = 0;            // real time the replay took
+};
+
+// Replays `trace` on `fleet` under `kind`. `feasible[i]` says whether job i
+// fits the empty fleet (FeasibleJobs).
+SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
+                 const std::vector<bool>& feasible, PolicyKind kind,
+                 const SimOptions& options);
+
+// Whether each job fits the empty fleet (sliced's solver on it).
+std::vector<bool> FeasibleJobs(const Fleet& fleet, const std::vector<Job>& jobs);
+
+struct BatchResult {
+  std::string policy;
+  int64_t slices_placed = 0;
+  int64_t chips_placed = 0;
+  int64_t jobs_placed = 0;
+};
+struct BatchComparison {
+  int64_t jobs = 0;
+  int64_t slices_asked = 0;
+  int64_t bound_slices = 0;     // max-flow bound (relaxes gang atomicity)
+  int64_t bound_chips = 0;
+  std::vector<BatchResult> results;
+};
+
+// Places a whole-slice batch (all at t = 0, in (priority desc, id) order,
+// each job tried once) under every policy, and computes the max-flow bound:
+// per shape, jobs -> (tier, zone) pools they may use -> free slices.
+BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& batch,
+                                  uint64_t seed);
+
+}  // namespace sliced::bench
+
+#endif  // SLICED_BENCH_SIM_SIM_H_

@@ -1,0 +1,350 @@
+// sliced_sim: placement quality (sliced vs first-fit, random, Ray's
+// worst-fit scorer, and a max-flow bound for whole-slice batches) and the
+// solver's decision latency from 1k to 100k nodes, all in-process.
+//
+//   sliced_sim [--quick] --out_dir=DIR
+//
+// Writes DIR/sim.json, DIR/quality.svg, and the Markdown sections
+// DIR/sim_quality.md and DIR/sim_scaling.md that bench/run.sh splices into
+// bench/RESULTS.md. Progress goes to stderr when it is a terminal.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/common/json.h"
+#include "bench/common/output.h"
+#include "bench/common/stats.h"
+#include "bench/common/svg.h"
+#include "bench/gen/fleet.h"
+#include "bench/gen/trace.h"
+#include "bench/sim/sim.h"
+#include "scheduler/solver.h"
+
+ABSL_FLAG(bool, quick, false, "small fleet and trace, 1k and 10k scaling only");
+ABSL_FLAG(int64_t, nodes, 0, "fleet size for the replay (default 10000; quick 2000)");
+ABSL_FLAG(int64_t, jobs, 0, "jobs in the trace (default 20000; quick 3000)");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the fleet, the trace and random ties");
+ABSL_FLAG(double, load, 0.9, "offered TPU load relative to the fleet's chips");
+ABSL_FLAG(double, batch_oversubscription, 1.3,
+          "whole-slice batch: slices asked / slices in the fleet");
+ABSL_FLAG(std::string, scaling_nodes, "",
+          "fleet sizes for solver latency (default 1000,10000,100000; quick "
+          "1000,10000)");
+ABSL_FLAG(std::string, out_dir, ".", "where the JSON, SVG and Markdown go");
+
+namespace sliced::bench {
+namespace {
+
+std::string Minutes(double s) { return absl::StrFormat("%.1f", s / 60); }
+std::string Pct(double x) { return absl::StrFormat("%.1f %%", 100 * x); }
+
+// --- solver latency scaling ---------------------------------------------------
+
+struct KindLatency {
+  std::string kind;
+  double p50_us = 0, p99_us = 0;
+  int64_t decisions = 0;
+};
+struct ScalingPoint {
+  int64_t nodes = 0, slices = 0, placed = 0;
+  double build_ms = 0, fill = 0;
+  std::vector<KindLatency> kinds;
+};
+
+// Builds the fleet, fills it to about half its chips with trace jobs placed
+// by the solver, then times Solve (without committing) for trace requests.
+ScalingPoint MeasureSolver(int64_t nodes, uint64_t seed) {
+  using Clock = std::chrono::steady_clock;
+  ScalingPoint point;
+  point.nodes = nodes;
+  Fleet fleet = GenerateFleet({nodes, seed});
+  const auto t0 = Clock::now();
+  auto built = scheduler::InventorySnapshot::Build(fleet.nodes, {});
+  point.build_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!built.ok()) std::abort();
+  std::shared_ptr<const scheduler::InventorySnapshot> snap = *built;
+  point.slices = static_cast<int64_t>(snap->num_slices());
+  TraceOptions topts;
+  topts.jobs = std::max<int64_t>(4000, nodes / 4);
+  topts.seed = seed + 100;
+  std::vector<Job> trace = GenerateTrace(fleet, topts);
+  int64_t held = 0;
+  size_t i = 0;
+  for (; i < trace.size() && held < fleet.tpu_chips / 2; ++i) {
+    const scheduler::Decision d = scheduler::Solve(*snap, trace[i].request);
+    if (d.outcome != scheduler::Decision::kPlaced) continue;
+    const std::vector<scheduler::Bundle> bundles = ExpandBundles(trace[i]);
+    scheduler::SnapshotDelta delta;
+    for (size_t b = 0; b < d.bundle_nodes.size(); ++b) {
+      delta.add_allocations.push_back({absl::StrCat("fill-", i), static_cast<int>(b),
+                                       d.bundle_nodes[b], bundles[b].resources});
+    }
+    auto next = snap->Apply(delta);
+    if (!next.ok()) std::abort();
+    snap = *next;
+    held += trace[i].chips;
+    ++point.placed;
+  }
+  point.fill = double(held) / std::max<int64_t>(1, fleet.tpu_chips);
+  std::map<std::string, std::vector<double>> lat;
+  const size_t limit = std::min(trace.size(), i + 4000);
+  for (size_t k = i; k < limit; ++k) {
+    const auto s = Clock::now();
+    scheduler::Decision d = scheduler::Solve(*snap, trace[k].request);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - s).count();
+    lat[JobKindName(trace[k].kind)].push_back(us);
+  }
+  for (auto& [kind, v] : lat) {
+    point.kinds.push_back({kind, Percentile(v, 0.5), Percentile(v, 0.99),
+                           static_cast<int64_t>(v.size())});
+  }
+  return point;
+}
+
+int Main() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  int64_t nodes = absl::GetFlag(FLAGS_nodes);
+  if (nodes == 0) nodes = quick ? 2000 : 10000;
+  int64_t jobs = absl::GetFlag(FLAGS_jobs);
+  if (jobs == 0) jobs = quick ? 3000 : 20000;
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  std::string scaling_flag = absl::GetFlag(FLAGS_scaling_nodes);
+  if (scaling_flag.empty()) scaling_flag = quick ? "1000,10000" : "1000,10000,100000";
+  std::vector<int64_t> scaling_sizes;
+  for (absl::string_view s : absl::StrSplit(scaling_flag, ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(s, &n) || n <= 0) {
+      std::fprintf(stderr, "sliced_sim: bad --scaling_nodes entry '%s'\n",
+                   std::string(s).c_str());
+      return 2;
+    }
+    scaling_sizes.push_back(n);
+  }
+  const std::string out_dir = absl::GetFlag(FLAGS_out_dir);
+
+  // 1. Replay the trace under every policy.
+  Progress("generating fleet (%d nodes) and trace (%d jobs)", nodes, jobs);
+  const Fleet fleet = GenerateFleet({nodes, seed});
+  TraceOptions topts;
+  topts.jobs = jobs;
+  topts.seed = seed;
+  topts.load = absl::GetFlag(FLAGS_load);
+  const std::vector<Job> trace = GenerateTrace(fleet, topts);
+  const std::vector<bool> feasible = FeasibleJobs(fleet, trace);
+  SimOptions sopts;
+  sopts.seed = seed;
+  std::vector<SimResult> results;
+  for (PolicyKind kind : kAllPolicies) {
+    Progress("replaying under %s", PolicyName(kind));
+    results.push_back(Replay(fleet, trace, feasible, kind, sopts));
+  }
+  // 2. Whole-slice batch against the max-flow bound.
+  Progress("whole-slice batch");
+  const std::vector<Job> batch =
+      GenerateSliceBatch(fleet, seed, absl::GetFlag(FLAGS_batch_oversubscription));
+  const BatchComparison cmp = CompareSliceBatch(fleet, batch, seed);
+  // 3. Solver latency scaling.
+  std::vector<ScalingPoint> scaling;
+  for (int64_t n : scaling_sizes) {
+    Progress("solver latency at %d nodes", n);
+    scaling.push_back(MeasureSolver(n, seed));
+  }
+  Progress("%s", "");
+
+  int64_t fleet_slices = 0;
+  for (const auto& s : fleet.shapes) fleet_slices += s.slices;
+  const double horizon_h = trace.empty() ? 0 : (trace.back().arrival_s - trace.front().arrival_s) / 3600;
+
+  // JSON.
+  JsonWriter j;
+  j.BeginObject();
+  j.Key("fleet").BeginObject().Key("nodes").Number(nodes).Key("seed").Number(seed)
+      .Key("tpu_chips").Number(fleet.tpu_chips).Key("slices").Number(fleet_slices)
+      .Key("cpu_nodes").Number(fleet.cpu_nodes).EndObject();
+  j.Key("trace").BeginObject().Key("jobs").Number(jobs).Key("load").Number(topts.load)
+      .Key("hours").Number(horizon_h).Key("patience_s").Number(sopts.patience_s)
+      .Key("scan_limit").Number(sopts.scan_limit).EndObject();
+  j.Key("replay").BeginArray();
+  for (const SimResult& r : results) {
+    j.BeginObject().Key("policy").String(r.policy).Key("utilization").Number(r.utilization)
+        .Key("cpu_utilization").Number(r.cpu_utilization)
+        .Key("acceptance").Number(r.acceptance).Key("accepted").Number(r.accepted)
+        .Key("feasible").Number(r.feasible).Key("wall_s").Number(r.wall_s);
+    j.Key("wait_by_kind").BeginObject();
+    for (const auto& [kind, w] : r.wait_by_kind) {
+      j.Key(kind).BeginObject().Key("placed").Number(w.placed).Key("feasible")
+          .Number(w.feasible).Key("mean_s").Number(w.mean_s).Key("p99_s")
+          .Number(w.p99_s).EndObject();
+    }
+    j.EndObject().Key("fragmentation").BeginArray();
+    for (const auto& f : r.fragmentation) {
+      j.BeginObject().Key("shape").String(f.shape).Key("slices").Number(f.slices)
+          .Key("mean_whole_free").Number(f.mean_whole_free)
+          .Key("stranded").Number(f.stranded).EndObject();
+    }
+    j.EndArray().Key("series").BeginArray();
+    for (const auto& s : r.series) {
+      j.BeginObject().Key("t_s").Number(s.t_s).Key("utilization").Number(s.utilization)
+          .Key("queued").Number(s.queued).Key("mean_wait_s").Number(s.mean_wait_s)
+          .EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  j.EndArray();
+  j.Key("slice_batch").BeginObject().Key("jobs").Number(cmp.jobs)
+      .Key("slices_asked").Number(cmp.slices_asked)
+      .Key("bound_slices").Number(cmp.bound_slices)
+      .Key("bound_chips").Number(cmp.bound_chips).Key("results").BeginArray();
+  for (const auto& r : cmp.results) {
+    j.BeginObject().Key("policy").String(r.policy).Key("jobs_placed").Number(r.jobs_placed)
+        .Key("slices_placed").Number(r.slices_placed)
+        .Key("chips_placed").Number(r.chips_placed).EndObject();
+  }
+  j.EndArray().EndObject();
+  j.Key("solver_scaling").BeginArray();
+  for (const auto& p : scaling) {
+    j.BeginObject().Key("nodes").Number(p.nodes).Key("slices").Number(p.slices)
+        .Key("build_ms").Number(p.build_ms).Key("fill").Number(p.fill)
+        .Key("kinds").BeginArray();
+    for (const auto& k : p.kinds) {
+      j.BeginObject().Key("kind").String(k.kind).Key("p50_us").Number(k.p50_us)
+          .Key("p99_us").Number(k.p99_us).Key("decisions").Number(k.decisions).EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  j.EndArray().EndObject();
+
+  // SVG: utilization and wait over time per policy.
+  SvgPanel util{"TPU utilization (%)", {}}, wait{"mean wait of started jobs (min)", {}};
+  for (const SimResult& r : results) {
+    SvgSeries u{r.policy, {}, {}}, w{r.policy, {}, {}};
+    for (const auto& s : r.series) {
+      u.x.push_back(s.t_s / 3600);
+      u.y.push_back(100 * s.utilization);
+      w.x.push_back(s.t_s / 3600);
+      w.y.push_back(s.mean_wait_s / 60);
+    }
+    util.series.push_back(std::move(u));
+    wait.series.push_back(std::move(w));
+  }
+  const std::string svg = RenderSvg(
+      absl::StrFormat("Trace replay: %d nodes, %d jobs, seed %d", nodes, jobs, seed),
+      "simulated time (h)", {util, wait});
+
+  // Markdown: quality.
+  std::string md = absl::StrFormat(
+      "Fleet: %d nodes (%d CPU nodes, %d slices, %d TPU chips; v4/v5p/v5e/v6e/v7x, "
+      "4 zones, 4 tiers), seed %d. Trace: %d jobs over %.1f simulated hours, "
+      "Poisson arrivals at %.0f %% offered TPU load; patience %.0f h; queue scan "
+      "of %d per event.\n\n",
+      nodes, fleet.cpu_nodes, fleet_slices, fleet.tpu_chips, seed, jobs, horizon_h,
+      100 * topts.load, sopts.patience_s / 3600, sopts.scan_limit);
+  md += "| policy | TPU utilization | CPU utilization | acceptance | accepted / feasible | replay wall time |\n"
+        "| --- | --- | --- | --- | --- | --- |\n";
+  for (const SimResult& r : results) {
+    absl::StrAppendFormat(&md, "| %s | %s | %s | %s | %d / %d | %.1f s |\n", r.policy,
+                          Pct(r.utilization), Pct(r.cpu_utilization), Pct(r.acceptance),
+                          r.accepted, r.feasible, r.wall_s);
+  }
+  md += "\nWait (minutes, placed jobs; mean / p99) and acceptance per job kind:\n\n"
+        "| policy | cpu | tpu-bundles | slice | multi-slice |\n| --- | --- | --- | --- | --- |\n";
+  for (const SimResult& r : results) {
+    md += "| " + r.policy;
+    for (const char* kind : {"cpu", "tpu-bundles", "slice", "multi-slice"}) {
+      auto it = r.wait_by_kind.find(kind);
+      if (it == r.wait_by_kind.end()) {
+        md += " | –";
+        continue;
+      }
+      const WaitStats& w = it->second;
+      absl::StrAppendFormat(&md, " | %s / %s (%s)", Minutes(w.mean_s), Minutes(w.p99_s),
+                            Pct(w.feasible ? double(w.placed) / w.feasible : 0));
+    }
+    md += " |\n";
+  }
+  md += "\nFragmentation per shape, time averages over the samples: whole free "
+        "intact slices, and the Slurm-style cost = free chips outside whole free "
+        "slices ÷ free chips of that shape (0 = every free chip is usable by a "
+        "whole-slice request):\n\n| shape | slices |";
+  for (const SimResult& r : results) md += " whole free " + r.policy + " |";
+  for (const SimResult& r : results) md += " cost " + r.policy + " |";
+  md += "\n| --- | --- |";
+  for (size_t k = 0; k < 2 * results.size(); ++k) md += " --- |";
+  md += "\n";
+  for (size_t f = 0; f < results[0].fragmentation.size(); ++f) {
+    absl::StrAppendFormat(&md, "| %s | %d |", results[0].fragmentation[f].shape,
+                          results[0].fragmentation[f].slices);
+    for (const SimResult& r : results) {
+      absl::StrAppendFormat(&md, " %.1f |", r.fragmentation[f].mean_whole_free);
+    }
+    for (const SimResult& r : results) {
+      absl::StrAppendFormat(&md, " %.3f |", r.fragmentation[f].stranded);
+    }
+    md += "\n";
+  }
+  absl::StrAppendFormat(
+      &md,
+      "\nWhole-slice batch (all at t = 0, %d jobs asking for %d slices = %.1f× the "
+      "fleet's; each tried once in priority order). The bound is a max flow per "
+      "shape, jobs → (tier, zone) pools their selector and compute class allow → "
+      "free slices; it relaxes gang atomicity, so it is an upper bound (exact for "
+      "single-slice jobs): %d slices, %d chips.\n\n"
+      "| policy | jobs placed | slices placed | chips placed | gap to bound (chips) |\n"
+      "| --- | --- | --- | --- | --- |\n",
+      cmp.jobs, cmp.slices_asked, absl::GetFlag(FLAGS_batch_oversubscription),
+      cmp.bound_slices, cmp.bound_chips);
+  for (const auto& r : cmp.results) {
+    absl::StrAppendFormat(&md, "| %s | %d | %d | %d | %s |\n", r.policy, r.jobs_placed,
+                          r.slices_placed, r.chips_placed,
+                          Pct(cmp.bound_chips ? 1.0 - double(r.chips_placed) / cmp.bound_chips : 0));
+  }
+  md += "\n![utilization and wait over time per policy](results/quality.svg)\n";
+
+  // Markdown: solver scaling.
+  std::string sc =
+      "Solve() on the generated fleet, filled to about half its chips by trace "
+      "jobs the solver placed; then up to 4,000 further trace requests are timed "
+      "(decided, not committed). Wall clock, one thread.\n\n"
+      "| nodes | slices | Build | fill | cpu p50 / p99 µs | tpu-bundles | slice | multi-slice |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& p : scaling) {
+    absl::StrAppendFormat(&sc, "| %d | %d | %.0f ms | %s |", p.nodes, p.slices,
+                          p.build_ms, Pct(p.fill));
+    for (const char* kind : {"cpu", "tpu-bundles", "slice", "multi-slice"}) {
+      std::string cell = " –";
+      for (const auto& k : p.kinds) {
+        if (k.kind == kind) cell = absl::StrFormat(" %.1f / %.1f", k.p50_us, k.p99_us);
+      }
+      sc += cell + " |";
+    }
+    sc += "\n";
+  }
+
+  if (!WriteOutputs(out_dir, {{"sim.json", j.str() + "\n"},
+                              {"quality.svg", svg},
+                              {"sim_quality.md", md},
+                              {"sim_scaling.md", sc}})) {
+    return 1;
+  }
+  std::printf("%s\n%s", md.c_str(), sc.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace sliced::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return sliced::bench::Main();
+}
