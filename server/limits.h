@@ -23,6 +23,11 @@ struct Limits {
   int max_slices_per_pg = 1024;
   // job_id, name, request_id, compute-class names.
   int max_name_length = 256;
+  // Placement groups waiting in the queue; a create that would wait beyond
+  // this is RESOURCE_EXHAUSTED.
+  int max_pending_pgs = 100000;
+  // Open WatchPlacementGroups + TailLogs streams; more are RESOURCE_EXHAUSTED.
+  int max_streams = 1000;
   // Page size of ListNodes: default and maximum.
   int default_page_size = 500;
   int max_page_size = 5000;

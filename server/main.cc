@@ -30,6 +30,16 @@ ABSL_FLAG(std::string, auth_tokens, "",
           "viewer); reloaded on SIGHUP");
 ABSL_FLAG(bool, insecure_listen_any, false,
           "allow a non-loopback --listen without TLS and tokens");
+ABSL_FLAG(int, max_message_bytes, 16 << 20, "largest request message accepted");
+ABSL_FLAG(int, max_nodes_per_batch, 1000,
+          "nodes per RegisterNodes / heartbeats per Heartbeat");
+ABSL_FLAG(int, max_labels_per_node, 64, "labels per node, after translation");
+ABSL_FLAG(int, max_bundles_per_pg, 10000,
+          "bundles per placement group (slice hosts count as bundles)");
+ABSL_FLAG(int, max_pending, 100000,
+          "placement groups the pending queue holds; more are RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_streams, 1000,
+          "open WatchPlacementGroups + TailLogs streams; more are RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -61,6 +71,24 @@ int main(int argc, char** argv) {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   options.insecure_listen_any = absl::GetFlag(FLAGS_insecure_listen_any);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.max_nodes_per_batch = absl::GetFlag(FLAGS_max_nodes_per_batch);
+  options.limits.max_labels_per_node = absl::GetFlag(FLAGS_max_labels_per_node);
+  options.limits.max_bundles_per_pg = absl::GetFlag(FLAGS_max_bundles_per_pg);
+  options.limits.max_pending_pgs = absl::GetFlag(FLAGS_max_pending);
+  options.limits.max_streams = absl::GetFlag(FLAGS_max_streams);
+  for (const auto& [name, value] :
+       {std::pair{"max_message_bytes", options.limits.max_message_bytes},
+        std::pair{"max_nodes_per_batch", options.limits.max_nodes_per_batch},
+        std::pair{"max_labels_per_node", options.limits.max_labels_per_node},
+        std::pair{"max_bundles_per_pg", options.limits.max_bundles_per_pg},
+        std::pair{"max_pending", options.limits.max_pending_pgs},
+        std::pair{"max_streams", options.limits.max_streams}}) {
+    if (value < 1) {
+      std::fprintf(stderr, "sliced: --%s must be >= 1\n", name);
+      return 2;
+    }
+  }
   if (options.heartbeat_timeout < absl::ZeroDuration() ||
       options.starvation_bound < absl::ZeroDuration()) {
     std::fprintf(stderr,

@@ -309,6 +309,12 @@ absl::StatusOr<PgSpec> PgSpecFromCreate(const v1::CreatePlacementGroupRequest& i
           "slice.num_slices: must be 1..", limits.max_slices_per_pg, ", got ",
           s.num_slices()));
     }
+    if (shape->hosts * slice.num_slices > limits.max_bundles_per_pg) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slice: ", slice.num_slices, " x ", shape->pod_type, " is ",
+          shape->hosts * slice.num_slices, " host bundles; at most ",
+          limits.max_bundles_per_pg, " per placement group"));
+    }
     ASSIGN_OR_RETURN(slice.resources_per_host,
                      ResourcesFromProto(s.resources_per_host(),
                                         "slice.resources_per_host", limits));
@@ -449,7 +455,16 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
       }
     }
   }
+  auto check_room = [&]() -> absl::Status {
+    if (static_cast<int>(txn.PendingQueue().size()) >= policy.max_pending) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the pending queue is full (", policy.max_pending,
+          " groups); nothing was created. Retry later or remove waiting groups"));
+    }
+    return absl::OkStatus();
+  };
   if (starving != nullptr) {
+    RETURN_IF_ERROR(check_room());
     r.set_pending_reason(BlockedBy(starving->record, policy));
     r.set_update_time_ms(r.create_time_ms());
     txn.PutPg(entry);
@@ -467,6 +482,7 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
           d.diagnosis.summary));
     }
   }
+  if (d.outcome != Decision::kPlaced) RETURN_IF_ERROR(check_room());
   txn.PutPg(entry);
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
   PgToProto(entry, *snapshot, reply);

@@ -27,6 +27,8 @@ struct PlacementPolicy {
   // lower priority, later arrival) until it is placed: it claims capacity as
   // it frees. Zero disables the bound. Default 5 minutes.
   absl::Duration starvation_bound = absl::Minutes(5);
+  // Groups the queue may hold (Limits::max_pending_pgs).
+  int max_pending = 100000;
   // Called after every solve with the decision and how long it took
   // (metrics). Optional.
   std::function<void(const scheduler::Decision&, absl::Duration)> on_decision;

@@ -174,7 +174,13 @@ PlacementService::WatchPlacementGroups(
   if (absl::Status denied = Authorize(auth_, *context, Access::kRead); !denied.ok()) {
     return new FailedStream<v1::PlacementGroupEvent>(denied);
   }
-  return new WatchReactor(coordinator_, hub_, *request);
+  if (!streams_->TryAcquire()) {
+    return new FailedStream<v1::PlacementGroupEvent>(absl::ResourceExhaustedError(
+        absl::StrCat("too many open streams (", streams_->max(), "); retry later")));
+  }
+  auto* reactor = new WatchReactor(coordinator_, hub_, *request);
+  reactor->set_slot(streams_);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(

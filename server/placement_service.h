@@ -16,6 +16,7 @@
 #include "server/auth.h"
 #include "server/limits.h"
 #include "server/placement.h"
+#include "server/stream_reactor.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
 namespace sliced::server {
@@ -40,11 +41,13 @@ class WatchHub {
 class PlacementService final : public v1::Placement::CallbackService {
  public:
   PlacementService(Coordinator* coordinator, WatchHub* hub, const Limits& limits,
-                   const PlacementPolicy& policy, const Authenticator* auth = nullptr)
+                   const PlacementPolicy& policy, StreamLimiter* streams,
+                   const Authenticator* auth = nullptr)
       : coordinator_(coordinator),
         hub_(hub),
         limits_(limits),
         policy_(policy),
+        streams_(streams),
         auth_(auth) {}
 
   grpc::ServerUnaryReactor* CreatePlacementGroup(
@@ -80,6 +83,7 @@ class PlacementService final : public v1::Placement::CallbackService {
   WatchHub* const hub_;
   const Limits limits_;
   const PlacementPolicy policy_;
+  StreamLimiter* const streams_;
   const Authenticator* const auth_;  // null: auth off
 };
 

@@ -77,10 +77,13 @@ bool IsLoopback(const std::string& listen) {
 
 struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
-      : telemetry(options.telemetry_max_age), logs(options.log_lines_per_node) {}
+      : telemetry(options.telemetry_max_age),
+        logs(options.log_lines_per_node),
+        streams(options.limits.max_streams) {}
   Metrics metrics;
   TelemetryStore telemetry;
   LogStore logs;
+  StreamLimiter streams;
   WatchHub hub;
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<InventoryService> inventory_service;
@@ -132,6 +135,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   coordinator_options.parse_pg = RequestFromRecord;
   PlacementPolicy policy;
   policy.starvation_bound = options.starvation_bound;
+  policy.max_pending = options.limits.max_pending_pgs;
   policy.on_decision = [metrics](const scheduler::Decision& d, absl::Duration took) {
     std::string outcome(scheduler::OutcomeName(d.outcome));
     for (char& c : outcome) c = static_cast<char>(std::tolower(c));
@@ -168,9 +172,11 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
       impl->coordinator.get(), options.limits, policy, &impl->logs, &impl->telemetry,
       impl->auth.get());
   impl->placement_service = std::make_unique<PlacementService>(
-      impl->coordinator.get(), &impl->hub, options.limits, policy, impl->auth.get());
+      impl->coordinator.get(), &impl->hub, options.limits, policy, &impl->streams,
+      impl->auth.get());
   impl->telemetry_service = std::make_unique<TelemetryService>(
-      impl->coordinator.get(), &impl->telemetry, &impl->logs, impl->auth.get());
+      impl->coordinator.get(), &impl->telemetry, &impl->logs, &impl->streams,
+      impl->auth.get());
   impl->metrics.AttachState(impl->coordinator.get(), &impl->telemetry);
 
   // The health proto is compiled into this binary so that reflection can

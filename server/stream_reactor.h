@@ -1,4 +1,6 @@
-// A server-streaming reactor fed from other threads: Deliver() queues a
+// Stream plumbing shared by WatchPlacementGroups and TailLogs.
+//
+// StreamReactor: a server-streaming reactor fed from other threads: Deliver() queues a
 // message and writes it when the previous write is done. Used by
 // WatchPlacementGroups and TailLogs.
 //
@@ -18,6 +20,29 @@
 
 namespace sliced::server {
 
+// Counts open streams against a limit. Thread-safe.
+class StreamLimiter {
+ public:
+  explicit StreamLimiter(int max) : max_(max) {}
+  // False (and nothing taken) when `max` streams are open.
+  bool TryAcquire() {
+    absl::MutexLock lock(&mu_);
+    if (open_ >= max_) return false;
+    ++open_;
+    return true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --open_;
+  }
+  int max() const { return max_; }
+
+ private:
+  const int max_;
+  absl::Mutex mu_;
+  int open_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 template <typename Message>
 class StreamReactor : public grpc::ServerWriteReactor<Message> {
  public:
@@ -25,6 +50,8 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
       : on_done_(std::move(on_done)) {}
 
   void set_on_done(std::function<void()> on_done) { on_done_ = std::move(on_done); }
+  // The stream holds a slot of `limiter` (already acquired) until it is done.
+  void set_slot(StreamLimiter* limiter) { slot_ = limiter; }
 
   // Queues `message`; dropped once the stream is ending.
   void Deliver(Message message) {
@@ -62,6 +89,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
 
   void OnDone() override {
     if (on_done_) on_done_();
+    if (slot_ != nullptr) slot_->Release();
     delete this;
   }
 
@@ -79,6 +107,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
   }
 
   std::function<void()> on_done_;
+  StreamLimiter* slot_ = nullptr;
   absl::Mutex mu_;
   std::deque<Message> pending_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

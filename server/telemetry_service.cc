@@ -183,9 +183,14 @@ grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
   LogStore::Filter filter = [min_severity, since](const v1::LogLine& line) {
     return line.severity() >= min_severity && Millis(line.time()) >= since;
   };
+  if (!streams_->TryAcquire()) {
+    return new FailedStream<v1::LogLine>(absl::ResourceExhaustedError(
+        absl::StrCat("too many open streams (", streams_->max(), "); retry later")));
+  }
   auto* reactor = new TailReactor(
       logs_, absl::flat_hash_set<std::string>(nodes->begin(), nodes->end()), filter,
       request->follow());
+  reactor->set_slot(streams_);
   logs_->Read(*nodes, filter, [reactor](const v1::LogLine& line) { reactor->Send(line); },
               request->follow() ? reactor : nullptr);
   if (!request->follow()) reactor->FinishWhenDrained();

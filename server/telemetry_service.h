@@ -7,6 +7,7 @@
 
 #include "server/auth.h"
 #include "server/coordinator.h"
+#include "server/stream_reactor.h"
 #include "server/log_store.h"
 #include "server/telemetry_store.h"
 #include "sliced/v1/sliced.grpc.pb.h"
@@ -16,8 +17,13 @@ namespace sliced::server {
 class TelemetryService final : public v1::Telemetry::CallbackService {
  public:
   TelemetryService(Coordinator* coordinator, TelemetryStore* telemetry,
-                   LogStore* logs, const Authenticator* auth = nullptr)
-      : coordinator_(coordinator), telemetry_(telemetry), logs_(logs), auth_(auth) {}
+                   LogStore* logs, StreamLimiter* streams,
+                   const Authenticator* auth = nullptr)
+      : coordinator_(coordinator),
+        telemetry_(telemetry),
+        logs_(logs),
+        streams_(streams),
+        auth_(auth) {}
 
   grpc::ServerUnaryReactor* ReportTpuMetrics(
       grpc::CallbackServerContext* context,
@@ -42,6 +48,7 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
   Coordinator* const coordinator_;
   TelemetryStore* const telemetry_;
   LogStore* const logs_;
+  StreamLimiter* const streams_;
   const Authenticator* const auth_;  // null: auth off
 };
 
