@@ -740,6 +740,8 @@ std::vector<FlagSpec> GlobalFlags() {
       {"tls-cert", "FILE",
        "PEM client certificate (mutual TLS; with --tls-key)"},
       {"tls-key", "FILE", "PEM client key (mutual TLS; with --tls-cert)"},
+      {"token-file", "FILE",
+       "file holding a bearer token (default: $SLICED_TOKEN, else none)"},
   };
 }
 
@@ -965,6 +967,21 @@ int Run(const std::vector<std::string>& argv) {
   options.root_ca_pem = flags->Get("tls-ca");
   options.client_cert_pem = flags->Get("tls-cert");
   options.client_key_pem = flags->Get("tls-key");
+  if (flags->Has("token-file")) {
+    std::ifstream in(flags->Get("token-file"));
+    std::stringstream token;
+    if (!in || !(token << in.rdbuf())) {
+      return Usage(absl::StrCat("--token-file: cannot read \"",
+                                flags->Get("token-file"), "\""));
+    }
+    options.bearer_token = std::string(absl::StripAsciiWhitespace(token.str()));
+    if (options.bearer_token.empty()) {
+      return Usage(absl::StrCat("--token-file: \"", flags->Get("token-file"),
+                                "\" is empty"));
+    }
+  } else if (const char* token = std::getenv("SLICED_TOKEN")) {
+    options.bearer_token = std::string(absl::StripAsciiWhitespace(token));
+  }
   auto client = SlicedClient::Create(options);
   if (!client.ok()) return Usage(client.status().message());
   ctx.client = *std::move(client);

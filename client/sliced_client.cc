@@ -105,6 +105,16 @@ SlicedClient::SlicedClient(std::shared_ptr<grpc::Channel> channel,
       placement_(v1::Placement::NewStub(channel_)),
       telemetry_(v1::Telemetry::NewStub(channel_)) {}
 
+void SlicedClient::Prepare(grpc::ClientContext* context,
+                           absl::Time deadline) const {
+  if (deadline != absl::InfiniteFuture()) {
+    context->set_deadline(absl::ToChronoTime(deadline));
+  }
+  if (!options_.bearer_token.empty()) {
+    context->AddMetadata("authorization", "Bearer " + options_.bearer_token);
+  }
+}
+
 absl::Status SlicedClient::Call(
     bool retryable,
     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
@@ -119,7 +129,7 @@ absl::Status SlicedClient::Call(
       backoff = std::min(backoff * 2, options_.max_backoff);
     }
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(deadline));
+    Prepare(&context, deadline);
     status = attempt(&context);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
   }
@@ -308,9 +318,7 @@ absl::Status SlicedClient::WatchPlacementGroups(
   absl::Duration backoff = options_.initial_backoff;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext context;
-    if (deadline != absl::InfiniteFuture()) {
-      context.set_deadline(absl::ToChronoTime(deadline));
-    }
+    Prepare(&context, deadline);
     std::unique_ptr<grpc::ClientReader<v1::PlacementGroupEvent>> reader =
         placement_->WatchPlacementGroups(&context, request);
     v1::PlacementGroupEvent event;

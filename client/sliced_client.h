@@ -10,7 +10,7 @@
 //     carry a request_id: when the caller gives none, one is generated, so a
 //     retry after a lost reply gets the same placement group back.
 // Removes and deletes are tried once (a retry after a lost reply would turn a
-// success into NOT_FOUND).
+// success into NOT_FOUND). With a bearer token set, every call carries it.
 //
 // Example:
 //   sliced::client::ClientOptions options;
@@ -59,6 +59,10 @@ struct ClientOptions {
   std::string root_ca_pem;
   std::string client_cert_pem;
   std::string client_key_pem;
+
+  // Bearer token for the daemon's token auth (--auth_tokens): sent on every
+  // call as `authorization: Bearer <token>`. Empty (the default): none.
+  std::string bearer_token;
 };
 
 // grpc::Status -> absl::Status: the one place the mapping lives. The codes are
@@ -154,6 +158,9 @@ class SlicedClient {
     if (!status.ok()) return status;
     return response;
   }
+
+  // A context for one attempt: deadline (unless infinite) and credentials.
+  void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

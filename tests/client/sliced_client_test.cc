@@ -20,11 +20,16 @@ namespace {
 class FakePlacement final : public v1::Placement::Service {
  public:
   grpc::Status SubmitScalingConfig(
-      grpc::ServerContext*, const v1::SubmitScalingConfigRequest* request,
+      grpc::ServerContext* context,
+      const v1::SubmitScalingConfigRequest* request,
       v1::PlacementGroup* response) override {
     {
       absl::MutexLock lock(&mu_);
       request_ids_.push_back(request->request_id());
+      auto auth = context->client_metadata().find("authorization");
+      if (auth != context->client_metadata().end()) {
+        authorization_ = std::string(auth->second.data(), auth->second.size());
+      }
     }
     response->set_placement_group_id("pg-1");
     response->set_request_id(request->request_id());
@@ -66,6 +71,10 @@ class FakePlacement final : public v1::Placement::Service {
     absl::MutexLock lock(&mu_);
     return request_ids_;
   }
+  std::string authorization() {
+    absl::MutexLock lock(&mu_);
+    return authorization_;
+  }
 
   int fail_first = 0;
   grpc::Status status = grpc::Status::OK;
@@ -84,6 +93,7 @@ class FakePlacement final : public v1::Placement::Service {
   std::atomic<int> calls_{0};
   absl::Mutex mu_;
   std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
+  std::string authorization_ ABSL_GUARDED_BY(mu_);
 };
 
 class SlicedClientTest : public ::testing::Test {
@@ -131,6 +141,16 @@ TEST_F(SlicedClientTest, KeepsTheCallersRequestId) {
   request.set_request_id("mine");
   ASSERT_TRUE(Client()->SubmitScalingConfig(request).ok());
   EXPECT_EQ(fake_.request_ids(), std::vector<std::string>{"mine"});
+}
+
+TEST_F(SlicedClientTest, SendsTheBearerTokenOnlyWhenSet) {
+  ASSERT_TRUE(
+      Client()->SubmitScalingConfig(v1::SubmitScalingConfigRequest()).ok());
+  EXPECT_EQ(fake_.authorization(), "");
+  options_.bearer_token = "s3cret-token-0123456789";
+  ASSERT_TRUE(
+      Client()->SubmitScalingConfig(v1::SubmitScalingConfigRequest()).ok());
+  EXPECT_EQ(fake_.authorization(), "Bearer s3cret-token-0123456789");
 }
 
 TEST_F(SlicedClientTest, GeneratedRequestIdsDiffer) {

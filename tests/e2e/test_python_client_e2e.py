@@ -183,6 +183,33 @@ class PythonClientEndToEnd(unittest.TestCase):
                 unreachable.submit(SEED)
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
 
+    def test_tls_and_bearer_tokens(self):
+        from test_security_e2e import TOKENS, read
+        from test_slicectl_e2e import start_secure_daemon
+        d, pki, _ = start_secure_daemon(self, mutual_tls=False)
+        creds = grpc.ssl_channel_credentials(root_certificates=read(pki["ca.pem"]))
+        address = "127.0.0.1:%d" % d.port
+        with grpc.secure_channel(address, creds) as ch:
+            sliced_pb2_grpc.InventoryStub(ch).RegisterNodes(
+                json_format.Parse(read(os.path.join(REPO, "examples", "fleet.json")),
+                                  P.RegisterNodesRequest()),
+                metadata=[("authorization", "Bearer " + TOKENS["admin"])], timeout=10)
+        with Client(address, credentials=creds, token=TOKENS["scheduler"]) as client:
+            pg = client.wait_ready(client.submit(SEED), timeout=10)
+            self.assertEqual(len(pg.workers), 4)
+        with Client(address, credentials=creds, token=TOKENS["viewer"]) as client:
+            self.assertEqual(len(client.nodes()), 9)
+            events = client.watch(timeout=10)  # the stream carries the token too
+            self.assertEqual(next(events).state, "CREATED")
+            events.close()
+            with self.assertRaises(SlicedError) as err:
+                client.submit(SEED)
+            self.assertEqual(err.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+        with Client(address, credentials=creds) as client:
+            with self.assertRaises(SlicedError) as err:
+                client.nodes()
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+
     def test_stubs_are_found_from_the_environment_or_the_build_dir(self):
         env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "client", "python"))
         code = "import sliced_client._stubs as s; print(s.stub_dir())"

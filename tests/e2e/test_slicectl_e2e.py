@@ -351,6 +351,7 @@ class SlicectlEndToEnd(unittest.TestCase):
             return
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("pending placement groups", r.stdout)
+        self.assertRegex(r.stdout, r"TPU-V6E\s+4x4\s+spot\s+us-east5-b\s+1/1\s+16")
         self.json_of(P.GetClusterSummaryResponse, "summary")
 
     def test_states_are_coloured_only_on_a_tty(self):
@@ -379,6 +380,68 @@ class SlicectlEndToEnd(unittest.TestCase):
         lines = out.decode().replace("\r", "").splitlines()
         self.assertEqual(lines[0].index("ADDRESS"),
                          lines[1].replace("\033[32m", "").replace("\033[0m", "").index("10.0.0.10"))
+
+
+def start_secure_daemon(test, mutual_tls):
+    """A daemon with TLS (server cert for 127.0.0.1), bearer tokens for every
+    role (the security tests' TOKENS), and client certificates required when
+    `mutual_tls`. Returns (daemon, pki paths, {role: token file})."""
+    from test_security_e2e import TOKENS, make_pki  # the shared test PKI
+    tmp = tempfile.TemporaryDirectory(prefix="client-pki-")
+    test.addCleanup(tmp.cleanup)
+    pki = make_pki(tmp.name)
+    tokens = os.path.join(tmp.name, "tokens")
+    token_files = {}
+    with open(tokens, "w") as f:
+        for role, token in TOKENS.items():
+            f.write("%s %s%s\n" % (token, role, " n1" if role == "agent" else ""))
+            token_files[role] = os.path.join(tmp.name, role + ".token")
+            with open(token_files[role], "w") as tf:
+                tf.write(token + "\n")
+    d = Daemon(temp_data_dir(test), "--heartbeat_timeout=0",
+               "--tls_cert=" + pki["server.pem"], "--tls_key=" + pki["server.key"],
+               "--auth_tokens=" + tokens,
+               *(["--tls_client_ca=" + pki["ca.pem"]] if mutual_tls else [])).start()
+    test.addCleanup(d.close)
+    return d, pki, token_files
+
+
+class SlicectlSecurityEndToEnd(unittest.TestCase):
+    """--tls-ca/--tls-cert/--tls-key and --token-file / SLICED_TOKEN against a
+    daemon with mutual TLS and bearer tokens."""
+
+    def test_mutual_tls_and_tokens(self):
+        from test_security_e2e import TOKENS
+        d, pki, token_files = start_secure_daemon(self, mutual_tls=True)
+        server = "127.0.0.1:%d" % d.port
+        tls = ["--server", server, "--tls-ca", pki["ca.pem"], "--tls-cert", pki["client.pem"],
+               "--tls-key", pki["client.key"]]
+
+        r = run(*tls, "--token-file", token_files["admin"], "register", "-f", FLEET)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = run(*tls, "nodes", env={"SLICED_TOKEN": TOKENS["viewer"]})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stdout.splitlines()), 10)
+        r = run(*tls, *SEED, "--wait", env={"SLICED_TOKEN": TOKENS["scheduler"]})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("TPU_WORKER_ID=3", r.stdout)
+
+        r = run(*tls, "nodes")  # no token
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertTrue(r.stderr.startswith("slicectl: UNAUTHENTICATED: "), r.stderr)
+        r = run(*tls, *SEED, env={"SLICED_TOKEN": TOKENS["viewer"]})
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertTrue(r.stderr.startswith("slicectl: PERMISSION_DENIED: "), r.stderr)
+        # No client certificate, or no TLS at all: the handshake fails.
+        r = run("--server", server, "--tls-ca", pki["ca.pem"], "--timeout", "3s", "nodes",
+                env={"SLICED_TOKEN": TOKENS["viewer"]})
+        self.assertEqual(r.returncode, 4, r.stderr)
+        r = run("--server", server, "--timeout", "3s", "nodes",
+                env={"SLICED_TOKEN": TOKENS["viewer"]})
+        self.assertEqual(r.returncode, 4, r.stderr)
+        r = run(*tls, "--token-file", os.path.join(os.path.dirname(token_files["admin"]), "missing"), "nodes")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--token-file: cannot read", r.stderr)
 
 
 if __name__ == "__main__":

@@ -159,15 +159,18 @@ class Client:
 
     def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float = 10.0,
                  max_attempts: int = 4,
-                 credentials: Optional[grpc.ChannelCredentials] = None):
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 token: Optional[str] = None):
         """timeout: seconds per call, retries included. max_attempts: tries per
         retryable call. credentials: grpc.ssl_channel_credentials(...) for TLS;
-        None for plaintext."""
+        None for plaintext. token: a bearer token sent on every call
+        (`authorization: Bearer <token>`) when the daemon runs with tokens."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.address = address
         self._timeout = timeout
         self._max_attempts = max_attempts
+        self._metadata = (("authorization", "Bearer " + token),) if token else None
         self._channel = (grpc.secure_channel(address, credentials) if credentials
                          else grpc.insecure_channel(address))
         self._inventory = _pb_grpc.InventoryStub(self._channel)
@@ -258,7 +261,7 @@ class Client:
         stream = self._placement.WatchPlacementGroups(
             _pb.WatchPlacementGroupsRequest(job_id=job_id,
                                             placement_group_id=placement_group_id),
-            timeout=timeout)
+            timeout=timeout, metadata=self._metadata)
         try:
             for event in stream:
                 yield PlacementGroup.from_proto(event.placement_group)
@@ -307,7 +310,8 @@ class Client:
         attempt = 1
         while True:
             try:
-                return method(request, timeout=max(0.001, deadline - time.monotonic()))
+                return method(request, timeout=max(0.001, deadline - time.monotonic()),
+                              metadata=self._metadata)
             except grpc.RpcError as e:
                 if (retry and e.code() == grpc.StatusCode.UNAVAILABLE
                         and attempt < self._max_attempts
