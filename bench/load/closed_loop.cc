@@ -55,6 +55,7 @@ class Client {
   std::vector<double> latencies_us;
   int64_t errors = 0;
   std::map<std::string, int64_t> error_codes;
+  std::map<std::string, int64_t> create_states;
   std::string first_error;
 
  private:
@@ -175,6 +176,9 @@ void Client::Done(const grpc::Status& status, bool created) {
       latencies_us.push_back(
           std::chrono::duration<double, std::micro>(end - start_).count());
     }
+    if (created && in_window) {
+      ++create_states[v1::PlacementGroupState_Name(pg_.state())];
+    }
     if (created && runner_->options.workload != "create_only") {
       pending_remove_ = pg_.placement_group_id();
     }
@@ -189,8 +193,10 @@ void Client::Done(const grpc::Status& status, bool created) {
 }  // namespace
 
 LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-                         const LoadOptions& options,
-                         const std::function<double()>& daemon_cpu) {
+                         const LoadOptions& options, const DaemonProbe& probe) {
+  using Metrics = std::map<std::string, double>;
+  auto metrics = [&probe] { return probe.metrics ? probe.metrics() : Metrics(); };
+  auto daemon_cpu = [&probe] { return probe.cpu_seconds ? probe.cpu_seconds() : 0.0; };
   Runner runner(options);
   const Clock::time_point t0 = Clock::now();
   runner.window_start = t0 + std::chrono::duration_cast<Clock::duration>(
@@ -207,14 +213,16 @@ LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& chan
 
   std::this_thread::sleep_until(runner.window_start);
   const double cpu0 = ProcessCpuSeconds();
-  const double dcpu0 = daemon_cpu ? daemon_cpu() : 0;
+  const double dcpu0 = daemon_cpu();
+  const Metrics m0 = metrics();
   const Clock::time_point measured_start = Clock::now();
   // create_only may finish early (max_ops); otherwise wait out the window.
   const bool all_done = runner.WaitAll(
       absl::Now() + absl::FromChrono(runner.window_end - Clock::now()));
   const Clock::time_point measured_end = all_done ? Clock::now() : runner.window_end;
   const double cpu1 = ProcessCpuSeconds();
-  const double dcpu1 = daemon_cpu ? daemon_cpu() : 0;
+  const double dcpu1 = daemon_cpu();
+  const Metrics m1 = metrics();
   runner.stop = true;
   runner.WaitAll(absl::InfiniteFuture());
 
@@ -227,6 +235,7 @@ LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& chan
     all.insert(all.end(), c->latencies_us.begin(), c->latencies_us.end());
     r.errors += c->errors;
     for (const auto& [code, n] : c->error_codes) r.error_codes[code] += n;
+    for (const auto& [state, n] : c->create_states) r.create_states[state] += n;
     if (r.first_error.empty()) r.first_error = c->first_error;
   }
   r.ops = static_cast<int64_t>(all.size());
@@ -236,6 +245,17 @@ LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& chan
   r.p999_us = Percentile(all, 0.999);
   r.client_cpu_cores = r.window_s > 0 ? (cpu1 - cpu0) / r.window_s : 0;
   r.daemon_cpu_cores = r.window_s > 0 ? (dcpu1 - dcpu0) / r.window_s : 0;
+  auto delta = [&](const char* name) {
+    auto a = m0.find(name), b = m1.find(name);
+    return a == m0.end() || b == m1.end() ? 0.0 : b->second - a->second;
+  };
+  const double commits = delta("sliced_group_commit_ops_count");
+  if (commits > 0 && r.window_s > 0) {
+    r.commits_per_s = commits / r.window_s;
+    r.ops_per_commit = delta("sliced_group_commit_ops_sum") / commits;
+    const double timed = delta("sliced_commit_duration_seconds_count");
+    r.commit_ms = timed > 0 ? 1000 * delta("sliced_commit_duration_seconds_sum") / timed : 0;
+  }
   return r;
 }
 

@@ -43,20 +43,28 @@ struct LoadResult {
   int64_t ops = 0;            // completed OK in the window
   int64_t errors = 0;         // non-OK in the window
   std::map<std::string, int64_t> error_codes;  // by gRPC code name
+  // States the successful creates came back in (CREATED, PENDING, ...).
+  std::map<std::string, int64_t> create_states;
   double window_s = 0;
   double ops_per_s = 0;
   double p50_us = 0, p99_us = 0, p999_us = 0;
   double client_cpu_cores = 0;  // this process's CPU over the window / wall
-  double daemon_cpu_cores = 0;  // filled in by the caller when known
+  double daemon_cpu_cores = 0;  // when the caller can read the daemon's CPU
+  // From the daemon's /metrics over the window, when readable: group
+  // commits, mean operations per commit, mean synced commit time.
+  double commits_per_s = 0, ops_per_commit = 0, commit_ms = 0;
   std::string first_error;
 };
 
+// What the caller can read from the daemon, sampled at the window's edges.
+struct DaemonProbe {
+  std::function<double()> cpu_seconds;                       // may be empty
+  std::function<std::map<std::string, double>()> metrics;    // may be empty
+};
+
 // Runs one phase against `channels` (client i uses channels[i % size]).
-// `daemon_cpu` (optional) returns the daemon's CPU seconds so far; with it
-// the result's daemon_cpu_cores is filled in.
 LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
-                         const LoadOptions& options,
-                         const std::function<double()>& daemon_cpu = nullptr);
+                         const LoadOptions& options, const DaemonProbe& probe = {});
 
 }  // namespace sliced::bench
 

@@ -1,7 +1,10 @@
 // Child-process daemon control; see daemon.h.
 #include "bench/load/daemon.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -77,7 +80,45 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
   if (!absl::SimpleAtoi(hostport.substr(hostport.rfind(':') + 1), &daemon->port_)) {
     return absl::UnavailableError(absl::StrCat("no port in banner: ", daemon->banner_));
   }
+  const size_t metrics = daemon->banner_.find("metrics on port ");
+  if (metrics != std::string::npos) {
+    absl::SimpleAtoi(daemon->banner_.substr(metrics + 16), &daemon->metrics_port_);
+  }
   return daemon;
+}
+
+std::map<std::string, double> DaemonProcess::ScrapeMetrics() const {
+  std::map<std::string, double> out;
+  if (metrics_port_ <= 0) return out;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return out;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(metrics_port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET /metrics HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[16384];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
+    }
+  }
+  close(fd);
+  std::istringstream in(response);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    const std::string series = line.substr(0, space);
+    double value = 0;
+    if (!absl::SimpleAtod(line.substr(space + 1), &value)) continue;
+    out[series.substr(0, series.find('{'))] += value;
+  }
+  return out;
 }
 
 DaemonProcess::~DaemonProcess() {

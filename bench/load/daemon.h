@@ -1,7 +1,7 @@
 // Runs the real `sliced` daemon as a child process for the load generator:
 // starts it on a free loopback port, waits for its "serving on" line and
 // times the start-up (exec to that line), reads its RSS and CPU time from
-// /proc, and kills it (SIGKILL or SIGTERM).
+// /proc, scrapes its /metrics, and kills it (SIGKILL or SIGTERM).
 //
 // Not thread-safe; owned by one thread.
 #ifndef SLICED_BENCH_LOAD_DAEMON_H_
@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ class DaemonProcess {
   double startup_s() const { return startup_s_; }
   const std::string& banner() const { return banner_; }
 
+  // The daemon's Prometheus /metrics, parsed: series name (labels dropped)
+  // -> value summed over label sets. Empty when unreachable.
+  std::map<std::string, double> ScrapeMetrics() const;
   // VmRSS in bytes; 0 when unreadable.
   int64_t RssBytes() const;
   // utime + stime in seconds; 0 when unreadable.
@@ -48,6 +52,7 @@ class DaemonProcess {
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
   int port_ = 0;
+  int metrics_port_ = 0;
   double startup_s_ = 0;
   std::string banner_;
 };

@@ -15,6 +15,7 @@
 // DIR/scale.md. With --target=HOST:PORT it only runs (1) against that
 // daemon (no daemon CPU, no scaling). --check exits 1 when a phase made no
 // progress or more than 1 % of its RPCs failed.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -119,6 +120,30 @@ absl::Status Register(const std::shared_ptr<grpc::Channel>& channel, const Fleet
   return absl::OkStatus();
 }
 
+// Latency of a 200-byte append + fdatasync in the work dir (what one
+// durable commit costs the storage), as context for the figures.
+struct FsyncProbe {
+  double p50_ms = 0, p99_ms = 0;
+};
+FsyncProbe ProbeFsync(const std::string& dir) {
+  const std::string path = dir + "/sliced-bench-fsync-probe";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  FsyncProbe probe;
+  if (fd < 0) return probe;
+  const std::string payload(200, 'x');
+  std::vector<double> ms;
+  for (int i = 0; i < 300; ++i) {
+    const auto t = Clock::now();
+    if (write(fd, payload.data(), payload.size()) < 0 || fdatasync(fd) != 0) break;
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+  }
+  close(fd);
+  unlink(path.c_str());
+  probe.p50_ms = Percentile(ms, 0.5);
+  probe.p99_ms = Percentile(ms, 0.99);
+  return probe;
+}
+
 std::string TempDir(const std::string& tag) {
   std::string tmpl = absl::GetFlag(FLAGS_work_dir) + "/sliced-bench-" + tag + "-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) return "";
@@ -158,7 +183,7 @@ absl::StatusOr<ScalePoint> MeasureScale(const std::string& binary, int64_t nodes
   lo.max_ops = static_cast<int64_t>(nodes * absl::GetFlag(FLAGS_pgs_per_node));
   Progress("creating %d placement groups on %d nodes", lo.max_ops, nodes);
   DaemonProcess* d = daemon->get();
-  p.create = RunClosedLoop(channels, lo, [d] { return d->CpuSeconds(); });
+  p.create = RunClosedLoop(channels, lo, {[d] { return d->CpuSeconds(); }, nullptr});
   p.pgs = p.create.ops;
   p.pg_errors = p.create.errors;
   p.rss_pgs = (*daemon)->RssBytes();
@@ -183,9 +208,13 @@ void WriteResultJson(JsonWriter& j, const LoadResult& r) {
       .Key("window_s").Number(r.window_s).Key("ops_per_s").Number(r.ops_per_s)
       .Key("p50_us").Number(r.p50_us).Key("p99_us").Number(r.p99_us)
       .Key("p999_us").Number(r.p999_us).Key("client_cpu_cores").Number(r.client_cpu_cores)
-      .Key("daemon_cpu_cores").Number(r.daemon_cpu_cores);
+      .Key("daemon_cpu_cores").Number(r.daemon_cpu_cores)
+      .Key("commits_per_s").Number(r.commits_per_s)
+      .Key("ops_per_commit").Number(r.ops_per_commit).Key("commit_ms").Number(r.commit_ms);
   j.Key("error_codes").BeginObject();
   for (const auto& [code, n] : r.error_codes) j.Key(code).Number(n);
+  j.EndObject().Key("create_states").BeginObject();
+  for (const auto& [state, n] : r.create_states) j.Key(state).Number(n);
   j.EndObject().EndObject();
 }
 
@@ -216,6 +245,7 @@ int Main() {
   }
   bool sane = true;
 
+  const FsyncProbe fsync_probe = ProbeFsync(absl::GetFlag(FLAGS_work_dir));
   // 1. Throughput against the health-check ceiling.
   std::unique_ptr<DaemonProcess> daemon;
   std::string dir;
@@ -235,8 +265,11 @@ int Main() {
     std::fprintf(stderr, "sliced_load: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::function<double()> daemon_cpu;
-  if (daemon) daemon_cpu = [d = daemon.get()] { return d->CpuSeconds(); };
+  DaemonProbe probe;
+  if (daemon) {
+    probe.cpu_seconds = [d = daemon.get()] { return d->CpuSeconds(); };
+    probe.metrics = [d = daemon.get()] { return d->ScrapeMetrics(); };
+  }
   // results[clients][workload] = one LoadResult per repetition.
   std::map<int64_t, std::map<std::string, std::vector<LoadResult>>> results;
   for (int rep = 0; rep < reps; ++rep) {
@@ -249,7 +282,7 @@ int Main() {
         lo.duration_s = duration;
         lo.warmup_s = absl::GetFlag(FLAGS_warmup);
         lo.seed = absl::GetFlag(FLAGS_seed) + rep;
-        LoadResult r = RunClosedLoop(channels, lo, daemon_cpu);
+        LoadResult r = RunClosedLoop(channels, lo, probe);
         if (!Sane(r)) {
           sane = false;
           std::fprintf(stderr, "sliced_load: %s at %d clients: %d ok, %d errors (%s)\n",
@@ -287,7 +320,9 @@ int Main() {
   j.BeginObject().Key("duration_s").Number(duration).Key("warmup_s")
       .Number(absl::GetFlag(FLAGS_warmup)).Key("reps").Number(reps)
       .Key("connections").Number(absl::GetFlag(FLAGS_connections))
-      .Key("fleet_nodes").Number(absl::GetFlag(FLAGS_fleet_nodes));
+      .Key("fleet_nodes").Number(absl::GetFlag(FLAGS_fleet_nodes))
+      .Key("fdatasync_p50_ms").Number(fsync_probe.p50_ms)
+      .Key("fdatasync_p99_ms").Number(fsync_probe.p99_ms);
   j.Key("throughput").BeginArray();
   for (const auto& [c, by_w] : results) {
     for (const auto& [w, runs] : by_w) {
@@ -318,24 +353,33 @@ int Main() {
       "workload back to back at each client count. ops/s and latencies are "
       "medians over the repetitions; the ratio is computed inside each "
       "repetition (workload ÷ that repetition's health check), listed per "
-      "repetition, median first.\n\n"
-      "| clients | workload | ops/s | ratio to health | p50 / p99 / p99.9 ms | errors | generator CPU (cores) | daemon CPU (cores) |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- |\n",
+      "repetition, median first. Storage: a 200-byte append + fdatasync in "
+      "the work dir took %.2f ms p50, %.2f ms p99 just before.\n\n"
+      "| clients | workload | ops/s | ratio to health | p50 / p99 / p99.9 ms | errors | creates placed at once | generator CPU (cores) | daemon CPU (cores) | group commits/s × ops each, ms each |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
       absl::GetFlag(FLAGS_connections), absl::GetFlag(FLAGS_fleet_nodes),
-      absl::GetFlag(FLAGS_warmup), duration, reps);
+      absl::GetFlag(FLAGS_warmup), duration, reps, fsync_probe.p50_ms,
+      fsync_probe.p99_ms);
   for (const auto& [c, by_w] : results) {
     for (const std::string& w : workloads) {
       const std::vector<LoadResult>& runs = by_w.at(w);
       const std::vector<LoadResult>& health = by_w.at("health");
-      std::vector<double> ops, p50, p99, p999, ccpu, dcpu, ratio;
-      int64_t errors = 0;
+      std::vector<double> ops, p50, p99, p999, ccpu, dcpu, ratio, cps, opc, cms;
+      int64_t errors = 0, creates = 0, created = 0;
       for (size_t i = 0; i < runs.size(); ++i) {
+        for (const auto& [state, n] : runs[i].create_states) {
+          creates += n;
+          if (state == "CREATED") created += n;
+        }
         ops.push_back(runs[i].ops_per_s);
         p50.push_back(runs[i].p50_us / 1000);
         p99.push_back(runs[i].p99_us / 1000);
         p999.push_back(runs[i].p999_us / 1000);
         ccpu.push_back(runs[i].client_cpu_cores);
         dcpu.push_back(runs[i].daemon_cpu_cores);
+        cps.push_back(runs[i].commits_per_s);
+        opc.push_back(runs[i].ops_per_commit);
+        cms.push_back(runs[i].commit_ms);
         errors += runs[i].errors;
         ratio.push_back(health[i].ops_per_s > 0 ? runs[i].ops_per_s / health[i].ops_per_s : 0);
       }
@@ -346,16 +390,27 @@ int Main() {
         ratio_cell = absl::StrFormat("**%.2f**", Median(ratio));
         if (ratio.size() > 1) ratio_cell += " (" + absl::StrJoin(each, ", ") + ")";
       }
-      absl::StrAppendFormat(&md, "| %d | %s | %.0f | %s | %.2f / %.2f / %.2f | %d | %.2f | %s |\n",
+      const std::string placed_cell =
+          creates ? absl::StrFormat("%.0f %%", 100.0 * created / creates) : "—";
+      const std::string commit_cell =
+          Median(cps) > 0 ? absl::StrFormat("%.0f × %.1f, %.2f", Median(cps), Median(opc),
+                                            Median(cms))
+                          : "—";
+      absl::StrAppendFormat(&md, "| %d | %s | %.0f | %s | %.2f / %.2f / %.2f | %d | %s | %.2f | %s | %s |\n",
                             c, w, Median(ops), ratio_cell, Median(p50), Median(p99),
-                            Median(p999), errors, Median(ccpu),
-                            daemon ? absl::StrFormat("%.2f", Median(dcpu)) : "–");
+                            Median(p999), errors, placed_cell, Median(ccpu),
+                            daemon ? absl::StrFormat("%.2f", Median(dcpu)) : "–",
+                            commit_cell);
     }
   }
   md += "\nOne op = one RPC; create_remove and scaling alternate a create "
         "(CreatePlacementGroup of one {CPU: 1} bundle / SubmitScalingConfig of "
         "v6e 4x4 × 4 workers or 2x4 × 1) with the RemovePlacementGroup of it, "
-        "both durable commits; mix draws 80 % / 20 % of those pairs.\n";
+        "both durable commits; mix draws 80 % / 20 % of those pairs. \"Creates "
+        "placed at once\" is the share of creates answered CREATED (the rest "
+        "PENDING: more concurrent v6e requests than free slices). The last column "
+        "is from the daemon's own /metrics over the window "
+        "(sliced_group_commit_ops, sliced_commit_duration_seconds).\n";
 
   // Markdown: scaling.
   std::string sc =

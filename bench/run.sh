@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Runs the whole benchmark harness (issue 7) and rewrites the harness's
+# sections of bench/RESULTS.md (the "## Solver" section is not touched).
+#
+#   bench/run.sh            full run (~10-15 min on 2 cores), records results
+#   bench/run.sh --quick    < 2 min; writes to build-bench/bench-quick/ only
+#   bench/run.sh --quick --record   quick, but record into bench/RESULTS.md
+#
+# Options: --no-build (use existing binaries), --build-dir DIR (default
+# build-bench), JOBS=N in the environment for the build (default 1).
+# Steps: build sliced, sliced_sim and sliced_load (Release); sliced_sim
+# (quality replay, whole-slice batch vs max flow, solver latency 1k-100k);
+# sliced_load (throughput vs the health-check ceiling at 16 and 64 clients,
+# RSS per node / per PG, restart at 100k nodes + 50k PGs). Raw output: JSON
+# and the SVG plot in bench/results/ (or the quick dir).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/build-bench
+QUICK=0
+RECORD=1
+DO_BUILD=1
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) QUICK=1 ;;
+    --record) RECORD=2 ;;
+    --no-build) DO_BUILD=0 ;;
+    --build-dir) BUILD=$2; shift ;;
+    *) echo "usage: bench/run.sh [--quick [--record]] [--no-build] [--build-dir DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [[ $QUICK == 1 && $RECORD != 2 ]]; then RECORD=0; fi
+
+if [[ $DO_BUILD == 1 ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load
+fi
+
+if [[ $RECORD == 0 ]]; then OUT=$BUILD/bench-quick; else OUT=$ROOT/bench/results; fi
+mkdir -p "$OUT"
+MODE=()
+[[ $QUICK == 1 ]] && MODE=(--quick)
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+START=$(date -u '+%Y-%m-%d %H:%M UTC')
+SECONDS=0
+echo "== sliced_sim ${MODE[*]:-}" >&2
+"$BUILD/bench/sliced_sim" "${MODE[@]}" --out_dir="$OUT" >/dev/null
+echo "== sliced_load ${MODE[*]:-}" >&2
+"$BUILD/bench/sliced_load" "${MODE[@]}" --daemon="$BUILD/server/sliced" \
+  --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" >/dev/null
+ELAPSED=$SECONDS
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+
+RESULTS=$ROOT/bench/RESULTS.md
+[[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
+
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
+git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes"
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+CMD="bench/run.sh${MODE:+ --quick}"
+[[ $RECORD == 2 ]] && CMD="$CMD --record"
+
+python3 - "$RESULTS" "$OUT" "$CMD" "$START" "$ELAPSED" "$COMMIT" "$(nproc)" "$CPU" \
+  "$LOAD_START" "$LOAD_END" "$([[ $RECORD == 0 ]] && echo "$OUT" || echo bench/results)" <<'PY'
+import json, re, sys
+(results, out, cmd, start, elapsed, commit, ncpu, cpu,
+ load_start, load_end, rel_out) = sys.argv[1:]
+load = json.load(open(f"{out}/load.json"))
+sim = json.load(open(f"{out}/sim.json"))
+
+def section(name, title, body):
+    return (f"<!-- bench/run.sh:BEGIN {name} -->\n## {title}\n\n{body.rstrip()}\n"
+            f"<!-- bench/run.sh:END {name} -->\n")
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[(len(xs) - 1) // 2] if xs else float("nan")
+
+# Where sliced stands against DESIGN §7.
+rows = []
+tp = load["throughput"]
+for c in (16, 64):
+    health = [r for r in tp if r["clients"] == c and r["workload"] == "health"]
+    for w in ("create_remove", "scaling", "mix"):
+        runs = [r for r in tp if r["clients"] == c and r["workload"] == w]
+        ratios = [r["ops_per_s"] / h["ops_per_s"] for r, h in zip(runs, health) if h["ops_per_s"]]
+        if ratios:
+            target = "≥ 0.75" if c == 64 else "(report)"
+            ok = "" if c != 64 else (" ✅" if median(ratios) >= 0.75 else " ❌")
+            rows.append(f"| gRPC ratio to health, {w}, {c} clients | {target} | {median(ratios):.2f}{ok} |")
+big = [p for p in load["scaling"] if p["nodes"] == max((q["nodes"] for q in load["scaling"]), default=0)]
+for p in big:
+    r = median(p["restart_s"])
+    rows.append(f"| restart, {p['nodes']:,} nodes + {p['pgs']:,} PGs | ≤ 2 s at 100k + 50k | "
+                f"{r:.2f} s{' ✅' if r <= 2 else ' ❌'} |")
+slice_p99 = [k["p99_us"] for p in sim["solver_scaling"] for k in p["kinds"]
+             if k["kind"] == "slice" and p["nodes"] == max(q["nodes"] for q in sim["solver_scaling"])]
+if slice_p99:
+    n = max(q["nodes"] for q in sim["solver_scaling"])
+    rows.append(f"| slice decision p99 at {n:,} nodes (generated fleet) | ≤ 50 µs at 100k | "
+                f"{slice_p99[0]:.1f} µs{' ✅' if slice_p99[0] <= 50 else ' ❌'} |")
+rep = {r["policy"]: r for r in sim["replay"]}
+s = rep["sliced"]
+for base in ("first-fit", "ray-worst-fit"):
+    b = rep[base]
+    good = s["utilization"] >= b["utilization"] - 1e-9 and s["acceptance"] >= b["acceptance"] - 1e-9
+    rows.append(f"| utilization / acceptance vs {base} | ≥ | {100*s['utilization']:.1f} % / "
+                f"{100*s['acceptance']:.1f} % vs {100*b['utilization']:.1f} % / "
+                f"{100*b['acceptance']:.1f} %{' ✅' if good else ' ❌'} |")
+gaps = []
+for batch in sim["slice_batches"]:
+    sb = [r for r in batch["results"] if r["policy"] == "sliced"][0]
+    gaps.append(1 - sb["chips_placed"] / batch["bound_chips"] if batch["bound_chips"] else 0)
+gap = median(gaps)
+rows.append(f"| whole-slice batch gap to max-flow bound (median of {len(gaps)} seeds; worst) | ≤ 2 % | "
+            f"{100*gap:.1f} %; {100*max(gaps):.1f} %{' ✅' if max(gaps) <= 0.02 else ' ❌'} |")
+
+summary = (
+    f"**Command**: `{cmd}` (one command; it builds `sliced`, `sliced_sim` and "
+    f"`sliced_load` in Release into `build-bench/`, runs both, and rewrites the "
+    f"sections below, between their `bench/run.sh` markers). Raw JSON and the plot: "
+    f"`{rel_out}/`. See docs/bench.md.\n\n"
+    f"**Run**: {start}, {int(elapsed)//60} min {int(elapsed)%60} s, commit {commit}. "
+    f"**Machine**: {ncpu} × {cpu}. Load average (1/5/15 min) {load_start} at the start, "
+    f"{load_end} at the end — other work shares these cores, so absolute figures are "
+    f"noisy; ratios are measured within one run.\n\n"
+    "| against DESIGN §7 | target | measured |\n| --- | --- | --- |\n" + "\n".join(rows) + "\n")
+
+def read(name):
+    try:
+        return open(f"{out}/{name}").read()
+    except FileNotFoundError:
+        return "(not run)\n"
+
+quality = read("sim_quality.md").replace("results/quality.svg", f"{rel_out}/quality.svg" if rel_out != "bench/results" else "results/quality.svg")
+sections = [
+    ("harness", "Harness: summary (bench/run.sh)", summary),
+    ("load", "End to end over gRPC (sliced_load)", read("load.md")),
+    ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
+    ("solver-scaling", "Solver latency on generated fleets (sliced_sim)", read("sim_scaling.md")),
+    ("quality", "Placement quality (sliced_sim)", quality),
+]
+text = open(results).read()
+for name, title, body in sections:
+    new = section(name, title, body)
+    pattern = re.compile(rf"<!-- bench/run.sh:BEGIN {name} -->.*?<!-- bench/run.sh:END {name} -->\n", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda m: new, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + new
+open(results, "w").write(text)
+print(f"wrote {results}", file=sys.stderr)
+PY
