@@ -287,8 +287,10 @@ void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
   if (pg.workers_size() > 0) {
     Table workers({"RANK", "NODE", "ADDRESS", "SLICE", "TPU_WORKER_ID"});
     for (const v1::Worker& w : pg.workers()) {
-      workers.AddRow({absl::StrCat(w.rank()), w.node_id(), OrDash(w.address()),
-                      OrDash(w.slice_name()), absl::StrCat(w.tpu_worker_id())});
+      workers.AddRow(
+          {absl::StrCat(w.rank()), w.node_id(), OrDash(w.address()),
+           OrDash(w.slice_name()),
+           w.slice_name().empty() ? "-" : absl::StrCat(w.tpu_worker_id())});
     }
     Print("\nworkers:\n");
     Print(workers.Render(ctx.color, "  "));
@@ -337,12 +339,11 @@ void PrintExplain(const Context& ctx,
   Print(head.Render(ctx.color));
   for (const std::string& d : r.details()) Print(absl::StrCat("  - ", d, "\n"));
   if (r.bundles_size() > 0) {
-    Table bundles({"BUNDLE", "NODE", "RESOURCES"});
+    Table bundles({"BUNDLE", "NODE"});
     for (int i = 0; i < r.bundles_size(); ++i) {
-      bundles.AddRow({absl::StrCat(i), OrDash(r.bundles(i).node_id()),
-                      OrDash(ResourcesText(r.bundles(i).resources()))});
+      bundles.AddRow({absl::StrCat(i), OrDash(r.bundles(i).node_id())});
     }
-    Print("would place:\n");
+    Print("placement:\n");
     Print(bundles.Render(ctx.color, "  "));
   }
 }
