@@ -212,69 +212,94 @@ uint64_t Txn::NextSequence() { return own_.next_sequence++; }
 Coordinator::Coordinator(std::unique_ptr<storage::Store> store, Options options)
     : options_(std::move(options)), store_(std::move(store)) {}
 
+absl::StatusOr<ClusterState> Coordinator::BuildState(
+    const storage::StoredState& stored, const ClusterState* previous) const {
+  const absl::Time now = Now();
+  ClusterState state;
+  std::vector<scheduler::Node> nodes;
+  for (const storage::NodeRecord& record : stored.nodes) {
+    ASSIGN_OR_RETURN(scheduler::Node node, storage::FromRecord(record));
+    nodes.push_back(node);
+    std::string id = node.node_id;
+    absl::Time beat = now;  // a fresh lease after a restart
+    if (previous != nullptr) {
+      auto it = previous->nodes.find(id);
+      if (it != previous->nodes.end()) beat = it->second.last_heartbeat;
+    }
+    state.nodes[id] = NodeEntry{std::move(node), beat};
+  }
+  std::vector<scheduler::Allocation> allocations;
+  if (options_.parse_pg) {
+    for (storage::PlacementGroupRecord record : stored.placement_groups) {
+      auto request = options_.parse_pg(record);
+      if (!request.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("stored placement group ", record.placement_group_id(),
+                         " is unreadable: ", request.status().message()));
+      }
+      if (HoldsAllocations(record)) {
+        for (int i = 0; i < record.bundles_size(); ++i) {
+          const storage::BundleRecord& b = record.bundles(i);
+          if (b.node_id().empty()) continue;
+          allocations.push_back(scheduler::Allocation{
+              record.placement_group_id(), i, b.node_id(),
+              scheduler::ResourceSet(b.resources().begin(), b.resources().end())});
+        }
+      }
+      state.next_sequence = std::max(state.next_sequence, record.sequence() + 1);
+      if (IsPending(record)) state.queue.insert(QueueKey(record));
+      if (!record.request_id().empty()) {
+        state.pg_by_request_id[record.request_id()] = record.placement_group_id();
+      }
+      std::string id = record.placement_group_id();
+      state.pgs[id] = PgEntry{std::move(record), *std::move(request)};
+    }
+  }
+  for (const storage::ComputeClassRecord& record : stored.compute_classes) {
+    state.classes[record.name()] = record;
+  }
+  auto snapshot =
+      scheduler::InventorySnapshot::Build(std::move(nodes), std::move(allocations));
+  if (!snapshot.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stored placements are inconsistent with the stored nodes; refusing "
+        "to serve: ",
+        snapshot.status().message()));
+  }
+  absl::Status whole = (*snapshot)->CheckNotOverCommitted();
+  if (!whole.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stored placements hold some capacity twice; refusing to serve: ",
+        whole.message()));
+  }
+  state.snapshot = *std::move(snapshot);
+  return state;
+}
+
+absl::Status Coordinator::Resync() {
+  absl::StatusOr<storage::StoredState> stored = store_->Load();
+  if (!stored.ok()) return stored.status();
+  absl::StatusOr<ClusterState> state;
+  {
+    absl::ReaderMutexLock lock(&state_mu_);
+    state = BuildState(*stored, &state_);
+  }
+  if (!state.ok()) return state.status();
+  absl::MutexLock lock(&state_mu_);
+  state_ = *std::move(state);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
     std::unique_ptr<storage::Store> store, Options options) {
   if (!options.clock) options.clock = [] { return absl::Now(); };
   ASSIGN_OR_RETURN(storage::StoredState stored, store->Load());
   std::unique_ptr<Coordinator> c(
       new Coordinator(std::move(store), std::move(options)));
-  const absl::Time now = c->Now();
   {
+    ASSIGN_OR_RETURN(ClusterState state, c->BuildState(stored, nullptr));
     absl::MutexLock lock(&c->state_mu_);
-    ClusterState& state = c->state_;
-    std::vector<scheduler::Node> nodes;
-    for (const storage::NodeRecord& record : stored.nodes) {
-      ASSIGN_OR_RETURN(scheduler::Node node, storage::FromRecord(record));
-      nodes.push_back(node);
-      std::string id = node.node_id;
-      state.nodes[id] = NodeEntry{std::move(node), now};
-    }
-    std::vector<scheduler::Allocation> allocations;
-    if (c->options_.parse_pg) {
-      for (storage::PlacementGroupRecord& record : stored.placement_groups) {
-        auto request = c->options_.parse_pg(record);
-        if (!request.ok()) {
-          return absl::DataLossError(
-              absl::StrCat("stored placement group ", record.placement_group_id(),
-                           " is unreadable: ", request.status().message()));
-        }
-        if (HoldsAllocations(record)) {
-          for (int i = 0; i < record.bundles_size(); ++i) {
-            const storage::BundleRecord& b = record.bundles(i);
-            if (b.node_id().empty()) continue;
-            allocations.push_back(scheduler::Allocation{
-                record.placement_group_id(), i, b.node_id(),
-                scheduler::ResourceSet(b.resources().begin(), b.resources().end())});
-          }
-        }
-        state.next_sequence = std::max(state.next_sequence, record.sequence() + 1);
-        if (IsPending(record)) state.queue.insert(QueueKey(record));
-        if (!record.request_id().empty()) {
-          state.pg_by_request_id[record.request_id()] = record.placement_group_id();
-        }
-        std::string id = record.placement_group_id();
-        state.pgs[id] = PgEntry{std::move(record), *std::move(request)};
-      }
-    }
-    for (storage::ComputeClassRecord& record : stored.compute_classes) {
-      std::string name = record.name();
-      state.classes[name] = std::move(record);
-    }
-    auto snapshot =
-        scheduler::InventorySnapshot::Build(std::move(nodes), std::move(allocations));
-    if (!snapshot.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stored placements are inconsistent with the stored nodes; refusing "
-          "to serve: ",
-          snapshot.status().message()));
-    }
-    absl::Status whole = (*snapshot)->CheckNotOverCommitted();
-    if (!whole.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "stored placements hold some capacity twice; refusing to serve: ",
-          whole.message()));
-    }
-    state.snapshot = *std::move(snapshot);
+    c->state_ = std::move(state);
   }
   if (c->options_.load_logs) {
     storage::Mutation trim;
@@ -338,6 +363,19 @@ void Coordinator::WriterLoop() {
 }
 
 void Coordinator::RunGroup(std::vector<WriteOp> ops) {
+  if (needs_resync_) {
+    absl::Status resynced = Resync();
+    if (!resynced.ok()) {
+      for (WriteOp& op : ops) {
+        op.done(absl::UnavailableError(absl::StrCat(
+            "the store failed a commit and can't be re-read yet; nothing was "
+            "applied: ",
+            resynced.message())));
+      }
+      return;
+    }
+    needs_resync_ = false;
+  }
   StateChanges group;
   storage::Mutation mutation;
   std::vector<WriteOp*> applied;
@@ -392,6 +430,12 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     ++stats_.groups;
     stats_.ops += static_cast<int64_t>(applied.size());
     if (!committed.ok()) ++stats_.failed_commits;
+  }
+  if (!committed.ok()) {
+    // A failed commit may still have reached the store in part or whole (a
+    // write that failed only its sync): re-read the store so that memory
+    // matches what a restart would load, before anything else is decided.
+    needs_resync_ = !Resync().ok();
   }
   if (committed.ok()) {
     std::vector<PgEntry> changed = std::move(group.events);

@@ -8,8 +8,10 @@
 // are committed to the Store in one synced batch; only then are the changes
 // installed into the state that readers see, and only then is any op of the
 // group answered. If the commit fails, every op of the group is answered
-// UNAVAILABLE and nothing changes in memory (leveldb's "persist the edit,
-// then install the version").
+// UNAVAILABLE and its changes are not installed (leveldb's "persist the
+// edit, then install the version"); as a failed commit may still have
+// reached the store (a write whose sync failed), the state is then re-read
+// from the store, so memory always matches what a restart would load.
 //
 // Thread-safety: Submit and Read may be called from any thread. `apply`
 // callbacks run on the writer thread; `done` callbacks run on the writer
@@ -257,6 +259,13 @@ class Coordinator {
   void WriterLoop();
   void LeaseLoop();
   void RunGroup(std::vector<WriteOp> ops);
+  // The in-memory state for what the store holds. `previous` (optional)
+  // keeps heartbeat times. Errors as Start's.
+  absl::StatusOr<ClusterState> BuildState(const storage::StoredState& stored,
+                                          const ClusterState* previous) const;
+  // Replaces the state with what the store holds now (after a failed
+  // commit). Writer thread only.
+  absl::Status Resync();
   void Install(StateChanges& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_mu_);
 
   const Options options_;
@@ -269,6 +278,10 @@ class Coordinator {
   std::deque<WriteOp> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   Stats stats_ ABSL_GUARDED_BY(queue_mu_);
+
+  // Set when a commit failed and re-reading the store failed too: the next
+  // group re-reads first (writer thread only).
+  bool needs_resync_ = false;
 
   std::thread writer_;
   std::thread lease_checker_;

@@ -78,10 +78,6 @@ absl::StatusOr<StoredState> MemoryStore::Load() {
 }
 
 absl::Status MemoryStore::Commit(const Mutation& mutation) {
-  if (fail_next_commits_ > 0) {
-    --fail_next_commits_;
-    return absl::UnavailableError("memory store: injected commit failure");
-  }
   if (mutation.empty()) return absl::OkStatus();
   // Copy-then-swap keeps the commit all-or-nothing.
   auto next = tables_ ? std::make_shared<Tables>(*tables_)

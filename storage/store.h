@@ -102,19 +102,15 @@ struct RocksDbStoreOptions {
 absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
     const RocksDbStoreOptions& options);
 
-// A store in memory, for tests. Commit can be made to fail (fault injection).
+// A store in memory, for tests (wrap it in FaultInjectingStore for faults).
 class MemoryStore : public Store {
  public:
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
 
-  // Makes the next `count` commits fail with Unavailable, applying nothing.
-  void FailNextCommits(int count) { fail_next_commits_ = count; }
-
  private:
   struct Tables;
   std::shared_ptr<Tables> tables_;
-  int fail_next_commits_ = 0;
 };
 
 }  // namespace sliced::storage

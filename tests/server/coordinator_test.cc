@@ -1,6 +1,7 @@
 #include "server/coordinator.h"
 
 #include "server/placement.h"
+#include "storage/fault_injecting_store.h"
 #include "sliced/v1/sliced.pb.h"
 #include "storage/records.h"
 
@@ -13,22 +14,6 @@
 
 namespace sliced::server {
 namespace {
-
-// A store that forwards to a MemoryStore and counts commits; lets tests inject
-// failures through the MemoryStore.
-class CountingStore : public storage::Store {
- public:
-  explicit CountingStore(storage::MemoryStore* inner) : inner_(inner) {}
-  absl::StatusOr<storage::StoredState> Load() override { return inner_->Load(); }
-  absl::Status Commit(const storage::Mutation& m) override {
-    ++commits;
-    return inner_->Commit(m);
-  }
-  std::atomic<int> commits{0};
-
- private:
-  storage::MemoryStore* inner_;
-};
 
 NodeEntry Entry(const std::string& id) {
   NodeEntry e;
@@ -56,7 +41,7 @@ Coordinator::Options NoLeases() {
 
 TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
   storage::MemoryStore memory;
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), NoLeases());
+  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(RunOp(**c, [](Txn& t) {
                 t.PutNode(Entry("a"));
@@ -68,7 +53,7 @@ TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
 
 TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
   storage::MemoryStore memory;
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), NoLeases());
+  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(RunOp(**c,
                   [](Txn& t) {
@@ -83,9 +68,11 @@ TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
 
 TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
   storage::MemoryStore memory;
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), NoLeases());
+  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
+  storage::FaultInjectingStore* faults = store.get();
+  auto c = Coordinator::Start(std::move(store), NoLeases());
   ASSERT_TRUE(c.ok());
-  memory.FailNextCommits(1);
+  faults->FailWrites(1);
   EXPECT_EQ(RunOp(**c,
                   [](Txn& t) {
                     t.PutNode(Entry("a"));
@@ -102,10 +89,85 @@ TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
   EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 1u);
 }
 
+TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
+  storage::MemoryStore memory;
+  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
+  storage::FaultInjectingStore* faults = store.get();
+  auto c = Coordinator::Start(std::move(store), NoLeases());
+  ASSERT_TRUE(c.ok());
+  faults->FailSyncs(1);
+  EXPECT_EQ(RunOp(**c,
+                  [](Txn& t) {
+                    t.PutNode(Entry("a"));
+                    return absl::OkStatus();
+                  })
+                .code(),
+            absl::StatusCode::kUnavailable);
+  // The write reached the store although it was reported failed; memory was
+  // re-read, so the next op sees "a" exactly as a restart would.
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
+  EXPECT_EQ(RunOp(**c,
+                  [](Txn& t) {
+                    return t.FindNode("a") ? absl::OkStatus()
+                                           : absl::NotFoundError("a missing");
+                  })
+                .code(),
+            absl::StatusCode::kOk);
+}
+
+TEST(CoordinatorTest, UnreadableStoreAfterFailedCommitRefusesWritesUntilReadable) {
+  storage::MemoryStore memory;
+  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
+  storage::FaultInjectingStore* faults = store.get();
+  auto c = Coordinator::Start(std::move(store), NoLeases());
+  ASSERT_TRUE(c.ok());
+  auto put = [](const std::string& id) {
+    return [id](Txn& t) {
+      t.PutNode(Entry(id));
+      return absl::OkStatus();
+    };
+  };
+  faults->FailSyncs(1);
+  faults->FailLoads(2);  // the re-read after the failure, and the next try
+  EXPECT_EQ(RunOp(**c, put("a")).code(), absl::StatusCode::kUnavailable);
+  absl::Status refused = RunOp(**c, put("b"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("can't be re-read"), std::string::npos) << refused;
+  EXPECT_TRUE(RunOp(**c, put("c")).ok());
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 2u);  // a, c
+  EXPECT_EQ(memory.Load()->nodes.size(), 2u);
+}
+
+TEST(CoordinatorTest, SlowCommitsGroupWaitingOps) {
+  storage::MemoryStore memory;
+  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
+  store->SetCommitDelay(absl::Milliseconds(20));
+  storage::FaultInjectingStore* faults = store.get();
+  auto c = Coordinator::Start(std::move(store), NoLeases());
+  ASSERT_TRUE(c.ok());
+  constexpr int kOps = 40;
+  std::atomic<int> finished{0};
+  absl::Notification all_done;
+  for (int i = 0; i < kOps; ++i) {
+    (*c)->Submit(WriteOp{[i](Txn& t) {
+                           t.PutNode(Entry("n" + std::to_string(i)));
+                           return absl::OkStatus();
+                         },
+                         [&](const absl::Status& s) {
+                           EXPECT_TRUE(s.ok());
+                           if (++finished == kOps) all_done.Notify();
+                         }});
+  }
+  all_done.WaitForNotification();
+  // While one commit sleeps, the others queue and go in the next batch.
+  EXPECT_LT(faults->commits(), kOps / 2);
+  EXPECT_EQ(memory.Load()->nodes.size(), static_cast<size_t>(kOps));
+}
+
 TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
   storage::MemoryStore memory;
-  auto store = std::make_unique<CountingStore>(&memory);
-  CountingStore* counting = store.get();
+  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
+  storage::FaultInjectingStore* counting = store.get();
   auto c = Coordinator::Start(std::move(store), NoLeases());
   ASSERT_TRUE(c.ok());
   // Block the writer so that the next ops queue up behind this one.
@@ -117,7 +179,7 @@ TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
                        },
                        [](const absl::Status&) {}});
   blocked.WaitForNotification();
-  const int before = counting->commits;
+  const int64_t before = counting->commits();
   std::atomic<int> ok{0};
   std::atomic<int> conflicts{0};
   absl::Notification all_done;
@@ -142,7 +204,7 @@ TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
   EXPECT_EQ(ok, 1);
   EXPECT_EQ(conflicts, kOps - 1);
   // The blocking op's group, then one group for all ten.
-  EXPECT_EQ(counting->commits - before, 2);
+  EXPECT_EQ(counting->commits() - before, 2);
 }
 
 TEST(CoordinatorTest, ExpiredLeaseMarksNodeDeadDurably) {
@@ -152,7 +214,7 @@ TEST(CoordinatorTest, ExpiredLeaseMarksNodeDeadDurably) {
   o.heartbeat_timeout = absl::Seconds(10);
   o.lease_check_interval = absl::Milliseconds(5);
   o.clock = [&] { return absl::FromUnixMillis(now_ms.load()); };
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(RunOp(**c, [](Txn& t) {
                 NodeEntry e = Entry("a");
@@ -205,7 +267,7 @@ TEST(CoordinatorRecoveryTest, RefusesStoredPlacementsThatHoldCapacityTwice) {
   ASSERT_TRUE(memory.Commit(m).ok());
   Coordinator::Options o = NoLeases();
   o.parse_pg = RequestFromRecord;
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("n1"), std::string::npos) << c.status();
@@ -219,7 +281,7 @@ TEST(CoordinatorRecoveryTest, RefusesPlacementsOnUnknownNodes) {
   ASSERT_TRUE(memory.Commit(m).ok());
   Coordinator::Options o = NoLeases();
   o.parse_pg = RequestFromRecord;
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("ghost"), std::string::npos) << c.status();
@@ -241,7 +303,7 @@ TEST(CoordinatorRecoveryTest, ReloadsPlacementsAndQueue) {
   ASSERT_TRUE(memory.Commit(m).ok());
   Coordinator::Options o = NoLeases();
   o.parse_pg = RequestFromRecord;
-  auto c = Coordinator::Start(std::make_unique<CountingStore>(&memory), o);
+  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_TRUE(c.ok()) << c.status();
   (*c)->Read([](const ClusterState& s) {
     EXPECT_EQ(*s.snapshot->FreeResources("n1"), (scheduler::ResourceSet{{"CPU", 10000}}));

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
+#include "storage/fault_injecting_store.h"
 #include "storage/records.h"
 #include "storage/store.h"
 
@@ -145,15 +146,22 @@ INSTANTIATE_TEST_SUITE_P(
                      }}),
     [](const testing::TestParamInfo<StoreFactory>& info) { return info.param.name; });
 
-TEST(MemoryStoreTest, InjectedCommitFailureAppliesNothing) {
-  MemoryStore store;
-  store.FailNextCommits(1);
+TEST(FaultInjectingStoreTest, WriteFailureAppliesNothingSyncFailureAppliesAll) {
+  MemoryStore memory;
+  FaultInjectingStore store(&memory);
   Mutation m;
   m.PutNode(Node("a"));
+  store.FailWrites(1);
   EXPECT_EQ(store.Commit(m).code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(store.Load()->nodes.empty());
+  EXPECT_TRUE(memory.Load()->nodes.empty());
+  store.FailSyncs(1);
+  EXPECT_EQ(store.Commit(m).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(memory.Load()->nodes.size(), 1u);  // written, though reported failed
+  store.FailLoads(1);
+  EXPECT_EQ(store.Load().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(store.Load().ok());
   EXPECT_TRUE(store.Commit(m).ok());
-  EXPECT_EQ(store.Load()->nodes.size(), 1u);
+  EXPECT_EQ(store.commits(), 3);
 }
 
 TEST(RocksDbStoreTest, ReopenFindsCommittedRecords) {

@@ -1,0 +1,60 @@
+#include "storage/fault_injecting_store.h"
+
+namespace sliced::storage {
+
+absl::StatusOr<StoredState> FaultInjectingStore::Load() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (fail_loads_ > 0) {
+      --fail_loads_;
+      return absl::UnavailableError("injected load failure");
+    }
+  }
+  return inner_->Load();
+}
+
+absl::Status FaultInjectingStore::Commit(const Mutation& mutation) {
+  absl::Duration delay;
+  bool fail_write = false, fail_sync = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ++commits_;
+    delay = delay_;
+    if (fail_writes_ > 0) {
+      --fail_writes_;
+      fail_write = true;
+    } else if (fail_syncs_ > 0) {
+      --fail_syncs_;
+      fail_sync = true;
+    }
+  }
+  if (delay > absl::ZeroDuration()) absl::SleepFor(delay);
+  if (fail_write) return absl::UnavailableError("injected write failure");
+  absl::Status applied = inner_->Commit(mutation);
+  if (!applied.ok()) return applied;
+  if (fail_sync) return absl::UnavailableError("injected sync failure (data written)");
+  return absl::OkStatus();
+}
+
+void FaultInjectingStore::FailWrites(int count) {
+  absl::MutexLock lock(&mu_);
+  fail_writes_ = count;
+}
+void FaultInjectingStore::FailSyncs(int count) {
+  absl::MutexLock lock(&mu_);
+  fail_syncs_ = count;
+}
+void FaultInjectingStore::FailLoads(int count) {
+  absl::MutexLock lock(&mu_);
+  fail_loads_ = count;
+}
+void FaultInjectingStore::SetCommitDelay(absl::Duration delay) {
+  absl::MutexLock lock(&mu_);
+  delay_ = delay;
+}
+int64_t FaultInjectingStore::commits() const {
+  absl::MutexLock lock(&mu_);
+  return commits_;
+}
+
+}  // namespace sliced::storage
