@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "bench/common/rng.h"
 #include "bench/common/stats.h"
@@ -233,6 +234,13 @@ class BaselinePolicy : public Policy {
 
 std::string PgId(const Job& job) { return absl::StrCat("job-", job.id); }
 
+// Jobs with equal signatures make identical requests.
+std::string Signature(const Job& job) {
+  return absl::StrCat(job.shape, "|", job.compute_class, "|",
+                      static_cast<int>(job.request.strategy), "|",
+                      job.request.slice ? SelectorToString(job.request.slice->selector) : "");
+}
+
 // Applies a placement; dies on an engine error (a policy bug).
 std::shared_ptr<const InventorySnapshot> Commit(
     const InventorySnapshot& snap, const Job& job, const Placement& p) {
@@ -380,6 +388,11 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
   double chip_time = 0, cpu_time = 0;
   size_t next_arrival = 0;
   int next_sample = 0;
+  bool freed_at_t = false;
+  std::vector<bool> arrived(trace.size(), false);
+  absl::flat_hash_set<std::string> failed;
+  std::vector<std::string> signatures;
+  for (const Job& job : trace) signatures.push_back(Signature(job));
   double t = start;
 
   // Per-shape fragmentation sums over the samples.
@@ -447,21 +460,40 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
       snap = *std::move(next);
       used_chips -= Sum(placed[job.id], "TPU");
       used_cpu -= Sum(placed[job.id], "CPU");
+      freed_at_t = true;
     }
+    bool freed = false;  // set above when a job completed at t
+    freed = freed_at_t;
+    freed_at_t = false;
     while (next_arrival < trace.size() && trace[next_arrival].arrival_s <= t) {
       const Job& job = trace[next_arrival++];
-      if (feasible[job.id]) queue.insert({-job.priority, job.arrival_s, job.id});
+      if (feasible[job.id]) {
+        queue.insert({-job.priority, job.arrival_s, job.id});
+        arrived[job.id] = true;
+      }
     }
+    // Nothing freed: only the newcomers can fit (everyone else already
+    // failed on this state). A shape that failed is not tried again in the
+    // same pass: placements only take capacity away.
+    failed.clear();
     int tries = 0;
-    for (auto it = queue.begin(); it != queue.end() && tries < options.scan_limit;) {
+    for (auto it = queue.begin(); it != queue.end();) {
       const Job& job = trace[std::get<2>(*it)];
       if (t - job.arrival_s > options.patience_s) {
         it = queue.erase(it);
         continue;
       }
+      const bool newcomer = arrived[job.id];
+      arrived[job.id] = false;
+      if ((!freed && !newcomer) || failed.contains(signatures[job.id]) ||
+          (options.scan_limit > 0 && tries >= options.scan_limit)) {
+        ++it;
+        continue;
+      }
       ++tries;
       Placement p = policy->Place(*snap, job);
       if (p.nodes.empty()) {
+        failed.insert(signatures[job.id]);
         ++it;
         continue;
       }

@@ -18,10 +18,13 @@
 // intact slices only, bundle i on worker i).
 //
 // Queue discipline, the same for every policy: waiting jobs in (priority
-// desc, arrival) order; at every event each of the first `scan_limit` is
-// tried and placed if it fits (backfill without reservation); a job that
-// waited longer than `patience_s` leaves (not accepted). Jobs that cannot
-// be placed even on the empty fleet are "infeasible" and excluded from
+// desc, arrival) order; after a completion every waiting job is tried and
+// placed if it fits (backfill without reservation), after arrivals only the
+// newcomers (the others already failed on that state); within one pass a
+// request signature (shape, class, selector, strategy) that failed is not
+// tried again, since placements only take capacity away. A job that waited
+// longer than `patience_s` leaves (not accepted). Jobs that cannot be
+// placed even on the empty fleet are "infeasible" and excluded from
 // acceptance for all policies alike.
 //
 // Not thread-safe; one Simulator per thread.
@@ -68,7 +71,7 @@ std::vector<scheduler::Bundle> ExpandBundles(const Job& job);
 
 struct SimOptions {
   double patience_s = 4 * 3600;   // a job leaves after waiting this long
-  int scan_limit = 64;            // queue entries tried per event
+  int scan_limit = 0;             // queue entries tried per pass; 0: all
   int samples = 120;              // points of the time series
   uint64_t seed = 1;              // random tie breaks
 };

@@ -294,10 +294,11 @@ int Main() {
   std::string md = absl::StrFormat(
       "Fleet: %d nodes (%d CPU nodes, %d slices, %d TPU chips; v4/v5p/v5e/v6e/v7x, "
       "4 zones, 4 tiers), seed %d. Trace: %d jobs over %.1f simulated hours, "
-      "Poisson arrivals at %.0f %% offered TPU load; patience %.0f h; queue scan "
-      "of %d per event.\n\n",
+      "Poisson arrivals at %.0f %% offered TPU load; patience %.0f h; the whole "
+      "queue is scanned (priority, then arrival; backfill) after every "
+      "completion.\n\n",
       nodes, fleet.cpu_nodes, fleet_slices, fleet.tpu_chips, seed, jobs, horizon_h,
-      100 * topts.load, sopts.patience_s / 3600, sopts.scan_limit);
+      100 * topts.load, sopts.patience_s / 3600);
   md += "| policy | TPU utilization | CPU utilization | acceptance | accepted / feasible | replay wall time |\n"
         "| --- | --- | --- | --- | --- | --- |\n";
   for (const SimResult& r : results) {
