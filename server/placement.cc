@@ -644,9 +644,6 @@ void PgToProto(const PgEntry& entry, const scheduler::InventorySnapshot& snapsho
 Decision Explain(const scheduler::InventorySnapshot& snapshot, const PgEntry& entry,
                  const std::vector<storage::ComputeClassRecord>& classes) {
   PlacementRequest request = entry.request;
-  if (entry.record.state() == v1::CREATED) {
-    request.replacing_pg_id = entry.record.placement_group_id();
-  }
   for (const storage::ComputeClassRecord& cls : classes) {
     if (cls.name() != entry.record.compute_class()) continue;
     for (const storage::SelectorRecord& p : cls.priorities()) {

@@ -69,7 +69,7 @@ void RetryPending(Txn& txn, const PlacementPolicy& policy);
 absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids,
                              const PlacementPolicy& policy);
 
-// The engine decision for an existing group or a dry run, on `snapshot`.
+// The engine decision for a waiting group or a dry run, on `snapshot`.
 scheduler::Decision Explain(const scheduler::InventorySnapshot& snapshot,
                             const PgEntry& entry,
                             const std::vector<storage::ComputeClassRecord>& classes);

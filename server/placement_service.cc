@@ -2,7 +2,9 @@
 
 #include <string>
 
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "scheduler/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/placement.h"
@@ -217,6 +219,22 @@ grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(
         !state.classes.contains(entry->record.compute_class())) {
       return absl::NotFoundError(absl::StrCat(
           "compute_class: no compute class \"", entry->record.compute_class(), "\""));
+    }
+    if (entry->record.state() == v1::CREATED) {
+      // Nothing to explain: say where it is.
+      response->set_outcome(std::string(scheduler::OutcomeName(scheduler::Decision::kPlaced)));
+      absl::btree_set<std::string> nodes;
+      for (const auto& b : entry->record.bundles()) {
+        nodes.insert(b.node_id());
+        response->add_bundles()->set_node_id(b.node_id());
+      }
+      response->set_summary(absl::StrCat(
+          "CREATED: holds ", entry->record.bundles_size(), " bundle(s) on ", nodes.size(),
+          " node(s)",
+          entry->record.slice_names().empty()
+              ? ""
+              : absl::StrCat(", slices ", absl::StrJoin(entry->record.slice_names(), ", "))));
+      return absl::OkStatus();
     }
     std::vector<storage::ComputeClassRecord> classes;
     for (const auto& [name, cls] : state.classes) classes.push_back(cls);

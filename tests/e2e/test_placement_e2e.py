@@ -119,6 +119,15 @@ class PlacementEndToEnd(unittest.TestCase):
             placement_group_id=second.placement_group_id), timeout=10)
         self.assertEqual(explain.outcome.lower(), "unschedulable")
         self.assertIn("held", explain.summary)
+        placed = pl.ExplainPlacementGroup(P.ExplainPlacementGroupRequest(
+            placement_group_id=first.placement_group_id), timeout=10)
+        self.assertEqual(placed.outcome.lower(), "placed")
+        self.assertIn("slices v6e-a", placed.summary)
+        self.assertEqual([b.node_id for b in placed.bundles], ["v6e-a-w%d" % i for i in range(4)])
+        dry = pl.ExplainPlacementGroup(P.ExplainPlacementGroupRequest(
+            dry_run=P.CreatePlacementGroupRequest(bundles=[P.Bundle(resources={"TPU": 1})])),
+            timeout=10)
+        self.assertEqual(dry.outcome.lower(), "unschedulable")
 
         events = []
         stream = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(
