@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
-# Set-up command 2: installs dependencies, builds, and runs every test.
+# Set-up command 2: installs dependencies, builds, and runs every test:
+#  1. the normal build (gcc) and its whole test suite;
+#  2. the whole suite again built with clang, ASan and UBSan (build-asan),
+#     which also builds the libFuzzer targets;
+#  3. a short run of each fuzzer (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 600
+jobs="$(nproc)"
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
+
+echo "== sanitizer build (clang, ASan + UBSan) =="
+CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSLICED_SANITIZE=ON -DSLICED_FUZZ=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+# Benchmarks measure speed, which a sanitizer build does not have.
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  ctest --output-on-failure -j"$jobs" --timeout 900 -E '^bench_')
+
+echo "== fuzzing =="
+scripts/fuzz.sh 20
