@@ -282,6 +282,22 @@ v1::ScalingConfig ScalingConfigFromRecord(const storage::ScalingConfigRecord& r)
 
 }  // namespace
 
+// A spec for `request` owned as `in` says (CreatePlacementGroupRequest or
+// SubmitScalingConfigRequest).
+template <typename Request>
+PgSpec NewSpec(PlacementRequest request, const Request& in) {
+  PgSpec spec;
+  PlacementGroupRecord& r = spec.entry.record;
+  RequestToRecord(request, r);
+  r.set_job_id(in.job_id());
+  r.set_name(in.name());
+  r.set_request_id(in.request_id());
+  r.set_compute_class(in.compute_class());
+  r.set_priority(in.priority());
+  spec.entry.request = std::move(request);
+  return spec;
+}
+
 absl::StatusOr<PgSpec> PgSpecFromCreate(const v1::CreatePlacementGroupRequest& in,
                                         const Limits& limits) {
   RETURN_IF_ERROR(ValidateCommon(in.job_id(), in.name(), in.request_id(),
@@ -333,16 +349,7 @@ absl::StatusOr<PgSpec> PgSpecFromCreate(const v1::CreatePlacementGroupRequest& i
   }
   RETURN_IF_ERROR(scheduler::ValidateRequest(request));
 
-  PgSpec spec;
-  PlacementGroupRecord& r = spec.entry.record;
-  RequestToRecord(request, r);
-  r.set_job_id(in.job_id());
-  r.set_name(in.name());
-  r.set_request_id(in.request_id());
-  r.set_compute_class(in.compute_class());
-  r.set_priority(in.priority());
-  spec.entry.request = std::move(request);
-  return spec;
+  return NewSpec(std::move(request), in);
 }
 
 absl::StatusOr<PgSpec> PgSpecFromScalingConfig(
@@ -352,11 +359,9 @@ absl::StatusOr<PgSpec> PgSpecFromScalingConfig(
   ASSIGN_OR_RETURN(ScalingConfigPlan plan,
                    PlanScalingConfig(in.scaling_config(), limits));
   RETURN_IF_ERROR(scheduler::ValidateRequest(plan.request));
-  PgSpec spec;
-  PlacementGroupRecord& r = spec.entry.record;
-  RequestToRecord(plan.request, r);
+  PgSpec spec = NewSpec(std::move(plan.request), in);
   const v1::ScalingConfig& c = in.scaling_config();
-  storage::ScalingConfigRecord* sc = r.mutable_scaling_config();
+  storage::ScalingConfigRecord* sc = spec.entry.record.mutable_scaling_config();
   sc->set_num_workers(c.num_workers());
   sc->set_use_tpu(c.use_tpu());
   sc->set_use_gpu(c.use_gpu());
@@ -367,12 +372,6 @@ absl::StatusOr<PgSpec> PgSpecFromScalingConfig(
                                              c.resources_per_worker().end());
   sc->mutable_label_selector()->insert(c.label_selector().begin(),
                                        c.label_selector().end());
-  r.set_job_id(in.job_id());
-  r.set_name(in.name());
-  r.set_request_id(in.request_id());
-  r.set_compute_class(in.compute_class());
-  r.set_priority(in.priority());
-  spec.entry.request = std::move(plan.request);
   return spec;
 }
 
@@ -444,9 +443,10 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
   // backfills beside the queued ones, unless one of at least its priority
   // starves.
   if (txn.PendingRetryRequested()) RetryPending(txn, policy);
+  const std::vector<std::string> queue = txn.PendingQueue();
   const PgEntry* starving = nullptr;
   if (policy.starvation_bound > absl::ZeroDuration()) {
-    for (const std::string& id : txn.PendingQueue()) {
+    for (const std::string& id : queue) {
       const PgEntry* pg = txn.FindPg(id);
       if (pg->record.priority() < r.priority()) break;
       if (Starving(pg->record, policy, txn.now())) {
@@ -456,7 +456,7 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
     }
   }
   auto check_room = [&]() -> absl::Status {
-    if (static_cast<int>(txn.PendingQueue().size()) >= policy.max_pending) {
+    if (static_cast<int>(queue.size()) >= policy.max_pending) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the pending queue is full (", policy.max_pending,
           " groups); nothing was created. Retry later or remove waiting groups"));
