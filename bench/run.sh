@@ -5,6 +5,7 @@
 #   bench/run.sh            full run (~10-15 min on 2 cores), records results
 #   bench/run.sh --quick    < 2 min; writes to build-bench/bench-quick/ only
 #   bench/run.sh --quick --record   quick, but record into bench/RESULTS.md
+#   bench/run.sh --head     measure a clean export of HEAD (a tree others edit)
 #
 # Options: --no-build (use existing binaries), --render-only (rewrite the
 # Markdown from the last run's output, run nothing), --build-dir DIR
@@ -22,21 +23,53 @@ QUICK=0
 RECORD=1
 DO_BUILD=1
 RENDER_ONLY=0
+HEAD=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) QUICK=1 ;;
     --record) RECORD=2 ;;
     --no-build) DO_BUILD=0 ;;
     --render-only) RENDER_ONLY=1; DO_BUILD=0 ;;
+    --head) HEAD=1 ;;
     --build-dir) BUILD=$2; shift ;;
-    *) echo "usage: bench/run.sh [--quick [--record]] [--no-build] [--build-dir DIR]" >&2; exit 2 ;;
+    *) echo "usage: bench/run.sh [--quick [--record]] [--head] [--no-build] [--render-only] [--build-dir DIR]" >&2; exit 2 ;;
   esac
   shift
 done
 if [[ $QUICK == 1 && $RECORD != 2 ]]; then RECORD=0; fi
 
+SRC=$ROOT
+if [[ $HEAD == 1 ]]; then
+  # Measure the committed tree, not whatever is being edited in this one.
+  # Files that did not change keep their timestamps, so rebuilds are
+  # incremental.
+  SRC=$BUILD/head-src
+  EXPORT=$(mktemp -d)
+  git -C "$ROOT" archive HEAD | tar -x -C "$EXPORT"
+  mkdir -p "$SRC"
+  python3 - "$EXPORT" "$SRC" <<'SYNC'
+import filecmp, os, shutil, sys
+src, dst = sys.argv[1:]
+want = set()
+for d, _, files in os.walk(src):
+    for f in files:
+        rel = os.path.relpath(os.path.join(d, f), src)
+        want.add(rel)
+        a, b = os.path.join(src, rel), os.path.join(dst, rel)
+        if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+            os.makedirs(os.path.dirname(b), exist_ok=True)
+            shutil.copy(a, b)
+for d, _, files in os.walk(dst):
+    for f in files:
+        rel = os.path.relpath(os.path.join(d, f), dst)
+        if rel not in want:
+            os.remove(os.path.join(dst, rel))
+SYNC
+  rm -rf "$EXPORT"
+  BUILD=$BUILD/head-build
+fi
 if [[ $DO_BUILD == 1 ]]; then
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load
 fi
 
@@ -57,7 +90,11 @@ if [[ $RENDER_ONLY == 0 ]]; then
   ELAPSED=$SECONDS
   LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
   COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
-  git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes"
+  if [[ $HEAD == 1 ]]; then
+    COMMIT="$COMMIT (built from a clean export of HEAD)"
+  else
+    git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
+  fi
   printf '%s\n' "$START" "$ELAPSED" "$COMMIT" "$LOAD_START" "$LOAD_END" > "$OUT/run.txt"
 else
   { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END; } < "$OUT/run.txt"
@@ -68,6 +105,7 @@ RESULTS=$ROOT/bench/RESULTS.md
 
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 CMD="bench/run.sh${MODE:+ --quick}"
+[[ $HEAD == 1 ]] && CMD="$CMD --head"
 [[ $RECORD == 2 ]] && CMD="$CMD --record"
 
 python3 - "$RESULTS" "$OUT" "$CMD" "$START" "$ELAPSED" "$COMMIT" "$(nproc)" "$CPU" \

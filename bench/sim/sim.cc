@@ -333,6 +333,17 @@ const char* PolicyName(PolicyKind kind) {
   return "?";
 }
 
+const char* const kSizeClasses[5] = {"0 (CPU)", "1-8 chips", "9-64 chips",
+                                     "65-256 chips", ">256 chips"};
+
+const char* SizeClass(const Job& job) {
+  if (job.chips == 0) return kSizeClasses[0];
+  if (job.chips <= 8) return kSizeClasses[1];
+  if (job.chips <= 64) return kSizeClasses[2];
+  if (job.chips <= 256) return kSizeClasses[3];
+  return kSizeClasses[4];
+}
+
 std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed) {
   if (kind == PolicyKind::kSliced) return std::make_unique<SlicedPolicy>();
   return std::make_unique<BaselinePolicy>(kind, seed);
@@ -383,7 +394,7 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
   using Completion = std::pair<double, int64_t>;
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> running;
   std::vector<Placement> placed(trace.size());
-  std::map<std::string, std::vector<double>> waits;
+  std::map<std::string, std::vector<double>> waits, size_waits;
   std::vector<double> window_waits;
   double chip_time = 0, cpu_time = 0;
   size_t next_arrival = 0;
@@ -502,6 +513,7 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
       used_cpu += Sum(p, "CPU");
       const double wait = t - job.arrival_s;
       waits[JobKindName(job.kind)].push_back(wait);
+      size_waits[SizeClass(job)].push_back(wait);
       window_waits.push_back(wait);
       running.push({t + job.duration_s, job.id});
       placed[job.id] = std::move(p);
@@ -520,13 +532,17 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
     if (!feasible[i]) continue;
     ++result.feasible;
     ++result.wait_by_kind[JobKindName(trace[i].kind)].feasible;
+    ++result.wait_by_size[SizeClass(trace[i])].feasible;
   }
   result.acceptance = result.feasible ? double(result.accepted) / result.feasible : 0;
-  for (auto& [kind_name, w] : waits) {
-    WaitStats& s = result.wait_by_kind[kind_name];
-    s.placed = static_cast<int64_t>(w.size());
-    s.mean_s = Mean(w);
-    s.p99_s = Percentile(w, 0.99);
+  for (auto [by, from] : {std::pair{&result.wait_by_kind, &waits},
+                           std::pair{&result.wait_by_size, &size_waits}}) {
+    for (auto& [name, w] : *from) {
+      WaitStats& s = (*by)[name];
+      s.placed = static_cast<int64_t>(w.size());
+      s.mean_s = Mean(w);
+      s.p99_s = Percentile(w, 0.99);
+    }
   }
   for (const auto& [shape, f] : frag) {
     result.fragmentation.push_back(

@@ -56,6 +56,11 @@ struct Placement {
   std::vector<scheduler::ResourceSet> resources;  // per bundle
 };
 
+// The size bucket of a job for wait statistics: "0 (CPU)", "1-8 chips",
+// "9-64 chips", "65-256 chips", ">256 chips".
+extern const char* const kSizeClasses[5];
+const char* SizeClass(const Job& job);
+
 // Places `job` on `snapshot` under `kind`. `seed` feeds random tie breaks.
 class Policy {
  public:
@@ -107,6 +112,7 @@ struct SimResult {
   int64_t accepted = 0;
   int64_t feasible = 0;
   std::map<std::string, WaitStats> wait_by_kind;  // JobKindName
+  std::map<std::string, WaitStats> wait_by_size;  // SizeClass
   std::vector<ShapeFragmentation> fragmentation;
   std::vector<SimSample> series;
   double wall_s = 0;            // real time the replay took

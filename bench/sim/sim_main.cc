@@ -219,13 +219,17 @@ int Main() {
         .Key("cpu_utilization").Number(r.cpu_utilization)
         .Key("acceptance").Number(r.acceptance).Key("accepted").Number(r.accepted)
         .Key("feasible").Number(r.feasible).Key("wall_s").Number(r.wall_s);
-    j.Key("wait_by_kind").BeginObject();
-    for (const auto& [kind, w] : r.wait_by_kind) {
-      j.Key(kind).BeginObject().Key("placed").Number(w.placed).Key("feasible")
-          .Number(w.feasible).Key("mean_s").Number(w.mean_s).Key("p99_s")
-          .Number(w.p99_s).EndObject();
+    for (const auto& [key, by] : {std::pair{"wait_by_kind", &r.wait_by_kind},
+                                  std::pair{"wait_by_size", &r.wait_by_size}}) {
+      j.Key(key).BeginObject();
+      for (const auto& [name, w] : *by) {
+        j.Key(name).BeginObject().Key("placed").Number(w.placed).Key("feasible")
+            .Number(w.feasible).Key("mean_s").Number(w.mean_s).Key("p99_s")
+            .Number(w.p99_s).EndObject();
+      }
+      j.EndObject();
     }
-    j.EndObject().Key("fragmentation").BeginArray();
+    j.Key("fragmentation").BeginArray();
     for (const auto& f : r.fragmentation) {
       j.BeginObject().Key("shape").String(f.shape).Key("slices").Number(f.slices)
           .Key("mean_whole_free").Number(f.mean_whole_free)
@@ -306,22 +310,36 @@ int Main() {
                           Pct(r.utilization), Pct(r.cpu_utilization), Pct(r.acceptance),
                           r.accepted, r.feasible, r.wall_s);
   }
-  md += "\nWait (minutes, placed jobs; mean / p99) and acceptance per job kind:\n\n"
-        "| policy | cpu | tpu-bundles | slice | multi-slice |\n| --- | --- | --- | --- | --- |\n";
-  for (const SimResult& r : results) {
-    md += "| " + r.policy;
-    for (const char* kind : {"cpu", "tpu-bundles", "slice", "multi-slice"}) {
-      auto it = r.wait_by_kind.find(kind);
-      if (it == r.wait_by_kind.end()) {
-        md += " | –";
-        continue;
+  // Wait tables: per job kind and per job size.
+  auto wait_table = [&](const std::string& what, const std::vector<std::string>& columns,
+                        auto by) {
+    md += "\nWait in minutes of placed jobs (mean / p99) and acceptance, per " + what +
+          ":\n\n| policy |";
+    for (const auto& c : columns) md += " " + c + " |";
+    md += "\n| --- |";
+    for (size_t c = 0; c < columns.size(); ++c) md += " --- |";
+    md += "\n";
+    for (const SimResult& r : results) {
+      md += "| " + r.policy + " |";
+      for (const auto& c : columns) {
+        const auto& m = by(r);
+        auto it = m.find(c);
+        if (it == m.end()) {
+          md += " – |";
+          continue;
+        }
+        const WaitStats& w = it->second;
+        absl::StrAppendFormat(&md, " %s / %s (%s) |", Minutes(w.mean_s), Minutes(w.p99_s),
+                              Pct(w.feasible ? double(w.placed) / w.feasible : 0));
       }
-      const WaitStats& w = it->second;
-      absl::StrAppendFormat(&md, " | %s / %s (%s)", Minutes(w.mean_s), Minutes(w.p99_s),
-                            Pct(w.feasible ? double(w.placed) / w.feasible : 0));
+      md += "\n";
     }
-    md += " |\n";
-  }
+  };
+  wait_table("job kind", {"cpu", "tpu-bundles", "slice", "multi-slice"},
+             [](const SimResult& r) -> const auto& { return r.wait_by_kind; });
+  wait_table("job size (TPU chips)",
+             std::vector<std::string>(std::begin(kSizeClasses), std::end(kSizeClasses)),
+             [](const SimResult& r) -> const auto& { return r.wait_by_size; });
   md += "\nFragmentation per shape, time averages over the samples: whole free "
         "intact slices, and the Slurm-style cost = free chips outside whole free "
         "slices ÷ free chips of that shape (0 = every free chip is usable by a "
