@@ -301,15 +301,21 @@ class SolveRun {
       pool.sets.push_back(it->second.get());
       pool.count += it->second->count();
     }
-    // 2. Domains: best-fit zone first, then (for a multi-zone fallback) the
-    //    largest pools.
+    // 2. Domains: zones that hold the whole request first. A single slice
+    //    comes from the zone with the most free slices of the shape, which
+    //    keeps every zone's pool as large as possible for requests pinned to
+    //    a zone. A multi-slice request takes the zone with the fewest that
+    //    still holds all of them (best fit), which keeps bigger pools for
+    //    bigger multi-slice requests. Zones that cannot hold it all (the
+    //    multi-zone fallback) are taken largest first. Ties: zone name.
     std::vector<std::pair<std::string, const ZonePool*>> order;
     for (const auto& [zone, pool] : zones) order.emplace_back(zone, &pool);
     std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
-      const bool fa = a.second->count >= needed, fb = b.second->count >= needed;
+      const int64_t ca = a.second->count, cb = b.second->count;
+      const bool fa = ca >= needed, fb = cb >= needed;
       if (fa != fb) return fa;
-      if (fa) return a.second->count < b.second->count;
-      return a.second->count > b.second->count;
+      if (fa && needed > 1) return ca < cb;
+      return ca > cb;
     });
     // 3. Fit: slices in (tier, name) order within each zone.
     std::vector<uint32_t> chosen;

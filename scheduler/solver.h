@@ -142,10 +142,12 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //   1. Pre-filter: the free intact slices of the shape from the index, by
 //      (tier, zone) key; keys whose tier/zone contradict the selectors are
 //      dropped whole.
-//   2. Domains: zones. Prefer one zone: the zone with the fewest free
-//      slices that still holds num_slices (best fit; keeps big pools whole
-//      for big multi-slice jobs), ties by zone name; only when no zone
-//      holds them all, zones with the most free slices first.
+//   2. Domains: zones. Prefer one zone that holds them all: for one slice
+//      the zone with the most free slices of the shape (keeps every zone's
+//      pool large for zone-pinned requests), for several the zone with the
+//      fewest that still holds them (best fit; keeps big pools for bigger
+//      multi-slice requests); ties by zone name. Only when no zone holds
+//      them all, zones with the most free slices first.
 //   3. Fit: within a zone, slices in name order whose every host matches
 //      the selectors and has room for its bundle; bundle i -> worker i.
 //  Generic requests:

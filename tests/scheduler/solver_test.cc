@@ -96,9 +96,13 @@ TEST(SolverSliceTest, Table) {
     std::string summary;  // substring
   };
   const Case cases[] = {
-      {"single slice: best-fit zone is the smallest pool (z1 has 1 free)",
-       SliceRequest(TpuGeneration::kV6e, "4x4"), Decision::kPlaced, "a",
-       "zone z1"},
+      {"single slice: from the zone with the most free slices (z2 has 2)",
+       SliceRequest(TpuGeneration::kV6e, "4x4"), Decision::kPlaced, "d",
+       "zone z2"},
+      {"single slice, selector keeps it to z1 and z3: tie, first by name",
+       SliceRequest(TpuGeneration::kV6e, "4x4", 1,
+                    {{"ray.io/availability-zone", "!z2"}}),
+       Decision::kPlaced, "a", "zone z1"},
       {"two slices: one zone that holds both (z2)",
        SliceRequest(TpuGeneration::kV6e, "4x4", 2), Decision::kPlaced, "d,e",
        "zone z2"},
