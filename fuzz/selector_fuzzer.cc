@@ -14,7 +14,8 @@ namespace {
 absl::btree_map<std::string, std::string> Pairs(absl::string_view text) {
   absl::btree_map<std::string, std::string> out;
   for (absl::string_view entry : absl::StrSplit(text, ';')) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(entry, absl::MaxSplits('\t', 1));
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(entry, absl::MaxSplits('\t', 1));
     out[kv.first] = kv.second;
   }
   return out;
@@ -24,7 +25,8 @@ absl::btree_map<std::string, std::string> Pairs(absl::string_view text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
-  std::pair<std::string, std::string> parts = absl::StrSplit(input, absl::MaxSplits('\n', 1));
+  std::pair<std::string, std::string> parts =
+      absl::StrSplit(input, absl::MaxSplits('\n', 1));
   auto selector = sliced::scheduler::ParseLabelSelector(Pairs(parts.first));
   (void)sliced::scheduler::ValidateLabels(Pairs(parts.second));
   if (!selector.ok()) return 0;

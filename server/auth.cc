@@ -41,9 +41,12 @@ absl::string_view AccessName(Access access) {
 
 }  // namespace
 
-absl::StatusOr<Authenticator::Table> Authenticator::Parse(const std::string& path) {
+absl::StatusOr<Authenticator::Table> Authenticator::Parse(
+    const std::string& path) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("auth tokens file ", path, " can't be read"));
+  if (!in)
+    return absl::NotFoundError(
+        absl::StrCat("auth tokens file ", path, " can't be read"));
   Table table;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -73,13 +76,14 @@ absl::StatusOr<Authenticator::Table> Authenticator::Parse(const std::string& pat
     } else if (fields[1] == "viewer") {
       p.role = Role::kViewer;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "unknown role '", fields[1], "'; use admin, scheduler, agent or viewer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "unknown role '", fields[1],
+                       "'; use admin, scheduler, agent or viewer"));
     }
     if (p.role == Role::kAgent) {
       if (fields.size() != 3) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, "an agent token names its node: '<token> agent <node_id>'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "an agent token names its node: '<token> agent <node_id>'"));
       }
       p.node_id = std::string(fields[2]);
     } else if (fields.size() == 3) {
@@ -93,7 +97,8 @@ absl::StatusOr<Authenticator::Table> Authenticator::Parse(const std::string& pat
   return table;
 }
 
-absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Load(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Load(
+    const std::string& path) {
   std::unique_ptr<Authenticator> auth(new Authenticator(path));
   absl::Status loaded = auth->Reload();
   if (!loaded.ok()) return loaded;
@@ -114,8 +119,9 @@ size_t Authenticator::size() const {
   return table_->size();
 }
 
-absl::Status Authenticator::Check(const grpc::ServerContextBase& context, Access access,
-                                  const std::vector<std::string>& node_ids) const {
+absl::Status Authenticator::Check(
+    const grpc::ServerContextBase& context, Access access,
+    const std::vector<std::string>& node_ids) const {
   std::shared_ptr<const Table> table;
   {
     absl::MutexLock lock(&mu_);
@@ -129,10 +135,12 @@ absl::Status Authenticator::Check(const grpc::ServerContextBase& context, Access
   }
   absl::string_view value(it->second.data(), it->second.size());
   if (!absl::ConsumePrefix(&value, "Bearer ")) {
-    return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
+    return absl::UnauthenticatedError(
+        "authorization metadata must be 'Bearer <token>'");
   }
   auto found = table->find(absl::StripAsciiWhitespace(value));
-  if (found == table->end()) return absl::UnauthenticatedError("unknown bearer token");
+  if (found == table->end())
+    return absl::UnauthenticatedError("unknown bearer token");
   const Principal& who = found->second;
   bool allowed = false;
   switch (access) {
@@ -151,13 +159,15 @@ absl::Status Authenticator::Check(const grpc::ServerContextBase& context, Access
   }
   if (!allowed) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "a ", RoleName(who.role), " token may not call this; it needs ", AccessName(access)));
+        "a ", RoleName(who.role), " token may not call this; it needs ",
+        AccessName(access)));
   }
   if (access == Access::kNodeAgent && who.role == Role::kAgent) {
     for (const std::string& node : node_ids) {
       if (node != who.node_id) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "this agent token speaks for node \"", who.node_id, "\", not \"", node, "\""));
+        return absl::PermissionDeniedError(
+            absl::StrCat("this agent token speaks for node \"", who.node_id,
+                         "\", not \"", node, "\""));
       }
     }
   }

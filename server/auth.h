@@ -48,7 +48,8 @@ class Authenticator {
   // Loads the token file. InvalidArgument names the line and what is wrong
   // (unknown role, token shorter than 16 characters, agent without node id,
   // duplicate token); NotFound when the file can't be read.
-  static absl::StatusOr<std::unique_ptr<Authenticator>> Load(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Load(
+      const std::string& path);
 
   // Re-reads the file; on error keeps the current table and returns why.
   absl::Status Reload();
@@ -73,9 +74,11 @@ class Authenticator {
 
 // Convenience for services: OK when `auth` is null (auth off).
 inline absl::Status Authorize(const Authenticator* auth,
-                              const grpc::ServerContextBase& context, Access access,
+                              const grpc::ServerContextBase& context,
+                              Access access,
                               const std::vector<std::string>& node_ids = {}) {
-  return auth == nullptr ? absl::OkStatus() : auth->Check(context, access, node_ids);
+  return auth == nullptr ? absl::OkStatus()
+                         : auth->Check(context, access, node_ids);
 }
 
 }  // namespace sliced::server

@@ -22,9 +22,11 @@ int64_t Chips(const scheduler::ResourceSet& resources) {
 std::string Shape(const PgEntry& pg) {
   const scheduler::PlacementRequest& r = pg.request;
   if (r.slice) {
-    auto shape = scheduler::ResolveTpuShape(r.slice->generation, r.slice->topology);
+    auto shape =
+        scheduler::ResolveTpuShape(r.slice->generation, r.slice->topology);
     return absl::StrCat(r.slice->num_slices, " x ",
-                        shape.ok() ? shape->pod_type : r.slice->topology, " slice");
+                        shape.ok() ? shape->pod_type : r.slice->topology,
+                        " slice");
   }
   std::vector<std::string> parts;
   absl::btree_map<std::string, int64_t> total;
@@ -32,10 +34,11 @@ std::string Shape(const PgEntry& pg) {
     for (const auto& [name, amount] : b.resources) total[name] += amount;
   }
   for (const auto& [name, amount] : total) {
-    parts.push_back(absl::StrCat(name, ": ", scheduler::FromFixedPoint(amount)));
+    parts.push_back(
+        absl::StrCat(name, ": ", scheduler::FromFixedPoint(amount)));
   }
-  return absl::StrCat(r.bundles.size(), " bundles {", absl::StrJoin(parts, ", "),
-                      "}");
+  return absl::StrCat(r.bundles.size(), " bundles {",
+                      absl::StrJoin(parts, ", "), "}");
 }
 
 }  // namespace
@@ -45,7 +48,8 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   for (const char* s : {"ALIVE", "DRAINING", "DEAD"}) out.nodes_by_state[s] = 0;
   const scheduler::InventorySnapshot& snap = *state.snapshot;
   for (const auto& [id, entry] : state.nodes) {
-    ++out.nodes_by_state[std::string(scheduler::NodeStateName(entry.node.state))];
+    ++out.nodes_by_state[std::string(
+        scheduler::NodeStateName(entry.node.state))];
     const int64_t total = Chips(entry.node.resources);
     if (total == 0) continue;
     auto free = snap.FreeResources(id);
@@ -57,7 +61,8 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   }
 
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
-      whole_and_free_chips;  // per shape: chips in whole free slices, free chips
+      whole_and_free_chips;  // per shape: chips in whole free slices, free
+                             // chips
   for (const scheduler::SliceState& slice : snap.ListSlices()) {
     const scheduler::SliceInfo& info = slice.info;
     std::string tier, zone;
@@ -65,14 +70,17 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
     for (const std::string& node_id : info.node_ids) {
       const scheduler::Node* node = snap.FindNode(node_id);
       if (node == nullptr) continue;
-      if (tier.empty()) tier = Label(node->labels, scheduler::kLabelCapacityTier);
+      if (tier.empty())
+        tier = Label(node->labels, scheduler::kLabelCapacityTier);
       if (zone.empty()) zone = Label(node->labels, scheduler::kLabelZone);
       total += Chips(node->resources);
       auto f = snap.FreeResources(node_id);
-      if (f.ok() && node->state == scheduler::NodeState::kAlive) free += Chips(*f);
+      if (f.ok() && node->state == scheduler::NodeState::kAlive)
+        free += Chips(*f);
     }
     const bool whole = info.intact && slice.free;
-    auto& group = out.slices[{info.accelerator_type, info.topology, tier, zone}];
+    auto& group =
+        out.slices[{info.accelerator_type, info.topology, tier, zone}];
     ++group.total_slices;
     group.free_slices += whole ? 1 : 0;
     group.total_chips += total;
@@ -106,8 +114,8 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
     ++shapes[Shape(it->second)];
   }
   for (const auto& [shape, groups] : shapes) {
-    out.pending_shapes.push_back(
-        absl::StrCat(shape, " (", groups, groups == 1 ? " group)" : " groups)"));
+    out.pending_shapes.push_back(absl::StrCat(
+        shape, " (", groups, groups == 1 ? " group)" : " groups)"));
   }
   return out;
 }

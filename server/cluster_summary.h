@@ -22,7 +22,7 @@ struct ClusterSummary {
     int64_t total_slices = 0;
     int64_t free_slices = 0;  // whole: intact and no bundle on any host
     int64_t total_chips = 0;
-    int64_t free_chips = 0;   // on the group's hosts, whole slice or not
+    int64_t free_chips = 0;  // on the group's hosts, whole slice or not
   };
   std::map<std::tuple<std::string, std::string, std::string, std::string>,
            SliceGroup>

@@ -30,7 +30,8 @@ absl::Status ValidateAddress(absl::string_view address) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateResourceName(absl::string_view name, const Limits& limits) {
+absl::Status ValidateResourceName(absl::string_view name,
+                                  const Limits& limits) {
   if (name.empty() || static_cast<int>(name.size()) > limits.max_id_length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resource name must be 1..", limits.max_id_length, " characters"));
@@ -52,25 +53,28 @@ bool IsWholeUnitResource(absl::string_view name) {
 
 }  // namespace
 
-absl::Status WithFieldPrefix(absl::string_view prefix, const absl::Status& status) {
+absl::Status WithFieldPrefix(absl::string_view prefix,
+                             const absl::Status& status) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat(prefix, ": ", status.message()));
 }
 
 absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
-  if (id.empty()) return absl::InvalidArgumentError("node_id: must not be empty");
+  if (id.empty())
+    return absl::InvalidArgumentError("node_id: must not be empty");
   if (static_cast<int>(id.size()) > limits.max_id_length) {
     return absl::InvalidArgumentError(absl::StrCat(
         "node_id: must be at most ", limits.max_id_length, " characters"));
   }
   if (!absl::ascii_isalnum(id[0])) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "node_id: '", id, "' must start with a letter or digit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_id: '", id, "' must start with a letter or digit"));
   }
   for (char c : id) {
     if (!IsIdChar(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node_id: '", id, "' may only hold [A-Za-z0-9._:-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_id: '", id, "' may only hold [A-Za-z0-9._:-]"));
     }
   }
   return absl::OkStatus();
@@ -104,7 +108,8 @@ void ResourcesToProto(const scheduler::ResourceSet& resources,
 absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     const google::protobuf::RepeatedPtrField<v1::Node>& nodes,
     const Limits& limits) {
-  if (nodes.empty()) return absl::InvalidArgumentError("nodes: must not be empty");
+  if (nodes.empty())
+    return absl::InvalidArgumentError("nodes: must not be empty");
   if (nodes.size() > limits.max_nodes_per_batch) {
     return absl::InvalidArgumentError(
         absl::StrCat("nodes: at most ", limits.max_nodes_per_batch,
@@ -117,47 +122,52 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     const v1::Node& in = nodes[i];
     const std::string where =
         absl::StrCat("nodes[", i, "] (node_id \"", in.node_id(), "\")");
-    RETURN_IF_ERROR(WithFieldPrefix(where, ValidateNodeId(in.node_id(), limits)));
+    RETURN_IF_ERROR(
+        WithFieldPrefix(where, ValidateNodeId(in.node_id(), limits)));
     if (!seen.insert(in.node_id()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": node_id appears twice in the batch"));
     }
-    RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": address"), ValidateAddress(in.address())));
+    RETURN_IF_ERROR(WithFieldPrefix(absl::StrCat(where, ": address"),
+                                    ValidateAddress(in.address())));
     if (in.state() != v1::NODE_STATE_UNSPECIFIED && in.state() != v1::ALIVE) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": state: a node registers ALIVE; use DrainNode or Heartbeat "
-                 "to change its state"));
+          where,
+          ": state: a node registers ALIVE; use DrainNode or Heartbeat "
+          "to change its state"));
     }
     scheduler::Labels raw(in.labels().begin(), in.labels().end());
     for (const auto& [key, value] : raw) {
-      RETURN_IF_ERROR(WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"]"),
-                               scheduler::ValidateLabelKey(key)));
+      RETURN_IF_ERROR(
+          WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"]"),
+                          scheduler::ValidateLabelKey(key)));
       RETURN_IF_ERROR(
           WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
-                   scheduler::ValidateLabelValue(value)));
+                          scheduler::ValidateLabelValue(value)));
     }
     absl::StatusOr<scheduler::Labels> translated =
         TranslateNodeLabels(in.node_id(), raw);
     RETURN_IF_ERROR(WithFieldPrefix(where, translated.status()));
     scheduler::Labels labels = *std::move(translated);
     if (static_cast<int>(labels.size()) > limits.max_labels_per_node) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": labels: at most ", limits.max_labels_per_node,
-          " labels per node (including derived Ray labels), got ", labels.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": labels: at most ", limits.max_labels_per_node,
+                       " labels per node (including derived Ray labels), got ",
+                       labels.size()));
     }
     for (const auto& [key, value] : labels) {
       // Derived values (e.g. a raw TPU_WORKER_ID copied over) obey the syntax.
       RETURN_IF_ERROR(
           WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
-                   scheduler::ValidateLabelValue(value)));
+                          scheduler::ValidateLabelValue(value)));
     }
     ASSIGN_OR_RETURN(
         scheduler::ResourceSet resources,
         ResourcesFromProto(in.resources(), absl::StrCat(where, ": resources"),
                            limits));
     for (const auto& [name, amount] : resources) {
-      if (IsWholeUnitResource(name) && amount % scheduler::kResourceScale != 0) {
+      if (IsWholeUnitResource(name) &&
+          amount % scheduler::kResourceScale != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": resources[\"", name, "\"]: node capacity of ", name,
             " must be a whole number"));

@@ -19,7 +19,8 @@
 namespace sliced::server {
 
 // Returns `status` with "<prefix>: " before its message (OK stays OK).
-absl::Status WithFieldPrefix(absl::string_view prefix, const absl::Status& status);
+absl::Status WithFieldPrefix(absl::string_view prefix,
+                             const absl::Status& status);
 
 // Validates a node id: 1..max_id_length chars of [A-Za-z0-9._:-], starting
 // with a letter or digit.

@@ -117,7 +117,8 @@ std::vector<std::string> Txn::PendingQueue() const {
   absl::btree_set<std::tuple<int64_t, uint64_t, std::string>> queue;
   auto consider = [&](const std::string& id) {
     const PgEntry* pg = FindPg(id);
-    if (pg != nullptr && IsPending(pg->record)) queue.insert(QueueKey(pg->record));
+    if (pg != nullptr && IsPending(pg->record))
+      queue.insert(QueueKey(pg->record));
   };
   for (const auto& [p, s, id] : committed_.queue) consider(id);
   for (const Changes<PgEntry>* changes : {&group_.pgs, &own_.pgs}) {
@@ -153,7 +154,8 @@ std::vector<std::string> Txn::PgsOnNode(absl::string_view node_id) {
   return {ids.begin(), ids.end()};
 }
 
-const storage::ComputeClassRecord* Txn::FindClass(absl::string_view name) const {
+const storage::ComputeClassRecord* Txn::FindClass(
+    absl::string_view name) const {
   return Lookup(name, own_.classes, group_.classes, committed_.classes);
 }
 
@@ -243,13 +245,16 @@ absl::StatusOr<ClusterState> Coordinator::BuildState(
           if (b.node_id().empty()) continue;
           allocations.push_back(scheduler::Allocation{
               record.placement_group_id(), i, b.node_id(),
-              scheduler::ResourceSet(b.resources().begin(), b.resources().end())});
+              scheduler::ResourceSet(b.resources().begin(),
+                                     b.resources().end())});
         }
       }
-      state.next_sequence = std::max(state.next_sequence, record.sequence() + 1);
+      state.next_sequence =
+          std::max(state.next_sequence, record.sequence() + 1);
       if (IsPending(record)) state.queue.insert(QueueKey(record));
       if (!record.request_id().empty()) {
-        state.pg_by_request_id[record.request_id()] = record.placement_group_id();
+        state.pg_by_request_id[record.request_id()] =
+            record.placement_group_id();
       }
       std::string id = record.placement_group_id();
       state.pgs[id] = PgEntry{std::move(record), *std::move(request)};
@@ -258,8 +263,8 @@ absl::StatusOr<ClusterState> Coordinator::BuildState(
   for (const storage::ComputeClassRecord& record : stored.compute_classes) {
     state.classes[record.name()] = record;
   }
-  auto snapshot =
-      scheduler::InventorySnapshot::Build(std::move(nodes), std::move(allocations));
+  auto snapshot = scheduler::InventorySnapshot::Build(std::move(nodes),
+                                                      std::move(allocations));
   if (!snapshot.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stored placements are inconsistent with the stored nodes; refusing "

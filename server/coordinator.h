@@ -116,9 +116,11 @@ class Txn {
   void DeletePg(absl::string_view pg_id);
   // Makes watchers see `entry` as it is now, even if a later change of this
   // commit supersedes it.
-  void NotifyIntermediate(const PgEntry& entry) { own_.events.push_back(entry); }
-  // Ids of PENDING/RESCHEDULING/INFEASIBLE groups in queue order (priority desc, then
-  // arrival); includes the changes of the group so far.
+  void NotifyIntermediate(const PgEntry& entry) {
+    own_.events.push_back(entry);
+  }
+  // Ids of PENDING/RESCHEDULING/INFEASIBLE groups in queue order (priority
+  // desc, then arrival); includes the changes of the group so far.
   std::vector<std::string> PendingQueue() const;
   // True when some live group (as the op sees them) satisfies `pred`.
   bool AnyPg(const std::function<bool(const PgEntry&)>& pred) const;
@@ -139,7 +141,8 @@ class Txn {
   // The engine snapshot with every change so far applied. Returns the error
   // of applying pending node changes (e.g. removing a node that holds
   // allocations: FailedPrecondition).
-  absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>> Snapshot();
+  absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>>
+  Snapshot();
   // Applies an allocation delta to the snapshot.
   absl::Status ApplyDelta(const scheduler::SnapshotDelta& delta);
 
@@ -212,8 +215,9 @@ class Coordinator {
         on_commit;
     // Receives the stored log records at start-up and may add writes (e.g.
     // trimming) that are committed before serving.
-    std::function<void(const std::vector<std::pair<std::string, storage::LogRecord>>&,
-                       storage::Mutation*)>
+    std::function<void(
+        const std::vector<std::pair<std::string, storage::LogRecord>>&,
+        storage::Mutation*)>
         load_logs;
     // Parses a stored placement group record into the engine request
     // (recovery). Set by the placement layer; without it PGs are not loaded.

@@ -39,7 +39,8 @@ void EntryToProto(const NodeEntry& entry,
   if (entry.last_heartbeat > absl::InfinitePast()) {
     const int64_t ms = absl::ToUnixMillis(entry.last_heartbeat);
     out->mutable_last_heartbeat()->set_seconds(ms / 1000);
-    out->mutable_last_heartbeat()->set_nanos(static_cast<int>(ms % 1000) * 1000000);
+    out->mutable_last_heartbeat()->set_nanos(static_cast<int>(ms % 1000) *
+                                             1000000);
   }
 }
 
@@ -68,11 +69,10 @@ grpc::ServerUnaryReactor* InventoryService::Write(
     grpc::CallbackServerContext* context,
     std::function<absl::Status(Txn&)> apply) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  coordinator_->Submit(WriteOp{
-      .apply = std::move(apply),
-      .done = [reactor](const absl::Status& s) {
-        reactor->Finish(ToGrpcStatus(s));
-      }});
+  coordinator_->Submit(WriteOp{.apply = std::move(apply),
+                               .done = [reactor](const absl::Status& s) {
+                                 reactor->Finish(ToGrpcStatus(s));
+                               }});
   return reactor;
 }
 
@@ -100,7 +100,8 @@ grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
     }
     ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
     for (const scheduler::Node& node : nodes) {
-      EntryToProto(*txn.FindNode(node.node_id), *snapshot, response->add_nodes());
+      EntryToProto(*txn.FindNode(node.node_id), *snapshot,
+                   response->add_nodes());
     }
     return absl::OkStatus();
   });
@@ -110,19 +111,22 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
   std::vector<std::string> beating;
-  for (const auto& beat : request->heartbeats()) beating.push_back(beat.node_id());
-  if (absl::Status denied = Authorize(auth_, *context, Access::kNodeAgent, beating);
+  for (const auto& beat : request->heartbeats())
+    beating.push_back(beat.node_id());
+  if (absl::Status denied =
+          Authorize(auth_, *context, Access::kNodeAgent, beating);
       !denied.ok()) {
     return FinishUnary(context, denied);
   }
   if (request->heartbeats().empty()) {
-    return FinishUnary(context,
-                  absl::InvalidArgumentError("heartbeats: must not be empty"));
+    return FinishUnary(
+        context, absl::InvalidArgumentError("heartbeats: must not be empty"));
   }
   if (request->heartbeats_size() > limits_.max_nodes_per_batch) {
-    return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
-                               "heartbeats: at most ", limits_.max_nodes_per_batch,
-                               " per batch, got ", request->heartbeats_size())));
+    return FinishUnary(context,
+                       absl::InvalidArgumentError(absl::StrCat(
+                           "heartbeats: at most ", limits_.max_nodes_per_batch,
+                           " per batch, got ", request->heartbeats_size())));
   }
   response->set_lease_seconds(
       absl::ToDoubleSeconds(coordinator_->options().heartbeat_timeout));
@@ -132,9 +136,9 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
       const v1::NodeHeartbeat& beat = request->heartbeats(i);
       const NodeEntry* entry = txn.FindNode(beat.node_id());
       if (entry == nullptr) {
-        return absl::NotFoundError(absl::StrCat(
-            "heartbeats[", i, "].node_id: no node \"", beat.node_id(),
-            "\"; register it first"));
+        return absl::NotFoundError(
+            absl::StrCat("heartbeats[", i, "].node_id: no node \"",
+                         beat.node_id(), "\"; register it first"));
       }
       ASSIGN_OR_RETURN(NodeState state, HeartbeatState(beat, *entry, i));
       NodeEntry next = *entry;
@@ -147,7 +151,8 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
         txn.TouchNode(next);
       }
     }
-    return lost.empty() ? absl::OkStatus() : HandleNodesLost(txn, lost, policy_);
+    return lost.empty() ? absl::OkStatus()
+                        : HandleNodesLost(txn, lost, policy_);
   });
 }
 
@@ -165,8 +170,9 @@ grpc::ServerUnaryReactor* InventoryService::DrainNode(
     const NodeEntry* entry = txn.FindNode(request->node_id());
     if (entry == nullptr) return NodeNotFound(request->node_id());
     if (entry->node.state == NodeState::kDead) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node_id: node \"", request->node_id(), "\" is DEAD; nothing to drain"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("node_id: node \"", request->node_id(),
+                       "\" is DEAD; nothing to drain"));
     }
     NodeEntry next = *entry;
     next.node.state = NodeState::kDraining;
@@ -188,36 +194,37 @@ grpc::ServerUnaryReactor* InventoryService::RemoveNode(
     return FinishUnary(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  coordinator_->Submit(WriteOp{[this, request](Txn& txn) {
-    if (txn.FindNode(request->node_id()) == nullptr) {
-      return NodeNotFound(request->node_id());
-    }
-    std::vector<std::string> holders = txn.PgsOnNode(request->node_id());
-    if (!holders.empty()) {
-      if (!request->force()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "node_id: node \"", request->node_id(), "\" holds bundles of ",
-            holders.size(), " placement group(s) (", holders.front(),
-            holders.size() > 1 ? ", ..." : "",
-            "); drain it and remove them first, or pass force"));
-      }
-      // Forced: the node is lost; its groups are rescheduled first.
-      NodeEntry dead = *txn.FindNode(request->node_id());
-      dead.node.state = NodeState::kDead;
-      txn.PutNode(dead);
-      RETURN_IF_ERROR(HandleNodesLost(txn, {request->node_id()}, policy_));
-    }
-    txn.RemoveNode(request->node_id());
-    if (logs_ != nullptr) logs_->StageForget(txn, request->node_id());
-    return absl::OkStatus();
-  },
-  [this, reactor, request](const absl::Status& s) {
-    if (s.ok()) {
-      if (logs_ != nullptr) logs_->Forget(request->node_id());
-      if (telemetry_ != nullptr) telemetry_->Forget(request->node_id());
-    }
-    reactor->Finish(ToGrpcStatus(s));
-  }});
+  coordinator_->Submit(WriteOp{
+      [this, request](Txn& txn) {
+        if (txn.FindNode(request->node_id()) == nullptr) {
+          return NodeNotFound(request->node_id());
+        }
+        std::vector<std::string> holders = txn.PgsOnNode(request->node_id());
+        if (!holders.empty()) {
+          if (!request->force()) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "node_id: node \"", request->node_id(), "\" holds bundles of ",
+                holders.size(), " placement group(s) (", holders.front(),
+                holders.size() > 1 ? ", ..." : "",
+                "); drain it and remove them first, or pass force"));
+          }
+          // Forced: the node is lost; its groups are rescheduled first.
+          NodeEntry dead = *txn.FindNode(request->node_id());
+          dead.node.state = NodeState::kDead;
+          txn.PutNode(dead);
+          RETURN_IF_ERROR(HandleNodesLost(txn, {request->node_id()}, policy_));
+        }
+        txn.RemoveNode(request->node_id());
+        if (logs_ != nullptr) logs_->StageForget(txn, request->node_id());
+        return absl::OkStatus();
+      },
+      [this, reactor, request](const absl::Status& s) {
+        if (s.ok()) {
+          if (logs_ != nullptr) logs_->Forget(request->node_id());
+          if (telemetry_ != nullptr) telemetry_->Forget(request->node_id());
+        }
+        reactor->Finish(ToGrpcStatus(s));
+      }});
   return reactor;
 }
 
@@ -252,13 +259,15 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
           request->label_selector().begin(), request->label_selector().end()));
   if (!selector.ok()) {
     return FinishUnary(context,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "label_selector: ", selector.status().message())));
+                       absl::InvalidArgumentError(absl::StrCat(
+                           "label_selector: ", selector.status().message())));
   }
-  if (request->page_size() < 0 || request->page_size() > limits_.max_page_size) {
-    return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
-                               "page_size: must be 0..", limits_.max_page_size,
-                               ", got ", request->page_size())));
+  if (request->page_size() < 0 ||
+      request->page_size() > limits_.max_page_size) {
+    return FinishUnary(
+        context, absl::InvalidArgumentError(absl::StrCat(
+                     "page_size: must be 0..", limits_.max_page_size, ", got ",
+                     request->page_size())));
   }
   const int page_size = request->page_size() == 0 ? limits_.default_page_size
                                                   : request->page_size();
@@ -282,7 +291,8 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
 
 grpc::ServerUnaryReactor* InventoryService::ListSlices(
     grpc::CallbackServerContext* context,
-    const v1::ListSlicesRequest* /*request*/, v1::ListSlicesResponse* response) {
+    const v1::ListSlicesRequest* /*request*/,
+    v1::ListSlicesResponse* response) {
   if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
       !denied.ok()) {
     return FinishUnary(context, denied);
@@ -322,9 +332,10 @@ absl::StatusOr<storage::ComputeClassRecord> ComputeClassFromProto(
   storage::ComputeClassRecord record;
   if (absl::Status s = scheduler::ValidateLabelValue(in.name());
       in.name().empty() || !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "compute_class.name: must be 1..63 characters of "
-        "[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?, got '", in.name(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("compute_class.name: must be 1..63 characters of "
+                     "[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?, got '",
+                     in.name(), "'"));
   }
   record.set_name(in.name());
   if (in.priorities().empty() || in.priorities_size() > 32) {
@@ -337,8 +348,8 @@ absl::StatusOr<storage::ComputeClassRecord> ComputeClassFromProto(
         absl::btree_map<std::string, std::string>(map.begin(), map.end()));
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("compute_class.priorities[", i, "].label_selector: ",
-                       parsed.status().message()));
+          absl::StrCat("compute_class.priorities[", i,
+                       "].label_selector: ", parsed.status().message()));
     }
     record.add_priorities()->mutable_terms()->insert(map.begin(), map.end());
   }

@@ -6,8 +6,8 @@
 #ifndef SLICED_SERVER_INVENTORY_SERVICE_H_
 #define SLICED_SERVER_INVENTORY_SERVICE_H_
 
-#include "server/coordinator.h"
 #include "server/auth.h"
+#include "server/coordinator.h"
 #include "server/limits.h"
 #include "server/log_store.h"
 #include "server/placement.h"

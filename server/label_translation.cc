@@ -68,9 +68,9 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
       for (const GkeAccelerator& a : kGkeAccelerators) {
         absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", a.gke);
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator '",
-                       *accel, "'; accepted: ", accepted));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator '",
+          *accel, "'; accepted: ", accepted));
     }
     derive(scheduler::kLabelAcceleratorType, match->ray);
   }
@@ -113,7 +113,8 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
     auto generation = scheduler::ParseTpuGeneration(*accel);
     if (generation.ok()) {
       auto shape = scheduler::ResolveTpuShape(*generation, *topo);
-      if (shape.ok()) out[std::string(scheduler::kLabelTpuPodType)] = shape->pod_type;
+      if (shape.ok())
+        out[std::string(scheduler::kLabelTpuPodType)] = shape->pod_type;
     }
   }
   return out;

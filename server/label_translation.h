@@ -15,11 +15,11 @@ namespace sliced::server {
 //   cloud.google.com/gke-tpu-topology         -> ray.io/tpu-topology
 //   TPU_NAME, TPU_WORKER_ID, TPU_ACCELERATOR_TYPE
 //        -> ray.io/tpu-slice-name, ray.io/tpu-worker-id, ray.io/tpu-pod-type
-//   topology.kubernetes.io/zone|region        -> ray.io/availability-zone|region
-//   cloud.google.com/gke-nodepool             -> ray.io/node-group
-//   gke-spot=true -> market-type spot, tier spot; gke-flex-start=true -> tier
-//   flex-start; reservation-name present -> tier reserved; otherwise tier and
-//   market-type on-demand.
+//   topology.kubernetes.io/zone|region        ->
+//   ray.io/availability-zone|region cloud.google.com/gke-nodepool ->
+//   ray.io/node-group gke-spot=true -> market-type spot, tier spot;
+//   gke-flex-start=true -> tier flex-start; reservation-name present -> tier
+//   reserved; otherwise tier and market-type on-demand.
 // plus ray.io/node-id = node_id, and ray.io/tpu-pod-type computed from the
 // accelerator type and topology when both are known. Explicit labels always
 // win over derived ones; the raw labels are kept.

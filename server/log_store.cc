@@ -12,7 +12,8 @@ namespace {
 v1::LogLine FromRecord(const storage::LogRecord& r) {
   v1::LogLine line;
   line.mutable_time()->set_seconds(r.time_ms() / 1000);
-  line.mutable_time()->set_nanos(static_cast<int>(r.time_ms() % 1000) * 1000000);
+  line.mutable_time()->set_nanos(static_cast<int>(r.time_ms() % 1000) *
+                                 1000000);
   line.set_severity(static_cast<v1::LogSeverity>(r.severity()));
   line.set_text(r.text());
   line.set_node_id(r.node_id());
@@ -26,7 +27,8 @@ int64_t Millis(const google::protobuf::Timestamp& t) {
 }  // namespace
 
 std::string LogStore::Key(const std::string& node_id, uint64_t seq) {
-  return absl::StrCat(node_id, std::string(1, '\0'), absl::StrFormat("%016x", seq));
+  return absl::StrCat(node_id, std::string(1, '\0'),
+                      absl::StrFormat("%016x", seq));
 }
 
 void LogStore::Load(
@@ -78,20 +80,23 @@ std::vector<v1::LogLine> LogStore::Stage(
     txn.PutLog(Key(node_id, ring.next_seq++), record);
     out.push_back(std::move(line));
   }
-  while (ring.next_seq - ring.oldest_seq > static_cast<uint64_t>(lines_per_node_)) {
+  while (ring.next_seq - ring.oldest_seq >
+         static_cast<uint64_t>(lines_per_node_)) {
     txn.DeleteLog(Key(node_id, ring.oldest_seq++));
   }
   return out;
 }
 
-void LogStore::Install(const std::string& node_id, std::vector<v1::LogLine> lines) {
+void LogStore::Install(const std::string& node_id,
+                       std::vector<v1::LogLine> lines) {
   absl::MutexLock lock(&mu_);
   Ring& ring = rings_[node_id];
   for (v1::LogLine& line : lines) {
     for (Follower* f : followers_) f->Deliver(line);
     ring.lines.push_back(std::move(line));
   }
-  while (static_cast<int>(ring.lines.size()) > lines_per_node_) ring.lines.pop_front();
+  while (static_cast<int>(ring.lines.size()) > lines_per_node_)
+    ring.lines.pop_front();
 }
 
 void LogStore::StageForget(Txn& txn, const std::string& node_id) {
@@ -108,7 +113,8 @@ void LogStore::Forget(const std::string& node_id) {
   rings_.erase(node_id);
 }
 
-void LogStore::Read(const std::vector<std::string>& node_ids, const Filter& filter,
+void LogStore::Read(const std::vector<std::string>& node_ids,
+                    const Filter& filter,
                     const std::function<void(const v1::LogLine&)>& emit,
                     Follower* follower) {
   std::vector<const v1::LogLine*> out;

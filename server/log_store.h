@@ -31,13 +31,15 @@ class LogStore {
 
   // Fills the rings from stored records (start-up); appends deletes of
   // lines beyond the ring bound to `trim`.
-  void Load(const std::vector<std::pair<std::string, storage::LogRecord>>& stored,
-            storage::Mutation* trim);
+  void Load(
+      const std::vector<std::pair<std::string, storage::LogRecord>>& stored,
+      storage::Mutation* trim);
 
   // Writes `lines` of `node_id` into `txn` (puts, and deletes of what falls
   // out of the ring) and returns them with their times filled in.
-  std::vector<v1::LogLine> Stage(Txn& txn, const std::string& node_id,
-                                 const google::protobuf::RepeatedPtrField<v1::LogLine>& lines);
+  std::vector<v1::LogLine> Stage(
+      Txn& txn, const std::string& node_id,
+      const google::protobuf::RepeatedPtrField<v1::LogLine>& lines);
   // After the commit: the lines join the ring and go to followers.
   void Install(const std::string& node_id, std::vector<v1::LogLine> lines);
 
@@ -63,8 +65,8 @@ class LogStore {
 
  private:
   struct Ring {
-    uint64_t next_seq = 0;    // writer side
-    uint64_t oldest_seq = 0;  // writer side: oldest key still on disk
+    uint64_t next_seq = 0;          // writer side
+    uint64_t oldest_seq = 0;        // writer side: oldest key still on disk
     std::deque<v1::LogLine> lines;  // installed, oldest first
   };
   static std::string Key(const std::string& node_id, uint64_t seq);

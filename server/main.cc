@@ -23,11 +23,13 @@ ABSL_FLAG(int, log_lines_per_node, 1000,
           "libtpu log lines kept per node (a ring, persisted)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: turns TLS on");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
-ABSL_FLAG(std::string, tls_client_ca, "",
-          "PEM CA bundle: requires and verifies client certificates (mutual TLS)");
-ABSL_FLAG(std::string, auth_tokens, "",
-          "file of '<token> <role> [<node_id>]' lines (admin, scheduler, agent, "
-          "viewer); reloaded on SIGHUP");
+ABSL_FLAG(
+    std::string, tls_client_ca, "",
+    "PEM CA bundle: requires and verifies client certificates (mutual TLS)");
+ABSL_FLAG(
+    std::string, auth_tokens, "",
+    "file of '<token> <role> [<node_id>]' lines (admin, scheduler, agent, "
+    "viewer); reloaded on SIGHUP");
 ABSL_FLAG(bool, insecure_listen_any, false,
           "allow a non-loopback --listen without TLS and tokens");
 ABSL_FLAG(int, max_message_bytes, 16 << 20, "largest request message accepted");
@@ -36,10 +38,12 @@ ABSL_FLAG(int, max_nodes_per_batch, 1000,
 ABSL_FLAG(int, max_labels_per_node, 64, "labels per node, after translation");
 ABSL_FLAG(int, max_bundles_per_pg, 10000,
           "bundles per placement group (slice hosts count as bundles)");
-ABSL_FLAG(int, max_pending, 100000,
-          "placement groups the pending queue holds; more are RESOURCE_EXHAUSTED");
+ABSL_FLAG(
+    int, max_pending, 100000,
+    "placement groups the pending queue holds; more are RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_streams, 1000,
-          "open WatchPlacementGroups + TailLogs streams; more are RESOURCE_EXHAUSTED");
+          "open WatchPlacementGroups + TailLogs streams; more are "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -91,8 +95,9 @@ int main(int argc, char** argv) {
   }
   if (options.heartbeat_timeout < absl::ZeroDuration() ||
       options.starvation_bound < absl::ZeroDuration()) {
-    std::fprintf(stderr,
-                 "sliced: --heartbeat_timeout and --starvation_bound must be >= 0\n");
+    std::fprintf(
+        stderr,
+        "sliced: --heartbeat_timeout and --starvation_bound must be >= 0\n");
     return 2;
   }
 
@@ -108,9 +113,10 @@ int main(int argc, char** argv) {
       host.c_str(), (*server)->port(), options.data_dir.c_str(),
       (*server)->node_count(), (*server)->metrics_port());
   if (!(*server)->tls() || !(*server)->auth()) {
-    std::printf("sliced: %s%s%s\n", (*server)->tls() ? "" : "TLS off",
-                !(*server)->tls() && !(*server)->auth() ? ", " : "",
-                (*server)->auth() ? "" : "no authentication (any caller is admin)");
+    std::printf(
+        "sliced: %s%s%s\n", (*server)->tls() ? "" : "TLS off",
+        !(*server)->tls() && !(*server)->auth() ? ", " : "",
+        (*server)->auth() ? "" : "no authentication (any caller is admin)");
   }
   std::fflush(stdout);
 
@@ -119,8 +125,9 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &signal_number);
     if (signal_number != SIGHUP) break;
     absl::Status reloaded = (*server)->ReloadAuth();
-    std::printf("sliced: SIGHUP: %s\n",
-                reloaded.ok() ? "auth tokens reloaded" : reloaded.ToString().c_str());
+    std::printf("sliced: SIGHUP: %s\n", reloaded.ok()
+                                            ? "auth tokens reloaded"
+                                            : reloaded.ToString().c_str());
     std::fflush(stdout);
   }
   std::printf("sliced: signal %d, shutting down\n", signal_number);

@@ -19,8 +19,8 @@ using prometheus::MetricType;
 
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
-      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-      0.01,    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5};
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+      0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5};
   return *buckets;
 }
 
@@ -32,7 +32,8 @@ class GaugeFamily {
     family_.help = std::move(help);
     family_.type = MetricType::Gauge;
   }
-  void Add(std::vector<std::pair<std::string, std::string>> labels, double value) {
+  void Add(std::vector<std::pair<std::string, std::string>> labels,
+           double value) {
     ClientMetric m;
     for (auto& [k, v] : labels) m.label.push_back({std::move(k), std::move(v)});
     m.gauge.value = value;
@@ -50,7 +51,8 @@ std::string Or(const std::string& value, const char* fallback) {
 
 class StateCollector : public prometheus::Collectable {
  public:
-  StateCollector(const Coordinator* coordinator, const TelemetryStore* telemetry)
+  StateCollector(const Coordinator* coordinator,
+                 const TelemetryStore* telemetry)
       : coordinator_(coordinator), telemetry_(telemetry) {}
 
   std::vector<MetricFamily> Collect() const override {
@@ -77,8 +79,9 @@ class StateCollector : public prometheus::Collectable {
                       "Placement groups waiting (PENDING or RESCHEDULING)");
     queue.Add({}, summary.pending);
     out.push_back(queue.Take());
-    GaugeFamily oldest("sliced_pending_oldest_age_seconds",
-                       "How long the longest-waiting placement group has waited");
+    GaugeFamily oldest(
+        "sliced_pending_oldest_age_seconds",
+        "How long the longest-waiting placement group has waited");
     oldest.Add({}, summary.oldest_pending_seconds);
     out.push_back(oldest.Take());
     GaugeFamily by_state("sliced_nodes", "Nodes by state");
@@ -86,33 +89,40 @@ class StateCollector : public prometheus::Collectable {
       by_state.Add({{"state", state}}, count);
     }
     out.push_back(by_state.Take());
-    GaugeFamily chips_total("sliced_tpu_chips", "TPU chips by accelerator and zone");
+    GaugeFamily chips_total("sliced_tpu_chips",
+                            "TPU chips by accelerator and zone");
     GaugeFamily chips_free("sliced_tpu_chips_free",
                            "TPU chips not held by placement groups");
     for (const auto& [key, counts] : summary.chips_total_free) {
       const auto& [accel, zone] = key;
-      chips_total.Add({{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
-                      counts.first);
-      chips_free.Add({{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
-                     counts.second);
+      chips_total.Add(
+          {{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
+          counts.first);
+      chips_free.Add(
+          {{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
+          counts.second);
     }
     out.push_back(chips_total.Take());
     out.push_back(chips_free.Take());
-    GaugeFamily slices_free("sliced_slices_free",
-                            "Whole free TPU slices (intact, no bundle on any host)");
+    GaugeFamily slices_free(
+        "sliced_slices_free",
+        "Whole free TPU slices (intact, no bundle on any host)");
     GaugeFamily slices_total("sliced_slices", "TPU slices");
     for (const auto& [key, group] : summary.slices) {
       const auto& [accel, topo, tier, zone] = key;
       std::vector<std::pair<std::string, std::string>> labels = {
-          {"accelerator_type", Or(accel, "none")}, {"topology", Or(topo, "none")},
-          {"tier", Or(tier, "none")}, {"zone", Or(zone, "none")}};
+          {"accelerator_type", Or(accel, "none")},
+          {"topology", Or(topo, "none")},
+          {"tier", Or(tier, "none")},
+          {"zone", Or(zone, "none")}};
       slices_free.Add(labels, group.free_slices);
       slices_total.Add(labels, group.total_slices);
     }
     out.push_back(slices_free.Take());
     out.push_back(slices_total.Take());
-    GaugeFamily frag("sliced_fragmentation_ratio",
-                     "Share of free TPU chips of a shape not in a whole free slice");
+    GaugeFamily frag(
+        "sliced_fragmentation_ratio",
+        "Share of free TPU chips of a shape not in a whole free slice");
     for (const auto& [shape, value] : summary.fragmentation_by_shape) {
       frag.Add({{"accelerator_type", Or(shape.first, "none")},
                 {"topology", Or(shape.second, "none")}},
@@ -159,15 +169,19 @@ class StateCollector : public prometheus::Collectable {
 class RpcInterceptor : public grpc::experimental::Interceptor {
  public:
   RpcInterceptor(Metrics* metrics, const char* method)
-      : metrics_(metrics), method_(method ? method : "unknown"), start_(absl::Now()) {}
+      : metrics_(metrics),
+        method_(method ? method : "unknown"),
+        start_(absl::Now()) {}
 
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
       metrics_->ObserveRpc(
           method_,
-          absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+          absl::StatusCodeToString(
+              static_cast<absl::StatusCode>(status.error_code())),
           absl::ToDoubleSeconds(absl::Now() - start_));
     }
     methods->Proceed();
@@ -204,10 +218,11 @@ Metrics::Metrics()
                        .Name("sliced_rpc_duration_seconds")
                        .Help("RPC latency from arrival to status, by method")
                        .Register(*registry_)),
-      decisions_(prometheus::BuildCounter()
-                     .Name("sliced_placement_decisions_total")
-                     .Help("Solver decisions by outcome and compute-class priority")
-                     .Register(*registry_)),
+      decisions_(
+          prometheus::BuildCounter()
+              .Name("sliced_placement_decisions_total")
+              .Help("Solver decisions by outcome and compute-class priority")
+              .Register(*registry_)),
       solve_seconds_(prometheus::BuildHistogram()
                          .Name("sliced_solve_duration_seconds")
                          .Help("Time the solver took per decision")
@@ -222,13 +237,15 @@ Metrics::Metrics()
                       .Name("sliced_group_commit_ops")
                       .Help("Operations per group commit")
                       .Register(*registry_)
-                      .Add({}, prometheus::Histogram::BucketBoundaries{
-                                   1, 2, 4, 8, 16, 32, 64, 128, 256, 512})),
-      commit_failures_(prometheus::BuildCounter()
-                           .Name("sliced_commit_failures_total")
-                           .Help("Group commits the store refused (answered UNAVAILABLE)")
-                           .Register(*registry_)
-                           .Add({})) {}
+                      .Add({},
+                           prometheus::Histogram::BucketBoundaries{
+                               1, 2, 4, 8, 16, 32, 64, 128, 256, 512})),
+      commit_failures_(
+          prometheus::BuildCounter()
+              .Name("sliced_commit_failures_total")
+              .Help("Group commits the store refused (answered UNAVAILABLE)")
+              .Register(*registry_)
+              .Add({})) {}
 
 void Metrics::AttachState(const Coordinator* coordinator,
                           const TelemetryStore* telemetry) {

@@ -33,12 +33,14 @@ class Metrics {
 
   // Adds the scrape-time collector over committed state and TPU telemetry.
   // REQUIRES: both outlive every scrape (the exposer is stopped first).
-  void AttachState(const Coordinator* coordinator, const TelemetryStore* telemetry);
+  void AttachState(const Coordinator* coordinator,
+                   const TelemetryStore* telemetry);
   std::shared_ptr<prometheus::Collectable> state_collector() const {
     return state_collector_;
   }
 
-  void ObserveRpc(absl::string_view method, absl::string_view code, double seconds);
+  void ObserveRpc(absl::string_view method, absl::string_view code,
+                  double seconds);
   // outcome: "placed" / "unschedulable" / "infeasible"; priority: the
   // compute-class priority used, -1 without one.
   void ObserveDecision(absl::string_view outcome, int priority, double seconds);

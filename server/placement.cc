@@ -4,10 +4,10 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/container/btree_set.h"
 #include "scheduler/labels.h"
 #include "scheduler/status_macros.h"
 #include "scheduler/tpu.h"
@@ -88,15 +88,17 @@ std::string TermExpression(const scheduler::SelectorTerm& t) {
   return "";
 }
 
-void SelectorToRecord(const LabelSelector& selector, storage::SelectorRecord* out) {
+void SelectorToRecord(const LabelSelector& selector,
+                      storage::SelectorRecord* out) {
   for (const scheduler::SelectorTerm& t : selector.terms) {
     (*out->mutable_terms())[t.key] = TermExpression(t);
   }
 }
 
 // Engine bundles -> records (no placement yet).
-void BundlesToRecords(const std::vector<scheduler::Bundle>& bundles,
-                      google::protobuf::RepeatedPtrField<storage::BundleRecord>* out) {
+void BundlesToRecords(
+    const std::vector<scheduler::Bundle>& bundles,
+    google::protobuf::RepeatedPtrField<storage::BundleRecord>* out) {
   out->Clear();
   for (const scheduler::Bundle& b : bundles) {
     storage::BundleRecord* r = out->Add();
@@ -111,7 +113,8 @@ absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromRecords(
   for (const storage::BundleRecord& r : records) {
     scheduler::Bundle b;
     b.resources.insert(r.resources().begin(), r.resources().end());
-    ASSIGN_OR_RETURN(b.selector, SelectorFromMap(r.selector().terms(), "selector"));
+    ASSIGN_OR_RETURN(b.selector,
+                     SelectorFromMap(r.selector().terms(), "selector"));
     out.push_back(std::move(b));
   }
   return out;
@@ -150,9 +153,10 @@ absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromProto(
   for (int i = 0; i < bundles.size(); ++i) {
     const std::string where = absl::StrCat(field, "[", i, "]");
     scheduler::Bundle b;
-    ASSIGN_OR_RETURN(b.resources,
-                     ResourcesFromProto(bundles[i].resources(),
-                                        absl::StrCat(where, ".resources"), limits));
+    ASSIGN_OR_RETURN(
+        b.resources,
+        ResourcesFromProto(bundles[i].resources(),
+                           absl::StrCat(where, ".resources"), limits));
     bool any = false;
     for (const auto& [name, amount] : b.resources) any |= amount > 0;
     if (!any) {
@@ -169,7 +173,8 @@ absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromProto(
 
 absl::Status ValidateCommon(absl::string_view job_id, absl::string_view name,
                             absl::string_view request_id,
-                            absl::string_view compute_class, const Limits& limits) {
+                            absl::string_view compute_class,
+                            const Limits& limits) {
   RETURN_IF_ERROR(ValidateName(job_id, "job_id", limits));
   RETURN_IF_ERROR(ValidateName(name, "name", limits));
   RETURN_IF_ERROR(ValidateName(request_id, "request_id", limits));
@@ -178,7 +183,8 @@ absl::Status ValidateCommon(absl::string_view job_id, absl::string_view name,
 }
 
 // Expanded per-host bundles of a slice request (primary list).
-std::vector<scheduler::Bundle> ExpandSliceBundles(const PlacementRequest& request) {
+std::vector<scheduler::Bundle> ExpandSliceBundles(
+    const PlacementRequest& request) {
   if (!request.bundles.empty() || !request.slice) return request.bundles;
   auto shape = scheduler::ResolveTpuShape(request.slice->generation,
                                           request.slice->topology);
@@ -217,7 +223,8 @@ absl::StatusOr<std::vector<LabelSelector>> Priorities(
 }
 
 std::string PendingReason(const Decision& d) {
-  return absl::StrCat(scheduler::OutcomeName(d.outcome), ": ", d.diagnosis.summary);
+  return absl::StrCat(scheduler::OutcomeName(d.outcome), ": ",
+                      d.diagnosis.summary);
 }
 
 // Solves `entry` on the txn's snapshot and, when placed, allocates. Updates
@@ -235,17 +242,19 @@ absl::StatusOr<Decision> TryPlace(Txn& txn, PgEntry& entry,
   if (d.outcome != Decision::kPlaced) {
     r.set_pending_reason(PendingReason(d));
     if (r.state() == v1::PENDING || r.state() == v1::INFEASIBLE) {
-      r.set_state(d.outcome == Decision::kInfeasible ? v1::INFEASIBLE : v1::PENDING);
+      r.set_state(d.outcome == Decision::kInfeasible ? v1::INFEASIBLE
+                                                     : v1::PENDING);
     }
     return d;
   }
   std::vector<scheduler::Bundle> bundles = UsedBundles(request, d);
   scheduler::SnapshotDelta delta;
-  if (!request.replacing_pg_id.empty()) delta.release_pg_ids.push_back(r.placement_group_id());
+  if (!request.replacing_pg_id.empty())
+    delta.release_pg_ids.push_back(r.placement_group_id());
   for (size_t i = 0; i < bundles.size(); ++i) {
-    delta.add_allocations.push_back(scheduler::Allocation{
-        r.placement_group_id(), static_cast<int>(i), d.bundle_nodes[i],
-        bundles[i].resources});
+    delta.add_allocations.push_back(
+        scheduler::Allocation{r.placement_group_id(), static_cast<int>(i),
+                              d.bundle_nodes[i], bundles[i].resources});
   }
   RETURN_IF_ERROR(txn.ApplyDelta(delta));
   BundlesToRecords(bundles, r.mutable_bundles());
@@ -265,7 +274,8 @@ void TimestampFromMillis(int64_t ms, google::protobuf::Timestamp* out) {
   out->set_nanos(static_cast<int>(ms % 1000) * 1000000);
 }
 
-v1::ScalingConfig ScalingConfigFromRecord(const storage::ScalingConfigRecord& r) {
+v1::ScalingConfig ScalingConfigFromRecord(
+    const storage::ScalingConfigRecord& r) {
   v1::ScalingConfig c;
   c.set_num_workers(r.num_workers());
   c.set_use_tpu(r.use_tpu());
@@ -298,32 +308,34 @@ PgSpec NewSpec(PlacementRequest request, const Request& in) {
   return spec;
 }
 
-absl::StatusOr<PgSpec> PgSpecFromCreate(const v1::CreatePlacementGroupRequest& in,
-                                        const Limits& limits) {
+absl::StatusOr<PgSpec> PgSpecFromCreate(
+    const v1::CreatePlacementGroupRequest& in, const Limits& limits) {
   RETURN_IF_ERROR(ValidateCommon(in.job_id(), in.name(), in.request_id(),
                                  in.compute_class(), limits));
   PlacementRequest request;
-  ASSIGN_OR_RETURN(request.bundles, BundlesFromProto(in.bundles(), "bundles", limits));
+  ASSIGN_OR_RETURN(request.bundles,
+                   BundlesFromProto(in.bundles(), "bundles", limits));
   if (!v1::PlacementStrategy_IsValid(in.strategy())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "strategy: unknown value ", in.strategy(),
-        "; use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("strategy: unknown value ", in.strategy(),
+                     "; use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"));
   }
   request.strategy = StrategyFromNumber(in.strategy());
   if (in.has_slice()) {
     const v1::SliceRequirement& s = in.slice();
     scheduler::SliceRequirement slice;
     auto generation = scheduler::ParseTpuGeneration(s.accelerator_type());
-    if (!generation.ok()) return WithFieldPrefix("slice.accelerator_type", generation.status());
+    if (!generation.ok())
+      return WithFieldPrefix("slice.accelerator_type", generation.status());
     slice.generation = *generation;
     auto shape = scheduler::ResolveTpuShape(*generation, s.topology());
     if (!shape.ok()) return WithFieldPrefix("slice.topology", shape.status());
     slice.topology = shape->topology;
     slice.num_slices = s.num_slices() == 0 ? 1 : s.num_slices();
     if (slice.num_slices < 1 || slice.num_slices > limits.max_slices_per_pg) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slice.num_slices: must be 1..", limits.max_slices_per_pg, ", got ",
-          s.num_slices()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice.num_slices: must be 1..",
+                       limits.max_slices_per_pg, ", got ", s.num_slices()));
     }
     if (shape->hosts * slice.num_slices > limits.max_bundles_per_pg) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -341,10 +353,11 @@ absl::StatusOr<PgSpec> PgSpecFromCreate(const v1::CreatePlacementGroupRequest& i
         "requirement");
   }
   for (int i = 0; i < in.fallback_strategy_size(); ++i) {
-    ASSIGN_OR_RETURN(auto bundles,
-                     BundlesFromProto(in.fallback_strategy(i).bundles(),
-                                      absl::StrCat("fallback_strategy[", i, "].bundles"),
-                                      limits));
+    ASSIGN_OR_RETURN(
+        auto bundles,
+        BundlesFromProto(in.fallback_strategy(i).bundles(),
+                         absl::StrCat("fallback_strategy[", i, "].bundles"),
+                         limits));
     request.fallbacks.push_back(std::move(bundles));
   }
   RETURN_IF_ERROR(scheduler::ValidateRequest(request));
@@ -375,20 +388,22 @@ absl::StatusOr<PgSpec> PgSpecFromScalingConfig(
   return spec;
 }
 
-absl::StatusOr<PlacementRequest> RequestFromRecord(const PlacementGroupRecord& r) {
+absl::StatusOr<PlacementRequest> RequestFromRecord(
+    const PlacementGroupRecord& r) {
   PlacementRequest request;
   ASSIGN_OR_RETURN(request.bundles, BundlesFromRecords(r.bundles()));
   request.strategy = StrategyFromNumber(r.strategy());
   if (r.has_slice()) {
     scheduler::SliceRequirement slice;
-    ASSIGN_OR_RETURN(slice.generation,
-                     scheduler::ParseTpuGeneration(r.slice().accelerator_type()));
+    ASSIGN_OR_RETURN(slice.generation, scheduler::ParseTpuGeneration(
+                                           r.slice().accelerator_type()));
     slice.topology = r.slice().topology();
     slice.num_slices = r.slice().num_slices();
     slice.resources_per_host.insert(r.slice().resources_per_host().begin(),
                                     r.slice().resources_per_host().end());
-    ASSIGN_OR_RETURN(slice.selector,
-                     SelectorFromMap(r.slice().selector().terms(), "slice.selector"));
+    ASSIGN_OR_RETURN(
+        slice.selector,
+        SelectorFromMap(r.slice().selector().terms(), "slice.selector"));
     request.slice = std::move(slice);
   }
   for (const storage::FallbackRecord& f : r.fallbacks()) {
@@ -408,7 +423,8 @@ bool Waits(const PlacementGroupRecord& r) {
 bool Starving(const PlacementGroupRecord& r, const PlacementPolicy& policy,
               absl::Time now) {
   return Waits(r) && policy.starvation_bound > absl::ZeroDuration() &&
-         now - absl::FromUnixMillis(r.queued_time_ms()) >= policy.starvation_bound;
+         now - absl::FromUnixMillis(r.queued_time_ms()) >=
+             policy.starvation_bound;
 }
 
 std::string BlockedBy(const PlacementGroupRecord& starving,
@@ -457,9 +473,10 @@ absl::Status CreatePg(Txn& txn, PgSpec spec, const PlacementPolicy& policy,
   }
   auto check_room = [&]() -> absl::Status {
     if (static_cast<int>(queue.size()) >= policy.max_pending) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the pending queue is full (", policy.max_pending,
-          " groups); nothing was created. Retry later or remove waiting groups"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the pending queue is full (", policy.max_pending,
+                       " groups); nothing was created. Retry later or remove "
+                       "waiting groups"));
     }
     return absl::OkStatus();
   };
@@ -566,8 +583,8 @@ absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids,
     }
     r.clear_slice_names();
     r.set_update_time_ms(absl::ToUnixMillis(txn.now()));
-    r.set_pending_reason(absl::StrCat("RESCHEDULING: lost node(s) ",
-                                      absl::StrJoin(lost, ", ")));
+    r.set_pending_reason(
+        absl::StrCat("RESCHEDULING: lost node(s) ", absl::StrJoin(lost, ", ")));
     txn.NotifyIntermediate(entry);
     entry.request.replacing_pg_id = id;
     ASSIGN_OR_RETURN(Decision d, TryPlace(txn, entry, policy));
@@ -579,14 +596,16 @@ absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids,
   return absl::OkStatus();
 }
 
-void PgToProto(const PgEntry& entry, const scheduler::InventorySnapshot& snapshot,
+void PgToProto(const PgEntry& entry,
+               const scheduler::InventorySnapshot& snapshot,
                v1::PlacementGroup* out) {
   const PlacementGroupRecord& r = entry.record;
   out->set_placement_group_id(r.placement_group_id());
   out->set_state(static_cast<v1::PlacementGroupState>(r.state()));
   for (const storage::BundleRecord& b : r.bundles()) {
     v1::Bundle* bundle = out->add_bundles();
-    scheduler::ResourceSet resources(b.resources().begin(), b.resources().end());
+    scheduler::ResourceSet resources(b.resources().begin(),
+                                     b.resources().end());
     ResourcesToProto(resources, bundle->mutable_resources());
     bundle->mutable_label_selector()->insert(b.selector().terms().begin(),
                                              b.selector().terms().end());
@@ -604,7 +623,8 @@ void PgToProto(const PgEntry& entry, const scheduler::InventorySnapshot& snapsho
   out->set_compute_class(r.compute_class());
   out->set_priority(r.priority());
   out->set_pending_reason(r.pending_reason());
-  out->mutable_slice_names()->Assign(r.slice_names().begin(), r.slice_names().end());
+  out->mutable_slice_names()->Assign(r.slice_names().begin(),
+                                     r.slice_names().end());
   out->set_priority_index(r.priority_index());
   out->set_fallback_index(r.fallback_index());
   TimestampFromMillis(r.create_time_ms(), out->mutable_create_time());
@@ -614,7 +634,8 @@ void PgToProto(const PgEntry& entry, const scheduler::InventorySnapshot& snapsho
   // Workers: for ScalingConfigs and slice groups.
   ScalingConfigPlan plan;
   if (r.has_scaling_config()) {
-    *out->mutable_scaling_config() = ScalingConfigFromRecord(r.scaling_config());
+    *out->mutable_scaling_config() =
+        ScalingConfigFromRecord(r.scaling_config());
     auto planned = PlanScalingConfig(out->scaling_config(), Limits());
     if (!planned.ok()) return;
     plan = *std::move(planned);
@@ -635,13 +656,15 @@ void PgToProto(const PgEntry& entry, const scheduler::InventorySnapshot& snapsho
     const scheduler::Node* node = snapshot.FindNode(b.node_id());
     placed.push_back(PlacedNode{b.node_id(), node ? node->address : ""});
   }
-  std::vector<std::string> slices(r.slice_names().begin(), r.slice_names().end());
+  std::vector<std::string> slices(r.slice_names().begin(),
+                                  r.slice_names().end());
   for (v1::Worker& w : BuildWorkers(plan, placed, slices)) {
     *out->add_workers() = std::move(w);
   }
 }
 
-Decision Explain(const scheduler::InventorySnapshot& snapshot, const PgEntry& entry,
+Decision Explain(const scheduler::InventorySnapshot& snapshot,
+                 const PgEntry& entry,
                  const std::vector<storage::ComputeClassRecord>& classes) {
   PlacementRequest request = entry.request;
   for (const storage::ComputeClassRecord& cls : classes) {

@@ -40,8 +40,8 @@ struct PgSpec {
 };
 
 // Validates a CreatePlacementGroupRequest. InvalidArgument names the field.
-absl::StatusOr<PgSpec> PgSpecFromCreate(const v1::CreatePlacementGroupRequest& request,
-                                        const Limits& limits);
+absl::StatusOr<PgSpec> PgSpecFromCreate(
+    const v1::CreatePlacementGroupRequest& request, const Limits& limits);
 // Validates a SubmitScalingConfigRequest (Ray's rules and messages).
 absl::StatusOr<PgSpec> PgSpecFromScalingConfig(
     const v1::SubmitScalingConfigRequest& request, const Limits& limits);
@@ -70,12 +70,13 @@ absl::Status HandleNodesLost(Txn& txn, const std::vector<std::string>& node_ids,
                              const PlacementPolicy& policy);
 
 // The engine decision for a waiting group or a dry run, on `snapshot`.
-scheduler::Decision Explain(const scheduler::InventorySnapshot& snapshot,
-                            const PgEntry& entry,
-                            const std::vector<storage::ComputeClassRecord>& classes);
+scheduler::Decision Explain(
+    const scheduler::InventorySnapshot& snapshot, const PgEntry& entry,
+    const std::vector<storage::ComputeClassRecord>& classes);
 
 // The API view of a record; workers and addresses come from `snapshot`.
-void PgToProto(const PgEntry& entry, const scheduler::InventorySnapshot& snapshot,
+void PgToProto(const PgEntry& entry,
+               const scheduler::InventorySnapshot& snapshot,
                v1::PlacementGroup* out);
 
 }  // namespace sliced::server

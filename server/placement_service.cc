@@ -90,18 +90,20 @@ void WatchHub::Publish(const std::vector<v1::PlacementGroup>& changes) {
 
 grpc::ServerUnaryReactor* PlacementService::CreatePlacementGroup(
     grpc::CallbackServerContext* context,
-    const v1::CreatePlacementGroupRequest* request, v1::PlacementGroup* response) {
+    const v1::CreatePlacementGroupRequest* request,
+    v1::PlacementGroup* response) {
   if (absl::Status denied = Authorize(auth_, *context, Access::kPlacement);
       !denied.ok()) {
     return FinishUnary(context, denied);
   }
-  return SubmitCreate(context, coordinator_, policy_, PgSpecFromCreate(*request, limits_),
-                      response);
+  return SubmitCreate(context, coordinator_, policy_,
+                      PgSpecFromCreate(*request, limits_), response);
 }
 
 grpc::ServerUnaryReactor* PlacementService::SubmitScalingConfig(
     grpc::CallbackServerContext* context,
-    const v1::SubmitScalingConfigRequest* request, v1::PlacementGroup* response) {
+    const v1::SubmitScalingConfigRequest* request,
+    v1::PlacementGroup* response) {
   if (absl::Status denied = Authorize(auth_, *context, Access::kPlacement);
       !denied.ok()) {
     return FinishUnary(context, denied);
@@ -120,9 +122,9 @@ grpc::ServerUnaryReactor* PlacementService::GetPlacementGroup(
   absl::Status status = coordinator_->Read([&](const ClusterState& state) {
     auto it = state.pgs.find(request->placement_group_id());
     if (it == state.pgs.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "placement_group_id: no placement group \"",
-          request->placement_group_id(), "\""));
+      return absl::NotFoundError(
+          absl::StrCat("placement_group_id: no placement group \"",
+                       request->placement_group_id(), "\""));
     }
     PgToProto(it->second, *state.snapshot, response);
     return absl::OkStatus();
@@ -140,7 +142,8 @@ grpc::ServerUnaryReactor* PlacementService::ListPlacementGroups(
   }
   coordinator_->Read([&](const ClusterState& state) {
     for (const auto& [id, entry] : state.pgs) {
-      if (!request->job_id().empty() && entry.record.job_id() != request->job_id()) {
+      if (!request->job_id().empty() &&
+          entry.record.job_id() != request->job_id()) {
         continue;
       }
       if (request->state() != v1::PLACEMENT_GROUP_STATE_UNSPECIFIED &&
@@ -164,7 +167,9 @@ grpc::ServerUnaryReactor* PlacementService::RemovePlacementGroup(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   coordinator_->Submit(WriteOp{
-      [request](Txn& txn) { return RemovePg(txn, request->placement_group_id()); },
+      [request](Txn& txn) {
+        return RemovePg(txn, request->placement_group_id());
+      },
       [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); }});
   return reactor;
 }
@@ -173,12 +178,14 @@ grpc::ServerWriteReactor<v1::PlacementGroupEvent>*
 PlacementService::WatchPlacementGroups(
     grpc::CallbackServerContext* context,
     const v1::WatchPlacementGroupsRequest* request) {
-  if (absl::Status denied = Authorize(auth_, *context, Access::kRead); !denied.ok()) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
     return new FailedStream<v1::PlacementGroupEvent>(denied);
   }
   if (!streams_->TryAcquire()) {
-    return new FailedStream<v1::PlacementGroupEvent>(absl::ResourceExhaustedError(
-        absl::StrCat("too many open streams (", streams_->max(), "); retry later")));
+    return new FailedStream<v1::PlacementGroupEvent>(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "too many open streams (", streams_->max(), "); retry later")));
   }
   auto* reactor = new WatchReactor(coordinator_, hub_, *request);
   reactor->set_slot(streams_);
@@ -198,16 +205,18 @@ grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(
   if (request->has_dry_run()) {
     dry_run = PgSpecFromCreate(request->dry_run(), limits_);
   } else if (request->has_dry_run_scaling_config()) {
-    dry_run = PgSpecFromScalingConfig(request->dry_run_scaling_config(), limits_);
+    dry_run =
+        PgSpecFromScalingConfig(request->dry_run_scaling_config(), limits_);
   }
   absl::Status status = coordinator_->Read([&](const ClusterState& state) {
     const PgEntry* entry = nullptr;
-    if (request->target_case() == v1::ExplainPlacementGroupRequest::kPlacementGroupId) {
+    if (request->target_case() ==
+        v1::ExplainPlacementGroupRequest::kPlacementGroupId) {
       auto it = state.pgs.find(request->placement_group_id());
       if (it == state.pgs.end()) {
-        return absl::NotFoundError(absl::StrCat(
-            "placement_group_id: no placement group \"",
-            request->placement_group_id(), "\""));
+        return absl::NotFoundError(
+            absl::StrCat("placement_group_id: no placement group \"",
+                         request->placement_group_id(), "\""));
       }
       entry = &it->second;
     } else if (dry_run.ok()) {
@@ -217,23 +226,27 @@ grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(
     }
     if (!entry->record.compute_class().empty() &&
         !state.classes.contains(entry->record.compute_class())) {
-      return absl::NotFoundError(absl::StrCat(
-          "compute_class: no compute class \"", entry->record.compute_class(), "\""));
+      return absl::NotFoundError(
+          absl::StrCat("compute_class: no compute class \"",
+                       entry->record.compute_class(), "\""));
     }
     if (entry->record.state() == v1::CREATED) {
       // Nothing to explain: say where it is.
-      response->set_outcome(std::string(scheduler::OutcomeName(scheduler::Decision::kPlaced)));
+      response->set_outcome(
+          std::string(scheduler::OutcomeName(scheduler::Decision::kPlaced)));
       absl::btree_set<std::string> nodes;
       for (const auto& b : entry->record.bundles()) {
         nodes.insert(b.node_id());
         response->add_bundles()->set_node_id(b.node_id());
       }
       response->set_summary(absl::StrCat(
-          "CREATED: holds ", entry->record.bundles_size(), " bundle(s) on ", nodes.size(),
-          " node(s)",
+          "CREATED: holds ", entry->record.bundles_size(), " bundle(s) on ",
+          nodes.size(), " node(s)",
           entry->record.slice_names().empty()
               ? ""
-              : absl::StrCat(", slices ", absl::StrJoin(entry->record.slice_names(), ", "))));
+              : absl::StrCat(
+                    ", slices ",
+                    absl::StrJoin(entry->record.slice_names(), ", "))));
       return absl::OkStatus();
     }
     std::vector<storage::ComputeClassRecord> classes;

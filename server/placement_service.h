@@ -12,8 +12,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
-#include "server/coordinator.h"
 #include "server/auth.h"
+#include "server/coordinator.h"
 #include "server/limits.h"
 #include "server/placement.h"
 #include "server/stream_reactor.h"
@@ -40,9 +40,9 @@ class WatchHub {
 
 class PlacementService final : public v1::Placement::CallbackService {
  public:
-  PlacementService(Coordinator* coordinator, WatchHub* hub, const Limits& limits,
-                   const PlacementPolicy& policy, StreamLimiter* streams,
-                   const Authenticator* auth = nullptr)
+  PlacementService(Coordinator* coordinator, WatchHub* hub,
+                   const Limits& limits, const PlacementPolicy& policy,
+                   StreamLimiter* streams, const Authenticator* auth = nullptr)
       : coordinator_(coordinator),
         hub_(hub),
         limits_(limits),

@@ -5,23 +5,22 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "grpcpp/security/server_credentials.h"
-#include "server/auth.h"
-
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "scheduler/status_macros.h"
+#include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/inventory_service.h"
-#include "server/placement.h"
-#include "server/placement_service.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
+#include "server/placement.h"
+#include "server/placement_service.h"
 #include "server/telemetry_service.h"
 #include "server/telemetry_store.h"
 
@@ -29,10 +28,12 @@ namespace sliced::server {
 
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view flag) {
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     absl::string_view flag) {
   std::ifstream in(path);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": can't read ", path));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": can't read ", path));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -42,7 +43,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServerOptions& options) {
   if (options.tls_cert.empty() != options.tls_key.empty()) {
-    return absl::InvalidArgumentError("tls_cert and tls_key: give both or neither");
+    return absl::InvalidArgumentError(
+        "tls_cert and tls_key: give both or neither");
   }
   if (options.tls_cert.empty()) {
     if (!options.tls_client_ca.empty()) {
@@ -57,7 +59,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
   ASSIGN_OR_RETURN(pair.cert_chain, ReadFile(options.tls_cert, "tls_cert"));
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!options.tls_client_ca.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_client_ca, "tls_client_ca"));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadFile(options.tls_client_ca, "tls_client_ca"));
     ssl.client_certificate_request =
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
@@ -98,7 +101,8 @@ struct SlicedServer::Impl {
   bool shut_down = false;
 };
 
-SlicedServer::SlicedServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SlicedServer::SlicedServer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
 
 SlicedServer::~SlicedServer() { Shutdown(); }
 
@@ -123,11 +127,13 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   }
   if (!IsLoopback(options.listen) && !options.insecure_listen_any &&
       (!impl->tls || impl->auth == nullptr)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to listen on ", options.listen,
-        " without TLS (--tls_cert/--tls_key) and tokens (--auth_tokens): anyone on "
-        "the network could drain nodes and take placements. Listen on 127.0.0.1, "
-        "turn both on, or pass --insecure_listen_any"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("refusing to listen on ", options.listen,
+                     " without TLS (--tls_cert/--tls_key) and tokens "
+                     "(--auth_tokens): anyone on "
+                     "the network could drain nodes and take placements. "
+                     "Listen on 127.0.0.1, "
+                     "turn both on, or pass --insecure_listen_any"));
   }
   Metrics* metrics = &impl->metrics;
   Coordinator::Options coordinator_options;
@@ -136,10 +142,12 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   PlacementPolicy policy;
   policy.starvation_bound = options.starvation_bound;
   policy.max_pending = options.limits.max_pending_pgs;
-  policy.on_decision = [metrics](const scheduler::Decision& d, absl::Duration took) {
+  policy.on_decision = [metrics](const scheduler::Decision& d,
+                                 absl::Duration took) {
     std::string outcome(scheduler::OutcomeName(d.outcome));
     for (char& c : outcome) c = static_cast<char>(std::tolower(c));
-    metrics->ObserveDecision(outcome, d.priority_index, absl::ToDoubleSeconds(took));
+    metrics->ObserveDecision(outcome, d.priority_index,
+                             absl::ToDoubleSeconds(took));
   };
   coordinator_options.retry_pending = [policy](Txn& txn) {
     RetryPending(txn, policy);
@@ -169,11 +177,11 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
                    Coordinator::Start(std::move(store), coordinator_options));
 
   impl->inventory_service = std::make_unique<InventoryService>(
-      impl->coordinator.get(), options.limits, policy, &impl->logs, &impl->telemetry,
-      impl->auth.get());
+      impl->coordinator.get(), options.limits, policy, &impl->logs,
+      &impl->telemetry, impl->auth.get());
   impl->placement_service = std::make_unique<PlacementService>(
-      impl->coordinator.get(), &impl->hub, options.limits, policy, &impl->streams,
-      impl->auth.get());
+      impl->coordinator.get(), &impl->hub, options.limits, policy,
+      &impl->streams, impl->auth.get());
   impl->telemetry_service = std::make_unique<TelemetryService>(
       impl->coordinator.get(), &impl->telemetry, &impl->logs, &impl->streams,
       impl->auth.get());
@@ -192,7 +200,8 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   builder.RegisterService(impl->inventory_service.get());
   builder.RegisterService(impl->placement_service.get());
   builder.RegisterService(impl->telemetry_service.get());
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(impl->metrics.InterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -206,7 +215,8 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
 
   if (!options.metrics_listen.empty()) {
     try {
-      impl->exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+      impl->exposer =
+          std::make_unique<prometheus::Exposer>(options.metrics_listen);
     } catch (const std::exception& e) {
       impl->server->Shutdown();
       return absl::UnavailableError(absl::StrCat(

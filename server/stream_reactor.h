@@ -1,7 +1,7 @@
 // Stream plumbing shared by WatchPlacementGroups and TailLogs.
 //
-// StreamReactor: a server-streaming reactor fed from other threads: Deliver() queues a
-// message and writes it when the previous write is done. Used by
+// StreamReactor: a server-streaming reactor fed from other threads: Deliver()
+// queues a message and writes it when the previous write is done. Used by
 // WatchPlacementGroups and TailLogs.
 //
 // Thread-safe. Deletes itself when gRPC is done with the call; `on_done`
@@ -49,7 +49,9 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
   explicit StreamReactor(std::function<void()> on_done = nullptr)
       : on_done_(std::move(on_done)) {}
 
-  void set_on_done(std::function<void()> on_done) { on_done_ = std::move(on_done); }
+  void set_on_done(std::function<void()> on_done) {
+    on_done_ = std::move(on_done);
+  }
   // The stream holds a slot of `limiter` (already acquired) until it is done.
   void set_slot(StreamLimiter* limiter) { slot_ = limiter; }
 

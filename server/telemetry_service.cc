@@ -16,12 +16,13 @@ int64_t Millis(const google::protobuf::Timestamp& t) {
 }
 
 // Resolves the nodes a TailLogs request covers.
-absl::StatusOr<std::vector<std::string>> TailNodes(const ClusterState& state,
-                                                   const v1::TailLogsRequest& r) {
+absl::StatusOr<std::vector<std::string>> TailNodes(
+    const ClusterState& state, const v1::TailLogsRequest& r) {
   std::vector<std::string> nodes;
   if (!r.node_id().empty()) {
     if (!state.nodes.contains(r.node_id())) {
-      return absl::NotFoundError(absl::StrCat("node_id: no node \"", r.node_id(), "\""));
+      return absl::NotFoundError(
+          absl::StrCat("node_id: no node \"", r.node_id(), "\""));
     }
     nodes.push_back(r.node_id());
   } else if (!r.slice_name().empty()) {
@@ -36,8 +37,9 @@ absl::StatusOr<std::vector<std::string>> TailNodes(const ClusterState& state,
   } else if (!r.placement_group_id().empty()) {
     auto it = state.pgs.find(r.placement_group_id());
     if (it == state.pgs.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "placement_group_id: no placement group \"", r.placement_group_id(), "\""));
+      return absl::NotFoundError(
+          absl::StrCat("placement_group_id: no placement group \"",
+                       r.placement_group_id(), "\""));
     }
     absl::btree_set<std::string> unique;
     for (const auto& b : it->second.record.bundles()) {
@@ -50,7 +52,8 @@ absl::StatusOr<std::vector<std::string>> TailNodes(const ClusterState& state,
   return nodes;
 }
 
-class TailReactor : public StreamReactor<v1::LogLine>, public LogStore::Follower {
+class TailReactor : public StreamReactor<v1::LogLine>,
+                    public LogStore::Follower {
  public:
   TailReactor(LogStore* logs, absl::flat_hash_set<std::string> nodes,
               LogStore::Filter filter, bool follow)
@@ -73,19 +76,22 @@ class TailReactor : public StreamReactor<v1::LogLine>, public LogStore::Follower
 }  // namespace
 
 grpc::ServerUnaryReactor* TelemetryService::ReportTpuMetrics(
-    grpc::CallbackServerContext* context, const v1::ReportTpuMetricsRequest* request,
+    grpc::CallbackServerContext* context,
+    const v1::ReportTpuMetricsRequest* request,
     v1::ReportTpuMetricsResponse* /*response*/) {
   std::vector<std::string> reporting;
   for (const auto& node : request->nodes()) reporting.push_back(node.node_id());
-  if (absl::Status denied = Authorize(auth_, *context, Access::kNodeAgent, reporting);
+  if (absl::Status denied =
+          Authorize(auth_, *context, Access::kNodeAgent, reporting);
       !denied.ok()) {
     return FinishUnary(context, denied);
   }
   absl::Status known = coordinator_->Read([&](const ClusterState& state) {
     for (int i = 0; i < request->nodes_size(); ++i) {
       if (!state.nodes.contains(request->nodes(i).node_id())) {
-        return absl::NotFoundError(absl::StrCat("nodes[", i, "].node_id: no node \"",
-                                                request->nodes(i).node_id(), "\""));
+        return absl::NotFoundError(
+            absl::StrCat("nodes[", i, "].node_id: no node \"",
+                         request->nodes(i).node_id(), "\""));
       }
     }
     return absl::OkStatus();
@@ -127,26 +133,28 @@ grpc::ServerUnaryReactor* TelemetryService::GetClusterSummary(
 grpc::ServerUnaryReactor* TelemetryService::AppendLogs(
     grpc::CallbackServerContext* context, const v1::AppendLogsRequest* request,
     v1::AppendLogsResponse* /*response*/) {
-  if (absl::Status denied = Authorize(auth_, *context, Access::kNodeAgent, {request->node_id()});
+  if (absl::Status denied =
+          Authorize(auth_, *context, Access::kNodeAgent, {request->node_id()});
       !denied.ok()) {
     return FinishUnary(context, denied);
   }
   if (request->lines_size() > kMaxLinesPerAppend) {
     return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
-                               "lines: at most ", kMaxLinesPerAppend,
-                               " per call, got ", request->lines_size())));
+                                    "lines: at most ", kMaxLinesPerAppend,
+                                    " per call, got ", request->lines_size())));
   }
   for (int i = 0; i < request->lines_size(); ++i) {
     const v1::LogLine& line = request->lines(i);
     if (static_cast<int>(line.text().size()) > kMaxLineBytes) {
-      return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
-                                 "lines[", i, "].text: at most ", kMaxLineBytes,
-                                 " bytes, got ", line.text().size())));
+      return FinishUnary(context,
+                         absl::InvalidArgumentError(absl::StrCat(
+                             "lines[", i, "].text: at most ", kMaxLineBytes,
+                             " bytes, got ", line.text().size())));
     }
     if (!v1::LogSeverity_IsValid(line.severity())) {
       return FinishUnary(context, absl::InvalidArgumentError(absl::StrCat(
-                                 "lines[", i, "].severity: unknown value ",
-                                 line.severity())));
+                                      "lines[", i, "].severity: unknown value ",
+                                      line.severity())));
     }
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -169,11 +177,13 @@ grpc::ServerUnaryReactor* TelemetryService::AppendLogs(
 
 grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
     grpc::CallbackServerContext* context, const v1::TailLogsRequest* request) {
-  if (absl::Status denied = Authorize(auth_, *context, Access::kRead); !denied.ok()) {
+  if (absl::Status denied = Authorize(auth_, *context, Access::kRead);
+      !denied.ok()) {
     return new FailedStream<v1::LogLine>(denied);
   }
   if (!v1::LogSeverity_IsValid(request->min_severity())) {
-    return new FailedStream<v1::LogLine>(absl::InvalidArgumentError("min_severity: unknown value"));
+    return new FailedStream<v1::LogLine>(
+        absl::InvalidArgumentError("min_severity: unknown value"));
   }
   auto nodes = coordinator_->Read(
       [&](const ClusterState& state) { return TailNodes(state, *request); });
@@ -184,15 +194,18 @@ grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
     return line.severity() >= min_severity && Millis(line.time()) >= since;
   };
   if (!streams_->TryAcquire()) {
-    return new FailedStream<v1::LogLine>(absl::ResourceExhaustedError(
-        absl::StrCat("too many open streams (", streams_->max(), "); retry later")));
+    return new FailedStream<v1::LogLine>(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "too many open streams (", streams_->max(), "); retry later")));
   }
   auto* reactor = new TailReactor(
-      logs_, absl::flat_hash_set<std::string>(nodes->begin(), nodes->end()), filter,
-      request->follow());
+      logs_, absl::flat_hash_set<std::string>(nodes->begin(), nodes->end()),
+      filter, request->follow());
   reactor->set_slot(streams_);
-  logs_->Read(*nodes, filter, [reactor](const v1::LogLine& line) { reactor->Send(line); },
-              request->follow() ? reactor : nullptr);
+  logs_->Read(
+      *nodes, filter,
+      [reactor](const v1::LogLine& line) { reactor->Send(line); },
+      request->follow() ? reactor : nullptr);
   if (!request->follow()) reactor->FinishWhenDrained();
   return reactor;
 }

@@ -7,8 +7,8 @@
 
 #include "server/auth.h"
 #include "server/coordinator.h"
-#include "server/stream_reactor.h"
 #include "server/log_store.h"
+#include "server/stream_reactor.h"
 #include "server/telemetry_store.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
@@ -33,9 +33,10 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::GetClusterSummaryRequest* request,
       v1::GetClusterSummaryResponse* response) override;
-  grpc::ServerUnaryReactor* AppendLogs(grpc::CallbackServerContext* context,
-                                       const v1::AppendLogsRequest* request,
-                                       v1::AppendLogsResponse* response) override;
+  grpc::ServerUnaryReactor* AppendLogs(
+      grpc::CallbackServerContext* context,
+      const v1::AppendLogsRequest* request,
+      v1::AppendLogsResponse* response) override;
   grpc::ServerWriteReactor<v1::LogLine>* TailLogs(
       grpc::CallbackServerContext* context,
       const v1::TailLogsRequest* request) override;

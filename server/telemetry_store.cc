@@ -19,8 +19,8 @@ absl::Status CheckPercent(double value, const std::string& field) {
 
 absl::Status CheckChip(const v1::ChipMetrics& chip, const std::string& where) {
   if (chip.chip_index() < 0 || chip.chip_index() > 63) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ".chip_index: must be 0..63, got ", chip.chip_index()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ".chip_index: must be 0..63, got ", chip.chip_index()));
   }
   for (const auto& [value, name] :
        {std::pair{chip.tensorcore_utilization(), "tensorcore_utilization"},
@@ -30,17 +30,19 @@ absl::Status CheckChip(const v1::ChipMetrics& chip, const std::string& where) {
     absl::Status s = CheckPercent(value, absl::StrCat(where, ".", name));
     if (!s.ok()) return s;
   }
-  for (const auto& [value, name] : {std::pair{chip.hbm_used_bytes(), "hbm_used_bytes"},
-                                    std::pair{chip.hbm_total_bytes(), "hbm_total_bytes"}}) {
+  for (const auto& [value, name] :
+       {std::pair{chip.hbm_used_bytes(), "hbm_used_bytes"},
+        std::pair{chip.hbm_total_bytes(), "hbm_total_bytes"}}) {
     if (!std::isfinite(value) || value < 0 || value > 1e15) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ".", name, ": must be finite, >= 0 and <= 1e15 bytes, got ", value));
+          where, ".", name, ": must be finite, >= 0 and <= 1e15 bytes, got ",
+          value));
     }
   }
   if (chip.hbm_used_bytes() > chip.hbm_total_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ".hbm_used_bytes: exceeds hbm_total_bytes (", chip.hbm_used_bytes(),
-        " > ", chip.hbm_total_bytes(), ")"));
+        where, ".hbm_used_bytes: exceeds hbm_total_bytes (",
+        chip.hbm_used_bytes(), " > ", chip.hbm_total_bytes(), ")"));
   }
   return absl::OkStatus();
 }
@@ -66,11 +68,14 @@ absl::Status TelemetryStore::Put(const v1::ReportTpuMetricsRequest& request,
       if (!s.ok()) return s;
       if (!seen.insert(node.chips(c).chip_index()).second) {
         return absl::InvalidArgumentError(absl::StrCat(
-            chip_where, ".chip_index: ", node.chips(c).chip_index(), " appears twice"));
+            chip_where, ".chip_index: ", node.chips(c).chip_index(),
+            " appears twice"));
       }
     }
     std::sort(report.chips.begin(), report.chips.end(),
-              [](const auto& a, const auto& b) { return a.chip_index() < b.chip_index(); });
+              [](const auto& a, const auto& b) {
+                return a.chip_index() < b.chip_index();
+              });
     valid.emplace_back(node.node_id(), std::move(report));
   }
   absl::MutexLock lock(&mu_);

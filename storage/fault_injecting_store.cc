@@ -32,7 +32,8 @@ absl::Status FaultInjectingStore::Commit(const Mutation& mutation) {
   if (fail_write) return absl::UnavailableError("injected write failure");
   absl::Status applied = inner_->Commit(mutation);
   if (!applied.ok()) return applied;
-  if (fail_sync) return absl::UnavailableError("injected sync failure (data written)");
+  if (fail_sync)
+    return absl::UnavailableError("injected sync failure (data written)");
   return absl::OkStatus();
 }
 

@@ -75,8 +75,9 @@ class RocksDbStore : public Store {
     if (mutation.empty()) return absl::OkStatus();
     rocksdb::WriteBatch batch;
     for (const Mutation::Write& w : mutation.writes()) {
-      rocksdb::Status s = w.is_delete ? batch.Delete(Family(w.table), w.key)
-                                      : batch.Put(Family(w.table), w.key, w.value);
+      rocksdb::Status s = w.is_delete
+                              ? batch.Delete(Family(w.table), w.key)
+                              : batch.Put(Family(w.table), w.key, w.value);
       if (!s.ok()) return FromRocks(s, "building the write batch");
     }
     rocksdb::WriteOptions options;
@@ -123,7 +124,8 @@ absl::Status CheckSchema(RocksDbStore& store, bool created,
   if (version > kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data dir ", path, " was written with schema version ", version,
-        " by a newer sliced; this binary reads up to version ", kSchemaVersion));
+        " by a newer sliced; this binary reads up to version ",
+        kSchemaVersion));
   }
   return absl::OkStatus();
 }
@@ -181,8 +183,8 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, descriptors,
-                                        &handles, &raw);
+  rocksdb::Status s =
+      rocksdb::DB::Open(db_options, options.path, descriptors, &handles, &raw);
   if (!s.ok()) {
     if (s.IsIOError() && absl::StrContains(s.ToString(), "lock")) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -80,8 +80,8 @@ absl::StatusOr<StoredState> MemoryStore::Load() {
 absl::Status MemoryStore::Commit(const Mutation& mutation) {
   if (mutation.empty()) return absl::OkStatus();
   // Copy-then-swap keeps the commit all-or-nothing.
-  auto next = tables_ ? std::make_shared<Tables>(*tables_)
-                      : std::make_shared<Tables>();
+  auto next =
+      tables_ ? std::make_shared<Tables>(*tables_) : std::make_shared<Tables>();
   for (const Mutation::Write& w : mutation.writes()) {
     auto& table = next->by_table[static_cast<int>(w.table)];
     if (w.is_delete) {

@@ -37,24 +37,59 @@ TEST(NodesFromProtoTest, RejectsBadInputNamingNodeFieldAndRule) {
   };
   const std::string long_value(64, 'a');
   const Case cases[] = {
-      {"empty id", [](v1::Node& n) { n.set_node_id(""); }, "node_id: must not be empty"},
-      {"bad id char", [](v1::Node& n) { n.set_node_id("a b"); }, "node_id: 'a b' may only hold"},
-      {"id starts with dash", [](v1::Node& n) { n.set_node_id("-a"); }, "must start with a letter or digit"},
-      {"long id", [](v1::Node& n) { n.set_node_id(std::string(129, 'a')); }, "at most 128"},
-      {"empty address", [](v1::Node& n) { n.set_address(""); }, "address: must not be empty"},
-      {"bad address", [](v1::Node& n) { n.set_address("h/1"); }, "address: must be a host name"},
-      {"bad label key", [](v1::Node& n) { (*n.mutable_labels())["-bad"] = "x"; }, "labels[\"-bad\"]"},
-      {"long label value", [&](v1::Node& n) { (*n.mutable_labels())["k"] = long_value; }, "labels[\"k\"] value"},
-      {"negative resource", [](v1::Node& n) { (*n.mutable_resources())["CPU"] = -1; }, "resources[\"CPU\"]: must be >= 0"},
-      {"NaN resource", [](v1::Node& n) { (*n.mutable_resources())["CPU"] = std::nan(""); }, "resources[\"CPU\"]: must be a finite number"},
-      {"inf resource", [](v1::Node& n) { (*n.mutable_resources())["GPU"] = INFINITY; }, "resources[\"GPU\"]: must be a finite number"},
-      {"too fine", [](v1::Node& n) { (*n.mutable_resources())["CPU"] = 0.00001; }, "precision"},
-      {"fractional TPU capacity", [](v1::Node& n) { (*n.mutable_resources())["TPU"] = 0.5; }, "must be a whole number"},
-      {"fractional memory", [](v1::Node& n) { (*n.mutable_resources())["memory"] = 1.5; }, "must be a whole number"},
-      {"bad resource name", [](v1::Node& n) { (*n.mutable_resources())["a b"] = 1; }, "resource name 'a b'"},
-      {"registers DEAD", [](v1::Node& n) { n.set_state(v1::DEAD); }, "state: a node registers ALIVE"},
-      {"unknown GKE TPU", [](v1::Node& n) { (*n.mutable_labels())["cloud.google.com/gke-tpu-accelerator"] = "tpu-v9"; }, "unknown TPU accelerator"},
-      {"too many labels", [](v1::Node& n) { for (int i = 0; i < 70; ++i) (*n.mutable_labels())["k" + std::to_string(i)] = "v"; }, "at most 64 labels"},
+      {"empty id", [](v1::Node& n) { n.set_node_id(""); },
+       "node_id: must not be empty"},
+      {"bad id char", [](v1::Node& n) { n.set_node_id("a b"); },
+       "node_id: 'a b' may only hold"},
+      {"id starts with dash", [](v1::Node& n) { n.set_node_id("-a"); },
+       "must start with a letter or digit"},
+      {"long id", [](v1::Node& n) { n.set_node_id(std::string(129, 'a')); },
+       "at most 128"},
+      {"empty address", [](v1::Node& n) { n.set_address(""); },
+       "address: must not be empty"},
+      {"bad address", [](v1::Node& n) { n.set_address("h/1"); },
+       "address: must be a host name"},
+      {"bad label key",
+       [](v1::Node& n) { (*n.mutable_labels())["-bad"] = "x"; },
+       "labels[\"-bad\"]"},
+      {"long label value",
+       [&](v1::Node& n) { (*n.mutable_labels())["k"] = long_value; },
+       "labels[\"k\"] value"},
+      {"negative resource",
+       [](v1::Node& n) { (*n.mutable_resources())["CPU"] = -1; },
+       "resources[\"CPU\"]: must be >= 0"},
+      {"NaN resource",
+       [](v1::Node& n) { (*n.mutable_resources())["CPU"] = std::nan(""); },
+       "resources[\"CPU\"]: must be a finite number"},
+      {"inf resource",
+       [](v1::Node& n) { (*n.mutable_resources())["GPU"] = INFINITY; },
+       "resources[\"GPU\"]: must be a finite number"},
+      {"too fine",
+       [](v1::Node& n) { (*n.mutable_resources())["CPU"] = 0.00001; },
+       "precision"},
+      {"fractional TPU capacity",
+       [](v1::Node& n) { (*n.mutable_resources())["TPU"] = 0.5; },
+       "must be a whole number"},
+      {"fractional memory",
+       [](v1::Node& n) { (*n.mutable_resources())["memory"] = 1.5; },
+       "must be a whole number"},
+      {"bad resource name",
+       [](v1::Node& n) { (*n.mutable_resources())["a b"] = 1; },
+       "resource name 'a b'"},
+      {"registers DEAD", [](v1::Node& n) { n.set_state(v1::DEAD); },
+       "state: a node registers ALIVE"},
+      {"unknown GKE TPU",
+       [](v1::Node& n) {
+         (*n.mutable_labels())["cloud.google.com/gke-tpu-accelerator"] =
+             "tpu-v9";
+       },
+       "unknown TPU accelerator"},
+      {"too many labels",
+       [](v1::Node& n) {
+         for (int i = 0; i < 70; ++i)
+           (*n.mutable_labels())["k" + std::to_string(i)] = "v";
+       },
+       "at most 64 labels"},
   };
   for (const Case& c : cases) {
     google::protobuf::RepeatedPtrField<v1::Node> nodes;
@@ -64,26 +99,36 @@ TEST(NodesFromProtoTest, RejectsBadInputNamingNodeFieldAndRule) {
     *nodes.Add() = bad;
     auto out = NodesFromProto(nodes, Limits());
     ASSERT_FALSE(out.ok()) << c.name;
-    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.name;
     const std::string message(out.status().message());
-    EXPECT_NE(message.find("nodes[1]"), std::string::npos) << c.name << ": " << message;
-    EXPECT_NE(message.find(c.expect), std::string::npos) << c.name << ": " << message;
+    EXPECT_NE(message.find("nodes[1]"), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find(c.expect), std::string::npos)
+        << c.name << ": " << message;
   }
 }
 
 TEST(NodesFromProtoTest, RejectsDuplicateIdsEmptyAndOversizedBatches) {
   google::protobuf::RepeatedPtrField<v1::Node> nodes;
-  EXPECT_NE(NodesFromProto(nodes, Limits()).status().message().find("must not be empty"),
+  EXPECT_NE(NodesFromProto(nodes, Limits())
+                .status()
+                .message()
+                .find("must not be empty"),
             std::string::npos);
   *nodes.Add() = GoodNode("a");
   *nodes.Add() = GoodNode("a");
-  EXPECT_NE(NodesFromProto(nodes, Limits()).status().message().find("appears twice"),
-            std::string::npos);
+  EXPECT_NE(
+      NodesFromProto(nodes, Limits()).status().message().find("appears twice"),
+      std::string::npos);
   Limits small;
   small.max_nodes_per_batch = 1;
   nodes.RemoveLast();
   *nodes.Add() = GoodNode("b");
-  EXPECT_NE(NodesFromProto(nodes, small).status().message().find("at most 1 nodes per batch"),
+  EXPECT_NE(NodesFromProto(nodes, small)
+                .status()
+                .message()
+                .find("at most 1 nodes per batch"),
             std::string::npos);
 }
 

@@ -1,16 +1,15 @@
 #include "server/coordinator.h"
 
-#include "server/placement.h"
-#include "storage/fault_injecting_store.h"
-#include "sliced/v1/sliced.pb.h"
-#include "storage/records.h"
-
 #include <atomic>
 #include <memory>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "server/placement.h"
+#include "sliced/v1/sliced.pb.h"
+#include "storage/fault_injecting_store.h"
+#include "storage/records.h"
 
 namespace sliced::server {
 namespace {
@@ -41,19 +40,22 @@ Coordinator::Options NoLeases() {
 
 TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
   storage::MemoryStore memory;
-  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
+  auto c = Coordinator::Start(
+      std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(RunOp(**c, [](Txn& t) {
                 t.PutNode(Entry("a"));
                 return absl::OkStatus();
               }).ok());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
+  EXPECT_EQ(
+      (*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
   EXPECT_EQ(memory.Load()->nodes.size(), 1u);
 }
 
 TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
   storage::MemoryStore memory;
-  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
+  auto c = Coordinator::Start(
+      std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(RunOp(**c,
                   [](Txn& t) {
@@ -63,7 +65,8 @@ TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(memory.Load()->nodes.empty());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 0u);
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
+            0u);
 }
 
 TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
@@ -80,13 +83,15 @@ TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
                   })
                 .code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 0u);
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
+            0u);
   // Recovers once writes succeed again.
   EXPECT_TRUE(RunOp(**c, [](Txn& t) {
                 t.PutNode(Entry("a"));
                 return absl::OkStatus();
               }).ok());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 1u);
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
+            1u);
 }
 
 TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
@@ -105,7 +110,8 @@ TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
             absl::StatusCode::kUnavailable);
   // The write reached the store although it was reported failed; memory was
   // re-read, so the next op sees "a" exactly as a restart would.
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
+  EXPECT_EQ(
+      (*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
   EXPECT_EQ(RunOp(**c,
                   [](Txn& t) {
                     return t.FindNode("a") ? absl::OkStatus()
@@ -115,7 +121,8 @@ TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
             absl::StatusCode::kOk);
 }
 
-TEST(CoordinatorTest, UnreadableStoreAfterFailedCommitRefusesWritesUntilReadable) {
+TEST(CoordinatorTest,
+     UnreadableStoreAfterFailedCommitRefusesWritesUntilReadable) {
   storage::MemoryStore memory;
   auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
   storage::FaultInjectingStore* faults = store.get();
@@ -132,9 +139,11 @@ TEST(CoordinatorTest, UnreadableStoreAfterFailedCommitRefusesWritesUntilReadable
   EXPECT_EQ(RunOp(**c, put("a")).code(), absl::StatusCode::kUnavailable);
   absl::Status refused = RunOp(**c, put("b"));
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(refused.message().find("can't be re-read"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("can't be re-read"), std::string::npos)
+      << refused;
   EXPECT_TRUE(RunOp(**c, put("c")).ok());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }), 2u);  // a, c
+  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
+            2u);  // a, c
   EXPECT_EQ(memory.Load()->nodes.size(), 2u);
 }
 
@@ -214,7 +223,8 @@ TEST(CoordinatorTest, ExpiredLeaseMarksNodeDeadDurably) {
   o.heartbeat_timeout = absl::Seconds(10);
   o.lease_check_interval = absl::Milliseconds(5);
   o.clock = [&] { return absl::FromUnixMillis(now_ms.load()); };
-  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
+  auto c = Coordinator::Start(
+      std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(RunOp(**c, [](Txn& t) {
                 NodeEntry e = Entry("a");
@@ -242,8 +252,8 @@ TEST(CoordinatorTest, ExpiredLeaseMarksNodeDeadDurably) {
 namespace sliced::server {
 namespace {
 
-storage::PlacementGroupRecord HeldPg(const std::string& id, const std::string& node,
-                                     int64_t cpu) {
+storage::PlacementGroupRecord HeldPg(const std::string& id,
+                                     const std::string& node, int64_t cpu) {
   storage::PlacementGroupRecord r;
   r.set_placement_group_id(id);
   r.set_state(v1::CREATED);
@@ -267,7 +277,8 @@ TEST(CoordinatorRecoveryTest, RefusesStoredPlacementsThatHoldCapacityTwice) {
   ASSERT_TRUE(memory.Commit(m).ok());
   Coordinator::Options o = NoLeases();
   o.parse_pg = RequestFromRecord;
-  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
+  auto c = Coordinator::Start(
+      std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(c.status().message().find("n1"), std::string::npos) << c.status();
@@ -281,10 +292,12 @@ TEST(CoordinatorRecoveryTest, RefusesPlacementsOnUnknownNodes) {
   ASSERT_TRUE(memory.Commit(m).ok());
   Coordinator::Options o = NoLeases();
   o.parse_pg = RequestFromRecord;
-  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
+  auto c = Coordinator::Start(
+      std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(c.status().message().find("ghost"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("ghost"), std::string::npos)
+      << c.status();
 }
 
 TEST(CoordinatorRecoveryTest, ReloadsPlacementsAndQueue) {
@@ -303,10 +316,12 @@ TEST(CoordinatorRecoveryTest, ReloadsPlacementsAndQueue) {
   ASSERT_TRUE(memory.Commit(m).ok());
   Coordinator::Options o = NoLeases();
   o.parse_pg = RequestFromRecord;
-  auto c = Coordinator::Start(std::make_unique<storage::FaultInjectingStore>(&memory), o);
+  auto c = Coordinator::Start(
+      std::make_unique<storage::FaultInjectingStore>(&memory), o);
   ASSERT_TRUE(c.ok()) << c.status();
   (*c)->Read([](const ClusterState& s) {
-    EXPECT_EQ(*s.snapshot->FreeResources("n1"), (scheduler::ResourceSet{{"CPU", 10000}}));
+    EXPECT_EQ(*s.snapshot->FreeResources("n1"),
+              (scheduler::ResourceSet{{"CPU", 10000}}));
     EXPECT_EQ(s.queue.size(), 1u);
     EXPECT_EQ(s.next_sequence, 3u);
     return 0;

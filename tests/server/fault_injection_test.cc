@@ -27,8 +27,9 @@ class FaultInjectionTest : public testing::Test {
     auto server = SlicedServer::StartWithStore(options, std::move(faulty));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                       grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                            grpc::InsecureChannelCredentials());
     inventory_ = v1::Inventory::NewStub(channel);
     placement_ = v1::Placement::NewStub(channel);
   }
@@ -48,7 +49,8 @@ class FaultInjectionTest : public testing::Test {
     grpc::ClientContext context;
     v1::ListPlacementGroupsResponse response;
     EXPECT_TRUE(placement_->ListPlacementGroups(&context, {}, &response).ok());
-    return {response.placement_groups().begin(), response.placement_groups().end()};
+    return {response.placement_groups().begin(),
+            response.placement_groups().end()};
   }
 
   storage::MemoryStore memory_;

@@ -51,9 +51,11 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
        {{"ray.io/accelerator-type", "TPU-V4"},
         {"ray.io/tpu-pod-type", "v4-16"},
         {"sliced.io/capacity-tier", "reserved"}}},
-      {"v7x", {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"}},
+      {"v7x",
+       {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"}},
        {{"ray.io/accelerator-type", "TPU-V7X"}}},
-      {"plain CPU node", {},
+      {"plain CPU node",
+       {},
        {{"ray.io/market-type", "on-demand"},
         {"sliced.io/capacity-tier", "on-demand"},
         {"ray.io/node-id", "n1"}}},
@@ -87,7 +89,8 @@ TEST(LabelTranslationTest, UnknownGkeAcceleratorNamesTheLabelAndAcceptedSet) {
       "n1", {{"cloud.google.com/gke-tpu-accelerator", "tpu-v9-slice"}});
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(out.status().message().find("gke-tpu-accelerator"), std::string::npos);
+  EXPECT_NE(out.status().message().find("gke-tpu-accelerator"),
+            std::string::npos);
   EXPECT_NE(out.status().message().find("tpu-v6e-slice"), std::string::npos);
 }
 

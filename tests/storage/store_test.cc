@@ -1,5 +1,7 @@
 // One conformance suite over every Store implementation, plus RocksDB-only
 // tests (reopen, lock, schema).
+#include "storage/store.h"
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -10,7 +12,6 @@
 #include "rocksdb/db.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/records.h"
-#include "storage/store.h"
 
 namespace sliced::storage {
 namespace {
@@ -24,7 +25,9 @@ class TempDir {
     path_ = mkdtemp(tmpl);
   }
   ~TempDir() { fs::remove_all(path_); }
-  std::string path(const std::string& sub = "db") const { return path_ + "/" + sub; }
+  std::string path(const std::string& sub = "db") const {
+    return path_ + "/" + sub;
+  }
 
  private:
   std::string path_;
@@ -39,7 +42,6 @@ NodeRecord Node(const std::string& id, int64_t cpu = 40000) {
   return ToRecord(n);
 }
 
-
 // Writes key=value into column family `family` of the closed database at
 // `path`, as another program (or a future sliced) might.
 void RawPut(const std::string& path, const std::string& family,
@@ -48,13 +50,15 @@ void RawPut(const std::string& path, const std::string& family,
   std::vector<std::string> names;
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(options, path, &names).ok());
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const auto& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
+  for (const auto& n : names)
+    families.emplace_back(n, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
   ASSERT_TRUE(rocksdb::DB::Open(options, path, families, &handles, &db).ok());
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == family) {
-      ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i], key, value).ok());
+      ASSERT_TRUE(
+          db->Put(rocksdb::WriteOptions(), handles[i], key, value).ok());
     }
   }
   for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
@@ -135,16 +139,20 @@ TEST_P(StoreConformanceTest, DeleteOfMissingKeyIsNoOp) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StoreConformanceTest,
-    testing::Values(
-        StoreFactory{"Memory",
-                     [](const TempDir&) { return std::make_unique<MemoryStore>(); }},
-        StoreFactory{"RocksDb",
-                     [](const TempDir& dir) {
-                       auto store = OpenRocksDbStore({.path = dir.path()});
-                       EXPECT_TRUE(store.ok()) << store.status();
-                       return std::move(store).value();
-                     }}),
-    [](const testing::TestParamInfo<StoreFactory>& info) { return info.param.name; });
+    testing::Values(StoreFactory{"Memory",
+                                 [](const TempDir&) {
+                                   return std::make_unique<MemoryStore>();
+                                 }},
+                    StoreFactory{"RocksDb",
+                                 [](const TempDir& dir) {
+                                   auto store =
+                                       OpenRocksDbStore({.path = dir.path()});
+                                   EXPECT_TRUE(store.ok()) << store.status();
+                                   return std::move(store).value();
+                                 }}),
+    [](const testing::TestParamInfo<StoreFactory>& info) {
+      return info.param.name;
+    });
 
 TEST(FaultInjectingStoreTest, WriteFailureAppliesNothingSyncFailureAppliesAll) {
   MemoryStore memory;
@@ -156,7 +164,8 @@ TEST(FaultInjectingStoreTest, WriteFailureAppliesNothingSyncFailureAppliesAll) {
   EXPECT_TRUE(memory.Load()->nodes.empty());
   store.FailSyncs(1);
   EXPECT_EQ(store.Commit(m).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(memory.Load()->nodes.size(), 1u);  // written, though reported failed
+  EXPECT_EQ(memory.Load()->nodes.size(),
+            1u);  // written, though reported failed
   store.FailLoads(1);
   EXPECT_EQ(store.Load().status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(store.Load().ok());
@@ -199,7 +208,8 @@ TEST(RocksDbStoreTest, NewerSchemaIsRefused) {
   auto store = OpenRocksDbStore({.path = dir.path()});
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos)
+  EXPECT_NE(store.status().message().find("schema version 99"),
+            std::string::npos)
       << store.status();
 }
 
@@ -210,7 +220,8 @@ TEST(RocksDbStoreTest, ForeignDirectoryIsRefused) {
   auto store = OpenRocksDbStore({.path = dir.path()});
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(store.status().message().find("holds no sliced database"), std::string::npos);
+  EXPECT_NE(store.status().message().find("holds no sliced database"),
+            std::string::npos);
 }
 
 TEST(RocksDbStoreTest, CorruptRecordIsDataLossNamingTheKey) {
@@ -228,7 +239,8 @@ TEST(RocksDbStoreTest, CorruptRecordIsDataLossNamingTheKey) {
   auto state = (*store)->Load();
   ASSERT_FALSE(state.ok());
   EXPECT_EQ(state.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(state.status().message().find("nodes/x"), std::string::npos) << state.status();
+  EXPECT_NE(state.status().message().find("nodes/x"), std::string::npos)
+      << state.status();
 }
 
 }  // namespace
