@@ -276,6 +276,31 @@ void BM_PlainTpuPg(benchmark::State& state) {
   for (int b = 0; b < 8; ++b) r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
+// The same when every single-host node's TPUs are taken: ranks put the full
+// nodes (and the full hosts of held slices) last, so the scan goes straight
+// to the first node with TPU left.
+void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
+  static auto* filled = new std::map<int64_t, std::shared_ptr<const InventorySnapshot>>();
+  auto it = filled->find(state.range(0));
+  if (it == filled->end()) {
+    const InventorySnapshot& base = *ClusterOf(state.range(0)).snapshot;
+    SnapshotDelta delta;
+    for (uint32_t i = 0; i < base.num_nodes(); ++i) {
+      const auto& e = base.node(i);
+      if (e.single_host) {
+        delta.add_allocations.push_back({"fill-" + e.node.node_id, 0, e.node.node_id,
+                                         {{"TPU", e.free.at("TPU")}}});
+      }
+    }
+    it = filled->emplace(state.range(0), *base.Apply(delta)).first;
+  }
+  const InventorySnapshot& snap = *it->second;
+  PlacementRequest r;
+  for (int b = 0; b < 8; ++b) r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
+  TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
+}
+BENCHMARK(BM_PlainTpuPgSinglesFull)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_PlainTpuPg)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
 
 // Deriving the next snapshot after a slice placement (4 allocations) or a

@@ -630,6 +630,16 @@ int InventorySnapshot::Rank(BundleKind kind, uint32_t i) const {
     const int64_t hosts = slice(e.slice).shape.hosts;
     return 5 + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
   };
+  // A node with nothing left of the bundle kind's main resource comes last
+  // (still a candidate: a re-placed PG's own allocations count as free).
+  auto free_of = [&](absl::string_view name) {
+    auto it = e.free.find(name);
+    return it == e.free.end() ? int64_t{0} : it->second;
+  };
+  if (free_of(kind == BundleKind::kTpu ? kResourceTpu : kResourceCpu) <= 0 &&
+      (kind == BundleKind::kTpu ? e.tpu : e.node.resources.contains(kResourceCpu))) {
+    return kNumRanks - 1;
+  }
   if (kind == BundleKind::kCpuOnly) {
     if (!e.tpu) return used ? 0 : 1;
     if (!whole) return used ? 2 : 3;

@@ -153,7 +153,7 @@ class CowBitset {
 // explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
 // a TPU bundle).
 enum class BundleKind { kCpuOnly = 0, kTpu = 1 };
-inline constexpr int kNumRanks = 8;
+inline constexpr int kNumRanks = 9;  // rank 8: no CPU (TPU) left at all
 
 // Key of the free intact slice index.
 struct SliceKey {

@@ -160,9 +160,10 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      TPU bundles: single-host TPU nodes first (used, idle but not a whole
 //      free slice, free single-host slices), then multi-host TPU nodes in
 //      the same order, so hosts of free intact multi-host slices come last
-//      (smallest first). So a CPU bundle lands on a TPU node only when no
-//      CPU node fits or its selector asks for TPU nodes, and a free
-//      multi-host slice is broken only when nothing else fits.
+//      (smallest first). Nodes with no CPU (TPU) left come after all of
+//      these, so scans skip full nodes. So a CPU bundle lands on a TPU node
+//      only when no CPU node fits or its selector asks for TPU nodes, and a
+//      free multi-host slice is broken only when nothing else fits.
 //   3. Fit the whole gang, bundles largest first (TPU, CPU, memory):
 //      PACK: the whole gang on one node (best fit, as Ray's PACK does,
 //        scanning at most 1,024 candidates) unless that scores worse (see
