@@ -54,6 +54,9 @@ struct LoadResult {
   // commits, mean operations per commit, mean synced commit time.
   double commits_per_s = 0, ops_per_commit = 0, commit_ms = 0;
   std::string first_error;
+  // Filled by the caller: the health check's ops/s in the phase run just
+  // before this one, at the same concurrency (the ratio's denominator).
+  double paired_health_ops_per_s = 0;
 };
 
 // What the caller can read from the daemon, sampled at the window's edges.

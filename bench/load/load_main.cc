@@ -209,6 +209,7 @@ void WriteResultJson(JsonWriter& j, const LoadResult& r) {
       .Key("p50_us").Number(r.p50_us).Key("p99_us").Number(r.p99_us)
       .Key("p999_us").Number(r.p999_us).Key("client_cpu_cores").Number(r.client_cpu_cores)
       .Key("daemon_cpu_cores").Number(r.daemon_cpu_cores)
+      .Key("paired_health_ops_per_s").Number(r.paired_health_ops_per_s)
       .Key("commits_per_s").Number(r.commits_per_s)
       .Key("ops_per_commit").Number(r.ops_per_commit).Key("commit_ms").Number(r.commit_ms);
   j.Key("error_codes").BeginObject();
@@ -233,9 +234,9 @@ int Main() {
   if (scale_flag.empty()) scale_flag = quick ? "1000,10000" : "1000,10000,100000";
   const std::vector<int64_t> scale_sizes = ParseList(scale_flag == "none" ? "" : scale_flag);
   const std::vector<int64_t> client_counts = ParseList(absl::GetFlag(FLAGS_clients));
-  std::vector<std::string> workloads = {"health"};
+  std::vector<std::string> workloads;  // besides health
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workloads), ',', absl::SkipEmpty())) {
-    workloads.emplace_back(w);
+    if (w != "health") workloads.emplace_back(w);
   }
   const std::string binary = absl::GetFlag(FLAGS_daemon);
   std::string target = absl::GetFlag(FLAGS_target);
@@ -272,23 +273,33 @@ int Main() {
   }
   // results[clients][workload] = one LoadResult per repetition.
   std::map<int64_t, std::map<std::string, std::vector<LoadResult>>> results;
+  // Each workload phase right after its own health-check phase, so every
+  // ratio compares two phases run back to back.
+  auto run_phase = [&](const std::string& w, int64_t c, int rep) {
+    Progress("rep %d/%d: %d clients, %s", rep + 1, reps, c, w);
+    LoadOptions lo;
+    lo.workload = w;
+    lo.clients = static_cast<int>(c);
+    lo.duration_s = duration;
+    lo.warmup_s = absl::GetFlag(FLAGS_warmup);
+    lo.seed = absl::GetFlag(FLAGS_seed) + rep;
+    LoadResult r = RunClosedLoop(channels, lo, probe);
+    if (!Sane(r)) {
+      sane = false;
+      std::fprintf(stderr, "sliced_load: %s at %d clients: %d ok, %d errors (%s)\n",
+                   w.c_str(), static_cast<int>(c), static_cast<int>(r.ops),
+                   static_cast<int>(r.errors), r.first_error.c_str());
+    }
+    return r;
+  };
   for (int rep = 0; rep < reps; ++rep) {
     for (int64_t c : client_counts) {
+      if (workloads.empty()) results[c]["health"].push_back(run_phase("health", c, rep));
       for (const std::string& w : workloads) {
-        Progress("rep %d/%d: %d clients, %s", rep + 1, reps, c, w);
-        LoadOptions lo;
-        lo.workload = w;
-        lo.clients = static_cast<int>(c);
-        lo.duration_s = duration;
-        lo.warmup_s = absl::GetFlag(FLAGS_warmup);
-        lo.seed = absl::GetFlag(FLAGS_seed) + rep;
-        LoadResult r = RunClosedLoop(channels, lo, probe);
-        if (!Sane(r)) {
-          sane = false;
-          std::fprintf(stderr, "sliced_load: %s at %d clients: %d ok, %d errors (%s)\n",
-                       w.c_str(), static_cast<int>(c), static_cast<int>(r.ops),
-                       static_cast<int>(r.errors), r.first_error.c_str());
-        }
+        LoadResult health = run_phase("health", c, rep);
+        LoadResult r = run_phase(w, c, rep);
+        r.paired_health_ops_per_s = health.ops_per_s;
+        results[c]["health"].push_back(std::move(health));
         results[c][w].push_back(std::move(r));
       }
     }
@@ -349,21 +360,22 @@ int Main() {
       "connection(s), against a Release daemon on a fresh RocksDB dir "
       "(durable: synced group commits; `--heartbeat_timeout=0`) holding a "
       "generated fleet of %d nodes. Each phase: %.1f s warm-up, %.1f s "
-      "measured; %d repetition(s), each running the health check and every "
-      "workload back to back at each client count. ops/s and latencies are "
-      "medians over the repetitions; the ratio is computed inside each "
-      "repetition (workload ÷ that repetition's health check), listed per "
-      "repetition, median first. Storage: a 200-byte append + fdatasync in "
+      "measured; %d repetition(s). Every workload phase runs right after its "
+      "own health-check phase at the same client count, and its ratio is "
+      "workload ÷ that health check (listed per repetition, median first). "
+      "ops/s and latencies are medians over the repetitions (the health row: "
+      "over all its phases). Storage: a 200-byte append + fdatasync in "
       "the work dir took %.2f ms p50, %.2f ms p99 just before.\n\n"
       "| clients | workload | ops/s | ratio to health | p50 / p99 / p99.9 ms | errors | creates placed at once | generator CPU (cores) | daemon CPU (cores) | group commits/s × ops each, ms each |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
       absl::GetFlag(FLAGS_connections), absl::GetFlag(FLAGS_fleet_nodes),
       absl::GetFlag(FLAGS_warmup), duration, reps, fsync_probe.p50_ms,
       fsync_probe.p99_ms);
+  std::vector<std::string> rows = {"health"};
+  rows.insert(rows.end(), workloads.begin(), workloads.end());
   for (const auto& [c, by_w] : results) {
-    for (const std::string& w : workloads) {
+    for (const std::string& w : rows) {
       const std::vector<LoadResult>& runs = by_w.at(w);
-      const std::vector<LoadResult>& health = by_w.at("health");
       std::vector<double> ops, p50, p99, p999, ccpu, dcpu, ratio, cps, opc, cms;
       int64_t errors = 0, creates = 0, created = 0;
       for (size_t i = 0; i < runs.size(); ++i) {
@@ -381,7 +393,8 @@ int Main() {
         opc.push_back(runs[i].ops_per_commit);
         cms.push_back(runs[i].commit_ms);
         errors += runs[i].errors;
-        ratio.push_back(health[i].ops_per_s > 0 ? runs[i].ops_per_s / health[i].ops_per_s : 0);
+        const double h = runs[i].paired_health_ops_per_s;
+        ratio.push_back(h > 0 ? runs[i].ops_per_s / h : 0);
       }
       std::string ratio_cell = "—";
       if (w != "health") {

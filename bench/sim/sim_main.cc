@@ -39,6 +39,9 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the fleet, the trace and random ties");
 ABSL_FLAG(double, load, 0.9, "offered TPU load relative to the fleet's chips");
 ABSL_FLAG(double, batch_oversubscription, 1.3,
           "whole-slice batch: slices asked / slices in the fleet");
+ABSL_FLAG(int, replay_seeds, 0,
+          "traces replayed (seeds seed, seed+1, ...; default 3; quick 1); the "
+          "first gets the detailed tables and the plot");
 ABSL_FLAG(int, batch_seeds, 0, "whole-slice batches to compare (default 7; quick 3)");
 ABSL_FLAG(std::string, scaling_nodes, "",
           "fleet sizes for solver latency (default 1000,10000,100000; quick "
@@ -181,6 +184,25 @@ int Main() {
     Progress("replaying under %s", PolicyName(kind));
     results.push_back(Replay(fleet, trace, feasible, kind, sopts));
   }
+  // The same comparison on further traces (other seeds): summary only.
+  // seed_results[i][p]: trace seed + i, policy p.
+  std::vector<std::vector<SimResult>> seed_results = {results};
+  const int replay_seeds = absl::GetFlag(FLAGS_replay_seeds) > 0
+                               ? absl::GetFlag(FLAGS_replay_seeds)
+                               : (quick ? 1 : 3);
+  for (int k = 1; k < replay_seeds; ++k) {
+    TraceOptions other = topts;
+    other.seed = seed + k;
+    const std::vector<Job> t = GenerateTrace(fleet, other);
+    const std::vector<bool> f = FeasibleJobs(fleet, t);
+    SimOptions so = sopts;
+    so.seed = seed + k;
+    seed_results.emplace_back();
+    for (PolicyKind kind : kAllPolicies) {
+      Progress("trace seed %d: replaying under %s", seed + k, PolicyName(kind));
+      seed_results.back().push_back(Replay(fleet, t, f, kind, so));
+    }
+  }
   // 2. Whole-slice batch against the max-flow bound.
   std::vector<BatchComparison> batches;
   const int batch_seeds = absl::GetFlag(FLAGS_batch_seeds) > 0
@@ -240,6 +262,16 @@ int Main() {
       j.BeginObject().Key("t_s").Number(s.t_s).Key("utilization").Number(s.utilization)
           .Key("queued").Number(s.queued).Key("mean_wait_s").Number(s.mean_wait_s)
           .EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  j.EndArray();
+  j.Key("replay_seeds").BeginArray();
+  for (size_t k = 0; k < seed_results.size(); ++k) {
+    j.BeginObject().Key("trace_seed").Number(seed + k).Key("results").BeginArray();
+    for (const SimResult& r : seed_results[k]) {
+      j.BeginObject().Key("policy").String(r.policy).Key("utilization").Number(r.utilization)
+          .Key("acceptance").Number(r.acceptance).EndObject();
     }
     j.EndArray().EndObject();
   }
@@ -386,6 +418,26 @@ int Main() {
     absl::StrAppendFormat(&md, "| %s | **%s** (%s %%) | %d / %d |\n",
                           PolicyName(kAllPolicies[p]), Pct(Median(gaps)),
                           absl::StrJoin(each, ", "), placed, bound);
+  }
+  if (seed_results.size() > 1) {
+    absl::StrAppendFormat(&md,
+                          "\nThe same comparison on %d traces (seeds %d–%d, same fleet): "
+                          "TPU utilization and acceptance per trace, median first.\n\n"
+                          "| policy | TPU utilization | acceptance |\n| --- | --- | --- |\n",
+                          seed_results.size(), seed, seed + seed_results.size() - 1);
+    for (size_t p = 0; p < std::size(kAllPolicies); ++p) {
+      std::vector<double> u, a;
+      std::vector<std::string> us, as;
+      for (const auto& per_seed : seed_results) {
+        u.push_back(per_seed[p].utilization);
+        a.push_back(per_seed[p].acceptance);
+        us.push_back(absl::StrFormat("%.1f", 100 * u.back()));
+        as.push_back(absl::StrFormat("%.1f", 100 * a.back()));
+      }
+      absl::StrAppendFormat(&md, "| %s | **%s** (%s %%) | **%s** (%s %%) |\n",
+                            PolicyName(kAllPolicies[p]), Pct(Median(u)),
+                            absl::StrJoin(us, ", "), Pct(Median(a)), absl::StrJoin(as, ", "));
+    }
   }
   md += "\n![utilization and wait over time per policy](results/quality.svg)\n";
 
