@@ -67,25 +67,31 @@ Cluster MakeCluster(int64_t nodes) {
                      {"memory", int64_t{64'000'000'000} * kResourceScale}};
       if (w == 0) n.resources["TPU-v6e-16-head"] = kResourceScale;
       if (held) {
-        allocations.push_back({absl::StrCat("pg-", name), w, n.node_id,
+        allocations.push_back({absl::StrCat("pg-", name),
+                               w,
+                               n.node_id,
                                {{"TPU", 4 * kResourceScale}}});
       }
       list.push_back(std::move(n));
     }
   }
   for (int64_t i = 0; i < nodes * 5 / 100; ++i) {
-    Node n = MakeNode(absl::StrCat("solo-", i), kZones[rng() % 4], kTiers[rng() % 3]);
+    Node n = MakeNode(absl::StrCat("solo-", i), kZones[rng() % 4],
+                      kTiers[rng() % 3]);
     n.labels[std::string(kLabelAcceleratorType)] = "TPU-V6E";
     n.labels[std::string(kLabelTpuTopology)] = "2x4";
     n.resources = {{"CPU", 180 * kResourceScale}, {"TPU", 8 * kResourceScale}};
     list.push_back(std::move(n));
   }
   for (int64_t i = static_cast<int64_t>(list.size()); i < nodes; ++i) {
-    Node n = MakeNode(absl::StrCat("cpu-", i), kZones[rng() % 4], kTiers[rng() % 3]);
+    Node n =
+        MakeNode(absl::StrCat("cpu-", i), kZones[rng() % 4], kTiers[rng() % 3]);
     n.resources = {{"CPU", 32 * kResourceScale},
                    {"memory", int64_t{128'000'000'000} * kResourceScale}};
     if (rng() % 3 == 0) {
-      allocations.push_back({absl::StrCat("pg-cpu-", i), 0, n.node_id,
+      allocations.push_back({absl::StrCat("pg-cpu-", i),
+                             0,
+                             n.node_id,
                              {{"CPU", 16 * kResourceScale}}});
     }
     list.push_back(std::move(n));
@@ -98,7 +104,8 @@ Cluster MakeCluster(int64_t nodes) {
 const Cluster& ClusterOf(int64_t nodes) {
   static auto* clusters = new std::map<int64_t, Cluster>();
   auto it = clusters->find(nodes);
-  if (it == clusters->end()) it = clusters->emplace(nodes, MakeCluster(nodes)).first;
+  if (it == clusters->end())
+    it = clusters->emplace(nodes, MakeCluster(nodes)).first;
   return it->second;
 }
 
@@ -132,7 +139,8 @@ void TimeDecisions(benchmark::State& state, F solve) {
     placed += d.outcome == Decision::kPlaced;
     benchmark::DoNotOptimize(d);
     if (wall.size() < wall.capacity()) {
-      wall.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+      wall.push_back(
+          std::chrono::duration<double, std::micro>(end - start).count());
       cpu.push_back(cpu_end - cpu_start);
     }
   }
@@ -145,7 +153,8 @@ void TimeDecisions(benchmark::State& state, F solve) {
   state.counters["p99_us"] = pct(wall, 0.99);
   state.counters["cpu_p50_us"] = pct(cpu, 0.50);
   state.counters["cpu_p99_us"] = pct(cpu, 0.99);
-  state.counters["placed_frac"] = static_cast<double>(placed) / std::max<int64_t>(1, i);
+  state.counters["placed_frac"] =
+      static_cast<double>(placed) / std::max<int64_t>(1, i);
   state.counters["decisions_per_s"] =
       benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
 }
@@ -171,7 +180,11 @@ void BM_SliceRequest(benchmark::State& state) {
     return Solve(snap, requests[i % requests.size()]);
   });
 }
-BENCHMARK(BM_SliceRequest)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SliceRequest)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // num_slices = 4 anywhere, preferring one zone; with compute-class priorities
 // spot -> reserved.
@@ -187,7 +200,11 @@ void BM_MultiSliceWithPriorities(benchmark::State& state) {
                   Sel({{std::string(kLabelCapacityTier), "reserved"}})};
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_MultiSliceWithPriorities)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MultiSliceWithPriorities)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // A slice request that cannot be placed (no slice is in tier flex-start):
 // the slow path that explains every slice of the shape in the diagnosis.
@@ -219,9 +236,17 @@ void BM_SliceRequestShortInKey(benchmark::State& state) {
   state.counters["slices_needed"] = static_cast<double>(free + 1);
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_SliceRequestShortInKey)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SliceRequestShortInKey)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK(BM_SliceRequestRejected)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SliceRequestRejected)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // 1,000 bundles {CPU: 1} (plus every 10th {CPU: 4}) with a zone + tier
 // selector, for each strategy.
@@ -248,7 +273,8 @@ void BM_GenericPg1000(benchmark::State& state) {
 }
 BENCHMARK(BM_GenericPg1000)
     ->ArgsProduct({{1'000, 10'000, 100'000},
-                   {static_cast<int>(Strategy::kPack), static_cast<int>(Strategy::kSpread),
+                   {static_cast<int>(Strategy::kPack),
+                    static_cast<int>(Strategy::kSpread),
                     static_cast<int>(Strategy::kStrictSpread)}})
     ->Unit(benchmark::kMicrosecond);
 
@@ -267,20 +293,26 @@ void BM_GenericPg1000Unschedulable(benchmark::State& state) {
   }
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_GenericPg1000Unschedulable)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GenericPg1000Unschedulable)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // Plain TPU bundles: 8 x {TPU: 1} PACK, no selector (single-host nodes first).
 void BM_PlainTpuPg(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
   PlacementRequest r;
-  for (int b = 0; b < 8; ++b) r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
+  for (int b = 0; b < 8; ++b)
+    r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
 // The same when every single-host node's TPUs are taken: ranks put the full
 // nodes (and the full hosts of held slices) last, so the scan goes straight
 // to the first node with TPU left.
 void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
-  static auto* filled = new std::map<int64_t, std::shared_ptr<const InventorySnapshot>>();
+  static auto* filled =
+      new std::map<int64_t, std::shared_ptr<const InventorySnapshot>>();
   auto it = filled->find(state.range(0));
   if (it == filled->end()) {
     const InventorySnapshot& base = *ClusterOf(state.range(0)).snapshot;
@@ -288,7 +320,9 @@ void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
     for (uint32_t i = 0; i < base.num_nodes(); ++i) {
       const auto& e = base.node(i);
       if (e.single_host) {
-        delta.add_allocations.push_back({"fill-" + e.node.node_id, 0, e.node.node_id,
+        delta.add_allocations.push_back({"fill-" + e.node.node_id,
+                                         0,
+                                         e.node.node_id,
                                          {{"TPU", e.free.at("TPU")}}});
       }
     }
@@ -296,12 +330,21 @@ void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
   }
   const InventorySnapshot& snap = *it->second;
   PlacementRequest r;
-  for (int b = 0; b < 8; ++b) r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
+  for (int b = 0; b < 8; ++b)
+    r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_PlainTpuPgSinglesFull)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlainTpuPgSinglesFull)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
-BENCHMARK(BM_PlainTpuPg)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlainTpuPg)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // Deriving the next snapshot after a slice placement (4 allocations) or a
 // release of one PG, copy-on-write; includes freeing the derived snapshot.
@@ -321,7 +364,8 @@ void BM_ApplyPlacement(benchmark::State& state) {
     SnapshotDelta delta;
     const auto& hosts = free_slices[i++ % free_slices.size()];
     for (int w = 0; w < 4; ++w) {
-      delta.add_allocations.push_back({"bench-pg", w, hosts[w], {{"TPU", 4 * kResourceScale}}});
+      delta.add_allocations.push_back(
+          {"bench-pg", w, hosts[w], {{"TPU", 4 * kResourceScale}}});
     }
     auto next = snap.Apply(delta);
     benchmark::DoNotOptimize(next);
@@ -329,7 +373,11 @@ void BM_ApplyPlacement(benchmark::State& state) {
   state.counters["applies_per_s"] =
       benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_ApplyPlacement)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyPlacement)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_ApplyRelease(benchmark::State& state) {
   const Cluster& cluster = ClusterOf(state.range(0));
@@ -337,12 +385,17 @@ void BM_ApplyRelease(benchmark::State& state) {
   int64_t i = 0;
   for (auto _ : state) {
     SnapshotDelta delta;
-    delta.release_pg_ids = {cluster.allocations[(i++ * 7919) % cluster.allocations.size()].pg_id};
+    delta.release_pg_ids = {
+        cluster.allocations[(i++ * 7919) % cluster.allocations.size()].pg_id};
     auto next = snap.Apply(delta);
     benchmark::DoNotOptimize(next);
   }
 }
-BENCHMARK(BM_ApplyRelease)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyRelease)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // A heartbeat that turns one host DEAD (breaks its slice).
 void BM_ApplyNodeStateChange(benchmark::State& state) {
@@ -357,7 +410,11 @@ void BM_ApplyNodeStateChange(benchmark::State& state) {
     benchmark::DoNotOptimize(next);
   }
 }
-BENCHMARK(BM_ApplyNodeStateChange)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyNodeStateChange)
+    ->Arg(1'000)
+    ->Arg(10'000)
+    ->Arg(100'000)
+    ->Unit(benchmark::kMicrosecond);
 
 // Full build (restart, or a delta that adds/removes nodes).
 void BM_Build(benchmark::State& state) {
@@ -371,7 +428,8 @@ void BM_Build(benchmark::State& state) {
     benchmark::DoNotOptimize(snap);
   }
 }
-BENCHMARK(BM_Build)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Build)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(
+    benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace sliced::scheduler

@@ -16,7 +16,9 @@ namespace {
 constexpr size_t kMaxNameLength = 63;
 constexpr size_t kMaxPrefixLength = 253;
 
-bool IsAlnum(char c) { return absl::ascii_isalnum(static_cast<unsigned char>(c)); }
+bool IsAlnum(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c));
+}
 
 // Why `s` is not a valid label name / value body, or "" when it is.
 // REQUIRES: !s.empty().
@@ -29,9 +31,10 @@ std::string NameSyntaxError(absl::string_view s) {
   }
   for (char c : s) {
     if (!IsAlnum(c) && c != '-' && c != '_' && c != '.') {
-      return absl::StrCat("must contain only letters, digits, '-', '_' and "
-                          "'.', found '",
-                          absl::string_view(&c, 1), "'");
+      return absl::StrCat(
+          "must contain only letters, digits, '-', '_' and "
+          "'.', found '",
+          absl::string_view(&c, 1), "'");
     }
   }
   return "";
@@ -101,9 +104,9 @@ absl::StatusOr<SelectorTerm> ParseTerm(const std::string& key,
   rest = absl::StripLeadingAsciiWhitespace(rest);
   if (absl::ConsumePrefix(&rest, "in(")) {
     if (!absl::ConsumeSuffix(&rest, ")")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "label selector for key \"", key, "\": unbalanced parentheses in \"",
-          expr, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("label selector for key \"", key,
+                       "\": unbalanced parentheses in \"", expr, "\""));
     }
     term.op = negated ? SelectorOp::kNotIn : SelectorOp::kIn;
     if (absl::StripAsciiWhitespace(rest).empty()) {

@@ -52,7 +52,8 @@ struct LabelSelector {
 };
 
 // Parses a wire selector. Returns InvalidArgument naming the offending key and
-// the rule it breaks (bad key, bad value, empty `in()`, unbalanced parentheses).
+// the rule it breaks (bad key, bad value, empty `in()`, unbalanced
+// parentheses).
 absl::StatusOr<LabelSelector> ParseLabelSelector(
     const absl::btree_map<std::string, std::string>& selector);
 

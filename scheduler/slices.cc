@@ -38,7 +38,8 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
   });
   SliceInfo slice;
   slice.name = std::move(name);
-  slice.accelerator_type = std::string(LabelOr(*hosts[0], kLabelAcceleratorType));
+  slice.accelerator_type =
+      std::string(LabelOr(*hosts[0], kLabelAcceleratorType));
   slice.topology = std::string(LabelOr(*hosts[0], kLabelTpuTopology));
   std::vector<std::string> problems;
   for (const Node* host : hosts) {
@@ -63,8 +64,7 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
     auto shape = ResolveTpuShape(*generation, slice.topology);
     if (!shape.ok()) {
       problems.push_back(absl::StrCat("unknown topology ", slice.topology,
-                                      " for ",
-                                      TpuGenerationName(*generation)));
+                                      " for ", TpuGenerationName(*generation)));
     } else {
       slice.pod_type = shape->pod_type;
       slice.expected_hosts = shape->hosts;
@@ -79,8 +79,8 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
   for (const Node* host : hosts) {
     const int64_t id = WorkerId(*host, default_zero);
     if (id < 0) {
-      problems.push_back(absl::StrCat("node ", host->node_id,
-                                      " has no valid worker id"));
+      problems.push_back(
+          absl::StrCat("node ", host->node_id, " has no valid worker id"));
       extras.emplace_back(id, host);
     } else if (id >= slice.expected_hosts) {
       if (slice.expected_hosts > 0) {
@@ -100,12 +100,13 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
   }
   for (int64_t i = 0; i < slice.expected_hosts; ++i) {
     if (slice.node_ids[i].empty()) {
-      problems.push_back(absl::StrCat("missing worker ", i, " of ",
-                                      slice.expected_hosts));
+      problems.push_back(
+          absl::StrCat("missing worker ", i, " of ", slice.expected_hosts));
     }
   }
-  std::stable_sort(extras.begin(), extras.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(
+      extras.begin(), extras.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [id, host] : extras) slice.node_ids.push_back(host->node_id);
 
   int64_t chips = 0;
@@ -117,9 +118,9 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
     chips += TpuAmount(*host);
   }
   if (expected_chips >= 0 && chips != expected_chips * kResourceScale) {
-    problems.push_back(absl::StrCat(
-        "TPU chips add up to ", FromFixedPoint(chips), ", expected ",
-        expected_chips));
+    problems.push_back(absl::StrCat("TPU chips add up to ",
+                                    FromFixedPoint(chips), ", expected ",
+                                    expected_chips));
   }
   slice.intact = problems.empty();
   slice.reason = absl::StrJoin(problems, "; ");
@@ -144,7 +145,8 @@ std::string SliceNameOf(const Node& node) {
 
 std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes) {
   // name -> (hosts, named after its node because unlabelled).
-  absl::btree_map<std::string, std::pair<std::vector<const Node*>, bool>> groups;
+  absl::btree_map<std::string, std::pair<std::vector<const Node*>, bool>>
+      groups;
   for (const Node* node : nodes) {
     const bool labelled = node->labels.contains(kLabelTpuSliceName);
     std::string name = SliceNameOf(*node);

@@ -54,9 +54,9 @@ int64_t Get(const ResourceSet& set, const std::string& name) {
 }
 
 bool SameSliceLabels(const Node& a, const Node& b) {
-  for (absl::string_view key : {kLabelTpuSliceName, kLabelAcceleratorType,
-                                kLabelTpuTopology, kLabelTpuWorkerId,
-                                kLabelZone, kLabelCapacityTier}) {
+  for (absl::string_view key :
+       {kLabelTpuSliceName, kLabelAcceleratorType, kLabelTpuTopology,
+        kLabelTpuWorkerId, kLabelZone, kLabelCapacityTier}) {
     auto ia = a.labels.find(key);
     auto ib = b.labels.find(key);
     const bool pa = ia != a.labels.end();
@@ -89,8 +89,9 @@ class SnapshotWriter {
   absl::Status BuildFrom(std::vector<Node> nodes,
                          std::vector<Allocation> allocations) {
     building_ = true;
-    std::sort(nodes.begin(), nodes.end(),
-              [](const Node& a, const Node& b) { return a.node_id < b.node_id; });
+    std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) {
+      return a.node_id < b.node_id;
+    });
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].node_id.empty()) {
         return absl::InvalidArgumentError("node_id must not be empty");
@@ -104,8 +105,9 @@ class SnapshotWriter {
     auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
     ids->reserve(n);
     std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>> entries(n);
-    absl::btree_map<std::string,
-                    absl::btree_map<std::string, InventorySnapshot::PostingList>>
+    absl::btree_map<
+        std::string,
+        absl::btree_map<std::string, InventorySnapshot::PostingList>>
         labels;
     for (uint32_t i = 0; i < n; ++i) {
       auto e = std::make_shared<InventorySnapshot::NodeEntry>();
@@ -131,7 +133,8 @@ class SnapshotWriter {
     ptrs.reserve(n);
     for (const auto& e : entries) ptrs.push_back(&e->node);
     std::vector<SliceInfo> infos = DeriveSlices(ptrs);
-    auto slice_ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
+    auto slice_ids =
+        std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
     std::vector<std::shared_ptr<InventorySnapshot::SliceEntry>> slices;
     slices.reserve(infos.size());
     for (uint32_t si = 0; si < infos.size(); ++si) {
@@ -144,24 +147,30 @@ class SnapshotWriter {
         entries[ni]->slice = static_cast<int32_t>(si);
       }
       ResolveShape(*se);
-      for (uint32_t h : se->hosts) entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
+      for (uint32_t h : se->hosts)
+        entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
       (*slice_ids)[se->info.name] = si;
       slices.push_back(std::move(se));
     }
 
-    s_->nodes_ = CowArray<std::shared_ptr<const InventorySnapshot::NodeEntry>, 8>(n);
-    for (uint32_t i = 0; i < n; ++i) s_->nodes_.Mutable(i) = std::move(entries[i]);
+    s_->nodes_ =
+        CowArray<std::shared_ptr<const InventorySnapshot::NodeEntry>, 8>(n);
+    for (uint32_t i = 0; i < n; ++i)
+      s_->nodes_.Mutable(i) = std::move(entries[i]);
     s_->slices_ =
-        CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(slices.size());
+        CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
+            slices.size());
     for (uint32_t i = 0; i < slices.size(); ++i) {
       s_->slices_.Mutable(i) = std::move(slices[i]);
     }
     s_->node_ids_ = std::move(ids);
     s_->slice_ids_ = std::move(slice_ids);
     s_->label_index_ = std::move(label_index);
-    s_->pgs_ = CowArray<std::shared_ptr<const PgIndex>, 6>(InventorySnapshot::kPgShards);
+    s_->pgs_ = CowArray<std::shared_ptr<const PgIndex>, 6>(
+        InventorySnapshot::kPgShards);
     auto empty = std::make_shared<const PgIndex>();
-    for (size_t i = 0; i < InventorySnapshot::kPgShards; ++i) s_->pgs_.Mutable(i) = empty;
+    for (size_t i = 0; i < InventorySnapshot::kPgShards; ++i)
+      s_->pgs_.Mutable(i) = empty;
     for (auto& per_kind : s_->rank_sets_) {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
@@ -177,7 +186,8 @@ class SnapshotWriter {
       IndexSlice(si, true);
       const InventorySnapshot::SliceEntry& se = s_->slice(si);
       if (se.shape_known) {
-        (*by_key)[SliceKey{se.shape.generation, se.shape.topology, se.tier, se.zone}]
+        (*by_key)[SliceKey{se.shape.generation, se.shape.topology, se.tier,
+                           se.zone}]
             .push_back(si);
       }
     }
@@ -201,9 +211,9 @@ class SnapshotWriter {
     // Validate allocations before touching anything.
     for (const Allocation& a : delta.add_allocations) {
       if (s_->NodeIndex(a.node_id) < 0) {
-        return absl::NotFoundError(absl::StrCat(
-            "allocation of ", a.pg_id, "[", a.bundle_index,
-            "] on unknown node ", a.node_id));
+        return absl::NotFoundError(
+            absl::StrCat("allocation of ", a.pg_id, "[", a.bundle_index,
+                         "] on unknown node ", a.node_id));
       }
     }
     // Touched nodes: upserts, released and added allocations; then all hosts
@@ -225,8 +235,8 @@ class SnapshotWriter {
       for (uint32_t h : s_->slice(si).hosts) nodes.insert(h);
     }
 
-    free_map_ = std::make_shared<InventorySnapshot::FreeSliceIndex>(
-        *s_->free_slices_);
+    free_map_ =
+        std::make_shared<InventorySnapshot::FreeSliceIndex>(*s_->free_slices_);
     for (uint32_t si : slices) IndexSlice(si, false);
     for (uint32_t i : nodes) IndexNode(i, false);
 
@@ -267,7 +277,8 @@ class SnapshotWriter {
   }
 
   InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
-    std::shared_ptr<const InventorySnapshot::NodeEntry>& p = s_->nodes_.Mutable(i);
+    std::shared_ptr<const InventorySnapshot::NodeEntry>& p =
+        s_->nodes_.Mutable(i);
     if (!building_ && !owned_nodes_.contains(i)) {
       p = std::make_shared<InventorySnapshot::NodeEntry>(*p);
       owned_nodes_.insert(i);
@@ -304,9 +315,8 @@ class SnapshotWriter {
     std::vector<Allocation>& held = shard[a.pg_id];
     for (const Allocation& h : held) {
       if (h.bundle_index == a.bundle_index) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("duplicate allocation of ", a.pg_id, "[",
-                         a.bundle_index, "]"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "duplicate allocation of ", a.pg_id, "[", a.bundle_index, "]"));
       }
     }
     InventorySnapshot::NodeEntry& e = MutableNode(static_cast<uint32_t>(i));
@@ -342,8 +352,8 @@ class SnapshotWriter {
       InventorySnapshot::NodeEntry& e =
           MutableNode(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
       for (const auto& [name, amount] : a.resources) e.free[name] += amount;
-      auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(),
-                                  a, AllocationLess);
+      auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(), a,
+                                  AllocationLess);
       if (pos != e.allocations.end() && pos->pg_id == a.pg_id &&
           pos->bundle_index == a.bundle_index) {
         e.allocations.erase(pos);
@@ -366,14 +376,18 @@ class SnapshotWriter {
 
   void UpdateLabelIndex(uint32_t i, const Labels& before, const Labels& after) {
     if (before == after) return;
-    auto index = std::make_shared<InventorySnapshot::LabelIndex>(*s_->label_index_);
-    auto edit = [&](const std::string& key, const std::string& value, bool add) {
-      auto vi = index->contains(key)
-                    ? std::make_shared<InventorySnapshot::ValueIndex>(*(*index)[key])
-                    : std::make_shared<InventorySnapshot::ValueIndex>();
-      auto list = vi->contains(value)
-                      ? std::make_shared<InventorySnapshot::PostingList>(*(*vi)[value])
-                      : std::make_shared<InventorySnapshot::PostingList>();
+    auto index =
+        std::make_shared<InventorySnapshot::LabelIndex>(*s_->label_index_);
+    auto edit = [&](const std::string& key, const std::string& value,
+                    bool add) {
+      auto vi =
+          index->contains(key)
+              ? std::make_shared<InventorySnapshot::ValueIndex>(*(*index)[key])
+              : std::make_shared<InventorySnapshot::ValueIndex>();
+      auto list =
+          vi->contains(value)
+              ? std::make_shared<InventorySnapshot::PostingList>(*(*vi)[value])
+              : std::make_shared<InventorySnapshot::PostingList>();
       auto pos = std::lower_bound(list->begin(), list->end(), i);
       if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
       if (!add && pos != list->end() && *pos == i) list->erase(pos);
@@ -425,7 +439,8 @@ class SnapshotWriter {
     };
     std::string tier = label(kLabelCapacityTier);
     std::string zone = label(kLabelZone);
-    if (allocated == old.allocated_hosts && tier == old.tier && zone == old.zone) {
+    if (allocated == old.allocated_hosts && tier == old.tier &&
+        zone == old.zone) {
       return;
     }
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
@@ -442,8 +457,9 @@ class SnapshotWriter {
     auto it = free_map_->find(key);
     if (it == free_map_->end()) {
       if (!present) return;
-      it = free_map_->emplace(key, std::make_shared<const CowBitset>(
-                                       s_->slices_.size()))
+      it = free_map_
+               ->emplace(key,
+                         std::make_shared<const CowBitset>(s_->slices_.size()))
                .first;
     }
     if (it->second->Test(si) == present) return;
@@ -473,7 +489,8 @@ class SnapshotWriter {
   std::shared_ptr<InventorySnapshot::FreeSliceIndex> free_map_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
-  std::vector<bool> owned_shards_ = std::vector<bool>(InventorySnapshot::kPgShards);
+  std::vector<bool> owned_shards_ =
+      std::vector<bool>(InventorySnapshot::kPgShards);
 };
 
 // ---------------------------------------------------------------------------
@@ -482,7 +499,8 @@ class SnapshotWriter {
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Build(std::vector<Node> nodes,
                          std::vector<Allocation> allocations) {
-  SnapshotWriter writer(std::unique_ptr<InventorySnapshot>(new InventorySnapshot()));
+  SnapshotWriter writer(
+      std::unique_ptr<InventorySnapshot>(new InventorySnapshot()));
   RETURN_IF_ERROR(writer.BuildFrom(std::move(nodes), std::move(allocations)));
   return writer.Finish();
 }
@@ -494,8 +512,8 @@ std::shared_ptr<const InventorySnapshot> InventorySnapshot::Empty() {
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Apply(const SnapshotDelta& delta) const {
   {
-    SnapshotWriter writer(std::unique_ptr<InventorySnapshot>(
-        new InventorySnapshot(*this)));
+    SnapshotWriter writer(
+        std::unique_ptr<InventorySnapshot>(new InventorySnapshot(*this)));
     ASSIGN_OR_RETURN(bool applied, writer.TryApply(delta));
     if (applied) return writer.Finish();
   }
@@ -518,7 +536,8 @@ InventorySnapshot::Apply(const SnapshotDelta& delta) const {
   }
   for (const std::string& id : delta.remove_node_ids) {
     if (!nodes.contains(id)) {
-      return absl::NotFoundError(absl::StrCat("cannot remove unknown node ", id));
+      return absl::NotFoundError(
+          absl::StrCat("cannot remove unknown node ", id));
     }
     if (busy.contains(id)) {
       return absl::FailedPreconditionError(
@@ -538,8 +557,8 @@ InventorySnapshot::Apply(const SnapshotDelta& delta) const {
   for (const std::string& id : added_on) {
     for (const auto& [name, amount] : next->node(next->NodeIndex(id)).free) {
       if (amount < 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("new allocations over-commit ", name, " on node ", id));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "new allocations over-commit ", name, " on node ", id));
       }
     }
   }
@@ -637,7 +656,8 @@ int InventorySnapshot::Rank(BundleKind kind, uint32_t i) const {
     return it == e.free.end() ? int64_t{0} : it->second;
   };
   if (free_of(kind == BundleKind::kTpu ? kResourceTpu : kResourceCpu) <= 0 &&
-      (kind == BundleKind::kTpu ? e.tpu : e.node.resources.contains(kResourceCpu))) {
+      (kind == BundleKind::kTpu ? e.tpu
+                                : e.node.resources.contains(kResourceCpu))) {
     return kNumRanks - 1;
   }
   if (kind == BundleKind::kCpuOnly) {

@@ -58,9 +58,9 @@ struct Allocation {
 // The change from one snapshot to the next. Applied in this order: node
 // upserts, node removals, releases, then new allocations.
 struct SnapshotDelta {
-  std::vector<Node> upsert_nodes;             // insert or replace by node_id
-  std::vector<std::string> remove_node_ids;   // REQUIRES: no allocations left
-  std::vector<std::string> release_pg_ids;    // drop all of a PG's allocations
+  std::vector<Node> upsert_nodes;            // insert or replace by node_id
+  std::vector<std::string> remove_node_ids;  // REQUIRES: no allocations left
+  std::vector<std::string> release_pg_ids;   // drop all of a PG's allocations
   std::vector<Allocation> add_allocations;
 };
 
@@ -174,21 +174,21 @@ class InventorySnapshot {
   // Per-node state. Engine-internal; exposed for the solver.
   struct NodeEntry {
     Node node;
-    ResourceSet free;                  // total - allocations; < 0 if over-committed
+    ResourceSet free;  // total - allocations; < 0 if over-committed
     std::vector<Allocation> allocations;  // sorted by (pg_id, bundle_index)
-    int32_t slice = -1;                // index into slices, -1 when none
-    bool tpu = false;                  // has a "TPU" resource
-    bool single_host = false;          // its slice has one host
+    int32_t slice = -1;                   // index into slices, -1 when none
+    bool tpu = false;                     // has a "TPU" resource
+    bool single_host = false;             // its slice has one host
   };
   // Per-slice state. Engine-internal; exposed for the solver.
   struct SliceEntry {
     SliceInfo info;
     bool shape_known = false;
-    TpuShape shape;                    // valid when shape_known
-    std::vector<uint32_t> hosts;       // node indexes, worker-id order if intact
+    TpuShape shape;               // valid when shape_known
+    std::vector<uint32_t> hosts;  // node indexes, worker-id order if intact
     std::string tier;
     std::string zone;
-    int64_t allocated_hosts = 0;       // hosts holding any allocation
+    int64_t allocated_hosts = 0;  // hosts holding any allocation
     bool free() const { return allocated_hosts == 0; }
   };
   using FreeSliceIndex =
@@ -241,7 +241,8 @@ class InventorySnapshot {
   std::vector<uint32_t> MatchingNodes(const LabelSelector& selector) const;
   int64_t num_allocations() const { return num_allocations_; }
 
-  // --- Engine-internal accessors used by the solver ---------------------------
+  // --- Engine-internal accessors used by the solver
+  // ---------------------------
   const NodeEntry& node(uint32_t i) const { return *nodes_[i]; }
   const SliceEntry& slice(uint32_t i) const { return *slices_[i]; }
   // -1 when unknown.

@@ -42,14 +42,14 @@ BundleKind KindOf(const ResourceSet& resources) {
 }
 
 std::string ResourcesToString(const ResourceSet& resources) {
-  return absl::StrCat(
-      "{",
-      absl::StrJoin(resources, ", ",
-                    [](std::string* out, const auto& entry) {
-                      absl::StrAppend(out, entry.first, ": ",
-                                      FromFixedPoint(entry.second));
-                    }),
-      "}");
+  return absl::StrCat("{",
+                      absl::StrJoin(resources, ", ",
+                                    [](std::string* out, const auto& entry) {
+                                      absl::StrAppend(
+                                          out, entry.first, ": ",
+                                          FromFixedPoint(entry.second));
+                                    }),
+                      "}");
 }
 
 LabelSelector And(const LabelSelector& a, const LabelSelector* b) {
@@ -95,10 +95,13 @@ class Tally {
 // Dense bitset over node indexes, local to one solve.
 using Bits = std::vector<uint64_t>;
 
-bool TestBit(const Bits& bits, uint32_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
+bool TestBit(const Bits& bits, uint32_t i) {
+  return (bits[i >> 6] >> (i & 63)) & 1;
+}
 
 // Nodes whose labels satisfy `selector` (any state), from the label index.
-Bits CandidateBits(const InventorySnapshot& snap, const LabelSelector& selector) {
+Bits CandidateBits(const InventorySnapshot& snap,
+                   const LabelSelector& selector) {
   const size_t n = snap.num_nodes();
   const size_t words = (n + 63) / 64;
   Bits bits(words, ~uint64_t{0});
@@ -111,7 +114,8 @@ Bits CandidateBits(const InventorySnapshot& snap, const LabelSelector& selector)
       for (const std::string& v : term.values) {
         auto it = key->second->find(v);
         if (it == key->second->end()) continue;
-        for (uint32_t i : *it->second) term_bits[i >> 6] |= uint64_t{1} << (i & 63);
+        for (uint32_t i : *it->second)
+          term_bits[i >> 6] |= uint64_t{1} << (i & 63);
       }
     }
     const bool positive =
@@ -158,7 +162,8 @@ class Overlay {
     for (const auto& [name, amount] : request) {
       const int64_t total = Amount(snap_.node(i).node.resources, name);
       if (total <= 0) continue;
-      const __int128 left = static_cast<__int128>(Free(i, name) - amount) * 1'000'000;
+      const __int128 left =
+          static_cast<__int128>(Free(i, name) - amount) * 1'000'000;
       worst = std::max<int64_t>(worst, static_cast<int64_t>(left / total));
     }
     return worst;
@@ -200,7 +205,8 @@ class SolveRun {
       : snap_(snap), request_(request) {
     if (!request.replacing_pg_id.empty()) {
       for (const Allocation& a : snap.AllocationsOf(request.replacing_pg_id)) {
-        ResourceSet& r = released_[static_cast<uint32_t>(snap.NodeIndex(a.node_id))];
+        ResourceSet& r =
+            released_[static_cast<uint32_t>(snap.NodeIndex(a.node_id))];
         for (const auto& [name, amount] : a.resources) r[name] += amount;
       }
     }
@@ -229,9 +235,10 @@ class SolveRun {
     int64_t rows = 1;
     if (given.empty()) {
       Bundle b;
-      b.resources = req.resources_per_host.empty()
-                        ? ResourceSet{{TpuName(), shape.chips_per_host * kResourceScale}}
-                        : req.resources_per_host;
+      b.resources =
+          req.resources_per_host.empty()
+              ? ResourceSet{{TpuName(), shape.chips_per_host * kResourceScale}}
+              : req.resources_per_host;
       bundles.assign(hosts, b);
     } else {
       for (int64_t k = 1; k < needed && rows == 1; ++k) {
@@ -244,7 +251,9 @@ class SolveRun {
       }
       bundles.assign(given.begin(), given.begin() + rows * hosts);
     }
-    auto at = [&](int64_t k, int64_t w) { return (rows == 1 ? 0 : k) * hosts + w; };
+    auto at = [&](int64_t k, int64_t w) {
+      return (rows == 1 ? 0 : k) * hosts + w;
+    };
     // A slice's tier and zone are those of its worker 0 (its index key):
     // selector terms on them are decided per key; the remaining terms
     // ("residual") are checked on every host.
@@ -253,7 +262,8 @@ class SolveRun {
     bool any_keyed = false;
     bool any_residual = false;
     for (size_t j = 0; j < bundles.size(); ++j) {
-      const LabelSelector sel = And(And(bundles[j].selector, &req.selector), priority);
+      const LabelSelector sel =
+          And(And(bundles[j].selector, &req.selector), priority);
       for (const SelectorTerm& t : sel.terms) {
         const bool on_key = t.key == kLabelCapacityTier || t.key == kLabelZone;
         (on_key ? keyed[j] : residual[j]).terms.push_back(t);
@@ -272,7 +282,8 @@ class SolveRun {
       return true;
     };
     auto host_matches = [&](uint32_t h, int64_t k, int64_t w) {
-      return !any_residual || Matches(residual[at(k, w)], snap_.node(h).node.labels);
+      return !any_residual ||
+             Matches(residual[at(k, w)], snap_.node(h).node.labels);
     };
     // Whether slice s can be the k-th chosen slice (hosts match and fit).
     auto slice_fits = [&](uint32_t s, int64_t k) {
@@ -293,7 +304,8 @@ class SolveRun {
     absl::btree_map<std::string, ZonePool> zones;
     const SliceKey first{req.generation, shape.topology, "", ""};
     for (auto it = snap_.free_slices().lower_bound(first);
-         it != snap_.free_slices().end() && it->first.generation == req.generation &&
+         it != snap_.free_slices().end() &&
+         it->first.generation == req.generation &&
          it->first.topology == shape.topology;
          ++it) {
       if (!key_matches(it->first)) continue;
@@ -310,21 +322,23 @@ class SolveRun {
     //    multi-zone fallback) are taken largest first. Ties: zone name.
     std::vector<std::pair<std::string, const ZonePool*>> order;
     for (const auto& [zone, pool] : zones) order.emplace_back(zone, &pool);
-    std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
-      const int64_t ca = a.second->count, cb = b.second->count;
-      const bool fa = ca >= needed, fb = cb >= needed;
-      if (fa != fb) return fa;
-      if (fa && needed > 1) return ca < cb;
-      return ca > cb;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const auto& a, const auto& b) {
+                       const int64_t ca = a.second->count, cb = b.second->count;
+                       const bool fa = ca >= needed, fb = cb >= needed;
+                       if (fa != fb) return fa;
+                       if (fa && needed > 1) return ca < cb;
+                       return ca > cb;
+                     });
     // 3. Fit: slices in (tier, name) order within each zone.
     std::vector<uint32_t> chosen;
     auto take_from = [&](const ZonePool& pool, std::vector<uint32_t>& into) {
       for (const CowBitset* set : pool.sets) {
-        for (size_t s = set->NextSet(0); s < set->bits() &&
-                                         static_cast<int64_t>(into.size()) < needed;
+        for (size_t s = set->NextSet(0);
+             s < set->bits() && static_cast<int64_t>(into.size()) < needed;
              s = set->NextSet(s + 1)) {
-          if (slice_fits(static_cast<uint32_t>(s), static_cast<int64_t>(into.size()))) {
+          if (slice_fits(static_cast<uint32_t>(s),
+                         static_cast<int64_t>(into.size()))) {
             into.push_back(static_cast<uint32_t>(s));
           }
         }
@@ -357,9 +371,10 @@ class SolveRun {
         for (int64_t w = 0; w < hosts; ++w) out.nodes.push_back(se.hosts[w]);
       }
       std::vector<std::string> zone_names;
-      for (const auto& [z, c] : used_zones) zone_names.push_back(z.empty() ? "(no zone)" : z);
-      out.summary = absl::StrCat("placed ", needed, " ", shape.pod_type, " slice",
-                                 needed == 1 ? "" : "s", " in zone",
+      for (const auto& [z, c] : used_zones)
+        zone_names.push_back(z.empty() ? "(no zone)" : z);
+      out.summary = absl::StrCat("placed ", needed, " ", shape.pod_type,
+                                 " slice", needed == 1 ? "" : "s", " in zone",
                                  zone_names.size() == 1 ? " " : "s ",
                                  absl::StrJoin(zone_names, ", "));
       return out;
@@ -370,12 +385,14 @@ class SolveRun {
     // one by one (slow path, O(slices in the allowed keys)).
     DiagnosisStep step;
     step.step = absl::StrCat(label_, shape.pod_type, " slices (",
-                             TpuGenerationName(req.generation), " ", shape.topology, ")");
+                             TpuGenerationName(req.generation), " ",
+                             shape.topology, ")");
     int64_t could_ever = 0;
     int64_t held = 0, broken = 0, too_small = 0;
     absl::btree_map<std::string, int64_t> excluded_in_zone;  // zone -> slices
     for (auto it = snap_.slices_by_key().lower_bound(first);
-         it != snap_.slices_by_key().end() && it->first.generation == req.generation &&
+         it != snap_.slices_by_key().end() &&
+         it->first.generation == req.generation &&
          it->first.topology == shape.topology;
          ++it) {
       const int64_t in_key = static_cast<int64_t>(it->second.size());
@@ -422,18 +439,19 @@ class SolveRun {
     tally.Add("not intact", broken);
     tally.Add("with hosts too small for the bundles", too_small);
     for (const auto& [zone, count] : excluded_in_zone) {
-      tally.Add(zone.empty() ? std::string("excluded by selector")
-                             : absl::StrCat("in zone ", zone, " excluded by selector"),
+      tally.Add(zone.empty()
+                    ? std::string("excluded by selector")
+                    : absl::StrCat("in zone ", zone, " excluded by selector"),
                 count);
     }
     step.rejected = tally.Take();
     const int64_t total = step.considered;
     out.infeasible = could_ever < needed;
     std::string detail = JoinRejections(step.rejected);
-    out.summary = absl::StrCat(step.accepted, "/", total, " ", shape.pod_type,
-                               " slices free",
-                               needed > 1 ? absl::StrCat(", ", needed, " needed") : "",
-                               detail.empty() ? "" : ": ", detail);
+    out.summary = absl::StrCat(
+        step.accepted, "/", total, " ", shape.pod_type, " slices free",
+        needed > 1 ? absl::StrCat(", ", needed, " needed") : "",
+        detail.empty() ? "" : ": ", detail);
     if (total == 0) {
       out.summary = absl::StrCat("no ", shape.pod_type, " slice (",
                                  TpuGenerationName(req.generation), " ",
@@ -457,7 +475,8 @@ class SolveRun {
       // Ray's PACK puts the gang on one node when it can; keep that unless it
       // costs more (e.g. CPU bundles on a TPU host while CPU nodes hold them).
       Attempt one = PlaceOnOneNode(bundles, priority);
-      if (one.placed && (!base.placed || !(Score(bundles, base) < Score(bundles, one)))) {
+      if (one.placed &&
+          (!base.placed || !(Score(bundles, base) < Score(bundles, one)))) {
         base = std::move(one);
       }
     }
@@ -472,7 +491,8 @@ class SolveRun {
     Attempt chosen = std::move(base);
     for (const auto& [zone, nodes] : *zones->second) {
       LabelSelector domain;
-      domain.terms.push_back({std::string(kLabelZone), SelectorOp::kEquals, {zone}});
+      domain.terms.push_back(
+          {std::string(kLabelZone), SelectorOp::kEquals, {zone}});
       Attempt attempt = PlaceGang(bundles, priority, &domain);
       if (!attempt.placed) continue;
       const DomainScore score = Score(bundles, attempt);
@@ -500,7 +520,8 @@ class SolveRun {
     friend auto operator<=>(const DomainScore&, const DomainScore&) = default;
   };
 
-  DomainScore Score(const std::vector<Bundle>& bundles, const Attempt& a) const {
+  DomainScore Score(const std::vector<Bundle>& bundles,
+                    const Attempt& a) const {
     DomainScore score;
     absl::btree_set<int32_t> broken;
     absl::btree_set<std::string> zones;
@@ -509,7 +530,8 @@ class SolveRun {
       const uint32_t i = a.nodes[b];
       const InventorySnapshot::NodeEntry& e = snap_.node(i);
       const BundleKind kind = KindOf(bundles[b].resources);
-      if (e.slice >= 0 && snap_.slice(e.slice).info.intact && snap_.slice(e.slice).free()) {
+      if (e.slice >= 0 && snap_.slice(e.slice).info.intact &&
+          snap_.slice(e.slice).free()) {
         broken.insert(e.slice);
       }
       if (kind == BundleKind::kCpuOnly && e.tpu) ++score.cpu_on_tpu;
@@ -518,8 +540,8 @@ class SolveRun {
       if (e.allocations.empty()) fresh.insert(i);
       score.rank_sum += snap_.Rank(kind, i);
     }
-    const int64_t distinct =
-        static_cast<int64_t>(absl::btree_set<uint32_t>(a.nodes.begin(), a.nodes.end()).size());
+    const int64_t distinct = static_cast<int64_t>(
+        absl::btree_set<uint32_t>(a.nodes.begin(), a.nodes.end()).size());
     if (request_.strategy == Strategy::kPack) score.strategy_cost = distinct;
     if (request_.strategy == Strategy::kSpread) {
       score.strategy_cost = static_cast<int64_t>(bundles.size()) - distinct;
@@ -542,18 +564,21 @@ class SolveRun {
     for (const Bundle& b : bundles) {
       if (!b.pinned_node_id.empty()) return out;
       for (const auto& [name, amount] : b.resources) sum[name] += amount;
-      if (std::none_of(seen.begin(), seen.end(),
-                       [&](const LabelSelector* x) { return *x == b.selector; })) {
+      if (std::none_of(seen.begin(), seen.end(), [&](const LabelSelector* x) {
+            return *x == b.selector;
+          })) {
         seen.push_back(&b.selector);
         all = And(all, &b.selector);
       }
     }
     Group& g = groups_[GroupFor(all, KindOf(sum), sum)];
-    const int64_t node = BestFit(g, sum, /*fresh_only=*/false, kPackOneNodeScan);
+    const int64_t node =
+        BestFit(g, sum, /*fresh_only=*/false, kPackOneNodeScan);
     if (node < 0) return out;
     out.nodes.assign(bundles.size(), static_cast<uint32_t>(node));
     out.placed = true;
-    out.summary = absl::StrCat("placed ", bundles.size(), " bundles on 1 node (PACK)");
+    out.summary =
+        absl::StrCat("placed ", bundles.size(), " bundles on 1 node (PACK)");
     return out;
   }
 
@@ -568,7 +593,8 @@ class SolveRun {
 
   // One placement of the gang, optionally confined to `domain` (a selector
   // ANDed with every bundle's).
-  Attempt PlaceGang(const std::vector<Bundle>& bundles, const LabelSelector* priority,
+  Attempt PlaceGang(const std::vector<Bundle>& bundles,
+                    const LabelSelector* priority,
                     const LabelSelector* domain) {
     Attempt out;
     Reset();
@@ -611,7 +637,8 @@ class SolveRun {
       } else if (!Matches(selectors[b], snap_.node(i).node.labels)) {
         why = "no longer matches the selector";
       } else if (!overlay().Fits(i, bundles[b].resources)) {
-        why = absl::StrCat("has no room for ", ResourcesToString(bundles[b].resources));
+        why = absl::StrCat("has no room for ",
+                           ResourcesToString(bundles[b].resources));
       } else if (request_.strategy == Strategy::kStrictSpread &&
                  opened_set_.contains(i)) {
         out.infeasible = true;
@@ -620,7 +647,9 @@ class SolveRun {
       if (!why.empty()) {
         out.summary = absl::StrCat("bundle ", b, " is pinned to node ",
                                    bundles[b].pinned_node_id, ", which ", why);
-        out.steps.push_back({absl::StrCat(label_, "bundle ", b, " pinned node"), 1, 0,
+        out.steps.push_back({absl::StrCat(label_, "bundle ", b, " pinned node"),
+                             1,
+                             0,
                              {{why, 1}}});
         return out;
       }
@@ -641,10 +670,10 @@ class SolveRun {
         break;
     }
     if (out.placed) {
-      out.summary = absl::StrCat("placed ", b_count, " bundle", b_count == 1 ? "" : "s",
-                                 " on ", opened_.size(), " node",
-                                 opened_.size() == 1 ? "" : "s", " (",
-                                 StrategyName(request_.strategy), ")");
+      out.summary = absl::StrCat(
+          "placed ", b_count, " bundle", b_count == 1 ? "" : "s", " on ",
+          opened_.size(), " node", opened_.size() == 1 ? "" : "s", " (",
+          StrategyName(request_.strategy), ")");
     }
     return out;
   }
@@ -698,7 +727,8 @@ class SolveRun {
     LabelSelector all;
     for (size_t b = 0; b < bundles.size(); ++b) {
       if (done[b]) continue;
-      for (const auto& [name, amount] : bundles[b].resources) sum[name] += amount;
+      for (const auto& [name, amount] : bundles[b].resources)
+        sum[name] += amount;
       all = And(all, &selectors[b]);
     }
     if (sum.empty() && opened_.size() <= 1) {
@@ -779,9 +809,9 @@ class SolveRun {
       }
       if (able.size() < bundles.size()) {
         out.infeasible = true;
-        out.summary = absl::StrCat("STRICT_SPREAD needs ", bundles.size(),
-                                   " distinct nodes, only ", able.size(),
-                                   " match and are large enough; ", out.summary);
+        out.summary = absl::StrCat(
+            "STRICT_SPREAD needs ", bundles.size(), " distinct nodes, only ",
+            able.size(), " match and are large enough; ", out.summary);
       }
       return;
     }
@@ -847,15 +877,17 @@ class SolveRun {
   int GroupFor(const LabelSelector& selector, BundleKind kind,
                const ResourceSet& resources) {
     const std::string sel_key = SelectorToString(selector);
-    const std::string key = absl::StrCat(sel_key, "|", static_cast<int>(kind), "|",
-                                         ResourcesToString(resources));
+    const std::string key = absl::StrCat(sel_key, "|", static_cast<int>(kind),
+                                         "|", ResourcesToString(resources));
     auto it = group_of_.find(key);
     if (it != group_of_.end()) return it->second;
     auto bits = bits_cache_.find(sel_key);
     if (bits == bits_cache_.end()) {
-      bits = bits_cache_.emplace(sel_key, std::make_unique<Bits>(
-                                              CandidateBits(snap_, selector)))
-                 .first;
+      bits =
+          bits_cache_
+              .emplace(sel_key,
+                       std::make_unique<Bits>(CandidateBits(snap_, selector)))
+              .first;
     }
     Group g;
     g.candidates = bits->second.get();
@@ -977,11 +1009,12 @@ class SolveRun {
   void Fail(Attempt& out, int64_t b, const Bundle& bundle,
             const LabelSelector& selector, bool distinct) {
     DiagnosisStep step;
-    step.step = absl::StrCat(label_, b < 0 ? std::string("gang (STRICT_PACK)")
-                                           : absl::StrCat("bundle ", b),
-                             " ", ResourcesToString(bundle.resources),
-                             selector.empty() ? "" : " on ",
-                             selector.empty() ? "" : SelectorToString(selector));
+    step.step = absl::StrCat(
+        label_,
+        b < 0 ? std::string("gang (STRICT_PACK)") : absl::StrCat("bundle ", b),
+        " ", ResourcesToString(bundle.resources),
+        selector.empty() ? "" : " on ",
+        selector.empty() ? "" : SelectorToString(selector));
     const Bits candidates = CandidateBits(snap_, selector);
     std::vector<const std::string*> names;
     std::vector<int64_t> amounts;
@@ -997,7 +1030,9 @@ class SolveRun {
         const InventorySnapshot::NodeEntry& e = snap_.node(i);
         ++matched;
         size_t r = 0;
-        while (r < names.size() && Amount(e.node.resources, *names[r]) >= amounts[r]) ++r;
+        while (r < names.size() &&
+               Amount(e.node.resources, *names[r]) >= amounts[r])
+          ++r;
         if (r < names.size()) {
           ++short_total[r];
           continue;
@@ -1011,8 +1046,9 @@ class SolveRun {
           continue;
         }
         r = 0;
-        while (r < names.size() &&
-               (amounts[r] <= 0 || overlay().Free(i, *names[r]) >= amounts[r])) {
+        while (
+            r < names.size() &&
+            (amounts[r] <= 0 || overlay().Free(i, *names[r]) >= amounts[r])) {
           ++r;
         }
         if (r < names.size()) {
@@ -1043,9 +1079,9 @@ class SolveRun {
     for (int64_t n : short_total) ever -= n;
     out.infeasible = out.infeasible || ever == 0;
     const std::string detail = JoinRejections(step.rejected);
-    out.summary = absl::StrCat(step.step.substr(label_.size()), ": ", step.accepted,
-                               "/", step.considered, " nodes fit",
-                               detail.empty() ? "" : ": ", detail);
+    out.summary = absl::StrCat(
+        step.step.substr(label_.size()), ": ", step.accepted, "/",
+        step.considered, " nodes fit", detail.empty() ? "" : ": ", detail);
     out.steps.push_back(std::move(step));
   }
 
@@ -1146,10 +1182,10 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
       if (list.empty() || static_cast<int64_t>(list.size()) == want) {
         return absl::OkStatus();
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": a slice requirement of ", req.num_slices, " x ",
-          shape->pod_type, " needs one bundle per host (", want, "), got ",
-          list.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": a slice requirement of ", req.num_slices,
+                       " x ", shape->pod_type, " needs one bundle per host (",
+                       want, "), got ", list.size()));
     };
     s = check_count(request.bundles, "bundles");
     if (!s.ok()) return s;
@@ -1159,8 +1195,8 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
     }
     for (const auto& [name, amount] : req.resources_per_host) {
       if (amount < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "slice.resources_per_host[", name, "]: must be >= 0"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("slice.resources_per_host[", name, "]: must be >= 0"));
       }
     }
   }
@@ -1189,7 +1225,9 @@ Decision Solve(const InventorySnapshot& snapshot,
       const LabelSelector* priority =
           request.priorities.empty() ? nullptr : &request.priorities[p];
       std::string label;
-      if (lists > 1) absl::StrAppend(&label, f == 0 ? "primary" : absl::StrCat("fallback ", f - 1));
+      if (lists > 1)
+        absl::StrAppend(&label,
+                        f == 0 ? "primary" : absl::StrCat("fallback ", f - 1));
       if (priority != nullptr) {
         absl::StrAppend(&label, label.empty() ? "" : ", ", "priority ", p, " ",
                         SelectorToString(*priority));

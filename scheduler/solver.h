@@ -93,9 +93,9 @@ struct Rejection {
 
 // One step of the pipeline for one attempt (bundle list x priority).
 struct DiagnosisStep {
-  std::string step;         // e.g. "priority 0: v6e-16 slices", "bundle 3 nodes"
-  int64_t considered = 0;   // nodes or slices looked at
-  int64_t accepted = 0;     // passed every check
+  std::string step;        // e.g. "priority 0: v6e-16 slices", "bundle 3 nodes"
+  int64_t considered = 0;  // nodes or slices looked at
+  int64_t accepted = 0;    // passed every check
   std::vector<Rejection> rejected;  // by reason, in a fixed order
 
   friend bool operator==(const DiagnosisStep&, const DiagnosisStep&) = default;

@@ -13,10 +13,10 @@
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing
 // function when it is not OK.
-#define RETURN_IF_ERROR(expr)                         \
-  do {                                                \
-    ::absl::Status sliced_status_ = (expr);           \
-    if (!sliced_status_.ok()) return sliced_status_;  \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status sliced_status_ = (expr);          \
+    if (!sliced_status_.ok()) return sliced_status_; \
   } while (false)
 
 #define SLICED_STATUS_CONCAT_INNER_(a, b) a##b
@@ -25,8 +25,8 @@
 // ASSIGN_OR_RETURN(lhs, expr): evaluates `expr` (an absl::StatusOr<T>); on
 // error returns its status, otherwise moves the value into `lhs`, which may be
 // a declaration (`auto x`) or an existing variable.
-#define ASSIGN_OR_RETURN(lhs, expr)                                      \
-  SLICED_ASSIGN_OR_RETURN_IMPL_(                                        \
+#define ASSIGN_OR_RETURN(lhs, expr) \
+  SLICED_ASSIGN_OR_RETURN_IMPL_(    \
       SLICED_STATUS_CONCAT_(sliced_statusor_, __LINE__), lhs, expr)
 
 #define SLICED_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \

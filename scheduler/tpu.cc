@@ -17,14 +17,14 @@ constexpr absl::string_view kAcceptedNames =
     "TPU-V2, TPU-V3, TPU-V4, TPU-V5P, TPU-V5LITEPOD (v5e), TPU-V6E, TPU-V7X "
     "(tpu7x), case-insensitive, with or without the TPU- prefix";
 
-constexpr std::array<absl::string_view, 5> kV2Topologies = {
-    "4x4", "4x8", "8x8", "8x16", "16x16"};
+constexpr std::array<absl::string_view, 5> kV2Topologies = {"4x4", "4x8", "8x8",
+                                                            "8x16", "16x16"};
 constexpr std::array<absl::string_view, 7> kV3Topologies = {
     "4x4", "4x8", "8x8", "8x16", "16x16", "16x32", "32x32"};
 constexpr std::array<absl::string_view, 9> kLiteTopologies = {
     "1x1", "2x2", "2x4", "2x8", "4x4", "4x8", "8x8", "8x16", "16x16"};
 constexpr std::array<absl::string_view, 10> kV7xTopologies = {
-    "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4",
+    "2x2x1", "2x2x2", "2x2x4", "2x4x4",  "4x4x4",
     "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16"};
 constexpr std::array<absl::string_view, 4> kV4SmallTopologies = {
     "2x2x1", "2x2x2", "2x2x4", "2x4x4"};
@@ -90,9 +90,9 @@ absl::StatusOr<TpuGeneration> ParseTpuGeneration(absl::string_view name) {
   }
   if (rest == "v6e") return TpuGeneration::kV6e;
   if (rest == "v7x" || rest == "7x") return TpuGeneration::kV7x;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown TPU accelerator type \"", name, "\"; accepted: ",
-      kAcceptedNames));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown TPU accelerator type \"", name,
+                   "\"; accepted: ", kAcceptedNames));
 }
 
 absl::string_view TpuGenerationName(TpuGeneration generation) {
@@ -152,9 +152,9 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
     shape.dims.push_back(dim);
   }
   if (!parsed || shape.dims.size() < 2 || shape.dims.size() > 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid TPU topology \"", topology,
-        "\": expected AxB or AxBxC with positive integers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid TPU topology \"", topology,
+                     "\": expected AxB or AxBxC with positive integers"));
   }
   shape.topology = absl::StrJoin(shape.dims, "x");
   const std::string rule =
@@ -166,8 +166,8 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
   }
   shape.chips = 1;
   for (int d : shape.dims) shape.chips *= d;
-  const bool lite = generation == TpuGeneration::kV5e ||
-                    generation == TpuGeneration::kV6e;
+  const bool lite =
+      generation == TpuGeneration::kV5e || generation == TpuGeneration::kV6e;
   shape.chips_per_host = (lite && shape.chips <= 8) ? shape.chips : 4;
   shape.hosts = std::max<int64_t>(1, shape.chips / shape.chips_per_host);
   shape.cores_per_chip = lite ? 1 : 2;

@@ -33,13 +33,13 @@ absl::string_view TpuAcceleratorType(TpuGeneration generation);
 // One slice shape: a generation and a valid topology.
 struct TpuShape {
   TpuGeneration generation = TpuGeneration::kV6e;
-  std::string topology;       // canonical, e.g. "4x4", "2x2x2"
-  std::vector<int> dims;      // {4, 4}
-  int64_t chips = 0;          // product of dims
-  int64_t chips_per_host = 0; // chips one host of this shape carries
-  int64_t hosts = 0;          // max(1, chips / chips_per_host)
+  std::string topology;        // canonical, e.g. "4x4", "2x2x2"
+  std::vector<int> dims;       // {4, 4}
+  int64_t chips = 0;           // product of dims
+  int64_t chips_per_host = 0;  // chips one host of this shape carries
+  int64_t hosts = 0;           // max(1, chips / chips_per_host)
   int64_t cores_per_chip = 0;
-  std::string pod_type;       // "<gen>-<chips * cores_per_chip>", e.g. v6e-16
+  std::string pod_type;  // "<gen>-<chips * cores_per_chip>", e.g. v6e-16
 
   friend bool operator==(const TpuShape&, const TpuShape&) = default;
 };

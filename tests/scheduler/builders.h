@@ -13,7 +13,9 @@
 
 namespace sliced::scheduler::testing {
 
-inline int64_t Units(double v) { return static_cast<int64_t>(v * kResourceScale); }
+inline int64_t Units(double v) {
+  return static_cast<int64_t>(v * kResourceScale);
+}
 
 // A CPU-only node.
 inline Node CpuNode(std::string id, double cpu = 8, std::string zone = "z1",
@@ -40,8 +42,8 @@ inline Node TpuHost(std::string id, std::string slice, std::string accelerator,
               {std::string(kLabelZone), zone},
               {std::string(kLabelCapacityTier), tier}};
   if (!slice.empty()) n.labels[std::string(kLabelTpuSliceName)] = slice;
-  n.resources = {{"CPU", Units(96)}, {"TPU", Units(chips)},
-                 {"memory", Units(64e9)}};
+  n.resources = {
+      {"CPU", Units(96)}, {"TPU", Units(chips)}, {"memory", Units(64e9)}};
   return n;
 }
 
@@ -55,10 +57,9 @@ inline std::vector<Node> Slice(const std::string& slice,
   auto shape = ResolveTpuShape(*gen, topology);
   std::vector<Node> hosts;
   for (int i = 0; i < shape->hosts; ++i) {
-    hosts.push_back(TpuHost(absl::StrCat(slice, "-w", i), slice, accelerator,
-                            topology, i,
-                            static_cast<double>(shape->chips_per_host), zone,
-                            tier));
+    hosts.push_back(
+        TpuHost(absl::StrCat(slice, "-w", i), slice, accelerator, topology, i,
+                static_cast<double>(shape->chips_per_host), zone, tier));
   }
   if (shape->hosts > 1) {
     hosts[0].resources[absl::StrCat("TPU-", shape->pod_type, "-head")] =

@@ -51,10 +51,17 @@ TEST(LabelValueTest, Table) {
     bool ok;
   };
   const Case cases[] = {
-      {"", true},         {"v6e", true},         {"TPU-V6E", true},
-      {"4x4", true},      {"a.b_c-d", true},     {std::string(63, 'v'), true},
-      {"-x", false},      {"x-", false},         {"a b", false},
-      {"a/b", false},     {std::string(64, 'v'), false},
+      {"", true},
+      {"v6e", true},
+      {"TPU-V6E", true},
+      {"4x4", true},
+      {"a.b_c-d", true},
+      {std::string(63, 'v'), true},
+      {"-x", false},
+      {"x-", false},
+      {"a b", false},
+      {"a/b", false},
+      {std::string(64, 'v'), false},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(ValidateLabelValue(c.value).ok(), c.ok) << c.value;
@@ -131,7 +138,7 @@ TEST(SelectorMatchTest, Table) {
       {{{"zone", "b"}}, false},
       {{{"zone", "!a"}}, false},
       {{{"zone", "!b"}}, true},
-      {{{"absent", "!x"}}, true},      // !v on absent key
+      {{{"absent", "!x"}}, true},  // !v on absent key
       {{{"absent", "x"}}, false},
       {{{"zone", "in(a,b)"}}, true},
       {{{"zone", "in(b,c)"}}, false},

@@ -22,9 +22,12 @@ TEST(DeriveSlicesTest, IntactShapes) {
     const char* pod_type;
   };
   const Case cases[] = {
-      {"TPU-V6E", "4x4", 4, "v6e-16"},   {"TPU-V4", "2x2x2", 2, "v4-16"},
-      {"TPU-V5P", "2x2x1", 1, "v5p-8"},  {"TPU-V6E", "8x16", 32, "v6e-128"},
-      {"TPU-V6E", "2x4", 1, "v6e-8"},    {"TPU-V7X", "2x2x2", 2, "v7x-16"},
+      {"TPU-V6E", "4x4", 4, "v6e-16"},
+      {"TPU-V4", "2x2x2", 2, "v4-16"},
+      {"TPU-V5P", "2x2x1", 1, "v5p-8"},
+      {"TPU-V6E", "8x16", 32, "v6e-128"},
+      {"TPU-V6E", "2x4", 1, "v6e-8"},
+      {"TPU-V7X", "2x2x2", 2, "v7x-16"},
       {"TPU-V5LITEPOD", "4x8", 8, "v5litepod-32"},
   };
   for (const Case& c : cases) {
@@ -56,8 +59,7 @@ TEST(DeriveSlicesTest, BrokenSlices) {
          n[2].labels[std::string(kLabelTpuWorkerId)] = "1";
        },
        "duplicate worker id 1 (nodes s-w1, s-w2)"},
-      {"dead host",
-       [](std::vector<Node>& n) { n[3].state = NodeState::kDead; },
+      {"dead host", [](std::vector<Node>& n) { n[3].state = NodeState::kDead; },
        "node s-w3 is DEAD"},
       {"draining host",
        [](std::vector<Node>& n) { n[0].state = NodeState::kDraining; },

@@ -38,8 +38,9 @@ std::string Describe(const InventorySnapshot& s) {
   for (uint32_t i = 0; i < s.num_nodes(); ++i) {
     const auto& e = s.node(i);
     absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
-                    " slice=", e.slice, " rank=", s.Rank(BundleKind::kCpuOnly, i),
-                    "/", s.Rank(BundleKind::kTpu, i), " free=");
+                    " slice=", e.slice,
+                    " rank=", s.Rank(BundleKind::kCpuOnly, i), "/",
+                    s.Rank(BundleKind::kTpu, i), " free=");
     for (const auto& [k, v] : e.free) absl::StrAppend(&out, k, ":", v, ",");
     for (const auto& a : e.allocations) {
       absl::StrAppend(&out, " ", a.pg_id, "[", a.bundle_index, "]");
@@ -67,8 +68,8 @@ std::string Describe(const InventorySnapshot& s) {
   }
   for (const auto& [k, values] : s.label_index()) {
     for (const auto& [v, list] : *values) {
-      absl::StrAppend(&out, "label ", k, "=", v, ": ", absl::StrJoin(*list, ","),
-                      "\n");
+      absl::StrAppend(&out, "label ", k, "=", v, ": ",
+                      absl::StrJoin(*list, ","), "\n");
     }
   }
   absl::StrAppend(&out, "allocations=", s.num_allocations(), "\n");
@@ -85,7 +86,8 @@ TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
   EXPECT_EQ(s.node(0).node.node_id, "a-w0");  // sorted by id
   EXPECT_EQ((*s.FreeResources("cpu1"))["CPU"], Units(5.5));
   EXPECT_EQ((*s.FreeResources("b-w2"))["TPU"], 0);
-  EXPECT_EQ(s.FreeResources("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.FreeResources("nope").status().code(),
+            absl::StatusCode::kNotFound);
 
   auto slices = s.ListSlices();
   ASSERT_EQ(slices.size(), 4u);
@@ -209,7 +211,8 @@ TEST(SnapshotTest, DeadHostBreaksSliceIncrementally) {
 TEST(SnapshotTest, ApplyMatchesFullRebuild) {
   std::mt19937 rng(7);
   std::vector<Node> nodes = SmallCluster();
-  for (Node& n : Slice("d", "TPU-V5P", "2x2x1", "z2", "spot")) nodes.push_back(n);
+  for (Node& n : Slice("d", "TPU-V5P", "2x2x1", "z2", "spot"))
+    nodes.push_back(n);
   for (int i = 0; i < 6; ++i) nodes.push_back(CpuNode(absl::StrCat("n", i)));
   std::vector<Allocation> allocations;
   auto snap = *InventorySnapshot::Build(nodes, allocations);
@@ -222,11 +225,13 @@ TEST(SnapshotTest, ApplyMatchesFullRebuild) {
       const int count = 1 + rng() % 3;
       for (int b = 0; b < count; ++b) {
         const Node& n = nodes[rng() % nodes.size()];
-        const std::string res = n.resources.contains("TPU") && rng() % 2 ? "TPU" : "CPU";
+        const std::string res =
+            n.resources.contains("TPU") && rng() % 2 ? "TPU" : "CPU";
         const int64_t free = (*snap->FreeResources(n.node_id))[res];
         const int64_t want = Units(1);
         bool taken = false;
-        for (const Allocation& a : delta.add_allocations) taken |= a.node_id == n.node_id;
+        for (const Allocation& a : delta.add_allocations)
+          taken |= a.node_id == n.node_id;
         if (free < want || taken) continue;
         delta.add_allocations.push_back(Alloc(pg, b, n.node_id, {{res, want}}));
       }
@@ -240,7 +245,8 @@ TEST(SnapshotTest, ApplyMatchesFullRebuild) {
     } else if (op == 4) {  // add or remove a CPU node (full rebuild path)
       const std::string id = absl::StrCat("extra", rng() % 3);
       bool exists = snap->FindNode(id) != nullptr;
-      bool busy = exists && !snap->node(snap->NodeIndex(id)).allocations.empty();
+      bool busy =
+          exists && !snap->node(snap->NodeIndex(id)).allocations.empty();
       if (!exists) {
         delta.upsert_nodes = {CpuNode(id, 2)};
       } else if (!busy) {
@@ -251,7 +257,8 @@ TEST(SnapshotTest, ApplyMatchesFullRebuild) {
       if (n.resources.contains("TPU")) {
         n.resources["TPU"] = Units(rng() % 2 ? 4 : 8);
         int64_t used = 0;
-        for (const auto& a : snap->node(snap->NodeIndex(n.node_id)).allocations) {
+        for (const auto& a :
+             snap->node(snap->NodeIndex(n.node_id)).allocations) {
           if (a.resources.contains("TPU")) used += a.resources.at("TPU");
         }
         if (n.resources["TPU"] >= used) delta.upsert_nodes = {n};
@@ -264,7 +271,10 @@ TEST(SnapshotTest, ApplyMatchesFullRebuild) {
     for (const Node& n : delta.upsert_nodes) {
       bool replaced = false;
       for (Node& m : nodes) {
-        if (m.node_id == n.node_id) { m = n; replaced = true; }
+        if (m.node_id == n.node_id) {
+          m = n;
+          replaced = true;
+        }
       }
       if (!replaced) nodes.push_back(n);
     }
@@ -272,7 +282,8 @@ TEST(SnapshotTest, ApplyMatchesFullRebuild) {
       std::erase_if(nodes, [&](const Node& m) { return m.node_id == id; });
     }
     for (const std::string& pg : delta.release_pg_ids) {
-      std::erase_if(allocations, [&](const Allocation& a) { return a.pg_id == pg; });
+      std::erase_if(allocations,
+                    [&](const Allocation& a) { return a.pg_id == pg; });
     }
     for (const Allocation& a : delta.add_allocations) allocations.push_back(a);
     auto rebuilt = InventorySnapshot::Build(nodes, allocations);
@@ -294,7 +305,8 @@ TEST(SnapshotTest, MatchingNodesUsesSelectorSemantics) {
   EXPECT_EQ(ids({{"ray.io/tpu-slice-name", "in(a, c)"},
                  {"ray.io/tpu-worker-id", "!in(0,2)"}}),
             "a-w1,a-w3,c-w1");
-  EXPECT_EQ(ids({{"ray.io/accelerator-type", "!TPU-V6E"}}), "c-w0,c-w1,cpu1,cpu2");
+  EXPECT_EQ(ids({{"ray.io/accelerator-type", "!TPU-V6E"}}),
+            "c-w0,c-w1,cpu1,cpu2");
   EXPECT_EQ(ids({{"nokey", "x"}}), "");
   EXPECT_EQ(snap->MatchingNodes(LabelSelector{}).size(), 13u);
 }

@@ -33,19 +33,22 @@ class World {
     auto zone = [&] { return std::string(zones[rng_() % 2]); };
     auto tier = [&] { return std::string(tiers[rng_() % 2]); };
     for (int i = 0, n = rng_() % 6; i < n; ++i) {
-      nodes_.push_back(CpuNode(absl::StrCat("cpu", i), 4 + rng_() % 13, zone(), tier()));
+      nodes_.push_back(
+          CpuNode(absl::StrCat("cpu", i), 4 + rng_() % 13, zone(), tier()));
     }
     for (int i = 0, n = rng_() % 4; i < n; ++i) {
-      for (Node& h : Slice(absl::StrCat("v6e16-", i), "TPU-V6E", "4x4", zone(), tier())) {
+      for (Node& h :
+           Slice(absl::StrCat("v6e16-", i), "TPU-V6E", "4x4", zone(), tier())) {
         nodes_.push_back(h);
       }
     }
     for (int i = 0, n = rng_() % 4; i < n; ++i) {
-      nodes_.push_back(TpuHost(absl::StrCat("solo", i), "", "TPU-V6E", "2x4", 0, 8,
-                               zone(), tier()));
+      nodes_.push_back(TpuHost(absl::StrCat("solo", i), "", "TPU-V6E", "2x4", 0,
+                               8, zone(), tier()));
     }
     for (int i = 0, n = rng_() % 3; i < n; ++i) {
-      for (Node& h : Slice(absl::StrCat("v4-", i), "TPU-V4", "2x2x2", zone(), tier())) {
+      for (Node& h :
+           Slice(absl::StrCat("v4-", i), "TPU-V4", "2x2x2", zone(), tier())) {
         nodes_.push_back(h);
       }
     }
@@ -99,7 +102,8 @@ class World {
       }
       s.num_slices = 1 + rng_() % 3;
       if (rng_() % 3 == 0) s.selector = RandomSelector();
-      if (rng_() % 4 == 0) s.resources_per_host = {{"TPU", Units(1)}, {"CPU", Units(8)}};
+      if (rng_() % 4 == 0)
+        s.resources_per_host = {{"TPU", Units(1)}, {"CPU", Units(8)}};
       r.slice = s;
     } else {
       r.strategy = static_cast<Strategy>(rng_() % 4);
@@ -118,8 +122,10 @@ class World {
       }
     }
     if (rng_() % 4 == 0) {
-      r.priorities = {*ParseLabelSelector({{std::string(kLabelCapacityTier), "spot"}}),
-                      *ParseLabelSelector({{std::string(kLabelCapacityTier), "on-demand"}})};
+      r.priorities = {
+          *ParseLabelSelector({{std::string(kLabelCapacityTier), "spot"}}),
+          *ParseLabelSelector(
+              {{std::string(kLabelCapacityTier), "on-demand"}})};
     }
     return r;
   }
@@ -130,11 +136,13 @@ class World {
     std::vector<Bundle> bundles =
         d.fallback_index < 0 ? r.bundles : r.fallbacks[d.fallback_index];
     if (r.slice.has_value() && bundles.empty()) {
-      const TpuShape shape = *ResolveTpuShape(r.slice->generation, r.slice->topology);
+      const TpuShape shape =
+          *ResolveTpuShape(r.slice->generation, r.slice->topology);
       Bundle b;
-      b.resources = r.slice->resources_per_host.empty()
-                        ? ResourceSet{{"TPU", shape.chips_per_host * kResourceScale}}
-                        : r.slice->resources_per_host;
+      b.resources =
+          r.slice->resources_per_host.empty()
+              ? ResourceSet{{"TPU", shape.chips_per_host * kResourceScale}}
+              : r.slice->resources_per_host;
       bundles.assign(shape.hosts * r.slice->num_slices, b);
     }
     return bundles;
@@ -145,11 +153,13 @@ class World {
     SnapshotDelta delta;
     if (replace) {
       delta.release_pg_ids = {pg};
-      std::erase_if(allocations_, [&](const Allocation& a) { return a.pg_id == pg; });
+      std::erase_if(allocations_,
+                    [&](const Allocation& a) { return a.pg_id == pg; });
       std::erase(pgs_, pg);
     }
     for (size_t b = 0; b < bundles.size(); ++b) {
-      Allocation a{pg, static_cast<int>(b), d.bundle_nodes[b], bundles[b].resources};
+      Allocation a{pg, static_cast<int>(b), d.bundle_nodes[b],
+                   bundles[b].resources};
       delta.add_allocations.push_back(a);
       allocations_.push_back(a);
     }
@@ -170,7 +180,9 @@ class World {
   void RememberGeneric(const std::string& pg, const PlacementRequest& r) {
     generic_[pg] = r;
   }
-  const PlacementRequest& RequestOf(const std::string& pg) { return generic_[pg]; }
+  const PlacementRequest& RequestOf(const std::string& pg) {
+    return generic_[pg];
+  }
 
   // Turns a node DEAD (a missed heartbeat).
   void Kill(const std::string& node_id) {
@@ -192,7 +204,8 @@ class World {
     SnapshotDelta delta;
     delta.release_pg_ids = {pg};
     snap_ = *snap_->Apply(delta);
-    std::erase_if(allocations_, [&](const Allocation& a) { return a.pg_id == pg; });
+    std::erase_if(allocations_,
+                  [&](const Allocation& a) { return a.pg_id == pg; });
   }
 
   // The same inventory built from shuffled input.
@@ -224,7 +237,8 @@ LabelSelector Effective(const PlacementRequest& r, const Decision& d,
                         const Bundle& b) {
   LabelSelector s = b.selector;
   if (d.priority_index >= 0) {
-    for (const auto& t : r.priorities[d.priority_index].terms) s.terms.push_back(t);
+    for (const auto& t : r.priorities[d.priority_index].terms)
+      s.terms.push_back(t);
   }
   if (r.slice.has_value()) {
     for (const auto& t : r.slice->selector.terms) s.terms.push_back(t);
@@ -232,7 +246,8 @@ LabelSelector Effective(const PlacementRequest& r, const Decision& d,
   return s;
 }
 
-bool FitsFree(const InventorySnapshot& snap, uint32_t i, const ResourceSet& res) {
+bool FitsFree(const InventorySnapshot& snap, uint32_t i,
+              const ResourceSet& res) {
   for (const auto& [name, amount] : res) {
     auto it = snap.node(i).free.find(name);
     if ((it == snap.node(i).free.end() ? 0 : it->second) < amount) return false;
@@ -259,11 +274,13 @@ int ExistsPlacement(const InventorySnapshot& snap, const PlacementRequest& r) {
     dummy.fallback_index = -1;
     std::vector<Bundle> bundles = World::PlacedBundles(r, dummy);
     for (const SliceState& s : snap.ListSlices()) {
-      if (!s.info.intact || !s.free || s.info.pod_type != shape->pod_type) continue;
+      if (!s.info.intact || !s.free || s.info.pod_type != shape->pod_type)
+        continue;
       bool ok = true;
       for (int64_t w = 0; w < shape->hosts; ++w) {
         const uint32_t i = snap.NodeIndex(s.info.node_ids[w]);
-        ok = ok && Usable(snap, i, Effective(r, dummy, bundles[w]), bundles[w].resources);
+        ok = ok && Usable(snap, i, Effective(r, dummy, bundles[w]),
+                          bundles[w].resources);
       }
       if (ok) return 1;
     }
@@ -288,7 +305,8 @@ int ExistsPlacement(const InventorySnapshot& snap, const PlacementRequest& r) {
     std::function<bool(size_t, std::vector<bool>&)> augment =
         [&](size_t b, std::vector<bool>& seen) {
           for (uint32_t i = 0; i < n; ++i) {
-            if (seen[i] || !Usable(snap, i, r.bundles[b].selector, r.bundles[b].resources)) {
+            if (seen[i] || !Usable(snap, i, r.bundles[b].selector,
+                                   r.bundles[b].resources)) {
               continue;
             }
             seen[i] = true;
@@ -326,13 +344,17 @@ void CheckPlaced(const InventorySnapshot& snap, const PlacementRequest& r,
     for (const auto& [k, v] : a.resources) used[a.node_id][k] -= v;
   }
   for (const auto& [id, res] : used) {
-    EXPECT_TRUE(FitsFree(snap, snap.NodeIndex(id), res)) << "over-commits " << id;
+    EXPECT_TRUE(FitsFree(snap, snap.NodeIndex(id), res))
+        << "over-commits " << id;
   }
-  absl::flat_hash_set<std::string> distinct(d.bundle_nodes.begin(), d.bundle_nodes.end());
+  absl::flat_hash_set<std::string> distinct(d.bundle_nodes.begin(),
+                                            d.bundle_nodes.end());
   if (r.slice.has_value()) {
-    const TpuShape shape = *ResolveTpuShape(r.slice->generation, r.slice->topology);
+    const TpuShape shape =
+        *ResolveTpuShape(r.slice->generation, r.slice->topology);
     ASSERT_EQ(d.slice_names.size(), static_cast<size_t>(r.slice->num_slices));
-    absl::flat_hash_set<std::string> slices(d.slice_names.begin(), d.slice_names.end());
+    absl::flat_hash_set<std::string> slices(d.slice_names.begin(),
+                                            d.slice_names.end());
     EXPECT_EQ(slices.size(), d.slice_names.size());
     for (size_t s = 0; s < d.slice_names.size(); ++s) {
       auto state = snap.GetSlice(d.slice_names[s]);
@@ -372,13 +394,15 @@ TEST(SolverPropertyTest, ReplacesLostBundlesOnly) {
       if (world.rng()() % 3 != 0) continue;
       const std::string victim_pg = world.RandomGenericPg();
       if (victim_pg.empty()) continue;
-      const std::vector<Allocation> held = world.snap().AllocationsOf(victim_pg);
+      const std::vector<Allocation> held =
+          world.snap().AllocationsOf(victim_pg);
       const std::string dead = held[world.rng()() % held.size()].node_id;
       world.Kill(dead);
       PlacementRequest again = world.RequestOf(victim_pg);
       again.replacing_pg_id = victim_pg;
       for (const Allocation& a : held) {
-        if (a.node_id != dead) again.bundles[a.bundle_index].pinned_node_id = a.node_id;
+        if (a.node_id != dead)
+          again.bundles[a.bundle_index].pinned_node_id = a.node_id;
       }
       const Decision redo = Solve(world.snap(), again);
       ASSERT_EQ(Solve(*world.Shuffled(), again), redo);
@@ -416,7 +440,8 @@ TEST(SolverPropertyTest, RandomClustersAndRequests) {
       const int exists = ExistsPlacement(world.snap(), r);
       if (exists >= 0) {
         ++exhaustive;
-        EXPECT_EQ(d.outcome == Decision::kPlaced, exists == 1) << d.diagnosis.summary;
+        EXPECT_EQ(d.outcome == Decision::kPlaced, exists == 1)
+            << d.diagnosis.summary;
       }
       if (d.outcome == Decision::kInfeasible) {
         ++infeasible;
@@ -434,7 +459,8 @@ TEST(SolverPropertyTest, RandomClustersAndRequests) {
       if (HasFailure()) return;
       const std::string pg = absl::StrCat("pg", seed, "-", step);
       world.Commit(pg, World::PlacedBundles(r, d), d);
-      if (!r.slice.has_value() && d.fallback_index < 0) world.RememberGeneric(pg, r);
+      if (!r.slice.has_value() && d.fallback_index < 0)
+        world.RememberGeneric(pg, r);
       ASSERT_TRUE(world.snap().CheckNotOverCommitted().ok());
     }
   }
@@ -443,8 +469,9 @@ TEST(SolverPropertyTest, RandomClustersAndRequests) {
   EXPECT_GT(unschedulable, 200);
   EXPECT_GT(infeasible, 200);
   EXPECT_GT(exhaustive, 500);
-  std::printf("placed %d, unschedulable %d, infeasible %d, exhaustive checks %d\n",
-              placed, unschedulable, infeasible, exhaustive);
+  std::printf(
+      "placed %d, unschedulable %d, infeasible %d, exhaustive checks %d\n",
+      placed, unschedulable, infeasible, exhaustive);
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ ResourceSet Tpu(double n) { return {{"TPU", Units(n)}}; }
 
 std::shared_ptr<const InventorySnapshot> Snap(
     std::vector<Node> nodes, std::vector<Allocation> allocations = {}) {
-  auto snap = InventorySnapshot::Build(std::move(nodes), std::move(allocations));
+  auto snap =
+      InventorySnapshot::Build(std::move(nodes), std::move(allocations));
   EXPECT_TRUE(snap.ok()) << snap.status();
   return *snap;
 }
@@ -58,7 +59,9 @@ PlacementRequest Generic(Strategy strategy, std::vector<Bundle> bundles) {
   return r;
 }
 
-std::string Nodes(const Decision& d) { return absl::StrJoin(d.bundle_nodes, ","); }
+std::string Nodes(const Decision& d) {
+  return absl::StrJoin(d.bundle_nodes, ",");
+}
 
 // --- Slices -----------------------------------------------------------------
 
@@ -130,14 +133,13 @@ TEST(SolverSliceTest, Table) {
        Decision::kUnschedulable, "",
        "1/6 v6e-16 slices free, 2 needed: 1 held, 1 not intact, 2 in zone z2 "
        "excluded by selector, 1 in zone z3 excluded by selector"},
-      {"no slice of the shape",
-       SliceRequest(TpuGeneration::kV6e, "8x8"), Decision::kInfeasible, "",
+      {"no slice of the shape", SliceRequest(TpuGeneration::kV6e, "8x8"),
+       Decision::kInfeasible, "",
        "no v6e-64 slice (v6e 8x8) exists in this inventory"},
       {"v4 3-D slice", SliceRequest(TpuGeneration::kV4, "2x2x2"),
        Decision::kPlaced, "g", ""},
-      {"invalid topology",
-       SliceRequest(TpuGeneration::kV6e, "3x3"), Decision::kInfeasible, "",
-       "invalid request: slice.topology"},
+      {"invalid topology", SliceRequest(TpuGeneration::kV6e, "3x3"),
+       Decision::kInfeasible, "", "invalid request: slice.topology"},
   };
   for (const Case& c : cases) {
     Decision d = Solve(*snap, c.request);
@@ -146,7 +148,8 @@ TEST(SolverSliceTest, Table) {
     EXPECT_NE(d.diagnosis.summary.find(c.summary), std::string::npos)
         << c.name << ": " << d.diagnosis.summary;
     if (d.outcome == Decision::kPlaced) {
-      const size_t hosts = d.slice_names == std::vector<std::string>{"g"} ? 2 : 4;
+      const size_t hosts =
+          d.slice_names == std::vector<std::string>{"g"} ? 2 : 4;
       ASSERT_EQ(d.bundle_nodes.size(), hosts * d.slice_names.size());
       for (size_t k = 0; k < d.bundle_nodes.size(); ++k) {
         EXPECT_EQ(d.bundle_nodes[k],
@@ -164,13 +167,17 @@ TEST(SolverSliceTest, SummaryReadsLikeTheIssue) {
                         i == 11 ? "us-east5-a" : "us-east5-b"));
   }
   for (Node& n : nodes) {
-    if (n.node_id == "s9-w0" || n.node_id == "s10-w3") n.state = NodeState::kDead;
+    if (n.node_id == "s9-w0" || n.node_id == "s10-w3")
+      n.state = NodeState::kDead;
   }
   std::vector<Allocation> held;
-  for (int i = 0; i < 9; ++i) held.push_back({absl::StrCat("pg", i), 0, absl::StrCat("s", i, "-w0"), Tpu(4)});
+  for (int i = 0; i < 9; ++i)
+    held.push_back(
+        {absl::StrCat("pg", i), 0, absl::StrCat("s", i, "-w0"), Tpu(4)});
   auto snap = Snap(nodes, held);
-  Decision d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "4x4", 1,
-                                         {{"ray.io/availability-zone", "!us-east5-a"}}));
+  Decision d =
+      Solve(*snap, SliceRequest(TpuGeneration::kV6e, "4x4", 1,
+                                {{"ray.io/availability-zone", "!us-east5-a"}}));
   EXPECT_EQ(d.outcome, Decision::kUnschedulable);
   EXPECT_EQ(d.diagnosis.summary,
             "0/12 v6e-16 slices free: 9 held, 2 not intact, 1 in zone "
@@ -195,16 +202,19 @@ TEST(SolverSliceTest, PerHostResourcesAndExplicitBundles) {
   d = Solve(*snap, r);
   EXPECT_EQ(d.outcome, Decision::kInfeasible);
   EXPECT_NE(d.diagnosis.summary.find("needs one bundle per host (4), got 2"),
-            std::string::npos) << d.diagnosis.summary;
-  r.bundles = {B(Tpu(4)), B(Tpu(4)), B(Tpu(4)), B(Tpu(4), {{"ray.io/tpu-worker-id", "3"}})};
+            std::string::npos)
+      << d.diagnosis.summary;
+  r.bundles = {B(Tpu(4)), B(Tpu(4)), B(Tpu(4)),
+               B(Tpu(4), {{"ray.io/tpu-worker-id", "3"}})};
   EXPECT_EQ(Solve(*snap, r).outcome, Decision::kPlaced);
   r.bundles[3] = B(Tpu(4), {{"ray.io/tpu-worker-id", "2"}});
   EXPECT_EQ(Solve(*snap, r).outcome, Decision::kInfeasible);
 }
 
 TEST(SolverSliceTest, SingleHostSlices) {
-  std::vector<Node> nodes = {TpuHost("solo-b", "", "TPU-V6E", "2x4", 0, 8, "z1"),
-                             TpuHost("solo-a", "", "TPU-V6E", "2x4", 0, 8, "z1")};
+  std::vector<Node> nodes = {
+      TpuHost("solo-b", "", "TPU-V6E", "2x4", 0, 8, "z1"),
+      TpuHost("solo-a", "", "TPU-V6E", "2x4", 0, 8, "z1")};
   auto snap = Snap(nodes, {Allocation{"pg", 0, "solo-a", Tpu(1)}});
   Decision d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "2x4"));
   ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
@@ -212,7 +222,8 @@ TEST(SolverSliceTest, SingleHostSlices) {
   EXPECT_EQ(d.slice_names, std::vector<std::string>{"solo-b"});
 }
 
-// --- Plain bundles: ranks -----------------------------------------------------
+// --- Plain bundles: ranks
+// -----------------------------------------------------
 
 TEST(SolverRankTest, Table) {
   // free multi-host slice "m", held slice "h" (one host busy), single-host
@@ -239,23 +250,23 @@ TEST(SolverRankTest, Table) {
        cluster(true, false, true), B(Tpu(1)), "h-w0"},
       {"TPU bundle: breaks a free slice only when nothing else fits",
        cluster(true, false, false), B(Tpu(1)), "h-w0"},
-      {"CPU bundle stays off TPU nodes", cluster(true, true, true),
-       B(Cpu(4)), "cpu"},
+      {"CPU bundle stays off TPU nodes", cluster(true, true, true), B(Cpu(4)),
+       "cpu"},
       {"CPU bundle goes to a broken slice (its busy host first)",
        cluster(false, true, true), B(Cpu(4)), "h-w2"},
       {"CPU bundle: a free single-host slice before a free multi-host one",
        cluster(false, true, false), B(Cpu(4)), "solo"},
       {"CPU bundle too big for the CPU node", cluster(true, true, true),
        B(Cpu(16)), "h-w2"},
-      {"CPU bundle with a TPU selector",
-       cluster(true, true, true),
+      {"CPU bundle with a TPU selector", cluster(true, true, true),
        B(Cpu(1), {{"ray.io/accelerator-type", "TPU-V6E"}}), "h-w2"},
       {"TPU bundle: free single-host slice before breaking a multi-host one",
        cluster(true, true, false), B(Tpu(1)), "solo"},
   };
   for (const Case& c : cases) {
     Decision d = Solve(*c.snap, Generic(Strategy::kPack, {c.bundle}));
-    ASSERT_EQ(d.outcome, Decision::kPlaced) << c.name << ": " << d.diagnosis.summary;
+    ASSERT_EQ(d.outcome, Decision::kPlaced)
+        << c.name << ": " << d.diagnosis.summary;
     EXPECT_EQ(Nodes(d), c.node) << c.name;
   }
 }
@@ -264,15 +275,17 @@ TEST(SolverRankTest, BreaksTheSmallestFreeSliceWhenItMust) {
   std::vector<Node> nodes = Slice("a-big", "TPU-V6E", "8x8");  // 16 hosts
   Append(nodes, Slice("z-small", "TPU-V6E", "4x4"));           // 4 hosts
   auto snap = Snap(nodes);
-  EXPECT_EQ(Nodes(Solve(*snap, Generic(Strategy::kPack, {B(Tpu(1))}))), "z-small-w0");
-  EXPECT_EQ(Nodes(Solve(*snap, Generic(Strategy::kPack, {B(Cpu(1))}))), "z-small-w0");
+  EXPECT_EQ(Nodes(Solve(*snap, Generic(Strategy::kPack, {B(Tpu(1))}))),
+            "z-small-w0");
+  EXPECT_EQ(Nodes(Solve(*snap, Generic(Strategy::kPack, {B(Cpu(1))}))),
+            "z-small-w0");
 }
 
 // --- Strategies -------------------------------------------------------------
 
 TEST(SolverStrategyTest, Table) {
-  std::vector<Node> nodes = {CpuNode("n1", 8), CpuNode("n2", 8), CpuNode("n3", 8),
-                             CpuNode("n4", 4, "z2")};
+  std::vector<Node> nodes = {CpuNode("n1", 8), CpuNode("n2", 8),
+                             CpuNode("n3", 8), CpuNode("n4", 4, "z2")};
   nodes[1].state = NodeState::kDraining;
   // n3 has 5 of 8 CPUs in use: the tightest fit for 3 CPUs.
   auto snap = Snap(nodes, {Allocation{"x", 0, "n3", Cpu(5)}});
@@ -287,9 +300,11 @@ TEST(SolverStrategyTest, Table) {
       {"PACK puts the gang on one node when it can",
        Generic(Strategy::kPack, {B(Cpu(2)), B(Cpu(2)), B(Cpu(2))}),
        Decision::kPlaced, "n1,n1,n1", ""},
-      {"PACK one node, best fit", Generic(Strategy::kPack, {B(Cpu(2)), B(Cpu(2))}),
-       Decision::kPlaced, "n4,n4", ""},
-      {"PACK best fit", Generic(Strategy::kPack, {B(Cpu(3))}), Decision::kPlaced, "n3", ""},
+      {"PACK one node, best fit",
+       Generic(Strategy::kPack, {B(Cpu(2)), B(Cpu(2))}), Decision::kPlaced,
+       "n4,n4", ""},
+      {"PACK best fit", Generic(Strategy::kPack, {B(Cpu(3))}),
+       Decision::kPlaced, "n3", ""},
       {"PACK overflows, largest first, tightest node",
        Generic(Strategy::kPack, {B(Cpu(3)), B(Cpu(4)), B(Cpu(6))}),
        Decision::kPlaced, "n3,n4,n1", ""},
@@ -297,38 +312,47 @@ TEST(SolverStrategyTest, Table) {
        Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
        Decision::kPlaced, "n3,n4,n1", ""},
       {"SPREAD reuses nodes when it must",
-       Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Generic(Strategy::kSpread,
+               {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
        Decision::kPlaced, "n3,n4,n1,n3,n4", ""},
-      {"STRICT_PACK one node", Generic(Strategy::kStrictPack, {B(Cpu(2)), B(Cpu(2))}),
+      {"STRICT_PACK one node",
+       Generic(Strategy::kStrictPack, {B(Cpu(2)), B(Cpu(2))}),
        Decision::kPlaced, "n4,n4", ""},
-      {"STRICT_PACK too big ever", Generic(Strategy::kStrictPack, {B(Cpu(8)), B(Cpu(4))}),
+      {"STRICT_PACK too big ever",
+       Generic(Strategy::kStrictPack, {B(Cpu(8)), B(Cpu(4))}),
        Decision::kInfeasible, "", "insufficient total CPU"},
-      {"STRICT_SPREAD", Generic(Strategy::kStrictSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+      {"STRICT_SPREAD",
+       Generic(Strategy::kStrictSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
        Decision::kPlaced, "n3,n4,n1", ""},
       {"STRICT_SPREAD more bundles than nodes",
        Generic(Strategy::kStrictSpread,
                {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
-       Decision::kInfeasible, "", "STRICT_SPREAD needs 5 distinct nodes, only 4"},
+       Decision::kInfeasible, "",
+       "STRICT_SPREAD needs 5 distinct nodes, only 4"},
       {"STRICT_SPREAD needs the draining node: wait",
-       Generic(Strategy::kStrictSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
+       Generic(Strategy::kStrictSpread,
+               {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}),
        Decision::kUnschedulable, "", "1 DRAINING"},
       {"STRICT_SPREAD matching: greedy would take n4 for the free bundle",
        Generic(Strategy::kStrictSpread,
                {B(Cpu(1)), B(Cpu(1), {{"ray.io/availability-zone", "z2"}}),
                 B(Cpu(4), {{"ray.io/availability-zone", "z1"}})}),
        Decision::kPlaced, "n3,n4,n1", ""},
-      {"selector", Generic(Strategy::kPack, {B(Cpu(1), {{"ray.io/availability-zone", "z2"}})}),
+      {"selector",
+       Generic(Strategy::kPack,
+               {B(Cpu(1), {{"ray.io/availability-zone", "z2"}})}),
        Decision::kPlaced, "n4", ""},
       {"no node ever big enough", Generic(Strategy::kPack, {B(Cpu(9))}),
-       Decision::kInfeasible, "", "bundle 0 {CPU: 9}: 0/4 nodes fit: 4 insufficient total CPU"},
+       Decision::kInfeasible, "",
+       "bundle 0 {CPU: 9}: 0/4 nodes fit: 4 insufficient total CPU"},
       {"unknown resource", Generic(Strategy::kPack, {B({{"GPU", Units(1)}})}),
        Decision::kInfeasible, "", "insufficient total GPU"},
       {"fits only later", Generic(Strategy::kPack, {B(Cpu(8)), B(Cpu(8))}),
        Decision::kUnschedulable, "", "bundle 1 {CPU: 8}: 0/4 nodes fit"},
       {"empty request", Generic(Strategy::kPack, {}), Decision::kInfeasible, "",
        "invalid request: bundles: at least one bundle is required"},
-      {"negative", Generic(Strategy::kPack, {B({{"CPU", -1}})}), Decision::kInfeasible, "",
-       "bundles[0].resources[CPU]: must be >= 0"},
+      {"negative", Generic(Strategy::kPack, {B({{"CPU", -1}})}),
+       Decision::kInfeasible, "", "bundles[0].resources[CPU]: must be >= 0"},
   };
   for (const Case& c : cases) {
     Decision d = Solve(*snap, c.request);
@@ -360,7 +384,8 @@ TEST(SolverZoneTest, SmallGangsPreferOneZone) {
   EXPECT_EQ(Nodes(d), "a,b");
 
   // SPREAD keeps distinct nodes before one zone.
-  d = Solve(*snap, Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}));
+  d = Solve(*snap,
+            Generic(Strategy::kSpread, {B(Cpu(1)), B(Cpu(1)), B(Cpu(1))}));
   EXPECT_EQ(Nodes(d), "a,b,c");
 }
 
@@ -392,7 +417,8 @@ TEST(SolverPriorityTest, WholeGangOnFirstPriorityThatHoldsIt) {
   r.bundles = {B(Cpu(64))};
   d = Solve(*snap, r);
   EXPECT_EQ(d.outcome, Decision::kInfeasible);
-  EXPECT_NE(d.diagnosis.summary.find("priority 2 {sliced.io/capacity-tier: reserved}"),
+  EXPECT_NE(d.diagnosis.summary.find(
+                "priority 2 {sliced.io/capacity-tier: reserved}"),
             std::string::npos)
       << d.diagnosis.summary;
 }
@@ -415,7 +441,8 @@ TEST(SolverPriorityTest, SlicesHonourPriorities) {
 
 TEST(SolverFallbackTest, FallbacksOnlyWhenPrimaryFails) {
   auto snap = Snap({CpuNode("a", 4, "z1"), CpuNode("b", 4, "z2")});
-  PlacementRequest r = Generic(Strategy::kPack, {B(Cpu(2), {{"ray.io/availability-zone", "z1"}})});
+  PlacementRequest r = Generic(
+      Strategy::kPack, {B(Cpu(2), {{"ray.io/availability-zone", "z1"}})});
   r.fallbacks = {{B(Cpu(2), {{"ray.io/availability-zone", "z2"}})}};
   Decision d = Solve(*snap, r);
   EXPECT_EQ(d.fallback_index, -1);
@@ -429,7 +456,8 @@ TEST(SolverFallbackTest, FallbacksOnlyWhenPrimaryFails) {
 }
 
 TEST(SolverPinnedTest, Table) {
-  std::vector<Node> nodes = {CpuNode("a", 4), CpuNode("b", 4), CpuNode("dead", 4)};
+  std::vector<Node> nodes = {CpuNode("a", 4), CpuNode("b", 4),
+                             CpuNode("dead", 4)};
   nodes[2].state = NodeState::kDead;
   auto snap = Snap(nodes, {Allocation{"pg", 0, "a", Cpu(3)},
                            Allocation{"pg", 1, "dead", Cpu(1)}});
@@ -449,16 +477,20 @@ TEST(SolverPinnedTest, Table) {
   const Case cases[] = {
       {"re-place a lost bundle, keep the survivor", replace, Decision::kPlaced,
        "a,b", ""},
-      {"strict pack next to the survivor", replace_pack, Decision::kPlaced, "a,a", ""},
+      {"strict pack next to the survivor", replace_pack, Decision::kPlaced,
+       "a,a", ""},
       {"without releasing the old PG the survivor does not fit",
        Generic(Strategy::kSpread, {B(Cpu(3), {}, "a"), B(Cpu(1))}),
        Decision::kUnschedulable, "", "has no room"},
-      {"pinned to a dead node", Generic(Strategy::kPack, {B(Cpu(1), {}, "dead")}),
+      {"pinned to a dead node",
+       Generic(Strategy::kPack, {B(Cpu(1), {}, "dead")}),
        Decision::kUnschedulable, "", "pinned to node dead, which is DEAD"},
-      {"pinned to an unknown node", Generic(Strategy::kPack, {B(Cpu(1), {}, "zz")}),
-       Decision::kInfeasible, "", "is not in the inventory"},
+      {"pinned to an unknown node",
+       Generic(Strategy::kPack, {B(Cpu(1), {}, "zz")}), Decision::kInfeasible,
+       "", "is not in the inventory"},
       {"pinned selector mismatch",
-       Generic(Strategy::kPack, {B(Cpu(1), {{"ray.io/availability-zone", "z9"}}, "b")}),
+       Generic(Strategy::kPack,
+               {B(Cpu(1), {{"ray.io/availability-zone", "z9"}}, "b")}),
        Decision::kUnschedulable, "", "no longer matches"},
   };
   for (const Case& c : cases) {
@@ -478,25 +510,29 @@ TEST(SolverStrategyTest, StrictSpreadFallsBackToMatching) {
   // Each bundle can use two of three nodes; best fit sends bundle 0 to x and
   // bundle 1 to z, leaving bundle 2 nothing: augmenting paths repair it.
   std::vector<Node> nodes = {CpuNode("x", 2), CpuNode("y", 8), CpuNode("z", 2)};
-  for (auto [node, label] : {std::pair{0, "p"}, {0, "r"}, {1, "p"}, {1, "q"},
-                              {2, "q"}, {2, "r"}}) {
+  for (auto [node, label] :
+       {std::pair{0, "p"}, {0, "r"}, {1, "p"}, {1, "q"}, {2, "q"}, {2, "r"}}) {
     nodes[node].labels[label] = "1";
   }
   auto snap = Snap(nodes);
-  Decision d = Solve(*snap, Generic(Strategy::kStrictSpread,
-                                    {B(Cpu(1), {{"p", "1"}}), B(Cpu(1), {{"q", "1"}}),
-                                     B(Cpu(1), {{"r", "1"}})}));
+  Decision d =
+      Solve(*snap, Generic(Strategy::kStrictSpread,
+                           {B(Cpu(1), {{"p", "1"}}), B(Cpu(1), {{"q", "1"}}),
+                            B(Cpu(1), {{"r", "1"}})}));
   ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
-  absl::flat_hash_set<std::string> distinct(d.bundle_nodes.begin(), d.bundle_nodes.end());
+  absl::flat_hash_set<std::string> distinct(d.bundle_nodes.begin(),
+                                            d.bundle_nodes.end());
   EXPECT_EQ(distinct.size(), 3u) << Nodes(d);
 }
 
 TEST(SolverStrategyTest, StrictPackWaitsForRoom) {
   auto snap = Snap({CpuNode("a", 4)}, {Allocation{"x", 0, "a", Cpu(2)}});
-  Decision d = Solve(*snap, Generic(Strategy::kStrictPack, {B(Cpu(2)), B(Cpu(1))}));
+  Decision d =
+      Solve(*snap, Generic(Strategy::kStrictPack, {B(Cpu(2)), B(Cpu(1))}));
   EXPECT_EQ(d.outcome, Decision::kUnschedulable);
-  EXPECT_EQ(d.diagnosis.summary,
-            "gang (STRICT_PACK) {CPU: 3}: 0/1 nodes fit: 1 insufficient free CPU");
+  EXPECT_EQ(
+      d.diagnosis.summary,
+      "gang (STRICT_PACK) {CPU: 3}: 0/1 nodes fit: 1 insufficient free CPU");
 }
 
 TEST(SolverTest, EmptyInventory) {
@@ -506,7 +542,8 @@ TEST(SolverTest, EmptyInventory) {
   EXPECT_EQ(d.diagnosis.summary, "bundle 0 {CPU: 1}: 0/0 nodes fit");
   d = Solve(*snap, SliceRequest(TpuGeneration::kV6e, "2x4"));
   EXPECT_EQ(d.outcome, Decision::kInfeasible);
-  EXPECT_EQ(d.diagnosis.summary, "no v6e-8 slice (v6e 2x4) exists in this inventory");
+  EXPECT_EQ(d.diagnosis.summary,
+            "no v6e-8 slice (v6e 2x4) exists in this inventory");
 }
 
 TEST(SolverTest, DoesNotMutateTheSnapshot) {

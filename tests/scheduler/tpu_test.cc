@@ -13,13 +13,20 @@ TEST(ParseTpuGenerationTest, AcceptsRaySpellings) {
     TpuGeneration want;
   };
   const Case cases[] = {
-      {"TPU-V6E", TpuGeneration::kV6e},      {"v6e", TpuGeneration::kV6e},
-      {"tpu-v6e", TpuGeneration::kV6e},      {"TPU-V5LITEPOD", TpuGeneration::kV5e},
-      {"v5litepod", TpuGeneration::kV5e},    {"v5e", TpuGeneration::kV5e},
-      {"tpu7x", TpuGeneration::kV7x},        {"v7x", TpuGeneration::kV7x},
-      {"TPU-V7X", TpuGeneration::kV7x},      {"TPU-V4", TpuGeneration::kV4},
-      {"v5p", TpuGeneration::kV5p},          {"TPU-V5P", TpuGeneration::kV5p},
-      {"v2", TpuGeneration::kV2},            {"TPU-V3", TpuGeneration::kV3},
+      {"TPU-V6E", TpuGeneration::kV6e},
+      {"v6e", TpuGeneration::kV6e},
+      {"tpu-v6e", TpuGeneration::kV6e},
+      {"TPU-V5LITEPOD", TpuGeneration::kV5e},
+      {"v5litepod", TpuGeneration::kV5e},
+      {"v5e", TpuGeneration::kV5e},
+      {"tpu7x", TpuGeneration::kV7x},
+      {"v7x", TpuGeneration::kV7x},
+      {"TPU-V7X", TpuGeneration::kV7x},
+      {"TPU-V4", TpuGeneration::kV4},
+      {"v5p", TpuGeneration::kV5p},
+      {"TPU-V5P", TpuGeneration::kV5p},
+      {"v2", TpuGeneration::kV2},
+      {"TPU-V3", TpuGeneration::kV3},
   };
   for (const Case& c : cases) {
     auto g = ParseTpuGeneration(c.name);
