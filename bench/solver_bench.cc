@@ -119,6 +119,11 @@ double ThreadCpuMicros() {
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+// The cluster sizes every benchmark runs at, timed in microseconds.
+void ClusterSizes(benchmark::internal::Benchmark* b) {
+  b->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMicrosecond);
+}
+
 // Runs `solve(i)` per iteration, timing each call. Reports wall-clock
 // p50_us / p99_us and, because the 2 cores are shared with other work,
 // the same percentiles of this thread's CPU time (cpu_p50_us / cpu_p99_us).
@@ -180,11 +185,7 @@ void BM_SliceRequest(benchmark::State& state) {
     return Solve(snap, requests[i % requests.size()]);
   });
 }
-BENCHMARK(BM_SliceRequest)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SliceRequest)->Apply(ClusterSizes);
 
 // num_slices = 4 anywhere, preferring one zone; with compute-class priorities
 // spot -> reserved.
@@ -200,11 +201,7 @@ void BM_MultiSliceWithPriorities(benchmark::State& state) {
                   Sel({{std::string(kLabelCapacityTier), "reserved"}})};
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_MultiSliceWithPriorities)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MultiSliceWithPriorities)->Apply(ClusterSizes);
 
 // A slice request that cannot be placed (no slice is in tier flex-start):
 // the slow path that explains every slice of the shape in the diagnosis.
@@ -236,17 +233,9 @@ void BM_SliceRequestShortInKey(benchmark::State& state) {
   state.counters["slices_needed"] = static_cast<double>(free + 1);
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_SliceRequestShortInKey)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SliceRequestShortInKey)->Apply(ClusterSizes);
 
-BENCHMARK(BM_SliceRequestRejected)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SliceRequestRejected)->Apply(ClusterSizes);
 
 // 1,000 bundles {CPU: 1} (plus every 10th {CPU: 4}) with a zone + tier
 // selector, for each strategy.
@@ -293,11 +282,7 @@ void BM_GenericPg1000Unschedulable(benchmark::State& state) {
   }
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_GenericPg1000Unschedulable)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GenericPg1000Unschedulable)->Apply(ClusterSizes);
 
 // Plain TPU bundles: 8 x {TPU: 1} PACK, no selector (single-host nodes first).
 void BM_PlainTpuPg(benchmark::State& state) {
@@ -334,17 +319,9 @@ void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
     r.bundles.push_back(Bundle{{{"TPU", kResourceScale}}, {}, ""});
   TimeDecisions(state, [&](int64_t) { return Solve(snap, r); });
 }
-BENCHMARK(BM_PlainTpuPgSinglesFull)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlainTpuPgSinglesFull)->Apply(ClusterSizes);
 
-BENCHMARK(BM_PlainTpuPg)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlainTpuPg)->Apply(ClusterSizes);
 
 // Deriving the next snapshot after a slice placement (4 allocations) or a
 // release of one PG, copy-on-write; includes freeing the derived snapshot.
@@ -373,11 +350,7 @@ void BM_ApplyPlacement(benchmark::State& state) {
   state.counters["applies_per_s"] =
       benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_ApplyPlacement)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyPlacement)->Apply(ClusterSizes);
 
 void BM_ApplyRelease(benchmark::State& state) {
   const Cluster& cluster = ClusterOf(state.range(0));
@@ -391,11 +364,7 @@ void BM_ApplyRelease(benchmark::State& state) {
     benchmark::DoNotOptimize(next);
   }
 }
-BENCHMARK(BM_ApplyRelease)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyRelease)->Apply(ClusterSizes);
 
 // A heartbeat that turns one host DEAD (breaks its slice).
 void BM_ApplyNodeStateChange(benchmark::State& state) {
@@ -410,11 +379,7 @@ void BM_ApplyNodeStateChange(benchmark::State& state) {
     benchmark::DoNotOptimize(next);
   }
 }
-BENCHMARK(BM_ApplyNodeStateChange)
-    ->Arg(1'000)
-    ->Arg(10'000)
-    ->Arg(100'000)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ApplyNodeStateChange)->Apply(ClusterSizes);
 
 // Full build (restart, or a delta that adds/removes nodes).
 void BM_Build(benchmark::State& state) {
