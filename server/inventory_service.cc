@@ -1,5 +1,6 @@
 #include "server/inventory_service.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -271,18 +272,28 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
   }
   const int page_size = request->page_size() == 0 ? limits_.default_page_size
                                                   : request->page_size();
-  // The page token is the last node id of the previous page.
+  // The page token is the last node id of the previous page. Candidates come
+  // from the snapshot's label index, in node-id order.
   coordinator_->Read([&](const ClusterState& state) {
-    auto it = request->page_token().empty()
-                  ? state.nodes.begin()
-                  : state.nodes.upper_bound(request->page_token());
-    for (; it != state.nodes.end(); ++it) {
-      if (!scheduler::Matches(*selector, it->second.node.labels)) continue;
+    const scheduler::InventorySnapshot& snap = *state.snapshot;
+    std::vector<uint32_t> matches = snap.MatchingNodes(*selector);
+    auto first = matches.begin();
+    if (!request->page_token().empty()) {
+      first = std::upper_bound(
+          matches.begin(), matches.end(), request->page_token(),
+          [&](const std::string& token, uint32_t i) {
+            return token < snap.node(i).node.node_id;
+          });
+    }
+    for (auto it = first; it != matches.end(); ++it) {
       if (response->nodes_size() == page_size) {
         response->set_next_page_token(response->nodes().rbegin()->node_id());
         break;
       }
-      EntryToProto(it->second, *state.snapshot, response->add_nodes());
+      auto entry = state.nodes.find(snap.node(*it).node.node_id);
+      if (entry != state.nodes.end()) {
+        EntryToProto(entry->second, snap, response->add_nodes());
+      }
     }
     return 0;
   });

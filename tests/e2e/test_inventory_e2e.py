@@ -95,6 +95,30 @@ class InventoryEndToEnd(unittest.TestCase):
         d2 = self.start(data)
         self.assertIn("0 nodes loaded", d2.banner)
 
+    def test_list_nodes_pages_through_a_selector(self):
+        d = self.start(temp_data_dir(self), "--heartbeat_timeout=0")
+        request, _ = fleet_request()
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            inv.RegisterNodes(request, timeout=10)
+            seen, token = [], ""
+            while True:
+                page = inv.ListNodes(sliced_pb2.ListNodesRequest(
+                    label_selector={"ray.io/accelerator-type": "in(TPU-V6E, TPU-V4)"},
+                    page_size=2, page_token=token), timeout=10)
+                self.assertLessEqual(len(page.nodes), 2)
+                seen += [n.node_id for n in page.nodes]
+                token = page.next_page_token
+                if not token:
+                    break
+            self.assertEqual(seen, sorted(["v4-b-w0", "v4-b-w1"] +
+                                          ["v6e-a-w%d" % i for i in range(4)]))
+            with self.assertRaises(grpc.RpcError) as err:
+                inv.ListNodes(sliced_pb2.ListNodesRequest(
+                    label_selector={"ray.io/accelerator-type": "in()"}), timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("label_selector", err.exception.details())
+
     def test_second_daemon_on_same_data_dir_is_refused(self):
         data = temp_data_dir(self)
         self.start(data)
