@@ -3,6 +3,8 @@
 // allocation), and no policy beats the max-flow bound.
 #include "bench/sim/sim.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
 
 namespace sliced::bench {
@@ -50,6 +52,35 @@ TEST(SimTest, NoPolicyBeatsTheMaxFlowBound) {
     EXPECT_LE(r.slices_placed, cmp.bound_slices) << r.policy;
     EXPECT_LE(r.chips_placed, cmp.bound_chips) << r.policy;
   }
+}
+
+// With single-slice jobs and no selector or class, the bound is exact: per
+// shape, min(slices asked, slices free); first-fit reaches it.
+TEST(SimTest, BoundIsExactForUnconstrainedSingleSlices) {
+  const Fleet fleet = GenerateFleet({800, 6});
+  std::vector<Job> batch = GenerateSliceBatch(fleet, 6, 1.3);
+  std::vector<Job> single;
+  for (Job& j : batch) {
+    if (j.request.slice->num_slices != 1) continue;
+    j.request.slice->selector = {};
+    j.request.priorities.clear();
+    j.compute_class.clear();
+    j.id = static_cast<int64_t>(single.size());
+    single.push_back(std::move(j));
+  }
+  int64_t expected = 0;
+  for (const FleetShape& s : fleet.shapes) {
+    int64_t asked = 0;
+    for (const Job& j : single) {
+      asked += j.request.slice->generation == s.shape.generation &&
+               j.request.slice->topology == s.shape.topology;
+    }
+    expected += std::min(asked, s.slices);
+  }
+  const BatchComparison cmp = CompareSliceBatch(fleet, single, 6);
+  EXPECT_EQ(cmp.bound_slices, expected);
+  EXPECT_EQ(cmp.results[1].policy, "first-fit");
+  EXPECT_EQ(cmp.results[1].slices_placed, expected);
 }
 
 }  // namespace
