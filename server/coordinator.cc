@@ -1,5 +1,7 @@
 #include "server/coordinator.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <tuple>
 #include <utility>
@@ -350,6 +352,7 @@ Coordinator::Stats Coordinator::stats() const {
 }
 
 void Coordinator::WriterLoop() {
+  pthread_setname_np(pthread_self(), "sliced-writer");
   while (true) {
     std::vector<WriteOp> ops;
     {
@@ -489,6 +492,7 @@ void Coordinator::Install(StateChanges& group) {
 }
 
 void Coordinator::LeaseLoop() {
+  pthread_setname_np(pthread_self(), "sliced-leases");
   const absl::Duration interval =
       std::min(options_.lease_check_interval, options_.heartbeat_timeout / 4);
   while (true) {
