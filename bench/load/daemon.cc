@@ -82,7 +82,9 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
   }
   const size_t metrics = daemon->banner_.find("metrics on port ");
   if (metrics != std::string::npos) {
-    absl::SimpleAtoi(daemon->banner_.substr(metrics + 16), &daemon->metrics_port_);
+    if (!absl::SimpleAtoi(daemon->banner_.substr(metrics + 16), &daemon->metrics_port_)) {
+      daemon->metrics_port_ = 0;  // no metrics: the columns stay empty
+    }
   }
   return daemon;
 }
