@@ -392,23 +392,26 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     // The writer is the only thread that changes state_, so a reader lock is
     // enough to read it while readers go on.
     absl::ReaderMutexLock lock(&state_mu_);
-    auto run = [&](const std::function<absl::Status(Txn&)>& apply) {
-      Txn txn(state_, group, now);
-      absl::Status status = apply(txn);
-      if (status.ok()) status = txn.FlushNodes();
-      if (!status.ok()) return status;
-      MergeInto(txn.own_.nodes, group.nodes);
-      MergeInto(txn.own_.pgs, group.pgs);
-      MergeInto(txn.own_.classes, group.classes);
-      group.snapshot = txn.own_.snapshot;
-      for (PgEntry& e : txn.own_.events) group.events.push_back(std::move(e));
-      group.next_sequence = txn.own_.next_sequence;
-      group.retry_pending = txn.own_.queue_retried
-                                ? txn.own_.retry_pending
-                                : group.retry_pending || txn.own_.retry_pending;
-      mutation.Append(txn.mutation_);
-      return absl::OkStatus();
-    };
+    auto run = [&](const std::function<absl::Status(Txn&)>& apply)
+                   ABSL_SHARED_LOCKS_REQUIRED(state_mu_) {
+                     Txn txn(state_, group, now);
+                     absl::Status status = apply(txn);
+                     if (status.ok()) status = txn.FlushNodes();
+                     if (!status.ok()) return status;
+                     MergeInto(txn.own_.nodes, group.nodes);
+                     MergeInto(txn.own_.pgs, group.pgs);
+                     MergeInto(txn.own_.classes, group.classes);
+                     group.snapshot = txn.own_.snapshot;
+                     for (PgEntry& e : txn.own_.events)
+                       group.events.push_back(std::move(e));
+                     group.next_sequence = txn.own_.next_sequence;
+                     group.retry_pending =
+                         txn.own_.queue_retried
+                             ? txn.own_.retry_pending
+                             : group.retry_pending || txn.own_.retry_pending;
+                     mutation.Append(txn.mutation_);
+                     return absl::OkStatus();
+                   };
     for (WriteOp& op : ops) {
       absl::Status status = run(op.apply);
       if (status.ok()) {
