@@ -38,15 +38,32 @@ Coordinator::Options NoLeases() {
   return o;
 }
 
+// An op that stores node `id`.
+std::function<absl::Status(Txn&)> Put(const std::string& id) {
+  return [id](Txn& t) {
+    t.PutNode(Entry(id));
+    return absl::OkStatus();
+  };
+}
+
+size_t NodeCount(const Coordinator& c) {
+  return c.Read([](const ClusterState& s) { return s.nodes.size(); });
+}
+
+// A coordinator without leases on `memory` behind a fault-injecting store.
+absl::StatusOr<std::unique_ptr<Coordinator>> StartFaulty(
+    storage::MemoryStore& memory, storage::FaultInjectingStore** faults) {
+  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
+  *faults = store.get();
+  return Coordinator::Start(std::move(store), NoLeases());
+}
+
 TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
   storage::MemoryStore memory;
   auto c = Coordinator::Start(
       std::make_unique<storage::FaultInjectingStore>(&memory), NoLeases());
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE(RunOp(**c, [](Txn& t) {
-                t.PutNode(Entry("a"));
-                return absl::OkStatus();
-              }).ok());
+  ASSERT_TRUE(RunOp(**c, Put("a")).ok());
   EXPECT_EQ(
       (*c)->Read([](const ClusterState& s) { return s.nodes.count("a"); }), 1u);
   EXPECT_EQ(memory.Load()->nodes.size(), 1u);
@@ -65,49 +82,29 @@ TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(memory.Load()->nodes.empty());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
-            0u);
+  EXPECT_EQ(NodeCount(**c), 0u);
 }
 
 TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
   storage::MemoryStore memory;
-  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
-  storage::FaultInjectingStore* faults = store.get();
-  auto c = Coordinator::Start(std::move(store), NoLeases());
-  ASSERT_TRUE(c.ok());
+  storage::FaultInjectingStore* faults = nullptr;
+  auto c = StartFaulty(memory, &faults);
+  ASSERT_TRUE(c.ok()) << c.status();
   faults->FailWrites(1);
-  EXPECT_EQ(RunOp(**c,
-                  [](Txn& t) {
-                    t.PutNode(Entry("a"));
-                    return absl::OkStatus();
-                  })
-                .code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
-            0u);
+  EXPECT_EQ(RunOp(**c, Put("a")).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(NodeCount(**c), 0u);
   // Recovers once writes succeed again.
-  EXPECT_TRUE(RunOp(**c, [](Txn& t) {
-                t.PutNode(Entry("a"));
-                return absl::OkStatus();
-              }).ok());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
-            1u);
+  EXPECT_TRUE(RunOp(**c, Put("a")).ok());
+  EXPECT_EQ(NodeCount(**c), 1u);
 }
 
 TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
   storage::MemoryStore memory;
-  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
-  storage::FaultInjectingStore* faults = store.get();
-  auto c = Coordinator::Start(std::move(store), NoLeases());
-  ASSERT_TRUE(c.ok());
+  storage::FaultInjectingStore* faults = nullptr;
+  auto c = StartFaulty(memory, &faults);
+  ASSERT_TRUE(c.ok()) << c.status();
   faults->FailSyncs(1);
-  EXPECT_EQ(RunOp(**c,
-                  [](Txn& t) {
-                    t.PutNode(Entry("a"));
-                    return absl::OkStatus();
-                  })
-                .code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(RunOp(**c, Put("a")).code(), absl::StatusCode::kUnavailable);
   // The write reached the store although it was reported failed; memory was
   // re-read, so the next op sees "a" exactly as a restart would.
   EXPECT_EQ(
@@ -124,25 +121,18 @@ TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
 TEST(CoordinatorTest,
      UnreadableStoreAfterFailedCommitRefusesWritesUntilReadable) {
   storage::MemoryStore memory;
-  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
-  storage::FaultInjectingStore* faults = store.get();
-  auto c = Coordinator::Start(std::move(store), NoLeases());
-  ASSERT_TRUE(c.ok());
-  auto put = [](const std::string& id) {
-    return [id](Txn& t) {
-      t.PutNode(Entry(id));
-      return absl::OkStatus();
-    };
-  };
+  storage::FaultInjectingStore* faults = nullptr;
+  auto c = StartFaulty(memory, &faults);
+  ASSERT_TRUE(c.ok()) << c.status();
   faults->FailSyncs(1);
   faults->FailLoads(2);  // the re-read after the failure, and the next try
-  EXPECT_EQ(RunOp(**c, put("a")).code(), absl::StatusCode::kUnavailable);
-  absl::Status refused = RunOp(**c, put("b"));
+  EXPECT_EQ(RunOp(**c, Put("a")).code(), absl::StatusCode::kUnavailable);
+  absl::Status refused = RunOp(**c, Put("b"));
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(refused.message().find("can't be re-read"), std::string::npos)
       << refused;
-  EXPECT_TRUE(RunOp(**c, put("c")).ok());
-  EXPECT_EQ((*c)->Read([](const ClusterState& s) { return s.nodes.size(); }),
+  EXPECT_TRUE(RunOp(**c, Put("c")).ok());
+  EXPECT_EQ(NodeCount(**c),
             2u);  // a, c
   EXPECT_EQ(memory.Load()->nodes.size(), 2u);
 }
@@ -175,10 +165,9 @@ TEST(CoordinatorTest, SlowCommitsGroupWaitingOps) {
 
 TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
   storage::MemoryStore memory;
-  auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
-  storage::FaultInjectingStore* counting = store.get();
-  auto c = Coordinator::Start(std::move(store), NoLeases());
-  ASSERT_TRUE(c.ok());
+  storage::FaultInjectingStore* counting = nullptr;
+  auto c = StartFaulty(memory, &counting);
+  ASSERT_TRUE(c.ok()) << c.status();
   // Block the writer so that the next ops queue up behind this one.
   absl::Notification release, blocked;
   (*c)->Submit(WriteOp{[&](Txn&) {
