@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <tuple>
 #include <utility>
 
@@ -346,11 +347,6 @@ void Coordinator::Submit(WriteOp op) {
   op.done(absl::UnavailableError("sliced is shutting down"));
 }
 
-Coordinator::Stats Coordinator::stats() const {
-  absl::MutexLock lock(&queue_mu_);
-  return stats_;
-}
-
 void Coordinator::WriterLoop() {
   pthread_setname_np(pthread_self(), "sliced-writer");
   while (true) {
@@ -435,12 +431,6 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     options_.on_commit(absl::Now() - commit_start,
                        static_cast<int64_t>(applied.size()),
                        static_cast<int64_t>(mutation.size()), committed.ok());
-  }
-  {
-    absl::MutexLock lock(&queue_mu_);
-    ++stats_.groups;
-    stats_.ops += static_cast<int64_t>(applied.size());
-    if (!committed.ok()) ++stats_.failed_commits;
   }
   if (!committed.ok()) {
     // A failed commit may still have reached the store in part or whole (a
@@ -542,7 +532,17 @@ void Coordinator::LeaseLoop() {
               }
               return absl::OkStatus();
             },
-        .done = [](const absl::Status&) {},
+        // A failure (storage trouble) changes nothing; the next check, a
+        // lease interval later, tries again. Say so rather than stay silent.
+        .done =
+            [n = expired.size()](const absl::Status& s) {
+              if (!s.ok()) {
+                std::fprintf(stderr,
+                             "sliced: marking %zu node(s) with expired leases "
+                             "DEAD failed, will retry: %s\n",
+                             n, s.ToString().c_str());
+              }
+            },
     });
   }
 }

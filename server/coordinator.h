@@ -250,14 +250,6 @@ class Coordinator {
   const Options& options() const { return options_; }
   absl::Time Now() const { return options_.clock(); }
 
-  // Number of groups committed and ops in them, for tests and metrics.
-  struct Stats {
-    int64_t groups = 0;
-    int64_t ops = 0;
-    int64_t failed_commits = 0;
-  };
-  Stats stats() const;
-
  private:
   Coordinator(std::unique_ptr<storage::Store> store, Options options);
   void WriterLoop();
@@ -281,7 +273,6 @@ class Coordinator {
   mutable absl::Mutex queue_mu_;
   std::deque<WriteOp> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
-  Stats stats_ ABSL_GUARDED_BY(queue_mu_);
 
   // Set when a commit failed and re-reading the store failed too: the next
   // group re-reads first (writer thread only).
