@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 
 namespace sliced::scheduler {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 
 namespace sliced::scheduler {
 

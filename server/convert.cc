@@ -4,7 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "scheduler/labels.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "server/label_translation.h"
 
 namespace sliced::server {

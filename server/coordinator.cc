@@ -9,7 +9,7 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "sliced/v1/sliced.pb.h"
 #include "storage/records.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "scheduler/labels.h"
 #include "scheduler/slices.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "server/convert.h"
 #include "server/grpc_status.h"
 #include "server/placement.h"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "scheduler/labels.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "scheduler/tpu.h"
 #include "server/convert.h"
 #include "server/scaling_config.h"

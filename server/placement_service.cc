@@ -5,7 +5,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/placement.h"
 #include "server/stream_reactor.h"

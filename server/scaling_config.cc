@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "scheduler/labels.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "scheduler/types.h"
 #include "server/convert.h"
 

@@ -13,7 +13,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
-#include "scheduler/status_macros.h"
+#include "base/status_macros.h"
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/inventory_service.h"

@@ -3,8 +3,8 @@
 // the project uses.
 //
 // Macros only; no state.
-#ifndef SLICED_SCHEDULER_STATUS_MACROS_H_
-#define SLICED_SCHEDULER_STATUS_MACROS_H_
+#ifndef SLICED_BASE_STATUS_MACROS_H_
+#define SLICED_BASE_STATUS_MACROS_H_
 
 #include <utility>
 
@@ -34,4 +34,4 @@
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = *std::move(statusor)
 
-#endif  // SLICED_SCHEDULER_STATUS_MACROS_H_
+#endif  // SLICED_BASE_STATUS_MACROS_H_
