@@ -81,6 +81,9 @@ struct PlacementRequest {
   // free while solving (re-placing a PG whose old allocations the caller
   // releases in the same commit). Slices it holds are not re-offered.
   std::string replacing_pg_id;
+
+  friend bool operator==(const PlacementRequest&,
+                         const PlacementRequest&) = default;
 };
 
 // One thing a step ruled out, and how many.

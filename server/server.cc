@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -13,16 +14,20 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
-#include "base/status_macros.h"
-#include "server/auth.h"
-#include "server/coordinator.h"
-#include "server/inventory_service.h"
-#include "server/log_store.h"
-#include "server/metrics.h"
-#include "server/placement.h"
-#include "server/placement_service.h"
-#include "server/telemetry_service.h"
-#include "server/telemetry_store.h"
+#include "server/api/auth.h"
+#include "server/api/gate.h"
+#include "server/api/inventory_service.h"
+#include "server/api/metrics.h"
+#include "server/api/placement_service.h"
+#include "server/api/stream_reactor.h"
+#include "server/api/telemetry_service.h"
+#include "server/core/cluster.h"
+#include "server/core/coordinator.h"
+#include "server/core/log_store.h"
+#include "server/core/node_manager.h"
+#include "server/core/placement_manager.h"
+#include "server/core/telemetry_manager.h"
+#include "server/core/telemetry_store.h"
 
 namespace sliced::server {
 
@@ -78,21 +83,29 @@ bool IsLoopback(const std::string& listen) {
 
 }  // namespace
 
+// Construction order is wiring order; members are destroyed in reverse, so
+// the gRPC server and the exposer stop before the managers, and the
+// coordinator (which drains the writer queue) stops before the state it
+// writes.
 struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
       : telemetry(options.telemetry_max_age),
         logs(options.log_lines_per_node),
         streams(options.limits.max_streams) {}
-  Metrics metrics;
+  api::Metrics metrics;
   TelemetryStore telemetry;
   LogStore logs;
-  StreamLimiter streams;
-  WatchHub hub;
+  api::StreamLimiter streams;
+  std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Coordinator> coordinator;
-  std::unique_ptr<InventoryService> inventory_service;
-  std::unique_ptr<PlacementService> placement_service;
-  std::unique_ptr<TelemetryService> telemetry_service;
-  std::unique_ptr<Authenticator> auth;
+  std::unique_ptr<PlacementManager> placement;
+  std::unique_ptr<NodeManager> nodes;
+  std::unique_ptr<TelemetryManager> telemetry_manager;
+  std::unique_ptr<api::Authenticator> auth;
+  std::unique_ptr<api::Gate> gate;
+  std::unique_ptr<api::InventoryService> inventory_service;
+  std::unique_ptr<api::PlacementService> placement_service;
+  std::unique_ptr<api::TelemetryService> telemetry_service;
   bool tls = false;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -113,6 +126,57 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
   return StartWithStore(options, std::move(store));
 }
 
+namespace {
+
+absl::Status CheckListen(const ServerOptions& options, bool tls, bool auth) {
+  if (IsLoopback(options.listen) || options.insecure_listen_any ||
+      (tls && auth)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to listen on ", options.listen,
+      " without TLS (--tls_cert/--tls_key) and tokens (--auth_tokens): "
+      "anyone on the network could drain nodes and take placements. Listen "
+      "on 127.0.0.1, turn both on, or pass --insecure_listen_any"));
+}
+
+}  // namespace
+
+// Wires the core (cluster, coordinator, managers) and the gRPC edge.
+absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
+                                std::unique_ptr<storage::Store> store) {
+  impl.cluster =
+      std::make_unique<Cluster>([] { return absl::Now(); }, &impl.logs);
+  ASSIGN_OR_RETURN(
+      impl.coordinator,
+      Coordinator::Open(std::move(store), impl.cluster.get(),
+                        {.clock = nullptr, .observer = &impl.metrics}));
+  impl.placement = std::make_unique<PlacementManager>(
+      impl.coordinator.get(), impl.cluster.get(),
+      PlacementManager::Options{.starvation_bound = options.starvation_bound,
+                                .max_pending = options.limits.max_pending_pgs},
+      &impl.metrics);
+  impl.cluster->set_observer(impl.placement.get());
+  impl.nodes = std::make_unique<NodeManager>(
+      impl.coordinator.get(), impl.cluster.get(), impl.placement.get(),
+      &impl.logs, &impl.telemetry,
+      NodeManager::Options{.heartbeat_timeout = options.heartbeat_timeout,
+                           .lease_check_interval = absl::Seconds(1)});
+  impl.telemetry_manager = std::make_unique<TelemetryManager>(
+      impl.coordinator.get(), impl.cluster.get(), &impl.telemetry, &impl.logs);
+  impl.gate = std::make_unique<api::Gate>(impl.auth.get());
+  impl.inventory_service = std::make_unique<api::InventoryService>(
+      impl.nodes.get(), impl.placement.get(), options.limits, impl.gate.get());
+  impl.placement_service = std::make_unique<api::PlacementService>(
+      impl.placement.get(), options.limits, &impl.streams, impl.gate.get());
+  impl.telemetry_service = std::make_unique<api::TelemetryService>(
+      impl.telemetry_manager.get(), &impl.streams, impl.gate.get());
+  impl.metrics.AttachState(impl.cluster.get(), &impl.telemetry,
+                           impl.coordinator.get());
+  impl.coordinator->Run();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
     const ServerOptions& options, std::unique_ptr<storage::Store> store) {
   if (options.log_lines_per_node < 1) {
@@ -123,69 +187,10 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   auto impl = std::make_unique<Impl>(options);
   impl->tls = !options.tls_cert.empty();
   if (!options.auth_tokens.empty()) {
-    ASSIGN_OR_RETURN(impl->auth, Authenticator::Load(options.auth_tokens));
+    ASSIGN_OR_RETURN(impl->auth, api::Authenticator::Load(options.auth_tokens));
   }
-  if (!IsLoopback(options.listen) && !options.insecure_listen_any &&
-      (!impl->tls || impl->auth == nullptr)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("refusing to listen on ", options.listen,
-                     " without TLS (--tls_cert/--tls_key) and tokens "
-                     "(--auth_tokens): anyone on "
-                     "the network could drain nodes and take placements. "
-                     "Listen on 127.0.0.1, "
-                     "turn both on, or pass --insecure_listen_any"));
-  }
-  Metrics* metrics = &impl->metrics;
-  Coordinator::Options coordinator_options;
-  coordinator_options.heartbeat_timeout = options.heartbeat_timeout;
-  coordinator_options.parse_pg = RequestFromRecord;
-  PlacementPolicy policy;
-  policy.starvation_bound = options.starvation_bound;
-  policy.max_pending = options.limits.max_pending_pgs;
-  policy.on_decision = [metrics](const scheduler::Decision& d,
-                                 absl::Duration took) {
-    std::string outcome(scheduler::OutcomeName(d.outcome));
-    for (char& c : outcome) c = static_cast<char>(std::tolower(c));
-    metrics->ObserveDecision(outcome, d.priority_index,
-                             absl::ToDoubleSeconds(took));
-  };
-  coordinator_options.retry_pending = [policy](Txn& txn) {
-    RetryPending(txn, policy);
-  };
-  coordinator_options.on_nodes_lost =
-      [policy](Txn& txn, const std::vector<std::string>& nodes) {
-        return HandleNodesLost(txn, nodes, policy);
-      };
-  coordinator_options.on_commit = [metrics](absl::Duration took, int64_t ops,
-                                            int64_t writes, bool ok) {
-    metrics->ObserveCommit(absl::ToDoubleSeconds(took), ops, writes, ok);
-  };
-  coordinator_options.load_logs =
-      [logs = &impl->logs](
-          const std::vector<std::pair<std::string, storage::LogRecord>>& stored,
-          storage::Mutation* trim) { logs->Load(stored, trim); };
-  coordinator_options.on_pg_changes =
-      [hub = &impl->hub](const std::vector<PgEntry>& changed,
-                         const scheduler::InventorySnapshot& snapshot) {
-        std::vector<v1::PlacementGroup> out(changed.size());
-        for (size_t i = 0; i < changed.size(); ++i) {
-          PgToProto(changed[i], snapshot, &out[i]);
-        }
-        hub->Publish(out);
-      };
-  ASSIGN_OR_RETURN(impl->coordinator,
-                   Coordinator::Start(std::move(store), coordinator_options));
-
-  impl->inventory_service = std::make_unique<InventoryService>(
-      impl->coordinator.get(), options.limits, policy, &impl->logs,
-      &impl->telemetry, impl->auth.get());
-  impl->placement_service = std::make_unique<PlacementService>(
-      impl->coordinator.get(), &impl->hub, options.limits, policy,
-      &impl->streams, impl->auth.get());
-  impl->telemetry_service = std::make_unique<TelemetryService>(
-      impl->coordinator.get(), &impl->telemetry, &impl->logs, &impl->streams,
-      impl->auth.get());
-  impl->metrics.AttachState(impl->coordinator.get(), &impl->telemetry);
+  RETURN_IF_ERROR(CheckListen(options, impl->tls, impl->auth != nullptr));
+  RETURN_IF_ERROR(Wire(*impl, options, std::move(store)));
 
   // The health proto is compiled into this binary so that reflection can
   // describe grpc.health.v1.Health; touching its descriptor keeps the linker
@@ -243,7 +248,7 @@ absl::Status SlicedServer::ReloadAuth() {
 int SlicedServer::metrics_port() const { return impl_->metrics_port; }
 
 size_t SlicedServer::node_count() const {
-  return impl_->coordinator->Read(
+  return impl_->cluster->Read(
       [](const ClusterState& s) { return s.nodes.size(); });
 }
 
@@ -255,6 +260,7 @@ void SlicedServer::Shutdown() {
                           std::chrono::seconds(5));
   impl_->server->Wait();
   impl_->exposer.reset();
+  impl_->nodes.reset();        // stops the lease thread
   impl_->coordinator.reset();  // drains the writer queue
 }
 

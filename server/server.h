@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/limits.h"
+#include "server/core/limits.h"
 #include "storage/store.h"
 
 namespace sliced::server {
@@ -36,7 +36,7 @@ struct ServerOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
-  // Bearer tokens and roles (server/auth.h); empty: no authentication.
+  // Bearer tokens and roles (server/api/auth.h); empty: no authentication.
   std::string auth_tokens;
   // Without TLS and tokens the daemon only listens on loopback, unless this.
   bool insecure_listen_any = false;
@@ -77,6 +77,8 @@ class SlicedServer {
  private:
   struct Impl;
   explicit SlicedServer(std::unique_ptr<Impl> impl);
+  static absl::Status Wire(Impl& impl, const ServerOptions& options,
+                           std::unique_ptr<storage::Store> store);
   std::unique_ptr<Impl> impl_;
 };
 

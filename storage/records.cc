@@ -1,26 +1,328 @@
 #include "storage/records.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "scheduler/labels.h"
+#include "scheduler/tpu.h"
 
 namespace sliced::storage {
+namespace {
+
+using server::PgState;
+using server::PlacementGroup;
+
+// ---------------------------------------------------------------- enums
+
+NodeStateRecord ToRecord(scheduler::NodeState state) {
+  switch (state) {
+    case scheduler::NodeState::kAlive:
+      return NODE_ALIVE;
+    case scheduler::NodeState::kDraining:
+      return NODE_DRAINING;
+    case scheduler::NodeState::kDead:
+      return NODE_DEAD;
+  }
+  return NODE_STATE_RECORD_UNSPECIFIED;
+}
+
+PgStateRecord ToRecord(PgState state) {
+  switch (state) {
+    case PgState::kPending:
+      return PG_PENDING;
+    case PgState::kCreated:
+      return PG_CREATED;
+    case PgState::kRescheduling:
+      return PG_RESCHEDULING;
+    case PgState::kInfeasible:
+      return PG_INFEASIBLE;
+    case PgState::kRemoved:
+      return PG_REMOVED;
+  }
+  return PG_STATE_RECORD_UNSPECIFIED;
+}
+
+absl::StatusOr<PgState> FromRecord(PgStateRecord state) {
+  switch (state) {
+    case PG_PENDING:
+      return PgState::kPending;
+    case PG_CREATED:
+      return PgState::kCreated;
+    case PG_RESCHEDULING:
+      return PgState::kRescheduling;
+    case PG_INFEASIBLE:
+      return PgState::kInfeasible;
+    default:
+      return absl::DataLossError(absl::StrCat("unknown state ", state));
+  }
+}
+
+StrategyRecord ToRecord(scheduler::Strategy strategy) {
+  switch (strategy) {
+    case scheduler::Strategy::kPack:
+      return STRATEGY_PACK;
+    case scheduler::Strategy::kSpread:
+      return STRATEGY_SPREAD;
+    case scheduler::Strategy::kStrictPack:
+      return STRATEGY_STRICT_PACK;
+    case scheduler::Strategy::kStrictSpread:
+      return STRATEGY_STRICT_SPREAD;
+  }
+  return STRATEGY_PACK;
+}
+
+absl::StatusOr<scheduler::Strategy> FromRecord(StrategyRecord strategy) {
+  switch (strategy) {
+    case STRATEGY_RECORD_UNSPECIFIED:
+    case STRATEGY_PACK:
+      return scheduler::Strategy::kPack;
+    case STRATEGY_SPREAD:
+      return scheduler::Strategy::kSpread;
+    case STRATEGY_STRICT_PACK:
+      return scheduler::Strategy::kStrictPack;
+    case STRATEGY_STRICT_SPREAD:
+      return scheduler::Strategy::kStrictSpread;
+    default:
+      return absl::DataLossError(absl::StrCat("unknown strategy ", strategy));
+  }
+}
+
+LogSeverityRecord ToRecord(server::LogSeverity severity) {
+  switch (severity) {
+    case server::LogSeverity::kUnspecified:
+      return LOG_SEVERITY_RECORD_UNSPECIFIED;
+    case server::LogSeverity::kInfo:
+      return LOG_INFO;
+    case server::LogSeverity::kWarning:
+      return LOG_WARNING;
+    case server::LogSeverity::kError:
+      return LOG_ERROR;
+    case server::LogSeverity::kFatal:
+      return LOG_FATAL;
+  }
+  return LOG_SEVERITY_RECORD_UNSPECIFIED;
+}
+
+// ---------------------------------------------------------------- selectors
+
+void ToRecord(const scheduler::LabelSelector& selector, SelectorRecord* out) {
+  for (const scheduler::SelectorTerm& t : selector.terms) {
+    SelectorTermRecord* term = out->add_terms();
+    term->set_key(t.key);
+    switch (t.op) {
+      case scheduler::SelectorOp::kEquals:
+        term->set_op(SELECTOR_EQUALS);
+        break;
+      case scheduler::SelectorOp::kNotEquals:
+        term->set_op(SELECTOR_NOT_EQUALS);
+        break;
+      case scheduler::SelectorOp::kIn:
+        term->set_op(SELECTOR_IN);
+        break;
+      case scheduler::SelectorOp::kNotIn:
+        term->set_op(SELECTOR_NOT_IN);
+        break;
+    }
+    term->mutable_values()->Add(t.values.begin(), t.values.end());
+  }
+}
+
+absl::StatusOr<scheduler::LabelSelector> FromRecord(const SelectorRecord& r) {
+  scheduler::LabelSelector selector;
+  for (const SelectorTermRecord& t : r.terms()) {
+    scheduler::SelectorTerm term;
+    term.key = t.key();
+    switch (t.op()) {
+      case SELECTOR_EQUALS:
+        term.op = scheduler::SelectorOp::kEquals;
+        break;
+      case SELECTOR_NOT_EQUALS:
+        term.op = scheduler::SelectorOp::kNotEquals;
+        break;
+      case SELECTOR_IN:
+        term.op = scheduler::SelectorOp::kIn;
+        break;
+      case SELECTOR_NOT_IN:
+        term.op = scheduler::SelectorOp::kNotIn;
+        break;
+      default:
+        return absl::DataLossError(
+            absl::StrCat("selector on ", t.key(), ": unknown op ", t.op()));
+    }
+    term.values.assign(t.values().begin(), t.values().end());
+    selector.terms.push_back(std::move(term));
+  }
+  return selector;
+}
+
+// ---------------------------------------------------------------- bundles
+
+void ToRecord(const scheduler::ResourceSet& resources,
+              const scheduler::LabelSelector& selector,
+              absl::string_view node_id, BundleRecord* out) {
+  out->mutable_resources()->insert(resources.begin(), resources.end());
+  ToRecord(selector, out->mutable_selector());
+  out->set_node_id(std::string(node_id));
+}
+
+absl::StatusOr<scheduler::Bundle> BundleFromRecord(const BundleRecord& r) {
+  scheduler::Bundle b;
+  b.resources.insert(r.resources().begin(), r.resources().end());
+  ASSIGN_OR_RETURN(b.selector, FromRecord(r.selector()));
+  return b;
+}
+
+absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromRecords(
+    const google::protobuf::RepeatedPtrField<BundleRecord>& records) {
+  std::vector<scheduler::Bundle> out;
+  out.reserve(records.size());
+  for (const BundleRecord& r : records) {
+    ASSIGN_OR_RETURN(scheduler::Bundle b, BundleFromRecord(r));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- requests
+
+void RequestToRecord(const scheduler::PlacementRequest& request,
+                     PlacementGroupRecord& r) {
+  for (const scheduler::Bundle& b : request.bundles) {
+    ToRecord(b.resources, b.selector, "", r.add_requested_bundles());
+  }
+  r.set_strategy(ToRecord(request.strategy));
+  if (request.slice) {
+    SliceRequirementRecord* s = r.mutable_slice();
+    s->set_accelerator_type(
+        std::string(scheduler::TpuAcceleratorType(request.slice->generation)));
+    s->set_topology(request.slice->topology);
+    s->set_num_slices(request.slice->num_slices);
+    s->mutable_resources_per_host()->insert(
+        request.slice->resources_per_host.begin(),
+        request.slice->resources_per_host.end());
+    ToRecord(request.slice->selector, s->mutable_selector());
+  }
+  for (const auto& fallback : request.fallbacks) {
+    FallbackRecord* f = r.add_fallbacks();
+    for (const scheduler::Bundle& b : fallback) {
+      ToRecord(b.resources, b.selector, "", f->add_bundles());
+    }
+  }
+}
+
+absl::StatusOr<scheduler::PlacementRequest> RequestFromRecord(
+    const PlacementGroupRecord& r) {
+  scheduler::PlacementRequest request;
+  ASSIGN_OR_RETURN(request.bundles, BundlesFromRecords(r.requested_bundles()));
+  ASSIGN_OR_RETURN(request.strategy, FromRecord(r.strategy()));
+  if (r.has_slice()) {
+    scheduler::SliceRequirement slice;
+    ASSIGN_OR_RETURN(slice.generation, scheduler::ParseTpuGeneration(
+                                           r.slice().accelerator_type()));
+    slice.topology = r.slice().topology();
+    slice.num_slices = r.slice().num_slices();
+    slice.resources_per_host.insert(r.slice().resources_per_host().begin(),
+                                    r.slice().resources_per_host().end());
+    ASSIGN_OR_RETURN(slice.selector, FromRecord(r.slice().selector()));
+    request.slice = std::move(slice);
+  }
+  for (const FallbackRecord& f : r.fallbacks()) {
+    ASSIGN_OR_RETURN(auto bundles, BundlesFromRecords(f.bundles()));
+    request.fallbacks.push_back(std::move(bundles));
+  }
+  return request;
+}
+
+void ScalingConfigToRecord(const server::ScalingConfig& c,
+                           ScalingConfigRecord* out) {
+  out->set_num_workers(c.num_workers);
+  out->set_use_tpu(c.use_tpu);
+  out->set_use_gpu(c.use_gpu);
+  out->set_topology(c.topology);
+  out->set_accelerator_type(c.accelerator_type);
+  out->set_placement_strategy(c.placement_strategy);
+  out->mutable_resources_per_worker()->insert(c.resources_per_worker.begin(),
+                                              c.resources_per_worker.end());
+  out->mutable_label_selector()->insert(c.label_selector.begin(),
+                                        c.label_selector.end());
+}
+
+server::ScalingConfig ScalingConfigFromRecord(const ScalingConfigRecord& r) {
+  return server::ScalingConfig{
+      r.num_workers(),
+      r.use_tpu(),
+      r.use_gpu(),
+      r.topology(),
+      r.accelerator_type(),
+      r.placement_strategy(),
+      {r.resources_per_worker().begin(), r.resources_per_worker().end()},
+      {r.label_selector().begin(), r.label_selector().end()}};
+}
+
+absl::Status PgFromRecord(const PlacementGroupRecord& r, PlacementGroup& g) {
+  g.id = r.placement_group_id();
+  ASSIGN_OR_RETURN(g.state, FromRecord(r.state()));
+  ASSIGN_OR_RETURN(g.request, RequestFromRecord(r));
+  for (const BundleRecord& b : r.bundles()) {
+    ASSIGN_OR_RETURN(scheduler::Bundle bundle, BundleFromRecord(b));
+    g.bundles.push_back(server::PlacedBundle{
+        std::move(bundle.resources), std::move(bundle.selector), b.node_id()});
+  }
+  g.slice_names.assign(r.slice_names().begin(), r.slice_names().end());
+  g.job_id = r.job_id();
+  g.name = r.name();
+  g.request_id = r.request_id();
+  g.compute_class = r.compute_class();
+  g.priority = r.priority();
+  g.priority_index = r.priority_index();
+  g.fallback_index = r.fallback_index();
+  g.reason = r.pending_reason();
+  g.create_time = absl::FromUnixMillis(r.create_time_ms());
+  g.update_time = absl::FromUnixMillis(r.update_time_ms());
+  g.queued_time = absl::FromUnixMillis(r.queued_time_ms());
+  g.sequence = r.sequence();
+  if (r.has_scaling_config()) {
+    g.scaling_config = ScalingConfigFromRecord(r.scaling_config());
+  }
+  return absl::OkStatus();
+}
+
+template <typename Record>
+absl::StatusOr<Record> Parse(Table table, const std::string& key,
+                             const std::string& value) {
+  Record record;
+  if (!record.ParseFromString(value)) {
+    return absl::DataLossError(absl::StrCat("stored record ", TableName(table),
+                                            "/", key, " does not parse"));
+  }
+  return record;
+}
+
+// Decodes `value` of `table` into `out`, naming the record on error.
+template <typename Record, typename T>
+absl::Status Decode(Table table, const std::string& key,
+                    const std::string& value, std::vector<T>& out) {
+  ASSIGN_OR_RETURN(Record record, Parse<Record>(table, key, value));
+  absl::StatusOr<T> decoded = FromRecord(record);
+  if (!decoded.ok()) {
+    return absl::DataLossError(absl::StrCat("stored record ", TableName(table),
+                                            "/", key, ": ",
+                                            decoded.status().message()));
+  }
+  out.push_back(*std::move(decoded));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 NodeRecord ToRecord(const scheduler::Node& node) {
   NodeRecord r;
   r.set_node_id(node.node_id);
   r.set_address(node.address);
-  for (const auto& [k, v] : node.labels) (*r.mutable_labels())[k] = v;
-  for (const auto& [k, v] : node.resources) (*r.mutable_resources())[k] = v;
-  switch (node.state) {
-    case scheduler::NodeState::kAlive:
-      r.set_state(NODE_ALIVE);
-      break;
-    case scheduler::NodeState::kDraining:
-      r.set_state(NODE_DRAINING);
-      break;
-    case scheduler::NodeState::kDead:
-      r.set_state(NODE_DEAD);
-      break;
-  }
+  r.mutable_labels()->insert(node.labels.begin(), node.labels.end());
+  r.mutable_resources()->insert(node.resources.begin(), node.resources.end());
+  r.set_state(ToRecord(node.state));
   return r;
 }
 
@@ -47,36 +349,135 @@ absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& r) {
   return node;
 }
 
-namespace {
-template <typename Record>
-absl::Status ParseInto(Table table, const std::string& key,
-                       const std::string& value, std::vector<Record>& out) {
-  Record record;
-  if (!record.ParseFromString(value)) {
-    return absl::DataLossError(absl::StrCat("stored record ", TableName(table),
-                                            "/", key, " does not parse"));
+PlacementGroupRecord ToRecord(const PlacementGroup& g) {
+  PlacementGroupRecord r;
+  r.set_placement_group_id(g.id);
+  r.set_state(ToRecord(g.state));
+  RequestToRecord(g.request, r);
+  for (const server::PlacedBundle& b : g.bundles) {
+    ToRecord(b.resources, b.selector, b.node_id, r.add_bundles());
   }
-  out.push_back(std::move(record));
-  return absl::OkStatus();
+  r.mutable_slice_names()->Add(g.slice_names.begin(), g.slice_names.end());
+  r.set_job_id(g.job_id);
+  r.set_name(g.name);
+  r.set_request_id(g.request_id);
+  r.set_compute_class(g.compute_class);
+  r.set_priority(g.priority);
+  r.set_priority_index(g.priority_index);
+  r.set_fallback_index(g.fallback_index);
+  r.set_pending_reason(g.reason);
+  r.set_create_time_ms(absl::ToUnixMillis(g.create_time));
+  r.set_update_time_ms(absl::ToUnixMillis(g.update_time));
+  r.set_queued_time_ms(absl::ToUnixMillis(g.queued_time));
+  r.set_sequence(g.sequence);
+  if (g.scaling_config) {
+    ScalingConfigToRecord(*g.scaling_config, r.mutable_scaling_config());
+  }
+  return r;
 }
-}  // namespace
+
+absl::StatusOr<PlacementGroup> FromRecord(const PlacementGroupRecord& r) {
+  PlacementGroup g;
+  absl::Status decoded = PgFromRecord(r, g);
+  if (!decoded.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "placement group ", r.placement_group_id(), ": ", decoded.message()));
+  }
+  return g;
+}
+
+ComputeClassRecord ToRecord(const server::ComputeClass& cls) {
+  ComputeClassRecord r;
+  r.set_name(cls.name);
+  for (const scheduler::LabelSelector& p : cls.priorities) {
+    ToRecord(p, r.add_priorities());
+  }
+  r.set_when_unsatisfiable(cls.when_unsatisfiable ==
+                                   server::WhenUnsatisfiable::kFail
+                               ? WHEN_UNSATISFIABLE_FAIL
+                               : WHEN_UNSATISFIABLE_WAIT);
+  return r;
+}
+
+absl::StatusOr<server::ComputeClass> FromRecord(const ComputeClassRecord& r) {
+  server::ComputeClass cls;
+  cls.name = r.name();
+  for (const SelectorRecord& p : r.priorities()) {
+    ASSIGN_OR_RETURN(scheduler::LabelSelector s, FromRecord(p));
+    cls.priorities.push_back(std::move(s));
+  }
+  switch (r.when_unsatisfiable()) {
+    case WHEN_UNSATISFIABLE_RECORD_UNSPECIFIED:
+    case WHEN_UNSATISFIABLE_WAIT:
+      cls.when_unsatisfiable = server::WhenUnsatisfiable::kWait;
+      break;
+    case WHEN_UNSATISFIABLE_FAIL:
+      cls.when_unsatisfiable = server::WhenUnsatisfiable::kFail;
+      break;
+    default:
+      return absl::DataLossError(absl::StrCat("compute class ", r.name(),
+                                              ": unknown when_unsatisfiable ",
+                                              r.when_unsatisfiable()));
+  }
+  return cls;
+}
+
+LogRecord ToRecord(const server::LogLine& line) {
+  LogRecord r;
+  r.set_time_ms(absl::ToUnixMillis(line.time));
+  r.set_severity(ToRecord(line.severity));
+  r.set_text(line.text);
+  r.set_node_id(line.node_id);
+  return r;
+}
+
+absl::StatusOr<server::LogLine> FromRecord(const LogRecord& r) {
+  server::LogLine line;
+  line.time = absl::FromUnixMillis(r.time_ms());
+  switch (r.severity()) {
+    case LOG_SEVERITY_RECORD_UNSPECIFIED:
+      line.severity = server::LogSeverity::kUnspecified;
+      break;
+    case LOG_INFO:
+      line.severity = server::LogSeverity::kInfo;
+      break;
+    case LOG_WARNING:
+      line.severity = server::LogSeverity::kWarning;
+      break;
+    case LOG_ERROR:
+      line.severity = server::LogSeverity::kError;
+      break;
+    case LOG_FATAL:
+      line.severity = server::LogSeverity::kFatal;
+      break;
+    default:
+      return absl::DataLossError(
+          absl::StrCat("log line: unknown severity ", r.severity()));
+  }
+  line.text = r.text();
+  line.node_id = r.node_id();
+  return line;
+}
 
 absl::Status AddRecord(Table table, const std::string& key,
                        const std::string& value, StoredState& state) {
   switch (table) {
     case Table::kNodes:
-      return ParseInto(table, key, value, state.nodes);
+      return Decode<NodeRecord>(table, key, value, state.nodes);
     case Table::kPlacementGroups:
-      return ParseInto(table, key, value, state.placement_groups);
+      return Decode<PlacementGroupRecord>(table, key, value,
+                                          state.placement_groups);
     case Table::kComputeClasses:
-      return ParseInto(table, key, value, state.compute_classes);
+      return Decode<ComputeClassRecord>(table, key, value,
+                                        state.compute_classes);
     case Table::kLogs: {
-      LogRecord record;
-      if (!record.ParseFromString(value)) {
-        return absl::DataLossError(
-            absl::StrCat("stored record logs/", key, " does not parse"));
+      ASSIGN_OR_RETURN(LogRecord record, Parse<LogRecord>(table, key, value));
+      absl::StatusOr<server::LogLine> line = FromRecord(record);
+      if (!line.ok()) {
+        return absl::DataLossError(absl::StrCat("stored record logs/", key,
+                                                ": ", line.status().message()));
       }
-      state.logs.emplace_back(key, std::move(record));
+      state.logs.emplace_back(key, *std::move(line));
       return absl::OkStatus();
     }
   }

@@ -1,4 +1,5 @@
-// Conversions between domain types (scheduler/) and on-disk records, and the
+// The store's own format: domain types <-> the records of
+// storage/proto/sliced/storage/records.proto (schema kSchemaVersion), and the
 // parsing of stored values. Pure functions; thread-safe.
 #ifndef SLICED_STORAGE_RECORDS_H_
 #define SLICED_STORAGE_RECORDS_H_
@@ -8,18 +9,30 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "scheduler/types.h"
+#include "server/core/placement_group.h"
+#include "server/core/telemetry.h"
 #include "sliced/storage/records.pb.h"
 #include "storage/store.h"
 
 namespace sliced::storage {
 
 NodeRecord ToRecord(const scheduler::Node& node);
+PlacementGroupRecord ToRecord(const server::PlacementGroup& group);
+ComputeClassRecord ToRecord(const server::ComputeClass& compute_class);
+LogRecord ToRecord(const server::LogLine& line);
 
-// Returns DataLoss when the record holds an unknown state.
+// Each returns DataLoss naming the record when it holds an unknown enum value
+// or a selector that does not parse.
 absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& record);
+absl::StatusOr<server::PlacementGroup> FromRecord(
+    const PlacementGroupRecord& record);
+absl::StatusOr<server::ComputeClass> FromRecord(
+    const ComputeClassRecord& record);
+absl::StatusOr<server::LogLine> FromRecord(const LogRecord& record);
 
-// Parses `value` as the record type of `table` and appends it to `state`.
-// Returns DataLoss naming the table and key when it does not parse.
+// Parses `value` as the record type of `table` and appends its domain value
+// to `state`. Returns DataLoss naming the table and key when it does not
+// parse.
 absl::Status AddRecord(Table table, const std::string& key,
                        const std::string& value, StoredState& state);
 

@@ -3,8 +3,10 @@
 //
 // Thread-compatible (the coordinator is its single writer). rocksdb::Status is
 // converted to absl::Status in this file only.
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
+#include "storage/migrations.h"
 #include "storage/records.h"
 #include "storage/store.h"
 
@@ -97,6 +100,41 @@ class RocksDbStore : public Store {
   bool sync_;
 };
 
+// Rewrites every record written at schema `from` into the current format,
+// in one synced batch that also records the new version: a crash leaves
+// either the old data and version or the new ones.
+absl::Status Migrate(RocksDbStore& store, int64_t from,
+                     const std::string& path) {
+  rocksdb::WriteBatch batch;
+  for (Table table : kTables) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        store.db()->NewIterator(rocksdb::ReadOptions(), store.Family(table)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const std::string key = it->key().ToString();
+      absl::StatusOr<std::optional<std::string>> value =
+          UpgradeRecord(from, table, key, it->value().ToString());
+      if (!value.ok()) return value.status();
+      if (*value) {
+        rocksdb::Status s = batch.Put(store.Family(table), key, **value);
+        if (!s.ok()) return FromRocks(s, "building the migration batch");
+      }
+    }
+    absl::Status s = FromRocks(it->status(), "reading the store to migrate");
+    if (!s.ok()) return s;
+  }
+  rocksdb::Status s =
+      batch.Put(store.Meta(), kSchemaKey, std::to_string(kSchemaVersion));
+  if (!s.ok()) return FromRocks(s, "building the migration batch");
+  rocksdb::WriteOptions options;
+  options.sync = true;
+  std::fprintf(stderr,
+               "sliced: migrating data dir %s from schema %lld to %lld\n",
+               path.c_str(), static_cast<long long>(from),
+               static_cast<long long>(kSchemaVersion));
+  return FromRocks(store.db()->Write(options, &batch),
+                   "writing the migrated records");
+}
+
 absl::Status CheckSchema(RocksDbStore& store, bool created,
                          const std::string& path) {
   std::string value;
@@ -127,6 +165,11 @@ absl::Status CheckSchema(RocksDbStore& store, bool created,
         " by a newer sliced; this binary reads up to version ",
         kSchemaVersion));
   }
+  if (version < 1) {
+    return absl::DataLossError(
+        absl::StrCat("data dir ", path, ": invalid schema version ", version));
+  }
+  if (version < kSchemaVersion) return Migrate(store, version, path);
   return absl::OkStatus();
 }
 

@@ -33,26 +33,27 @@ Mutation::Write Delete(Table table, absl::string_view key) {
 }
 }  // namespace
 
-void Mutation::PutNode(const NodeRecord& r) {
-  writes_.push_back(Put(Table::kNodes, r.node_id(), r));
+void Mutation::PutNode(const scheduler::Node& node) {
+  writes_.push_back(Put(Table::kNodes, node.node_id, ToRecord(node)));
 }
 void Mutation::DeleteNode(absl::string_view id) {
   writes_.push_back(Delete(Table::kNodes, id));
 }
-void Mutation::PutPlacementGroup(const PlacementGroupRecord& r) {
-  writes_.push_back(Put(Table::kPlacementGroups, r.placement_group_id(), r));
+void Mutation::PutPlacementGroup(const server::PlacementGroup& group) {
+  writes_.push_back(Put(Table::kPlacementGroups, group.id, ToRecord(group)));
 }
 void Mutation::DeletePlacementGroup(absl::string_view id) {
   writes_.push_back(Delete(Table::kPlacementGroups, id));
 }
-void Mutation::PutComputeClass(const ComputeClassRecord& r) {
-  writes_.push_back(Put(Table::kComputeClasses, r.name(), r));
+void Mutation::PutComputeClass(const server::ComputeClass& compute_class) {
+  writes_.push_back(
+      Put(Table::kComputeClasses, compute_class.name, ToRecord(compute_class)));
 }
 void Mutation::DeleteComputeClass(absl::string_view name) {
   writes_.push_back(Delete(Table::kComputeClasses, name));
 }
-void Mutation::PutLog(absl::string_view key, const LogRecord& r) {
-  writes_.push_back(Put(Table::kLogs, key, r));
+void Mutation::PutLog(absl::string_view key, const server::LogLine& line) {
+  writes_.push_back(Put(Table::kLogs, key, ToRecord(line)));
 }
 void Mutation::DeleteLog(absl::string_view key) {
   writes_.push_back(Delete(Table::kLogs, key));

@@ -6,9 +6,13 @@
 // mutations may be concatenated into one (group commit); later writes to the
 // same key win.
 //
+// The store speaks the domain (scheduler::Node, and the placement groups,
+// compute classes and log lines of server/core); how they are written is the
+// store's own business: the records of storage/proto/sliced/storage/
+// records.proto, mapped in storage/records.h, never API types.
+//
 // Implementations are thread-compatible: the coordinator is the single writer;
-// Load is called before any Commit. Records are the storage protos of
-// storage/proto/sliced/storage/records.proto, never API types.
+// Load is called before any Commit.
 #ifndef SLICED_STORAGE_STORE_H_
 #define SLICED_STORAGE_STORE_H_
 
@@ -20,13 +24,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "sliced/storage/records.pb.h"
+#include "scheduler/types.h"
+#include "server/core/placement_group.h"
+#include "server/core/telemetry.h"
 
 namespace sliced::storage {
 
 // On-disk schema version written by this binary. Opening data written with a
-// higher version fails; lower versions are migrated on open (none yet).
-inline constexpr int64_t kSchemaVersion = 1;
+// higher version fails; lower versions are migrated on open
+// (storage/migrations.h).
+inline constexpr int64_t kSchemaVersion = 2;
 
 enum class Table { kNodes, kPlacementGroups, kComputeClasses, kLogs };
 
@@ -42,13 +49,13 @@ class Mutation {
     bool is_delete = false;
   };
 
-  void PutNode(const NodeRecord& record);
+  void PutNode(const scheduler::Node& node);
   void DeleteNode(absl::string_view node_id);
-  void PutPlacementGroup(const PlacementGroupRecord& record);
+  void PutPlacementGroup(const server::PlacementGroup& group);
   void DeletePlacementGroup(absl::string_view placement_group_id);
-  void PutComputeClass(const ComputeClassRecord& record);
+  void PutComputeClass(const server::ComputeClass& compute_class);
   void DeleteComputeClass(absl::string_view name);
-  void PutLog(absl::string_view key, const LogRecord& record);
+  void PutLog(absl::string_view key, const server::LogLine& line);
   void DeleteLog(absl::string_view key);
 
   // Appends `other`'s writes after this one's.
@@ -65,10 +72,10 @@ class Mutation {
 // Everything the store holds, as loaded at start-up. Each table is sorted by
 // key.
 struct StoredState {
-  std::vector<NodeRecord> nodes;
-  std::vector<PlacementGroupRecord> placement_groups;
-  std::vector<ComputeClassRecord> compute_classes;
-  std::vector<std::pair<std::string, LogRecord>> logs;  // key, record
+  std::vector<scheduler::Node> nodes;
+  std::vector<server::PlacementGroup> placement_groups;
+  std::vector<server::ComputeClass> compute_classes;
+  std::vector<std::pair<std::string, server::LogLine>> logs;  // key, line
 };
 
 class Store {

@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
+#include "scheduler/labels.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/records.h"
 
@@ -33,13 +34,45 @@ class TempDir {
   std::string path_;
 };
 
-NodeRecord Node(const std::string& id, int64_t cpu = 40000) {
+scheduler::Node Node(const std::string& id, int64_t cpu = 40000) {
   scheduler::Node n;
   n.node_id = id;
   n.address = id + ".local";
   n.labels = {{"ray.io/availability-zone", "z1"}};
   n.resources = {{"CPU", cpu}};
-  return ToRecord(n);
+  return n;
+}
+
+// A placement group that uses every field the store keeps.
+server::PlacementGroup FullGroup() {
+  server::PlacementGroup g;
+  g.id = "pg-1";
+  g.state = server::PgState::kCreated;
+  auto selector = scheduler::ParseLabelSelector(
+      {{"ray.io/availability-zone", "in(z1,z2)"}, {"tier", "!spot"}});
+  g.request.bundles.push_back(
+      scheduler::Bundle{{{"CPU", 20000}}, *selector, ""});
+  g.request.strategy = scheduler::Strategy::kStrictSpread;
+  g.request.slice = scheduler::SliceRequirement{
+      scheduler::TpuGeneration::kV4, "2x2x2", 2, {{"TPU", 40000}}, *selector};
+  g.request.fallbacks.push_back({scheduler::Bundle{{{"CPU", 10000}}, {}, ""}});
+  g.bundles.push_back(server::PlacedBundle{{{"CPU", 10000}}, {}, "a"});
+  g.slice_names = {"s1", "s2"};
+  g.job_id = "job";
+  g.name = "name";
+  g.request_id = "req";
+  g.compute_class = "cost-optimized";
+  g.priority = 7;
+  g.priority_index = 1;
+  g.fallback_index = 0;
+  g.reason = "";
+  g.create_time = absl::FromUnixMillis(1000);
+  g.update_time = absl::FromUnixMillis(2000);
+  g.queued_time = absl::FromUnixMillis(1500);
+  g.sequence = 42;
+  g.scaling_config = server::ScalingConfig{
+      4, true, false, "2x2x2", "TPU-V4", "SPREAD", {{"TPU", 4}}, {{"k", "v"}}};
+  return g;
 }
 
 // Writes key=value into column family `family` of the closed database at
@@ -89,28 +122,28 @@ TEST_P(StoreConformanceTest, CommitThenLoadRoundTripsEveryTable) {
   Mutation m;
   m.PutNode(Node("b"));
   m.PutNode(Node("a"));
-  PlacementGroupRecord pg;
-  pg.set_placement_group_id("pg-1");
-  pg.set_job_id("job");
-  m.PutPlacementGroup(pg);
-  ComputeClassRecord cc;
-  cc.set_name("cost-optimized");
+  m.PutPlacementGroup(FullGroup());
+  server::ComputeClass cc{
+      "cost-optimized",
+      {*scheduler::ParseLabelSelector({{"sliced.io/capacity-tier", "spot"}})},
+      server::WhenUnsatisfiable::kFail};
   m.PutComputeClass(cc);
-  LogRecord log;
-  log.set_text("hello");
+  server::LogLine log{absl::FromUnixMillis(5000), server::LogSeverity::kError,
+                      "hello", "a"};
   m.PutLog("a\x01", log);
   ASSERT_TRUE(store->Commit(m).ok());
 
   auto state = store->Load();
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_EQ(state->nodes.size(), 2u);
-  EXPECT_EQ(state->nodes[0].node_id(), "a");  // sorted by key
-  EXPECT_EQ(state->nodes[1].node_id(), "b");
+  EXPECT_EQ(state->nodes[0], Node("a"));  // sorted by key
+  EXPECT_EQ(state->nodes[1], Node("b"));
   ASSERT_EQ(state->placement_groups.size(), 1u);
-  EXPECT_EQ(state->placement_groups[0].job_id(), "job");
+  EXPECT_EQ(state->placement_groups[0], FullGroup());
   ASSERT_EQ(state->compute_classes.size(), 1u);
+  EXPECT_EQ(state->compute_classes[0], cc);
   ASSERT_EQ(state->logs.size(), 1u);
-  EXPECT_EQ(state->logs[0].second.text(), "hello");
+  EXPECT_EQ(state->logs[0].second, log);
 }
 
 TEST_P(StoreConformanceTest, LaterWritesInOneMutationWin) {
@@ -124,7 +157,7 @@ TEST_P(StoreConformanceTest, LaterWritesInOneMutationWin) {
   auto state = store->Load();
   ASSERT_TRUE(state.ok());
   ASSERT_EQ(state->nodes.size(), 1u);
-  EXPECT_EQ(state->nodes[0].resources().at("CPU"), 20000);
+  EXPECT_EQ(state->nodes[0].resources.at("CPU"), 20000);
 }
 
 TEST_P(StoreConformanceTest, DeleteOfMissingKeyIsNoOp) {
@@ -187,7 +220,7 @@ TEST(RocksDbStoreTest, ReopenFindsCommittedRecords) {
   auto state = (*store)->Load();
   ASSERT_TRUE(state.ok());
   ASSERT_EQ(state->nodes.size(), 1u);
-  EXPECT_EQ(state->nodes[0].address(), "a.local");
+  EXPECT_EQ(state->nodes[0].address, "a.local");
 }
 
 TEST(RocksDbStoreTest, SecondOpenWhileLockedIsRefused) {

@@ -1,0 +1,40 @@
+// Wire <-> domain conversions shared by the per-concern conversion files
+// (convert_nodes, convert_placement, convert_telemetry): resource maps,
+// label maps and timestamps. Pure functions; thread-safe.
+#ifndef SLICED_SERVER_API_CONVERT_COMMON_H_
+#define SLICED_SERVER_API_CONVERT_COMMON_H_
+
+#include <string>
+
+#include "absl/container/btree_map.h"
+#include "absl/time/time.h"
+#include "google/protobuf/map.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "scheduler/labels.h"
+#include "scheduler/types.h"
+
+namespace sliced::server::api {
+
+// A proto map as an ordered map (the core's input type).
+template <typename V>
+absl::btree_map<std::string, V> ToBtree(
+    const google::protobuf::Map<std::string, V>& map) {
+  return absl::btree_map<std::string, V>(map.begin(), map.end());
+}
+
+// A parsed selector as its wire map: key -> "v", "!v", "in(a,b)" or
+// "!in(a,b)" (the inverse of scheduler::ParseLabelSelector).
+void SelectorToProto(const scheduler::LabelSelector& selector,
+                     google::protobuf::Map<std::string, std::string>* out);
+
+// Fixed point -> wire values.
+void ResourcesToProto(const scheduler::ResourceSet& resources,
+                      google::protobuf::Map<std::string, double>* out);
+
+// Timestamps, through protobuf's TimeUtil. InfinitePast() <-> unset.
+void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out);
+absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp);
+
+}  // namespace sliced::server::api
+
+#endif  // SLICED_SERVER_API_CONVERT_COMMON_H_

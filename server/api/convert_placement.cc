@@ -1,0 +1,282 @@
+#include "server/api/convert_placement.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "scheduler/tpu.h"
+#include "server/api/convert_common.h"
+#include "server/core/validation.h"
+
+namespace sliced::server::api {
+namespace {
+
+using scheduler::PlacementRequest;
+
+absl::StatusOr<scheduler::LabelSelector> SelectorFromProto(
+    const google::protobuf::Map<std::string, std::string>& map,
+    absl::string_view field) {
+  auto parsed = scheduler::ParseLabelSelector(ToBtree(map));
+  if (!parsed.ok()) return WithFieldPrefix(field, parsed.status());
+  return parsed;
+}
+
+absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromProto(
+    const google::protobuf::RepeatedPtrField<v1::Bundle>& bundles,
+    absl::string_view field, const Limits& limits) {
+  if (bundles.size() > limits.max_bundles_per_pg) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": at most ", limits.max_bundles_per_pg,
+                     " bundles, got ", bundles.size()));
+  }
+  std::vector<scheduler::Bundle> out;
+  for (int i = 0; i < bundles.size(); ++i) {
+    const std::string where = absl::StrCat(field, "[", i, "]");
+    scheduler::Bundle b;
+    ASSIGN_OR_RETURN(
+        b.resources,
+        ResourcesFromWire(ToBtree(bundles[i].resources()),
+                          absl::StrCat(where, ".resources"), limits));
+    bool any = false;
+    for (const auto& [name, amount] : b.resources) any |= amount > 0;
+    if (!any) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".resources: a bundle needs at least one resource > 0"));
+    }
+    ASSIGN_OR_RETURN(b.selector,
+                     SelectorFromProto(bundles[i].label_selector(),
+                                       absl::StrCat(where, ".label_selector")));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+absl::StatusOr<scheduler::Strategy> StrategyFromProto(int number) {
+  switch (number) {
+    case v1::PLACEMENT_STRATEGY_UNSPECIFIED:
+    case v1::PACK:
+      return scheduler::Strategy::kPack;
+    case v1::SPREAD:
+      return scheduler::Strategy::kSpread;
+    case v1::STRICT_PACK:
+      return scheduler::Strategy::kStrictPack;
+    case v1::STRICT_SPREAD:
+      return scheduler::Strategy::kStrictSpread;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("strategy: unknown value ", number,
+                   "; use PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"));
+}
+
+v1::PlacementStrategy StrategyToProto(scheduler::Strategy strategy) {
+  switch (strategy) {
+    case scheduler::Strategy::kPack:
+      return v1::PACK;
+    case scheduler::Strategy::kSpread:
+      return v1::SPREAD;
+    case scheduler::Strategy::kStrictPack:
+      return v1::STRICT_PACK;
+    case scheduler::Strategy::kStrictSpread:
+      return v1::STRICT_SPREAD;
+  }
+  return v1::PACK;
+}
+
+absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
+    const v1::SliceRequirement& s, const Limits& limits) {
+  scheduler::SliceRequirement slice;
+  auto generation = scheduler::ParseTpuGeneration(s.accelerator_type());
+  if (!generation.ok()) {
+    return WithFieldPrefix("slice.accelerator_type", generation.status());
+  }
+  slice.generation = *generation;
+  auto shape = scheduler::ResolveTpuShape(*generation, s.topology());
+  if (!shape.ok()) return WithFieldPrefix("slice.topology", shape.status());
+  slice.topology = shape->topology;
+  slice.num_slices = s.num_slices() == 0 ? 1 : s.num_slices();
+  if (slice.num_slices < 1 || slice.num_slices > limits.max_slices_per_pg) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice.num_slices: must be 1..", limits.max_slices_per_pg,
+                     ", got ", s.num_slices()));
+  }
+  if (shape->hosts * slice.num_slices > limits.max_bundles_per_pg) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slice: ", slice.num_slices, " x ", shape->pod_type, " is ",
+        shape->hosts * slice.num_slices, " host bundles; at most ",
+        limits.max_bundles_per_pg, " per placement group"));
+  }
+  ASSIGN_OR_RETURN(slice.resources_per_host,
+                   ResourcesFromWire(ToBtree(s.resources_per_host()),
+                                     "slice.resources_per_host", limits));
+  return slice;
+}
+
+template <typename Request>
+PgOwner OwnerOf(const Request& in) {
+  return PgOwner{in.job_id(), in.name(), in.request_id(), in.compute_class(),
+                 in.priority()};
+}
+
+ScalingConfig ScalingConfigFromProto(const v1::ScalingConfig& c) {
+  return ScalingConfig{c.num_workers(),
+                       c.use_tpu(),
+                       c.use_gpu(),
+                       c.topology(),
+                       c.accelerator_type(),
+                       c.placement_strategy(),
+                       ToBtree(c.resources_per_worker()),
+                       ToBtree(c.label_selector())};
+}
+
+void ScalingConfigToProto(const ScalingConfig& c, v1::ScalingConfig* out) {
+  out->set_num_workers(c.num_workers);
+  out->set_use_tpu(c.use_tpu);
+  out->set_use_gpu(c.use_gpu);
+  out->set_topology(c.topology);
+  out->set_accelerator_type(c.accelerator_type);
+  out->set_placement_strategy(c.placement_strategy);
+  out->mutable_resources_per_worker()->insert(c.resources_per_worker.begin(),
+                                              c.resources_per_worker.end());
+  out->mutable_label_selector()->insert(c.label_selector.begin(),
+                                        c.label_selector.end());
+}
+
+void WorkerToProto(const Worker& w, v1::Worker* out) {
+  out->set_rank(w.rank);
+  out->set_node_id(w.node_id);
+  out->set_address(w.address);
+  out->set_slice_name(w.slice_name);
+  out->set_slice_index(w.slice_index);
+  out->set_tpu_worker_id(w.tpu_worker_id);
+  out->mutable_env()->insert(w.env.begin(), w.env.end());
+}
+
+}  // namespace
+
+absl::StatusOr<PgSpec> PgSpecFromProto(
+    const v1::CreatePlacementGroupRequest& in, const Limits& limits) {
+  PlacementRequest request;
+  ASSIGN_OR_RETURN(request.bundles,
+                   BundlesFromProto(in.bundles(), "bundles", limits));
+  ASSIGN_OR_RETURN(request.strategy, StrategyFromProto(in.strategy()));
+  if (in.has_slice()) {
+    ASSIGN_OR_RETURN(request.slice, SliceFromProto(in.slice(), limits));
+  } else if (request.bundles.empty()) {
+    return absl::InvalidArgumentError(
+        "bundles: a placement group needs at least one bundle or a slice "
+        "requirement");
+  }
+  for (int i = 0; i < in.fallback_strategy_size(); ++i) {
+    ASSIGN_OR_RETURN(
+        auto bundles,
+        BundlesFromProto(in.fallback_strategy(i).bundles(),
+                         absl::StrCat("fallback_strategy[", i, "].bundles"),
+                         limits));
+    request.fallbacks.push_back(std::move(bundles));
+  }
+  return NewPgSpec(std::move(request), OwnerOf(in), limits);
+}
+
+absl::StatusOr<PgSpec> PgSpecFromProto(const v1::SubmitScalingConfigRequest& in,
+                                       const Limits& limits) {
+  return PgSpecFromScalingConfig(ScalingConfigFromProto(in.scaling_config()),
+                                 OwnerOf(in), limits);
+}
+
+absl::StatusOr<PlacementManager::ListFilter> ListFilterFromProto(
+    const v1::ListPlacementGroupsRequest& in) {
+  PlacementManager::ListFilter filter;
+  filter.job_id = in.job_id();
+  switch (in.state()) {
+    case v1::PLACEMENT_GROUP_STATE_UNSPECIFIED:
+      break;
+    case v1::PENDING:
+      filter.state = PgState::kPending;
+      break;
+    case v1::CREATED:
+      filter.state = PgState::kCreated;
+      break;
+    case v1::RESCHEDULING:
+      filter.state = PgState::kRescheduling;
+      break;
+    case v1::INFEASIBLE:
+      filter.state = PgState::kInfeasible;
+      break;
+    case v1::REMOVED:
+      filter.state = PgState::kRemoved;  // never live: lists nothing
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("state: unknown value ", in.state()));
+  }
+  return filter;
+}
+
+v1::PlacementGroupState PgStateToProto(PgState state) {
+  switch (state) {
+    case PgState::kPending:
+      return v1::PENDING;
+    case PgState::kCreated:
+      return v1::CREATED;
+    case PgState::kRescheduling:
+      return v1::RESCHEDULING;
+    case PgState::kInfeasible:
+      return v1::INFEASIBLE;
+    case PgState::kRemoved:
+      return v1::REMOVED;
+  }
+  return v1::PLACEMENT_GROUP_STATE_UNSPECIFIED;
+}
+
+void PlacementGroupToProto(const PlacementGroupView& view,
+                           v1::PlacementGroup* out) {
+  const PlacementGroup& g = view.group;
+  out->set_placement_group_id(g.id);
+  out->set_state(PgStateToProto(g.state));
+  for (const PlacedBundle& b : g.bundles) {
+    v1::Bundle* bundle = out->add_bundles();
+    ResourcesToProto(b.resources, bundle->mutable_resources());
+    SelectorToProto(b.selector, bundle->mutable_label_selector());
+    bundle->set_node_id(b.node_id);
+  }
+  out->set_strategy(StrategyToProto(g.request.strategy));
+  if (const auto& slice = g.request.slice) {
+    out->mutable_slice()->set_accelerator_type(
+        std::string(scheduler::TpuAcceleratorType(slice->generation)));
+    out->mutable_slice()->set_topology(slice->topology);
+    out->mutable_slice()->set_num_slices(slice->num_slices);
+  }
+  out->set_job_id(g.job_id);
+  out->set_name(g.name);
+  out->set_request_id(g.request_id);
+  out->set_compute_class(g.compute_class);
+  out->set_priority(g.priority);
+  out->set_pending_reason(g.reason);
+  out->mutable_slice_names()->Assign(g.slice_names.begin(),
+                                     g.slice_names.end());
+  if (g.state == PgState::kCreated) {
+    // Which priority / fallback holds it; meaningless while it waits.
+    out->set_priority_index(g.priority_index);
+    out->set_fallback_index(g.fallback_index);
+  }
+  ToTimestamp(g.create_time, out->mutable_create_time());
+  ToTimestamp(g.update_time, out->mutable_update_time());
+  if (g.scaling_config) {
+    ScalingConfigToProto(*g.scaling_config, out->mutable_scaling_config());
+  }
+  for (const Worker& w : view.workers) WorkerToProto(w, out->add_workers());
+}
+
+void ExplanationToProto(const PlacementManager::Explanation& e,
+                        v1::ExplainPlacementGroupResponse* out) {
+  out->set_outcome(e.outcome);
+  out->set_summary(e.summary);
+  out->mutable_details()->Assign(e.details.begin(), e.details.end());
+  for (const std::string& node : e.bundle_nodes) {
+    out->add_bundles()->set_node_id(node);
+  }
+}
+
+}  // namespace sliced::server::api

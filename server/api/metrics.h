@@ -1,0 +1,78 @@
+// Prometheus metrics of the daemon (prometheus-cpp, text exposition on
+// --metrics-listen). Event metrics (RPCs, decisions, commits) are counted as
+// they happen; state metrics (queue, nodes, chips, slices, fragmentation, TPU
+// telemetry) are computed from the committed state at scrape time, so they
+// can never drift from it. Series and their labels: docs/observability.md.
+//
+// Thread-safe.
+#ifndef SLICED_SERVER_API_METRICS_H_
+#define SLICED_SERVER_API_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/core/cluster.h"
+#include "server/core/coordinator.h"
+#include "server/core/placement_manager.h"
+#include "server/core/telemetry_store.h"
+
+namespace sliced::server::api {
+
+class Metrics : public Coordinator::CommitObserver,
+                public PlacementManager::DecisionObserver {
+ public:
+  Metrics();
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // Adds the scrape-time collector over committed state and TPU telemetry.
+  // REQUIRES: all three outlive every scrape (the exposer is stopped first).
+  void AttachState(const Cluster* cluster, const TelemetryStore* telemetry,
+                   const Coordinator* clock);
+  std::shared_ptr<prometheus::Collectable> state_collector() const {
+    return state_collector_;
+  }
+
+  void ObserveRpc(absl::string_view method, absl::string_view code,
+                  double seconds);
+  // outcome: "placed" / "unschedulable" / "infeasible"; priority: the
+  // compute-class priority used, -1 without one.
+  void ObserveDecision(absl::string_view outcome, int priority, double seconds);
+  void ObserveCommit(double seconds, int64_t ops, int64_t writes, bool ok);
+
+  // Coordinator::CommitObserver
+  void OnCommit(absl::Duration took, int64_t ops, int64_t writes,
+                bool ok) override {
+    ObserveCommit(absl::ToDoubleSeconds(took), ops, writes, ok);
+  }
+  // PlacementManager::DecisionObserver
+  void OnDecision(const scheduler::Decision& decision,
+                  absl::Duration took) override;
+
+  // Counts every RPC by method and code and times it.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+  InterceptorFactory();
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Histogram>& rpc_seconds_;
+  prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Histogram& solve_seconds_;
+  prometheus::Histogram& commit_seconds_;
+  prometheus::Histogram& commit_ops_;
+  prometheus::Counter& commit_failures_;
+  std::shared_ptr<prometheus::Collectable> state_collector_;
+};
+
+}  // namespace sliced::server::api
+
+#endif  // SLICED_SERVER_API_METRICS_H_

@@ -1,0 +1,70 @@
+// sliced.v1.Placement on gRPC's callback API. Each handler: pass the gate,
+// convert the request, call the placement manager, convert the result back.
+// WatchPlacementGroups streams the current state of every matching group,
+// then every change.
+//
+// Thread-safe: handlers run on gRPC's threads; state lives in the managers.
+#ifndef SLICED_SERVER_API_PLACEMENT_SERVICE_H_
+#define SLICED_SERVER_API_PLACEMENT_SERVICE_H_
+
+#include "server/api/gate.h"
+#include "server/api/stream_reactor.h"
+#include "server/core/limits.h"
+#include "server/core/placement_manager.h"
+#include "sliced/v1/sliced.grpc.pb.h"
+
+namespace sliced::server::api {
+
+class PlacementService final : public v1::Placement::CallbackService {
+ public:
+  // REQUIRES: every pointer outlives the service.
+  PlacementService(PlacementManager* placement, const Limits& limits,
+                   StreamLimiter* streams, const Gate* gate)
+      : placement_(placement),
+        limits_(limits),
+        streams_(streams),
+        gate_(gate) {}
+
+  grpc::ServerUnaryReactor* CreatePlacementGroup(
+      grpc::CallbackServerContext* context,
+      const v1::CreatePlacementGroupRequest* request,
+      v1::PlacementGroup* response) override;
+  grpc::ServerUnaryReactor* SubmitScalingConfig(
+      grpc::CallbackServerContext* context,
+      const v1::SubmitScalingConfigRequest* request,
+      v1::PlacementGroup* response) override;
+  grpc::ServerUnaryReactor* GetPlacementGroup(
+      grpc::CallbackServerContext* context,
+      const v1::GetPlacementGroupRequest* request,
+      v1::PlacementGroup* response) override;
+  grpc::ServerUnaryReactor* ListPlacementGroups(
+      grpc::CallbackServerContext* context,
+      const v1::ListPlacementGroupsRequest* request,
+      v1::ListPlacementGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* RemovePlacementGroup(
+      grpc::CallbackServerContext* context,
+      const v1::RemovePlacementGroupRequest* request,
+      v1::RemovePlacementGroupResponse* response) override;
+  grpc::ServerWriteReactor<v1::PlacementGroupEvent>* WatchPlacementGroups(
+      grpc::CallbackServerContext* context,
+      const v1::WatchPlacementGroupsRequest* request) override;
+  grpc::ServerUnaryReactor* ExplainPlacementGroup(
+      grpc::CallbackServerContext* context,
+      const v1::ExplainPlacementGroupRequest* request,
+      v1::ExplainPlacementGroupResponse* response) override;
+
+ private:
+  // Creates `spec` (or fails with its error) and answers with the group.
+  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* context,
+                                   Rpc rpc, absl::StatusOr<PgSpec> spec,
+                                   v1::PlacementGroup* response);
+
+  PlacementManager* const placement_;
+  const Limits limits_;
+  StreamLimiter* const streams_;
+  const Gate* const gate_;
+};
+
+}  // namespace sliced::server::api
+
+#endif  // SLICED_SERVER_API_PLACEMENT_SERVICE_H_

@@ -1,0 +1,138 @@
+// Stream plumbing shared by WatchPlacementGroups and TailLogs.
+//
+// StreamReactor: a server-streaming reactor fed from other threads: Deliver()
+// queues a message and writes it when the previous write is done. Used by
+// WatchPlacementGroups and TailLogs.
+//
+// Thread-safe. Deletes itself when gRPC is done with the call; `on_done`
+// runs first (unsubscribe there).
+#ifndef SLICED_SERVER_API_STREAM_REACTOR_H_
+#define SLICED_SERVER_API_STREAM_REACTOR_H_
+
+#include <deque>
+#include <functional>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/api/status.h"
+
+namespace sliced::server::api {
+
+// Counts open streams against a limit. Thread-safe.
+class StreamLimiter {
+ public:
+  explicit StreamLimiter(int max) : max_(max) {}
+  // Takes a slot; ResourceExhausted (and nothing taken) when `max` streams
+  // are open.
+  absl::Status TryAcquire() {
+    absl::MutexLock lock(&mu_);
+    if (open_ >= max_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("too many open streams (", max_, "); retry later"));
+    }
+    ++open_;
+    return absl::OkStatus();
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --open_;
+  }
+  int max() const { return max_; }
+
+ private:
+  const int max_;
+  absl::Mutex mu_;
+  int open_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+template <typename Message>
+class StreamReactor : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit StreamReactor(std::function<void()> on_done = nullptr)
+      : on_done_(std::move(on_done)) {}
+
+  void set_on_done(std::function<void()> on_done) {
+    on_done_ = std::move(on_done);
+  }
+  // The stream holds a slot of `limiter` (already acquired) until it is done.
+  void set_slot(StreamLimiter* limiter) { slot_ = limiter; }
+
+  // Queues `message`; dropped once the stream is ending.
+  void Deliver(Message message) {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    pending_.push_back(std::move(message));
+    if (!writing_) WriteNext();
+  }
+
+  // Ends the stream with OK once every queued message is written.
+  void FinishWhenDrained() {
+    absl::MutexLock lock(&mu_);
+    End(grpc::Status::OK);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    pending_.pop_front();
+    if (!ok) {
+      pending_.clear();
+      End(grpc::Status::CANCELLED);
+    } else if (!pending_.empty()) {
+      WriteNext();
+    } else if (ending_) {
+      this->Finish(end_status_);
+    }
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    pending_.resize(writing_ ? 1 : 0);  // keep only the write in flight
+    End(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    if (on_done_) on_done_();
+    if (slot_ != nullptr) slot_->Release();
+    delete this;
+  }
+
+ private:
+  void WriteNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    this->StartWrite(&pending_.front());
+  }
+  // Finishes now if idle; otherwise OnWriteDone finishes after the queue.
+  void End(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_) return;
+    ending_ = true;
+    end_status_ = std::move(status);
+    if (!writing_) this->Finish(end_status_);
+  }
+
+  std::function<void()> on_done_;
+  StreamLimiter* slot_ = nullptr;
+  absl::Mutex mu_;
+  std::deque<Message> pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status end_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A stream that ends at once with `status` (e.g. a denied call).
+template <typename Message>
+class FailedStream : public grpc::ServerWriteReactor<Message> {
+ public:
+  explicit FailedStream(const absl::Status& status) {
+    this->Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace sliced::server::api
+
+#endif  // SLICED_SERVER_API_STREAM_REACTOR_H_

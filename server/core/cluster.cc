@@ -1,0 +1,199 @@
+#include "server/core/cluster.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "server/core/log_store.h"
+
+namespace sliced::server {
+namespace {
+
+template <typename T>
+void MergeInto(Changes<T>& from, Changes<T>& into) {
+  for (auto& [key, change] : from) into[key] = std::move(change);
+}
+
+template <typename T, typename Map>
+void InstallInto(Changes<T>& changes, Map& map) {
+  for (auto& [key, change] : changes) {
+    if (change) {
+      map[key] = std::move(*change);
+    } else {
+      map.erase(key);
+    }
+  }
+}
+
+// The allocations a stored group holds.
+void AddAllocations(const PlacementGroup& pg,
+                    std::vector<scheduler::Allocation>& out) {
+  if (!HoldsCapacity(pg.state)) return;
+  for (size_t i = 0; i < pg.bundles.size(); ++i) {
+    const PlacedBundle& b = pg.bundles[i];
+    if (b.node_id.empty()) continue;
+    out.push_back(scheduler::Allocation{pg.id, static_cast<int>(i), b.node_id,
+                                        b.resources});
+  }
+}
+
+}  // namespace
+
+Cluster::Cluster(std::function<absl::Time()> clock, LogStore* logs)
+    : clock_(std::move(clock)), logs_(logs) {}
+
+absl::StatusOr<ClusterState> Cluster::Build(
+    const storage::StoredState& stored) const {
+  const absl::Time now = clock_();
+  ClusterState state;
+  std::vector<scheduler::Node> nodes;
+  nodes.reserve(stored.nodes.size());
+  for (const scheduler::Node& node : stored.nodes) {
+    nodes.push_back(node);
+    absl::Time beat = now;  // a fresh lease after a restart
+    if (auto it = state_.nodes.find(node.node_id); it != state_.nodes.end()) {
+      beat = it->second.last_heartbeat;
+    }
+    state.nodes[node.node_id] = NodeEntry{node, beat};
+  }
+  std::vector<scheduler::Allocation> allocations;
+  for (const PlacementGroup& pg : stored.placement_groups) {
+    AddAllocations(pg, allocations);
+    state.next_sequence = std::max(state.next_sequence, pg.sequence + 1);
+    if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
+    if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
+    state.pgs[pg.id] = pg;
+  }
+  for (const ComputeClass& cls : stored.compute_classes) {
+    state.classes[cls.name] = cls;
+  }
+  auto snapshot = scheduler::InventorySnapshot::Build(std::move(nodes),
+                                                      std::move(allocations));
+  if (!snapshot.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stored placements are inconsistent with the stored nodes; refusing "
+        "to serve: ",
+        snapshot.status().message()));
+  }
+  absl::Status whole = (*snapshot)->CheckNotOverCommitted();
+  if (!whole.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stored placements hold some capacity twice; refusing to serve: ",
+        whole.message()));
+  }
+  state.snapshot = *std::move(snapshot);
+  return state;
+}
+
+absl::Status Cluster::Restore(const storage::StoredState& stored,
+                              storage::Mutation& repair) {
+  absl::StatusOr<ClusterState> state;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    state = Build(stored);
+  }
+  RETURN_IF_ERROR(state.status());
+  if (logs_ != nullptr) logs_->Restore(stored.logs, repair);
+  absl::MutexLock lock(&mu_);
+  state_ = *std::move(state);
+  group_ = StateChanges();
+  return absl::OkStatus();
+}
+
+void Cluster::BeginGroup(absl::Time now) {
+  group_ = StateChanges();
+  now_ = now;
+}
+
+void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
+  StateChanges& own = txn.own_;
+  MergeInto(own.nodes, group_.nodes);
+  MergeInto(own.pgs, group_.pgs);
+  MergeInto(own.classes, group_.classes);
+  group_.snapshot = own.snapshot;
+  for (PlacementGroup& e : own.events) group_.events.push_back(std::move(e));
+  group_.next_sequence = own.next_sequence;
+  group_.retry_pending = own.queue_retried
+                             ? own.retry_pending
+                             : group_.retry_pending || own.retry_pending;
+  writes.Append(txn.mutation_);
+}
+
+absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,
+                            storage::Mutation& writes) {
+  // The writer is the only thread that changes state_, so a reader lock is
+  // enough to read it while readers go on.
+  absl::ReaderMutexLock lock(&mu_);
+  Txn txn(state_, group_, now_);
+  absl::Status status = apply(txn);
+  if (status.ok()) status = txn.Flush();
+  if (!status.ok()) return status;
+  Merge(txn, writes);
+  return absl::OkStatus();
+}
+
+void Cluster::EndGroup(storage::Mutation& writes) {
+  if (!group_.retry_pending || observer_ == nullptr) return;
+  // The retry's own changes never ask for another round; a failed retry
+  // leaves the queue as it was.
+  absl::Status retried = RunOp(
+      [this](Txn& txn) {
+        observer_->RetryQueue(txn);
+        return absl::OkStatus();
+      },
+      writes);
+  (void)retried;
+}
+
+void Cluster::Install() {
+  std::vector<PlacementGroup> changed = std::move(group_.events);
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    // Watchers see a commit's changes in id order (never hash order).
+    std::vector<const std::string*> ids;
+    ids.reserve(group_.pgs.size());
+    for (const auto& [id, change] : group_.pgs) ids.push_back(&id);
+    std::sort(
+        ids.begin(), ids.end(),
+        [](const std::string* a, const std::string* b) { return *a < *b; });
+    for (const std::string* id_ptr : ids) {
+      const std::string& id = *id_ptr;
+      const std::optional<PlacementGroup>& change = group_.pgs.at(id);
+      auto old = state_.pgs.find(id);
+      if (change) {
+        changed.push_back(*change);
+      } else if (old != state_.pgs.end()) {
+        changed.push_back(old->second);
+        changed.back().state = PgState::kRemoved;
+      }
+      if (old != state_.pgs.end()) {
+        if (!old->second.request_id.empty()) {
+          state_.pg_by_request_id.erase(old->second.request_id);
+        }
+        state_.queue.erase(QueueKeyOf(old->second));
+      }
+      if (change && !change->request_id.empty()) {
+        state_.pg_by_request_id[change->request_id] = id;
+      }
+      if (change && IsQueued(change->state)) {
+        state_.queue.insert(QueueKeyOf(*change));
+      }
+    }
+    InstallInto(group_.nodes, state_.nodes);
+    InstallInto(group_.pgs, state_.pgs);
+    InstallInto(group_.classes, state_.classes);
+    if (group_.snapshot) state_.snapshot = group_.snapshot;
+    if (group_.next_sequence) state_.next_sequence = group_.next_sequence;
+    snapshot = state_.snapshot;
+  }
+  group_ = StateChanges();
+  if (observer_ != nullptr && !changed.empty()) {
+    observer_->Published(changed, *snapshot);
+  }
+}
+
+void Cluster::Abandon() { group_ = StateChanges(); }
+
+}  // namespace sliced::server

@@ -1,0 +1,91 @@
+// The cluster: the committed state readers see, and the Machine the
+// coordinator writes it through.
+//
+// A group of ops is run against an overlay (StateChanges) of the committed
+// ClusterState; each op gets a Txn over the overlay. When the group's writes
+// are durable, Install() applies the overlay to the committed state under
+// the write lock and hands the groups whose state changed to the Observer
+// (the placement manager publishes them to watchers). The Observer also runs
+// the end-of-group work: re-trying the queue when capacity may have freed.
+//
+// Thread-safety: Read() from any thread (reader lock). The Machine methods
+// run on the coordinator's writer thread (or at start-up before it runs).
+#ifndef SLICED_SERVER_CORE_CLUSTER_H_
+#define SLICED_SERVER_CORE_CLUSTER_H_
+
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/core/coordinator.h"
+#include "server/core/txn.h"
+
+namespace sliced::server {
+
+class LogStore;
+
+class Cluster : public Coordinator::Machine {
+ public:
+  // Placement policy over the cluster, implemented by the PlacementManager.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    // At the end of a group whose changes may have freed capacity (or
+    // changed a class): re-try the queue in `txn`. Runs inside the group.
+    virtual void RetryQueue(Txn& txn) = 0;
+    // After Install(): the groups whose state changed, in order (removed
+    // ones with state kRemoved), and the snapshot they were installed with.
+    // Must not block.
+    virtual void Published(const std::vector<PlacementGroup>& changed,
+                           const scheduler::InventorySnapshot& snapshot) = 0;
+  };
+
+  // `clock` gives fresh leases to nodes on restore. `logs` (optional) is
+  // restored from the store's log table.
+  Cluster(std::function<absl::Time()> clock, LogStore* logs);
+
+  // REQUIRES: called once, before the coordinator starts.
+  void set_observer(Observer* observer) { observer_ = observer; }
+
+  // Runs `fn(const ClusterState&)` under the read lock and returns its
+  // result.
+  template <typename Fn>
+  auto Read(Fn fn) const {
+    absl::ReaderMutexLock lock(&mu_);
+    return fn(static_cast<const ClusterState&>(state_));
+  }
+
+  // Coordinator::Machine
+  absl::Status Restore(const storage::StoredState& stored,
+                       storage::Mutation& repair) override;
+  void BeginGroup(absl::Time now) override;
+  absl::Status RunOp(const std::function<absl::Status(Txn&)>& apply,
+                     storage::Mutation& writes) override;
+  void EndGroup(storage::Mutation& writes) override;
+  void Install() override;
+  void Abandon() override;
+
+ private:
+  // The in-memory state for what the store holds; keeps the heartbeat
+  // times of nodes in the current state.
+  absl::StatusOr<ClusterState> Build(const storage::StoredState& stored) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Merge(Txn& txn, storage::Mutation& writes);
+
+  const std::function<absl::Time()> clock_;
+  LogStore* const logs_;
+  Observer* observer_ = nullptr;
+
+  mutable absl::Mutex mu_;
+  ClusterState state_ ABSL_GUARDED_BY(mu_);
+
+  // The open group (writer thread only).
+  StateChanges group_;
+  absl::Time now_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_CLUSTER_H_

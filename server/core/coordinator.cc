@@ -1,0 +1,129 @@
+#include "server/core/coordinator.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace sliced::server {
+
+Coordinator::Coordinator(std::unique_ptr<storage::Store> store,
+                         Machine* machine, Options options)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      machine_(machine) {}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(
+    std::unique_ptr<storage::Store> store, Machine* machine, Options options) {
+  if (!options.clock) options.clock = [] { return absl::Now(); };
+  std::unique_ptr<Coordinator> c(
+      new Coordinator(std::move(store), machine, std::move(options)));
+  RETURN_IF_ERROR(c->Resync());
+  return c;
+}
+
+void Coordinator::Run() {
+  {
+    // An empty op first, so that the end-of-group work runs on the state as
+    // loaded.
+    absl::MutexLock lock(&queue_mu_);
+    queue_.push_front(WriteOp{[](Txn&) { return absl::OkStatus(); },
+                              [](const absl::Status&) {}});
+  }
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+Coordinator::~Coordinator() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+absl::Status Coordinator::Resync() {
+  ASSIGN_OR_RETURN(storage::StoredState stored, store_->Load());
+  storage::Mutation repair;
+  RETURN_IF_ERROR(machine_->Restore(stored, repair));
+  return store_->Commit(repair);
+}
+
+void Coordinator::Submit(WriteOp op) {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(op));
+      return;
+    }
+  }
+  op.done(absl::UnavailableError("sliced is shutting down"));
+}
+
+void Coordinator::WriterLoop() {
+  pthread_setname_np(pthread_self(), "sliced-writer");
+  while (true) {
+    std::vector<WriteOp> ops;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(queue_mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      queue_mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // stopping and drained
+      ops.reserve(queue_.size());
+      for (WriteOp& op : queue_) ops.push_back(std::move(op));
+      queue_.clear();
+    }
+    RunGroup(std::move(ops));
+  }
+}
+
+void Coordinator::RunGroup(std::vector<WriteOp> ops) {
+  if (needs_resync_) {
+    absl::Status resynced = Resync();
+    if (!resynced.ok()) {
+      for (WriteOp& op : ops) {
+        op.done(absl::UnavailableError(absl::StrCat(
+            "the store failed a commit and can't be re-read yet; nothing was "
+            "applied: ",
+            resynced.message())));
+      }
+      return;
+    }
+    needs_resync_ = false;
+  }
+  storage::Mutation writes;
+  std::vector<WriteOp*> applied;
+  machine_->BeginGroup(Now());
+  for (WriteOp& op : ops) {
+    absl::Status status = machine_->RunOp(op.apply, writes);
+    if (status.ok()) {
+      applied.push_back(&op);
+    } else {
+      op.done(status);
+    }
+  }
+  machine_->EndGroup(writes);
+
+  const absl::Time commit_start = absl::Now();
+  absl::Status committed = store_->Commit(writes);
+  if (options_.observer != nullptr && !writes.empty()) {
+    options_.observer->OnCommit(
+        absl::Now() - commit_start, static_cast<int64_t>(applied.size()),
+        static_cast<int64_t>(writes.size()), committed.ok());
+  }
+  if (committed.ok()) {
+    machine_->Install();
+  } else {
+    machine_->Abandon();
+    // A failed commit may still have reached the store in part or whole (a
+    // write that failed only its sync): re-read the store so that memory
+    // matches what a restart would load, before anything else is decided.
+    needs_resync_ = !Resync().ok();
+  }
+  for (WriteOp* op : applied) op->done(committed);
+}
+
+}  // namespace sliced::server

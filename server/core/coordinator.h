@@ -1,0 +1,143 @@
+// The coordinator: sliced's single writer, a generic group-commit engine.
+//
+// Every mutation is a WriteOp submitted to one writer thread. The thread takes
+// every waiting op at once (no linger) and runs them in arrival order through
+// the Machine (the state being written; server/core/cluster.h), each against
+// a Txn that sees the committed state plus the changes of the ops before it
+// in the same group. An op either succeeds (its changes join the group) or
+// fails (its changes vanish; the others go on). The group's writes are
+// committed to the Store in one synced batch; only then does the Machine
+// install them where readers see them, and only then is any op of the group
+// answered. If the commit fails, every op of the group is answered
+// UNAVAILABLE and nothing is installed (leveldb's "persist the edit, then
+// install the version"); as a failed commit may still have reached the store
+// (a write whose sync failed), the Machine is then restored from the store,
+// so memory always matches what a restart would load.
+//
+// The coordinator knows nothing of nodes, placement groups or queues: that
+// is the Machine's. It owns the order of events: run, commit, install, reply.
+//
+// Thread-safety: Submit may be called from any thread. `apply` callbacks run
+// on the writer thread; `done` callbacks run on the writer thread after the
+// commit and must not block.
+#ifndef SLICED_SERVER_CORE_COORDINATOR_H_
+#define SLICED_SERVER_CORE_COORDINATOR_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "storage/store.h"
+
+namespace sliced::server {
+
+class Txn;  // one op's view of the state; defined by the Machine's state
+
+struct WriteOp {
+  // Validates and applies the operation to `txn`. A non-OK status discards
+  // this op's changes and is passed to `done`.
+  std::function<absl::Status(Txn& txn)> apply;
+  // Called exactly once: with apply's error, with the commit's error
+  // (Unavailable), or OK once the op's writes are durable and visible.
+  std::function<void(const absl::Status& status)> done;
+};
+
+class Coordinator {
+ public:
+  // The state the coordinator writes. All calls come from one thread at a
+  // time (start-up, then the writer thread).
+  class Machine {
+   public:
+    virtual ~Machine() = default;
+    // Replaces the in-memory state with what `stored` holds (start-up, and
+    // after a failed commit). May append writes to `repair` (e.g. trimming
+    // log rings) that are committed before anything else.
+    // Returns DataLoss/FailedPrecondition when the stored state is
+    // inconsistent; the daemon then refuses to serve it.
+    virtual absl::Status Restore(const storage::StoredState& stored,
+                                 storage::Mutation& repair) = 0;
+    // Opens a group of ops at `now`.
+    virtual void BeginGroup(absl::Time now) = 0;
+    // Runs `apply` as the next op of the open group. OK: its changes join
+    // the group and its writes are appended to `writes`. Error: its changes
+    // vanish and the error is returned.
+    virtual absl::Status RunOp(const std::function<absl::Status(Txn&)>& apply,
+                               storage::Mutation& writes) = 0;
+    // After the group's last op, before the commit: the work its changes
+    // call for (e.g. re-trying the queue when capacity freed), as one more
+    // op whose writes join `writes`.
+    virtual void EndGroup(storage::Mutation& writes) = 0;
+    // The group's writes are durable: make them visible and tell watchers.
+    virtual void Install() = 0;
+    // The commit failed: forget the group.
+    virtual void Abandon() = 0;
+  };
+
+  // Receives one call per committed (or failed) group, for metrics.
+  class CommitObserver {
+   public:
+    virtual ~CommitObserver() = default;
+    virtual void OnCommit(absl::Duration took, int64_t ops, int64_t writes,
+                          bool ok) = 0;
+  };
+
+  struct Options {
+    // Clock; default absl::Now.
+    std::function<absl::Time()> clock;
+    // Optional; must outlive the coordinator.
+    CommitObserver* observer = nullptr;
+  };
+
+  // Loads the store into `machine` and commits its repairs. Ops may be
+  // submitted from now on; they run once Run() starts the writer.
+  // Returns the store's load error (DataLoss, Unavailable) or the Machine's
+  // Restore error. REQUIRES: `machine` outlives the coordinator.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Open(
+      std::unique_ptr<storage::Store> store, Machine* machine, Options options);
+
+  // Starts the writer thread, first with one empty op so that the Machine's
+  // end-of-group work (resuming the queue) runs once on the state as
+  // loaded. Call once, when whatever the Machine calls back is wired.
+  void Run();
+
+  // Stops accepting ops, finishes those queued, and joins the writer.
+  ~Coordinator();
+
+  // Queues `op`. After shutdown began, `done` gets Unavailable at once.
+  void Submit(WriteOp op);
+
+  absl::Time Now() const { return options_.clock(); }
+
+ private:
+  Coordinator(std::unique_ptr<storage::Store> store, Machine* machine,
+              Options options);
+  void WriterLoop();
+  void RunGroup(std::vector<WriteOp> ops);
+  // Restores the machine from what the store holds now. Writer thread only.
+  absl::Status Resync();
+
+  const Options options_;
+  const std::unique_ptr<storage::Store> store_;
+  Machine* const machine_;
+
+  mutable absl::Mutex queue_mu_;
+  std::deque<WriteOp> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  // Set when a commit failed and re-reading the store failed too: the next
+  // group re-reads first (writer thread only).
+  bool needs_resync_ = false;
+
+  std::thread writer_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_COORDINATOR_H_

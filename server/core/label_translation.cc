@@ -1,0 +1,123 @@
+#include "server/core/label_translation.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "scheduler/tpu.h"
+
+namespace sliced::server {
+namespace {
+
+using scheduler::Labels;
+
+constexpr absl::string_view kGkeAccelerator =
+    "cloud.google.com/gke-tpu-accelerator";
+constexpr absl::string_view kGkeTopology = "cloud.google.com/gke-tpu-topology";
+constexpr absl::string_view kGkeSpot = "cloud.google.com/gke-spot";
+constexpr absl::string_view kGkeFlexStart = "cloud.google.com/gke-flex-start";
+constexpr absl::string_view kGkeReservation =
+    "cloud.google.com/reservation-name";
+constexpr absl::string_view kGkeNodePool = "cloud.google.com/gke-nodepool";
+constexpr absl::string_view kK8sZone = "topology.kubernetes.io/zone";
+constexpr absl::string_view kK8sRegion = "topology.kubernetes.io/region";
+
+struct GkeAccelerator {
+  absl::string_view gke;
+  absl::string_view ray;
+};
+constexpr GkeAccelerator kGkeAccelerators[] = {
+    {"tpu-v4-podslice", "TPU-V4"},
+    {"tpu-v5-lite-podslice", "TPU-V5LITEPOD"},
+    {"tpu-v5-lite-device", "TPU-V5LITEPOD"},
+    {"tpu-v5p-slice", "TPU-V5P"},
+    {"tpu-v6e-slice", "TPU-V6E"},
+    {"tpu7x", "TPU-V7X"},
+};
+
+const std::string* Find(const Labels& labels, absl::string_view key) {
+  auto it = labels.find(key);
+  return it == labels.end() ? nullptr : &it->second;
+}
+
+bool IsTrue(const Labels& labels, absl::string_view key) {
+  const std::string* v = Find(labels, key);
+  return v != nullptr && absl::AsciiStrToLower(*v) == "true";
+}
+
+}  // namespace
+
+absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
+                                           const Labels& labels) {
+  Labels derived;
+  auto derive = [&](absl::string_view key, absl::string_view value) {
+    derived[std::string(key)] = std::string(value);
+  };
+  auto copy = [&](absl::string_view from, absl::string_view to) {
+    if (const std::string* v = Find(labels, from)) derive(to, *v);
+  };
+
+  derive(scheduler::kLabelNodeId, node_id);
+  if (const std::string* accel = Find(labels, kGkeAccelerator)) {
+    const GkeAccelerator* match = nullptr;
+    for (const GkeAccelerator& a : kGkeAccelerators) {
+      if (a.gke == *accel) match = &a;
+    }
+    if (match == nullptr) {
+      std::string accepted;
+      for (const GkeAccelerator& a : kGkeAccelerators) {
+        absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", a.gke);
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator '",
+          *accel, "'; accepted: ", accepted));
+    }
+    derive(scheduler::kLabelAcceleratorType, match->ray);
+  }
+  copy(kGkeTopology, scheduler::kLabelTpuTopology);
+  copy("TPU_NAME", scheduler::kLabelTpuSliceName);
+  copy("TPU_WORKER_ID", scheduler::kLabelTpuWorkerId);
+  copy("TPU_ACCELERATOR_TYPE", scheduler::kLabelTpuPodType);
+  copy(kK8sZone, scheduler::kLabelZone);
+  copy(kK8sRegion, scheduler::kLabelRegion);
+  copy(kGkeNodePool, scheduler::kLabelNodeGroup);
+
+  if (IsTrue(labels, kGkeSpot)) {
+    derive(scheduler::kLabelMarketType, "spot");
+    derive(scheduler::kLabelCapacityTier, "spot");
+  } else {
+    derive(scheduler::kLabelMarketType, "on-demand");
+    if (IsTrue(labels, kGkeFlexStart)) {
+      derive(scheduler::kLabelCapacityTier, "flex-start");
+    } else if (Find(labels, kGkeReservation) != nullptr) {
+      derive(scheduler::kLabelCapacityTier, "reserved");
+    } else {
+      derive(scheduler::kLabelCapacityTier, "on-demand");
+    }
+  }
+  // An explicit market type of spot implies the spot tier, unless a tier is
+  // given explicitly too.
+  if (const std::string* market = Find(labels, scheduler::kLabelMarketType);
+      market != nullptr && *market == "spot") {
+    derive(scheduler::kLabelCapacityTier, "spot");
+  }
+
+  Labels out = labels;  // explicit labels win: insert() keeps existing keys
+  out.insert(derived.begin(), derived.end());
+
+  // Pod type from accelerator + topology, when both resolve.
+  const std::string* accel = Find(out, scheduler::kLabelAcceleratorType);
+  const std::string* topo = Find(out, scheduler::kLabelTpuTopology);
+  if (accel != nullptr && topo != nullptr &&
+      Find(out, scheduler::kLabelTpuPodType) == nullptr) {
+    auto generation = scheduler::ParseTpuGeneration(*accel);
+    if (generation.ok()) {
+      auto shape = scheduler::ResolveTpuShape(*generation, *topo);
+      if (shape.ok())
+        out[std::string(scheduler::kLabelTpuPodType)] = shape->pod_type;
+    }
+  }
+  return out;
+}
+
+}  // namespace sliced::server

@@ -1,0 +1,38 @@
+// Size limits on requests; documented in docs/api.md. Plain values.
+#ifndef SLICED_SERVER_CORE_LIMITS_H_
+#define SLICED_SERVER_CORE_LIMITS_H_
+
+#include <cstdint>
+
+namespace sliced::server {
+
+struct Limits {
+  // Largest request message accepted by the gRPC server.
+  int max_message_bytes = 16 << 20;
+  // Nodes in one RegisterNodes or Heartbeat batch.
+  int max_nodes_per_batch = 1000;
+  // Labels on one node (after GKE translation adds its derived labels).
+  int max_labels_per_node = 64;
+  // Distinct resource names on one node or bundle.
+  int max_resources_per_node = 64;
+  // Length of node ids and resource names.
+  int max_id_length = 128;
+  // Bundles in one placement group (each fallback list too).
+  int max_bundles_per_pg = 10000;
+  // Slices in one slice requirement.
+  int max_slices_per_pg = 1024;
+  // job_id, name, request_id, compute-class names.
+  int max_name_length = 256;
+  // Placement groups waiting in the queue; a create that would wait beyond
+  // this is RESOURCE_EXHAUSTED.
+  int max_pending_pgs = 100000;
+  // Open WatchPlacementGroups + TailLogs streams; more are RESOURCE_EXHAUSTED.
+  int max_streams = 1000;
+  // Page size of ListNodes: default and maximum.
+  int default_page_size = 500;
+  int max_page_size = 5000;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_LIMITS_H_

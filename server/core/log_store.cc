@@ -1,0 +1,111 @@
+#include "server/core/log_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace sliced::server {
+
+std::string LogStore::Key(const std::string& node_id, uint64_t seq) {
+  return absl::StrCat(node_id, std::string(1, '\0'),
+                      absl::StrFormat("%016x", seq));
+}
+
+void LogStore::Restore(
+    const std::vector<std::pair<std::string, LogLine>>& stored,
+    storage::Mutation& repair) {
+  absl::MutexLock lock(&mu_);
+  rings_.clear();
+  // Stored keys are sorted: by node, then sequence.
+  for (const auto& [key, stored_line] : stored) {
+    const size_t zero = key.find('\0');
+    uint64_t seq = 0;
+    if (zero == std::string::npos ||
+        !absl::SimpleHexAtoi(absl::string_view(key).substr(zero + 1), &seq)) {
+      repair.DeleteLog(key);  // not ours: drop it
+      continue;
+    }
+    const std::string node_id = key.substr(0, zero);
+    Ring& ring = rings_[node_id];
+    if (ring.lines.empty()) ring.oldest_seq = seq;
+    ring.next_seq = seq + 1;
+    LogLine line = stored_line;
+    line.node_id = node_id;
+    ring.lines.push_back(std::move(line));
+    while (static_cast<int>(ring.lines.size()) > lines_per_node_) {
+      ring.lines.pop_front();
+      repair.DeleteLog(Key(node_id, ring.oldest_seq++));
+    }
+  }
+}
+
+std::vector<LogLine> LogStore::Stage(Txn& txn, const std::string& node_id,
+                                     std::vector<LogLine> lines) {
+  absl::MutexLock lock(&mu_);
+  Ring& ring = rings_[node_id];
+  for (LogLine& line : lines) {
+    line.node_id = node_id;
+    if (line.time == absl::InfinitePast()) line.time = txn.now();
+    txn.PutLog(Key(node_id, ring.next_seq++), line);
+  }
+  while (ring.next_seq - ring.oldest_seq >
+         static_cast<uint64_t>(lines_per_node_)) {
+    txn.DeleteLog(Key(node_id, ring.oldest_seq++));
+  }
+  return lines;
+}
+
+void LogStore::Install(const std::string& node_id, std::vector<LogLine> lines) {
+  absl::MutexLock lock(&mu_);
+  Ring& ring = rings_[node_id];
+  for (LogLine& line : lines) {
+    for (Follower* f : followers_) f->Deliver(line);
+    ring.lines.push_back(std::move(line));
+  }
+  while (static_cast<int>(ring.lines.size()) > lines_per_node_) {
+    ring.lines.pop_front();
+  }
+}
+
+void LogStore::StageForget(Txn& txn, const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = rings_.find(node_id);
+  if (it == rings_.end()) return;
+  for (uint64_t seq = it->second.oldest_seq; seq < it->second.next_seq; ++seq) {
+    txn.DeleteLog(Key(node_id, seq));
+  }
+}
+
+void LogStore::Forget(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  rings_.erase(node_id);
+}
+
+void LogStore::Read(const std::vector<std::string>& node_ids,
+                    const Filter& filter,
+                    const std::function<void(const LogLine&)>& emit,
+                    Follower* follower) {
+  std::vector<const LogLine*> out;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : node_ids) {
+    auto it = rings_.find(id);
+    if (it == rings_.end()) continue;
+    for (const LogLine& line : it->second.lines) {
+      if (filter(line)) out.push_back(&line);
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto* a, const auto* b) {
+    return a->time < b->time;
+  });
+  for (const LogLine* line : out) emit(*line);
+  if (follower != nullptr) followers_.insert(follower);
+}
+
+void LogStore::Unfollow(Follower* follower) {
+  absl::MutexLock lock(&mu_);
+  followers_.erase(follower);
+}
+
+}  // namespace sliced::server

@@ -1,0 +1,83 @@
+// libtpu log lines per node: a bounded ring per node, persisted in the
+// store's "logs" table (key = node id, '\0', 16 hex digits of a per-node
+// sequence) through the coordinator, mirrored in memory for TailLogs, and
+// fanned out to followers.
+//
+// Thread-safe. Stage() runs inside a coordinator op (writer thread);
+// Install() after that op's commit; Restore() from the coordinator's
+// Machine (start-up, resync).
+#ifndef SLICED_SERVER_CORE_LOG_STORE_H_
+#define SLICED_SERVER_CORE_LOG_STORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/telemetry.h"
+#include "server/core/txn.h"
+#include "storage/store.h"
+
+namespace sliced::server {
+
+class LogStore {
+ public:
+  // Keeps at most `lines_per_node` lines per node (> 0).
+  explicit LogStore(int lines_per_node) : lines_per_node_(lines_per_node) {}
+
+  // Replaces the rings with the stored lines (sorted by key); appends
+  // deletes of lines beyond the ring bound, and of keys that are not ours,
+  // to `repair`.
+  void Restore(const std::vector<std::pair<std::string, LogLine>>& stored,
+               storage::Mutation& repair);
+
+  // Writes `lines` of `node_id` into `txn` (puts, and deletes of what falls
+  // out of the ring) and returns them with node id and time filled in.
+  std::vector<LogLine> Stage(Txn& txn, const std::string& node_id,
+                             std::vector<LogLine> lines);
+  // After the commit: the lines join the ring and go to followers.
+  void Install(const std::string& node_id, std::vector<LogLine> lines);
+
+  // Deletes every line of a removed node from `txn`; Forget() it after the
+  // commit.
+  void StageForget(Txn& txn, const std::string& node_id);
+  void Forget(const std::string& node_id);
+
+  using Filter = std::function<bool(const LogLine&)>;
+
+  class Follower {
+   public:
+    virtual ~Follower() = default;
+    virtual void Deliver(const LogLine& line) = 0;
+  };
+  // Emits the stored lines of `node_ids` that match `filter`, oldest first,
+  // and, when `follower` is not null, registers it for every later line —
+  // atomically, so that no line is missed, doubled or reordered.
+  void Read(const std::vector<std::string>& node_ids, const Filter& filter,
+            const std::function<void(const LogLine&)>& emit,
+            Follower* follower);
+  void Unfollow(Follower* follower);
+
+ private:
+  struct Ring {
+    uint64_t next_seq = 0;      // writer side
+    uint64_t oldest_seq = 0;    // writer side: oldest key still on disk
+    std::deque<LogLine> lines;  // installed, oldest first
+  };
+  static std::string Key(const std::string& node_id, uint64_t seq);
+
+  const int lines_per_node_;
+  mutable absl::Mutex mu_;
+  absl::btree_map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Follower*> followers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_LOG_STORE_H_

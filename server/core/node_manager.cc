@@ -1,0 +1,404 @@
+#include "server/core/node_manager.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "server/core/label_translation.h"
+#include "server/core/log_store.h"
+#include "server/core/placement_manager.h"
+#include "server/core/telemetry_store.h"
+#include "server/core/validation.h"
+
+namespace sliced::server {
+namespace {
+
+using scheduler::NodeState;
+
+absl::Status NodeNotFound(absl::string_view id) {
+  return absl::NotFoundError(absl::StrCat("node_id: no node \"", id, "\""));
+}
+
+// Labels of one node: syntax of the raw ones, translation, limits, and the
+// syntax of derived values.
+absl::StatusOr<scheduler::Labels> NodeLabels(const NodeSpec& in,
+                                             const std::string& where,
+                                             const Limits& limits) {
+  for (const auto& [key, value] : in.labels) {
+    RETURN_IF_ERROR(
+        WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"]"),
+                        scheduler::ValidateLabelKey(key)));
+    RETURN_IF_ERROR(
+        WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+                        scheduler::ValidateLabelValue(value)));
+  }
+  absl::StatusOr<scheduler::Labels> labels =
+      TranslateNodeLabels(in.node_id, in.labels);
+  RETURN_IF_ERROR(WithFieldPrefix(where, labels.status()));
+  if (static_cast<int>(labels->size()) > limits.max_labels_per_node) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": labels: at most ", limits.max_labels_per_node,
+                     " labels per node (including derived Ray labels), got ",
+                     labels->size()));
+  }
+  for (const auto& [key, value] : *labels) {
+    // Derived values (e.g. a raw TPU_WORKER_ID copied over) obey the syntax.
+    RETURN_IF_ERROR(
+        WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+                        scheduler::ValidateLabelValue(value)));
+  }
+  return labels;
+}
+
+absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
+                                             const std::string& where,
+                                             const Limits& limits) {
+  RETURN_IF_ERROR(WithFieldPrefix(where, ValidateNodeId(in.node_id, limits)));
+  RETURN_IF_ERROR(WithFieldPrefix(absl::StrCat(where, ": address"),
+                                  ValidateAddress(in.address)));
+  scheduler::Node node;
+  node.node_id = in.node_id;
+  node.address = in.address;
+  ASSIGN_OR_RETURN(node.labels, NodeLabels(in, where, limits));
+  ASSIGN_OR_RETURN(
+      node.resources,
+      ResourcesFromWire(in.resources, absl::StrCat(where, ": resources"),
+                        limits));
+  for (const auto& [name, amount] : node.resources) {
+    if (IsWholeUnitResource(name) && amount % scheduler::kResourceScale != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": resources[\"", name, "\"]: node capacity of ",
+                       name, " must be a whole number"));
+    }
+  }
+  return node;
+}
+
+NodeView ViewOf(const NodeEntry& entry,
+                const scheduler::InventorySnapshot& snapshot) {
+  NodeView view;
+  view.node = entry.node;
+  view.last_heartbeat = entry.last_heartbeat;
+  absl::StatusOr<scheduler::ResourceSet> free =
+      snapshot.FreeResources(entry.node.node_id);
+  view.available = free.ok() ? *free : entry.node.resources;
+  const int64_t index = snapshot.NodeIndex(entry.node.node_id);
+  if (index >= 0) {
+    absl::btree_set<std::string> ids;
+    for (const scheduler::Allocation& a : snapshot.node(index).allocations) {
+      ids.insert(a.pg_id);
+    }
+    view.placement_group_ids.assign(ids.begin(), ids.end());
+  }
+  return view;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<scheduler::Node>> ValidateNodes(
+    const std::vector<NodeSpec>& nodes, const Limits& limits) {
+  if (nodes.empty()) {
+    return absl::InvalidArgumentError("nodes: must not be empty");
+  }
+  if (static_cast<int>(nodes.size()) > limits.max_nodes_per_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nodes: at most ", limits.max_nodes_per_batch,
+                     " nodes per batch, got ", nodes.size()));
+  }
+  std::vector<scheduler::Node> out;
+  out.reserve(nodes.size());
+  absl::flat_hash_set<std::string> seen;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string where =
+        absl::StrCat("nodes[", i, "] (node_id \"", nodes[i].node_id, "\")");
+    ASSIGN_OR_RETURN(scheduler::Node node,
+                     ValidateNode(nodes[i], where, limits));
+    if (!seen.insert(node.node_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": node_id appears twice in the batch"));
+    }
+    out.push_back(std::move(node));
+  }
+  return out;
+}
+
+NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
+                         PlacementManager* placement, LogStore* logs,
+                         TelemetryStore* telemetry, Options options)
+    : coordinator_(coordinator),
+      cluster_(cluster),
+      placement_(placement),
+      logs_(logs),
+      telemetry_(telemetry),
+      options_(options) {
+  if (options_.heartbeat_timeout > absl::ZeroDuration()) {
+    lease_checker_ = std::thread([this] { LeaseLoop(); });
+  }
+}
+
+NodeManager::~NodeManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (lease_checker_.joinable()) lease_checker_.join();
+}
+
+// ---------------------------------------------------------------- writes
+
+void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
+  auto views = std::make_shared<std::vector<NodeView>>();
+  coordinator_->Submit(WriteOp{
+      [nodes = std::move(nodes), views](Txn& txn) {
+        for (const scheduler::Node& node : nodes) {
+          NodeEntry entry{node, txn.now()};
+          const NodeEntry* old = txn.FindNode(node.node_id);
+          // Re-registration keeps a drain; a dead node that registers is
+          // back.
+          if (old != nullptr && old->node.state == NodeState::kDraining) {
+            entry.node.state = NodeState::kDraining;
+          }
+          txn.PutNode(entry);
+        }
+        ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+        for (const scheduler::Node& node : nodes) {
+          views->push_back(ViewOf(*txn.FindNode(node.node_id), *snapshot));
+        }
+        return absl::OkStatus();
+      },
+      [views, done = std::move(done)](const absl::Status& s) {
+        if (s.ok()) {
+          done(std::move(*views));
+        } else {
+          done(s);
+        }
+      }});
+}
+
+void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
+  coordinator_->Submit(WriteOp{
+      [this, beats = std::move(beats)](Txn& txn) {
+        std::vector<std::string> lost;
+        for (size_t i = 0; i < beats.size(); ++i) {
+          const NodeEntry* entry = txn.FindNode(beats[i].node_id);
+          if (entry == nullptr) {
+            return absl::NotFoundError(
+                absl::StrCat("heartbeats[", i, "].node_id: no node \"",
+                             beats[i].node_id, "\"; register it first"));
+          }
+          NodeEntry next = *entry;
+          next.last_heartbeat = txn.now();
+          // A beat from a node marked dead brings it back.
+          next.node.state = beats[i].state.value_or(
+              entry->node.state == NodeState::kDead ? NodeState::kAlive
+                                                    : entry->node.state);
+          if (next.node.state == entry->node.state) {
+            txn.TouchNode(next);
+            continue;
+          }
+          txn.PutNode(next);
+          if (next.node.state == NodeState::kDead)
+            lost.push_back(next.node.node_id);
+        }
+        return lost.empty() ? absl::OkStatus()
+                            : placement_->HandleNodesLost(txn, lost);
+      },
+      std::move(done)});
+}
+
+void NodeManager::Drain(const std::string& node_id,
+                        std::function<void(absl::StatusOr<NodeView>)> done) {
+  auto view = std::make_shared<NodeView>();
+  coordinator_->Submit(WriteOp{
+      [node_id, view](Txn& txn) {
+        const NodeEntry* entry = txn.FindNode(node_id);
+        if (entry == nullptr) return NodeNotFound(node_id);
+        if (entry->node.state == NodeState::kDead) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node_id: node \"", node_id, "\" is DEAD; nothing to drain"));
+        }
+        NodeEntry next = *entry;
+        next.node.state = NodeState::kDraining;
+        if (entry->node.state != NodeState::kDraining) txn.PutNode(next);
+        ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+        *view = ViewOf(next, *snapshot);
+        return absl::OkStatus();
+      },
+      [view, done = std::move(done)](const absl::Status& s) {
+        if (s.ok()) {
+          done(std::move(*view));
+        } else {
+          done(s);
+        }
+      }});
+}
+
+void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
+  coordinator_->Submit(
+      WriteOp{[this, node_id, force](Txn& txn) {
+                const NodeEntry* entry = txn.FindNode(node_id);
+                if (entry == nullptr) return NodeNotFound(node_id);
+                std::vector<std::string> holders = txn.PgsOnNode(node_id);
+                if (!holders.empty()) {
+                  if (!force) {
+                    return absl::FailedPreconditionError(absl::StrCat(
+                        "node_id: node \"", node_id, "\" holds bundles of ",
+                        holders.size(), " placement group(s) (",
+                        holders.front(), holders.size() > 1 ? ", ..." : "",
+                        "); drain it and remove them first, or pass force"));
+                  }
+                  // Forced: the node is lost; its groups are rescheduled first.
+                  NodeEntry dead = *entry;
+                  dead.node.state = NodeState::kDead;
+                  txn.PutNode(dead);
+                  RETURN_IF_ERROR(placement_->HandleNodesLost(txn, {node_id}));
+                }
+                txn.RemoveNode(node_id);
+                if (logs_ != nullptr) logs_->StageForget(txn, node_id);
+                return absl::OkStatus();
+              },
+              [this, node_id, done = std::move(done)](const absl::Status& s) {
+                if (s.ok()) {
+                  if (logs_ != nullptr) logs_->Forget(node_id);
+                  if (telemetry_ != nullptr) telemetry_->Forget(node_id);
+                }
+                done(s);
+              }});
+}
+
+// ---------------------------------------------------------------- reads
+
+absl::StatusOr<NodeView> NodeManager::Get(absl::string_view node_id) const {
+  return cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<NodeView> {
+    auto it = s.nodes.find(node_id);
+    if (it == s.nodes.end()) return NodeNotFound(node_id);
+    return ViewOf(it->second, *s.snapshot);
+  });
+}
+
+std::vector<NodeView> NodeManager::List(
+    const scheduler::LabelSelector& selector, absl::string_view after,
+    int limit, std::string* next) const {
+  // Candidates come from the snapshot's label index, in node-id order.
+  return cluster_->Read([&](const ClusterState& s) {
+    const scheduler::InventorySnapshot& snap = *s.snapshot;
+    std::vector<uint32_t> matches = snap.MatchingNodes(selector);
+    auto it = matches.begin();
+    if (!after.empty()) {
+      it = std::upper_bound(matches.begin(), matches.end(), after,
+                            [&](absl::string_view token, uint32_t i) {
+                              return token < snap.node(i).node.node_id;
+                            });
+    }
+    std::vector<NodeView> out;
+    next->clear();
+    for (; it != matches.end(); ++it) {
+      if (static_cast<int>(out.size()) == limit) {
+        *next = out.back().node.node_id;
+        break;
+      }
+      auto entry = s.nodes.find(snap.node(*it).node.node_id);
+      if (entry != s.nodes.end()) out.push_back(ViewOf(entry->second, snap));
+    }
+    return out;
+  });
+}
+
+std::vector<SliceView> NodeManager::ListSlices() const {
+  return cluster_->Read([](const ClusterState& s) {
+    std::vector<SliceView> out;
+    for (const scheduler::SliceState& slice : s.snapshot->ListSlices()) {
+      SliceView& view = out.emplace_back();
+      view.info = slice.info;
+      view.free = slice.info.intact && slice.free;
+      absl::btree_set<std::string> holders;
+      for (const std::string& id : slice.info.node_ids) {
+        const int64_t index = s.snapshot->NodeIndex(id);
+        if (index < 0) continue;
+        for (const auto& a : s.snapshot->node(index).allocations) {
+          holders.insert(a.pg_id);
+        }
+      }
+      view.placement_group_ids.assign(holders.begin(), holders.end());
+    }
+    return out;
+  });
+}
+
+// ---------------------------------------------------------------- leases
+
+void NodeManager::LeaseLoop() {
+  pthread_setname_np(pthread_self(), "sliced-leases");
+  const absl::Duration interval =
+      std::min(options_.lease_check_interval, options_.heartbeat_timeout / 4);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]()
+                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval)) return;
+    }
+    CheckLeases();
+  }
+}
+
+void NodeManager::CheckLeases(Done done) {
+  const absl::Time deadline = coordinator_->Now() - options_.heartbeat_timeout;
+  std::vector<std::string> expired = cluster_->Read([&](const ClusterState& s) {
+    std::vector<std::string> ids;
+    for (const auto& [id, entry] : s.nodes) {
+      if (entry.node.state != NodeState::kDead &&
+          entry.last_heartbeat < deadline) {
+        ids.push_back(id);
+      }
+    }
+    return ids;
+  });
+  if (expired.empty()) {
+    if (done) done(absl::OkStatus());
+    return;
+  }
+  const size_t n = expired.size();
+  coordinator_->Submit(WriteOp{
+      .apply =
+          [this, expired = std::move(expired)](Txn& txn) {
+            const absl::Time cutoff = txn.now() - options_.heartbeat_timeout;
+            std::vector<std::string> lost;
+            for (const std::string& id : expired) {
+              const NodeEntry* entry = txn.FindNode(id);
+              // Re-check: a heartbeat may have come in meanwhile.
+              if (entry == nullptr || entry->last_heartbeat >= cutoff ||
+                  entry->node.state == NodeState::kDead) {
+                continue;
+              }
+              NodeEntry dead = *entry;
+              dead.node.state = NodeState::kDead;
+              txn.PutNode(dead);
+              lost.push_back(id);
+            }
+            return lost.empty() ? absl::OkStatus()
+                                : placement_->HandleNodesLost(txn, lost);
+          },
+      // A failure (storage trouble) changes nothing; the next check, a
+      // lease interval later, tries again. Say so rather than stay silent.
+      .done =
+          [n, done = std::move(done)](const absl::Status& s) {
+            if (!s.ok()) {
+              std::fprintf(stderr,
+                           "sliced: marking %zu node(s) with expired leases "
+                           "DEAD failed, will retry: %s\n",
+                           n, s.ToString().c_str());
+            }
+            if (done) done(s);
+          },
+  });
+}
+
+}  // namespace sliced::server

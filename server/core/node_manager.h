@@ -1,0 +1,146 @@
+// The node manager: the inventory on top of the coordinator.
+//
+//  - Register: upserts a validated batch (GKE/KubeRay metadata translated
+//    into Ray labels); re-registration keeps a drain, a dead node that
+//    registers is back.
+//  - Heartbeats renew leases (in memory only) and may change a node's state;
+//    a node reported DEAD loses its placements in the same commit.
+//  - Leases: a thread checks every lease_check_interval; nodes whose last
+//    heartbeat is older than heartbeat_timeout turn DEAD in one op, and the
+//    placement manager reschedules their groups in that op.
+//  - Drain keeps placements and takes no new ones; Remove refuses a node
+//    that holds bundles unless forced (then its groups are rescheduled
+//    first) and forgets its logs and telemetry.
+//
+// Thread-safety: public methods from any thread; `done` callbacks run on the
+// coordinator's writer thread after the commit and must not block.
+#ifndef SLICED_SERVER_CORE_NODE_MANAGER_H_
+#define SLICED_SERVER_CORE_NODE_MANAGER_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "scheduler/labels.h"
+#include "scheduler/slices.h"
+#include "server/core/cluster.h"
+#include "server/core/coordinator.h"
+#include "server/core/limits.h"
+
+namespace sliced::server {
+
+class LogStore;
+class PlacementManager;
+class TelemetryStore;
+
+// A node as given to Register, before validation and label translation.
+struct NodeSpec {
+  std::string node_id;
+  std::string address;
+  scheduler::Labels labels;  // raw: Ray labels and/or GKE metadata
+  absl::btree_map<std::string, double> resources;
+};
+
+// Validates a RegisterNodes batch: 1..max_nodes_per_batch nodes, ids and
+// addresses, no duplicate ids, label syntax before and after GKE
+// translation, label and resource limits, whole units for memory/TPU/GPU.
+// InvalidArgument names the node ("nodes[2] (node_id \"h1\"): ...") and the
+// rule.
+absl::StatusOr<std::vector<scheduler::Node>> ValidateNodes(
+    const std::vector<NodeSpec>& nodes, const Limits& limits);
+
+// A node as callers see it.
+struct NodeView {
+  scheduler::Node node;
+  scheduler::ResourceSet available;
+  std::vector<std::string> placement_group_ids;  // sorted
+  absl::Time last_heartbeat = absl::InfinitePast();
+};
+
+struct SliceView {
+  scheduler::SliceInfo info;
+  bool free = false;  // intact and no bundle on any host
+  std::vector<std::string> placement_group_ids;  // sorted
+};
+
+// One node's heartbeat; `state` nullopt keeps the state (a dead node that
+// beats is back).
+struct NodeBeat {
+  std::string node_id;
+  std::optional<scheduler::NodeState> state;
+};
+
+class NodeManager {
+ public:
+  struct Options {
+    // A node that sends no heartbeat for this long turns DEAD. Zero disables
+    // leases. Default 10 s.
+    absl::Duration heartbeat_timeout = absl::Seconds(10);
+    // How often leases are checked. Default 1 s (or timeout/4 if smaller).
+    absl::Duration lease_check_interval = absl::Seconds(1);
+  };
+
+  // REQUIRES: every pointer outlives the manager; `logs` and `telemetry`
+  // may be null. Starts the lease thread when leases are on.
+  NodeManager(Coordinator* coordinator, Cluster* cluster,
+              PlacementManager* placement, LogStore* logs,
+              TelemetryStore* telemetry, Options options);
+  // Stops the lease thread.
+  ~NodeManager();
+
+  using Done = std::function<void(const absl::Status&)>;
+  using NodesDone = std::function<void(absl::StatusOr<std::vector<NodeView>>)>;
+
+  // REQUIRES: `nodes` passed ValidateNodes.
+  void Register(std::vector<scheduler::Node> nodes, NodesDone done);
+  // NotFound names the first unknown node (nothing is applied).
+  void Heartbeat(std::vector<NodeBeat> beats, Done done);
+  // FailedPrecondition for a DEAD node.
+  void Drain(const std::string& node_id,
+             std::function<void(absl::StatusOr<NodeView>)> done);
+  // FailedPrecondition when it holds bundles and `force` is false.
+  void Remove(const std::string& node_id, bool force, Done done);
+
+  absl::StatusOr<NodeView> Get(absl::string_view node_id) const;
+  // Nodes matching `selector` with ids after `after`, at most `limit`, in id
+  // order; `next` is set to the last id when more may follow.
+  std::vector<NodeView> List(const scheduler::LabelSelector& selector,
+                             absl::string_view after, int limit,
+                             std::string* next) const;
+  std::vector<SliceView> ListSlices() const;
+
+  absl::Duration heartbeat_timeout() const {
+    return options_.heartbeat_timeout;
+  }
+
+  // Checks every lease now (the lease thread does this each interval):
+  // nodes whose lease expired turn DEAD in one op and lose their
+  // placements. `done` (optional) gets the op's status; OK at once when no
+  // lease expired. On failure nothing changed and the next check retries.
+  void CheckLeases(Done done = nullptr);
+
+ private:
+  void LeaseLoop();
+
+  Coordinator* const coordinator_;
+  Cluster* const cluster_;
+  PlacementManager* const placement_;
+  LogStore* const logs_;
+  TelemetryStore* const telemetry_;
+  const Options options_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread lease_checker_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_NODE_MANAGER_H_

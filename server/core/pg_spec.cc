@@ -1,0 +1,117 @@
+#include "server/core/pg_spec.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+#include "scheduler/tpu.h"
+#include "server/core/scaling_config.h"
+#include "server/core/validation.h"
+
+namespace sliced::server {
+namespace {
+
+// The workers' plan of a placed group: from its ScalingConfig, or for a
+// plain slice group one worker per host. False when it has no workers.
+bool WorkerPlan(const PlacementGroup& group, ScalingConfigPlan& plan) {
+  if (group.scaling_config) {
+    auto planned = PlanScalingConfig(*group.scaling_config, Limits());
+    if (!planned.ok()) return false;
+    plan = *std::move(planned);
+    return true;
+  }
+  const auto& slice = group.request.slice;
+  if (!slice) return false;
+  auto shape = scheduler::ResolveTpuShape(slice->generation, slice->topology);
+  if (!shape.ok()) return false;
+  plan.use_tpu = true;
+  plan.shape = *shape;
+  plan.hosts_per_slice = static_cast<int>(shape->hosts);
+  plan.num_slices = slice->num_slices;
+  plan.num_workers = static_cast<int>(group.bundles.size());
+  return true;
+}
+
+}  // namespace
+
+absl::string_view PgStateName(PgState state) {
+  switch (state) {
+    case PgState::kPending:
+      return "PENDING";
+    case PgState::kCreated:
+      return "CREATED";
+    case PgState::kRescheduling:
+      return "RESCHEDULING";
+    case PgState::kInfeasible:
+      return "INFEASIBLE";
+    case PgState::kRemoved:
+      return "REMOVED";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<PgSpec> NewPgSpec(scheduler::PlacementRequest request,
+                                 const PgOwner& owner, const Limits& limits) {
+  RETURN_IF_ERROR(ValidateName(owner.job_id, "job_id", limits));
+  RETURN_IF_ERROR(ValidateName(owner.name, "name", limits));
+  RETURN_IF_ERROR(ValidateName(owner.request_id, "request_id", limits));
+  RETURN_IF_ERROR(ValidateName(owner.compute_class, "compute_class", limits));
+  RETURN_IF_ERROR(scheduler::ValidateRequest(request));
+  PgSpec spec;
+  PlacementGroup& g = spec.group;
+  g.job_id = owner.job_id;
+  g.name = owner.name;
+  g.request_id = owner.request_id;
+  g.compute_class = owner.compute_class;
+  g.priority = owner.priority;
+  for (const scheduler::Bundle& b : request.bundles) {
+    g.bundles.push_back(PlacedBundle{b.resources, b.selector, ""});
+  }
+  g.request = std::move(request);
+  return spec;
+}
+
+absl::StatusOr<PgSpec> PgSpecFromScalingConfig(const ScalingConfig& config,
+                                               const PgOwner& owner,
+                                               const Limits& limits) {
+  ASSIGN_OR_RETURN(ScalingConfigPlan plan, PlanScalingConfig(config, limits));
+  ASSIGN_OR_RETURN(PgSpec spec,
+                   NewPgSpec(std::move(plan.request), owner, limits));
+  spec.group.scaling_config = config;
+  return spec;
+}
+
+std::vector<scheduler::Bundle> ExpandSliceBundles(
+    const scheduler::PlacementRequest& request) {
+  if (!request.bundles.empty() || !request.slice) return request.bundles;
+  auto shape = scheduler::ResolveTpuShape(request.slice->generation,
+                                          request.slice->topology);
+  if (!shape.ok()) return {};
+  scheduler::Bundle host;
+  host.resources = request.slice->resources_per_host;
+  if (host.resources.empty()) {
+    host.resources[std::string(scheduler::kResourceTpu)] =
+        shape->chips_per_host * scheduler::kResourceScale;
+  }
+  host.selector = request.slice->selector;
+  return std::vector<scheduler::Bundle>(
+      static_cast<size_t>(shape->hosts) * request.slice->num_slices, host);
+}
+
+PlacementGroupView ViewOf(const PlacementGroup& group,
+                          const scheduler::InventorySnapshot& snapshot) {
+  PlacementGroupView view{group, {}};
+  ScalingConfigPlan plan;
+  if (group.state != PgState::kCreated || !WorkerPlan(group, plan)) {
+    return view;
+  }
+  std::vector<PlacedNode> placed;
+  placed.reserve(group.bundles.size());
+  for (const PlacedBundle& b : group.bundles) {
+    const scheduler::Node* node = snapshot.FindNode(b.node_id);
+    placed.push_back(PlacedNode{b.node_id, node ? node->address : ""});
+  }
+  view.workers = BuildWorkers(plan, placed, group.slice_names);
+  return view;
+}
+
+}  // namespace sliced::server

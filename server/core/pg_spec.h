@@ -1,0 +1,57 @@
+// Building placement groups: a validated request with its owner (PgSpec),
+// and what callers see of a group (its view, with workers).
+//
+// Pure functions; thread-safe.
+#ifndef SLICED_SERVER_CORE_PG_SPEC_H_
+#define SLICED_SERVER_CORE_PG_SPEC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/snapshot.h"
+#include "scheduler/solver.h"
+#include "server/core/limits.h"
+#include "server/core/placement_group.h"
+
+namespace sliced::server {
+
+// Who asks, and how the queue should treat it.
+struct PgOwner {
+  std::string job_id;
+  std::string name;
+  std::string request_id;  // idempotency key; "" for none
+  std::string compute_class;
+  int32_t priority = 0;
+};
+
+// A validated request, not yet given an id, sequence or state.
+struct PgSpec {
+  PlacementGroup group;
+};
+
+// Checks the owner's fields (lengths, no control characters) and the
+// request's shape (scheduler::ValidateRequest). InvalidArgument names the
+// field.
+absl::StatusOr<PgSpec> NewPgSpec(scheduler::PlacementRequest request,
+                                 const PgOwner& owner, const Limits& limits);
+
+// Validates a ScalingConfig (Ray's rules and messages, see
+// server/core/scaling_config.h) and builds its spec.
+absl::StatusOr<PgSpec> PgSpecFromScalingConfig(const ScalingConfig& config,
+                                               const PgOwner& owner,
+                                               const Limits& limits);
+
+// The per-host bundles of a request: its bundles, or for a slice
+// requirement without explicit bundles, one bundle per host, slice-major.
+std::vector<scheduler::Bundle> ExpandSliceBundles(
+    const scheduler::PlacementRequest& request);
+
+// What callers see of `group`: the group and, when it is placed as a
+// ScalingConfig or slice group, its workers (addresses from `snapshot`).
+PlacementGroupView ViewOf(const PlacementGroup& group,
+                          const scheduler::InventorySnapshot& snapshot);
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_PG_SPEC_H_

@@ -1,0 +1,160 @@
+// The placement manager: placement groups and compute classes on top of the
+// coordinator. It owns the policy; the Cluster owns the state.
+//
+//  - Create: idempotent by request_id; a new group is given an id and tried
+//    at once (queued groups first when capacity just freed). One that does
+//    not fit is queued PENDING (or INFEASIBLE with the reason), unless its
+//    compute class says FAIL or the queue is full.
+//  - The queue: priority descending, then arrival. Smaller groups may
+//    backfill around a blocked one, but a group that has waited past the
+//    starvation bound blocks every group behind it (same or lower priority)
+//    until it is placed. Re-tried at the end of every commit group that may
+//    have freed capacity (Cluster::Observer::RetryQueue).
+//  - Node loss: the groups on lost nodes go RESCHEDULING in the same commit;
+//    a slice group is re-placed whole, a plain group re-places only its lost
+//    bundles (the others stay pinned).
+//  - Watchers see the current state of every group, then every change, in
+//    commit order (Cluster::Observer::Published).
+//
+// Thread-safety: the public methods may be called from any thread; the
+// callbacks of Create/Remove/PutClass/DeleteClass run on the coordinator's
+// writer thread after the commit and must not block. Methods taking a Txn
+// run on the writer thread inside an op.
+#ifndef SLICED_SERVER_CORE_PLACEMENT_MANAGER_H_
+#define SLICED_SERVER_CORE_PLACEMENT_MANAGER_H_
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "scheduler/solver.h"
+#include "server/core/cluster.h"
+#include "server/core/coordinator.h"
+#include "server/core/pg_spec.h"
+
+namespace sliced::server {
+
+class PlacementManager : public Cluster::Observer {
+ public:
+  struct Options {
+    // Once a group has waited this long it blocks every group behind it in
+    // queue order (same or lower priority, later arrival) until it is
+    // placed. Zero disables the bound. Default 5 minutes.
+    absl::Duration starvation_bound = absl::Minutes(5);
+    // Groups the queue may hold; a create that would wait beyond this is
+    // RESOURCE_EXHAUSTED. Default Limits::max_pending_pgs.
+    int max_pending = 100000;
+  };
+
+  // Told of every solve (metrics). Called on the writer thread.
+  class DecisionObserver {
+   public:
+    virtual ~DecisionObserver() = default;
+    virtual void OnDecision(const scheduler::Decision& decision,
+                            absl::Duration took) = 0;
+  };
+
+  // A watch stream. Deliver must not block.
+  class Watcher {
+   public:
+    virtual ~Watcher() = default;
+    virtual void Deliver(const PlacementGroupView& view) = 0;
+  };
+
+  // Why a group waits (or where it is): the engine's diagnosis.
+  struct Explanation {
+    std::string outcome;  // "PLACED", "UNSCHEDULABLE", "INFEASIBLE"
+    std::string summary;
+    std::vector<std::string> details;       // one line per pipeline step
+    std::vector<std::string> bundle_nodes;  // where it is / would go
+  };
+
+  struct ListFilter {
+    std::string job_id;            // "" for any
+    std::optional<PgState> state;  // nullopt for any
+  };
+
+  // REQUIRES: `coordinator` and `cluster` outlive the manager;
+  // `decisions` may be null. Call cluster->set_observer(this) before the
+  // coordinator starts.
+  PlacementManager(Coordinator* coordinator, Cluster* cluster, Options options,
+                   DecisionObserver* decisions);
+
+  using ViewDone = std::function<void(absl::StatusOr<PlacementGroupView>)>;
+  using Done = std::function<void(const absl::Status&)>;
+
+  // Creates the group (or finds the one with the same request_id) and tries
+  // to place it at once. Errors: NotFound for an unknown compute class;
+  // FailedPrecondition when the class says FAIL and the gang does not fit
+  // now; ResourceExhausted when it would wait and the queue is full;
+  // Unavailable when the commit failed.
+  void Create(PgSpec spec, ViewDone done);
+  // Releases the group's capacity and forgets it. NotFound when unknown.
+  void Remove(const std::string& pg_id, Done done);
+
+  absl::StatusOr<PlacementGroupView> Get(absl::string_view pg_id) const;
+  std::vector<PlacementGroupView> List(const ListFilter& filter) const;
+
+  // The diagnosis of a group (NotFound when unknown), or of a dry run of a
+  // spec not created (NotFound for an unknown compute class).
+  absl::StatusOr<Explanation> Explain(absl::string_view pg_id) const;
+  absl::StatusOr<Explanation> ExplainDryRun(const PgSpec& spec) const;
+
+  // Registers `watcher` and delivers the current state of every live group
+  // to it, atomically with respect to changes. Unwatch before destroying it.
+  void Watch(Watcher* watcher);
+  void Unwatch(Watcher* watcher);
+
+  // Compute classes. DeleteClass: NotFound when unknown, FailedPrecondition
+  // while live groups use it.
+  void PutClass(ComputeClass cls, Done done);
+  void DeleteClass(const std::string& name, Done done);
+  std::vector<ComputeClass> ListClasses() const;
+
+  // Nodes turned DEAD (or were force-removed) in `txn`: their groups go
+  // RESCHEDULING and are re-placed where possible.
+  absl::Status HandleNodesLost(Txn& txn,
+                               const std::vector<std::string>& node_ids);
+
+  // Cluster::Observer
+  void RetryQueue(Txn& txn) override;
+  void Published(const std::vector<PlacementGroup>& changed,
+                 const scheduler::InventorySnapshot& snapshot) override;
+
+ private:
+  absl::Status CreateInTxn(Txn& txn, PgSpec& spec);
+  // Solves `group` on the txn's snapshot and, when placed, allocates.
+  // Updates the group's state, bundles and reason; returns the decision.
+  absl::StatusOr<scheduler::Decision> TryPlace(
+      Txn& txn, PlacementGroup& group,
+      const scheduler::PlacementRequest& request);
+  // The queued group of at least `priority` that has waited past the
+  // bound, if any.
+  const PlacementGroup* Starving(Txn& txn,
+                                 const std::vector<std::string>& queue,
+                                 int32_t priority) const;
+  absl::Status RescheduleLost(Txn& txn, const PlacementGroup& current,
+                              const absl::btree_set<std::string>& lost);
+  bool IsStarving(const PlacementGroup& g, absl::Time now) const;
+  std::string BlockedBy(const PlacementGroup& starving) const;
+  Explanation ExplainGroup(const ClusterState& state,
+                           const PlacementGroup& group) const;
+
+  Coordinator* const coordinator_;
+  Cluster* const cluster_;
+  const Options options_;
+  DecisionObserver* const decisions_;
+
+  absl::Mutex watch_mu_;
+  absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_PLACEMENT_MANAGER_H_

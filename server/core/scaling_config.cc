@@ -1,0 +1,358 @@
+#include "server/core/scaling_config.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "base/status_macros.h"
+#include "scheduler/labels.h"
+#include "scheduler/types.h"
+#include "server/core/validation.h"
+
+namespace sliced::server {
+namespace {
+
+using scheduler::ResourceSet;
+using scheduler::Strategy;
+
+constexpr absl::string_view kStrategies =
+    "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD";
+
+absl::Status Invalid(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("scaling_config.", field, ": ", message));
+}
+
+// Puts "scaling_config.<field>: " in front of an error from a helper that
+// does not know which field it checked.
+absl::Status Prefixed(absl::string_view field, const absl::Status& status) {
+  if (status.ok()) return status;
+  return Invalid(field, status.message());
+}
+
+int64_t Amount(const ResourceSet& resources, absl::string_view name) {
+  auto it = resources.find(name);
+  return it == resources.end() ? 0 : it->second;
+}
+
+// Ray's placement-group strategy names, exactly as Ray spells them.
+absl::StatusOr<Strategy> ParseStrategy(absl::string_view name, bool use_tpu) {
+  if (name.empty()) return use_tpu ? Strategy::kSpread : Strategy::kPack;
+  if (name == "PACK") return Strategy::kPack;
+  if (name == "SPREAD") return Strategy::kSpread;
+  if (name == "STRICT_PACK") return Strategy::kStrictPack;
+  if (name == "STRICT_SPREAD") return Strategy::kStrictSpread;
+  return Invalid("placement_strategy",
+                 absl::StrCat("invalid placement group strategy \"", name,
+                              "\"; supported strategies are ", kStrategies));
+}
+
+// resources_per_worker as given, without zero amounts (Ray drops them too);
+// `given` is false when the map is empty (the defaults apply).
+struct GivenResources {
+  bool given = false;
+  ResourceSet resources;
+};
+
+absl::StatusOr<GivenResources> ConvertResources(const ScalingConfig& config,
+                                                const Limits& limits) {
+  GivenResources out;
+  if (config.resources_per_worker.empty()) return out;
+  out.given = true;
+  ASSIGN_OR_RETURN(
+      out.resources,
+      ResourcesFromWire(config.resources_per_worker,
+                        "scaling_config.resources_per_worker", limits));
+  absl::erase_if(out.resources,
+                 [](const auto& entry) { return entry.second == 0; });
+  if (out.resources.empty()) {
+    return Invalid("resources_per_worker",
+                   "every amount is 0; ask for at least one resource or leave "
+                   "`resources_per_worker` unset for the default");
+  }
+  return out;
+}
+
+absl::StatusOr<scheduler::LabelSelector> ConvertSelector(
+    const ScalingConfig& config, const Limits& limits,
+    absl::btree_map<std::string, std::string> extra) {
+  if (static_cast<int>(config.label_selector.size()) >
+      limits.max_labels_per_node) {
+    return Invalid(
+        "label_selector",
+        absl::StrCat("at most ", limits.max_labels_per_node, " entries, got ",
+                     static_cast<int>(config.label_selector.size())));
+  }
+  absl::btree_map<std::string, std::string> selector(
+      config.label_selector.begin(), config.label_selector.end());
+  // The caller's own term for a key wins over a derived one.
+  for (auto& [key, value] : extra) selector.emplace(key, std::move(value));
+  auto parsed = scheduler::ParseLabelSelector(selector);
+  if (!parsed.ok()) return Prefixed("label_selector", parsed.status());
+  return *std::move(parsed);
+}
+
+// The checks every config goes through, in Ray's order.
+absl::Status CheckCommon(const ScalingConfig& config,
+                         const GivenResources& given) {
+  if (config.num_workers < 1) {
+    return Invalid(
+        "num_workers",
+        absl::StrCat("must be at least 1, got ", config.num_workers,
+                     config.num_workers == 0
+                         ? " (Ray's local mode, num_workers=0, runs in the "
+                           "driver and has nothing to place)"
+                         : ""));
+  }
+  if (config.num_workers > kMaxScalingConfigWorkers) {
+    return Invalid("num_workers",
+                   absl::StrCat("at most ", kMaxScalingConfigWorkers,
+                                " workers, got ", config.num_workers));
+  }
+  if (config.use_gpu && config.use_tpu) {
+    return Invalid("use_tpu",
+                   "Cannot specify both `use_gpu=True` and `use_tpu=True`.");
+  }
+  if (!config.use_gpu && Amount(given.resources, "GPU") > 0) {
+    return Invalid("resources_per_worker",
+                   "`use_gpu` is False but `GPU` was found in "
+                   "`resources_per_worker`. Either set `use_gpu` to True or "
+                   "remove `GPU` from `resources_per_worker`.");
+  }
+  if (!config.use_tpu) {
+    if (Amount(given.resources, scheduler::kResourceTpu) > 0) {
+      return Invalid("resources_per_worker",
+                     "`use_tpu` is False but `TPU` was found in "
+                     "`resources_per_worker`. Either set `use_tpu` to True or "
+                     "remove `TPU` from `resources_per_worker`.");
+    }
+    if (!config.topology.empty()) {
+      return Invalid("topology",
+                     absl::StrCat("\"", config.topology,
+                                  "\" is given but `use_tpu` is False; a TPU "
+                                  "topology needs `use_tpu=True`"));
+    }
+    if (!config.accelerator_type.empty()) {
+      return Invalid("accelerator_type",
+                     absl::StrCat("\"", config.accelerator_type,
+                                  "\" is given but `use_tpu` is False; sliced "
+                                  "places accelerators by type only for TPUs "
+                                  "(set `use_tpu=True`, or select nodes with "
+                                  "`label_selector`)"));
+    }
+  } else if (given.given &&
+             Amount(given.resources, scheduler::kResourceTpu) == 0) {
+    return Invalid("resources_per_worker",
+                   "`use_tpu` is True but `TPU` is set to 0 in "
+                   "`resources_per_worker`. Either set `use_tpu` to False or "
+                   "request a positive number of `TPU` in "
+                   "`resources_per_worker`.");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScalingConfigPlan> PlanGeneric(const ScalingConfig& config,
+                                              const Limits& limits,
+                                              GivenResources given) {
+  ScalingConfigPlan plan;
+  plan.num_workers = config.num_workers;
+  ASSIGN_OR_RETURN(plan.request.strategy,
+                   ParseStrategy(config.placement_strategy, false));
+  ResourceSet resources = std::move(given.resources);
+  if (!given.given) {
+    resources[config.use_gpu ? "GPU" : std::string(scheduler::kResourceCpu)] =
+        scheduler::kResourceScale;
+  } else if (config.use_gpu) {
+    resources.emplace("GPU", scheduler::kResourceScale);
+  }
+  ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
+                   ConvertSelector(config, limits, {}));
+  scheduler::Bundle bundle;
+  bundle.resources = std::move(resources);
+  bundle.selector = std::move(selector);
+  plan.request.bundles.assign(plan.num_workers, bundle);
+  return plan;
+}
+
+absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
+                                          const Limits& limits,
+                                          GivenResources given) {
+  const int num_workers = config.num_workers;
+  if (num_workers > 1 && config.topology.empty()) {
+    return Invalid("topology",
+                   "`topology` must be specified in ScalingConfig when "
+                   "`use_tpu=True` and `num_workers` > 1.");
+  }
+  if (config.accelerator_type.empty()) {
+    return Invalid(
+        "accelerator_type",
+        num_workers > 1
+            ? "`accelerator_type` must be specified in ScalingConfig when "
+              "`use_tpu=True` and `num_workers` > 1."
+            : "`accelerator_type` must be specified in ScalingConfig when "
+              "`use_tpu=True` (sliced picks TPU hosts by generation), e.g. "
+              "\"TPU-V6E\"");
+  }
+  auto generation = scheduler::ParseTpuGeneration(config.accelerator_type);
+  if (!generation.ok())
+    return Prefixed("accelerator_type", generation.status());
+
+  ScalingConfigPlan plan;
+  plan.use_tpu = true;
+  plan.num_workers = num_workers;
+  ASSIGN_OR_RETURN(plan.request.strategy,
+                   ParseStrategy(config.placement_strategy, true));
+
+  if (config.topology.empty()) {
+    // One worker, no slice: an ordinary bundle on a node of that generation.
+    ResourceSet resources = std::move(given.resources);
+    if (!given.given) {
+      resources[std::string(scheduler::kResourceTpu)] =
+          scheduler::kResourceScale;
+    }
+    absl::btree_map<std::string, std::string> extra;
+    extra.emplace(std::string(scheduler::kLabelAcceleratorType),
+                  std::string(scheduler::TpuAcceleratorType(*generation)));
+    ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
+                     ConvertSelector(config, limits, std::move(extra)));
+    scheduler::Bundle bundle;
+    bundle.resources = std::move(resources);
+    bundle.selector = std::move(selector);
+    plan.request.bundles.push_back(std::move(bundle));
+    return plan;
+  }
+
+  auto shape = scheduler::ResolveTpuShape(*generation, config.topology);
+  if (!shape.ok()) return Prefixed("topology", shape.status());
+  plan.shape = *std::move(shape);
+  plan.hosts_per_slice = static_cast<int>(plan.shape.hosts);
+  if (num_workers % plan.hosts_per_slice != 0) {
+    return Invalid(
+        "num_workers",
+        absl::StrCat("`num_workers` (", num_workers,
+                     ") must be a multiple of the hosts per slice of topology ",
+                     plan.shape.topology, " (", plan.shape.pod_type, ": ",
+                     plan.hosts_per_slice,
+                     " hosts per slice); each TPU worker is one host"));
+  }
+  plan.num_slices = num_workers / plan.hosts_per_slice;
+  if (num_workers > 1 && plan.request.strategy == Strategy::kStrictPack) {
+    return Invalid(
+        "placement_strategy",
+        absl::StrCat("STRICT_PACK puts every worker on one node, but ",
+                     num_workers, " TPU workers need ", num_workers,
+                     " TPU hosts; use SPREAD (the default for TPUs)"));
+  }
+
+  ResourceSet resources = std::move(given.resources);
+  const int64_t per_host =
+      plan.shape.chips_per_host * scheduler::kResourceScale;
+  if (!given.given) {
+    resources[std::string(scheduler::kResourceTpu)] = per_host;
+  } else if (Amount(resources, scheduler::kResourceTpu) > per_host) {
+    return Invalid(
+        "resources_per_worker",
+        absl::StrCat("asks for ",
+                     scheduler::FromFixedPoint(
+                         Amount(resources, scheduler::kResourceTpu)),
+                     " TPU chips per worker, but a ", plan.shape.pod_type,
+                     " host has ", plan.shape.chips_per_host,
+                     "; with `use_tpu=True` each worker is one TPU host"));
+  }
+  ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
+                   ConvertSelector(config, limits, {}));
+
+  scheduler::SliceRequirement slice;
+  slice.generation = plan.shape.generation;
+  slice.topology = plan.shape.topology;
+  slice.num_slices = plan.num_slices;
+  slice.resources_per_host = std::move(resources);
+  slice.selector = std::move(selector);
+  plan.request.slice = std::move(slice);
+  return plan;
+}
+
+// "host:port"; an IPv6 literal goes in brackets.
+std::string HostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+absl::StatusOr<ScalingConfigPlan> PlanScalingConfig(const ScalingConfig& config,
+                                                    const Limits& limits) {
+  ASSIGN_OR_RETURN(GivenResources given, ConvertResources(config, limits));
+  RETURN_IF_ERROR(CheckCommon(config, given));
+  if (config.use_tpu) return PlanTpu(config, limits, std::move(given));
+  return PlanGeneric(config, limits, std::move(given));
+}
+
+std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
+                                 const std::vector<PlacedNode>& bundle_nodes,
+                                 const std::vector<std::string>& slice_names) {
+  const PlacedNode missing;
+  auto node_at = [&](int i) -> const PlacedNode& {
+    return i < static_cast<int>(bundle_nodes.size()) ? bundle_nodes[i]
+                                                     : missing;
+  };
+  const int num_workers = plan.num_workers;
+  const std::string coordinator =
+      HostPort(node_at(0).address, kJaxCoordinatorPort);
+  const bool slices = plan.use_tpu && plan.hosts_per_slice > 0;
+  const int hosts = plan.hosts_per_slice;
+
+  // Per slice: its hosts' addresses in worker-id order.
+  std::vector<std::string> hostnames;
+  if (slices) {
+    for (int s = 0; s < plan.num_slices; ++s) {
+      std::vector<absl::string_view> addresses;
+      for (int i = 0; i < hosts; ++i)
+        addresses.push_back(node_at(s * hosts + i).address);
+      hostnames.push_back(absl::StrJoin(addresses, ","));
+    }
+  }
+
+  std::vector<Worker> workers;
+  workers.reserve(num_workers);
+  for (int rank = 0; rank < num_workers; ++rank) {
+    const PlacedNode& node = node_at(rank);
+    Worker& w = workers.emplace_back();
+    w.rank = rank;
+    w.node_id = node.node_id;
+    w.address = node.address;
+    auto& env = w.env;
+    env["JAX_COORDINATOR_ADDRESS"] = coordinator;
+    env["JAX_COORDINATOR_PORT"] = absl::StrCat(kJaxCoordinatorPort);
+    env["JAX_NUM_PROCESSES"] = absl::StrCat(num_workers);
+    env["JAX_PROCESS_ID"] = absl::StrCat(rank);
+    if (!slices) continue;
+
+    const int slice = rank / hosts;
+    const int worker_id = rank % hosts;
+    const std::string slice_name =
+        slice < static_cast<int>(slice_names.size()) ? slice_names[slice] : "";
+    w.slice_name = slice_name;
+    w.slice_index = slice;
+    w.tpu_worker_id = worker_id;
+    env["TPU_WORKER_ID"] = absl::StrCat(worker_id);
+    env["TPU_WORKER_HOSTNAMES"] =
+        slice < static_cast<int>(hostnames.size()) ? hostnames[slice] : "";
+    env["TPU_NAME"] = slice_name;
+    if (plan.num_slices > 1) {
+      env["MEGASCALE_COORDINATOR_ADDRESS"] = node_at(0).address;
+      env["MEGASCALE_PORT"] = absl::StrCat(kMegascalePort);
+      env["MEGASCALE_NUM_SLICES"] = absl::StrCat(plan.num_slices);
+      env["MEGASCALE_SLICE_ID"] = absl::StrCat(slice);
+    }
+  }
+  return workers;
+}
+
+}  // namespace sliced::server

@@ -1,0 +1,168 @@
+#include "server/core/txn.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+
+namespace sliced::server {
+namespace {
+
+// Looks `key` up in the op's changes, then the group's, then committed state.
+template <typename T, typename Committed>
+const T* Lookup(absl::string_view key, const Changes<T>& own,
+                const Changes<T>& group, const Committed& committed) {
+  for (const Changes<T>* changes : {&own, &group}) {
+    auto it = changes->find(key);
+    if (it != changes->end()) return it->second ? &*it->second : nullptr;
+  }
+  auto it = committed.find(key);
+  return it == committed.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+QueueKey QueueKeyOf(const PlacementGroup& pg) {
+  return {-int64_t{pg.priority}, pg.sequence, pg.id};
+}
+
+Txn::Txn(const ClusterState& committed, const StateChanges& group,
+         absl::Time now)
+    : committed_(committed), group_(group), now_(now) {
+  own_.snapshot = group.snapshot ? group.snapshot : committed.snapshot;
+  own_.next_sequence =
+      group.next_sequence ? group.next_sequence : committed.next_sequence;
+}
+
+const NodeEntry* Txn::FindNode(absl::string_view node_id) const {
+  return Lookup(node_id, own_.nodes, group_.nodes, committed_.nodes);
+}
+
+void Txn::PutNode(const NodeEntry& entry) {
+  mutation_.PutNode(entry.node);
+  const NodeEntry* old = FindNode(entry.node.node_id);
+  if (old == nullptr || !(old->node == entry.node)) {
+    pending_nodes_.upsert_nodes.push_back(entry.node);
+  }
+  // A new or revived node may let pending groups fit.
+  if (old == nullptr || entry.node.state == scheduler::NodeState::kAlive) {
+    own_.retry_pending = true;
+  }
+  own_.nodes[entry.node.node_id] = entry;
+}
+
+void Txn::TouchNode(const NodeEntry& entry) {
+  own_.nodes[entry.node.node_id] = entry;
+}
+
+void Txn::RemoveNode(absl::string_view node_id) {
+  mutation_.DeleteNode(node_id);
+  pending_nodes_.remove_node_ids.emplace_back(node_id);
+  own_.nodes[std::string(node_id)] = std::nullopt;
+}
+
+const PlacementGroup* Txn::FindPg(absl::string_view pg_id) const {
+  return Lookup(pg_id, own_.pgs, group_.pgs, committed_.pgs);
+}
+
+const PlacementGroup* Txn::FindPgByRequestId(
+    absl::string_view request_id) const {
+  for (const Changes<PlacementGroup>* changes : {&own_.pgs, &group_.pgs}) {
+    for (const auto& [id, change] : *changes) {
+      if (change && change->request_id == request_id) return &*change;
+    }
+  }
+  auto it = committed_.pg_by_request_id.find(request_id);
+  return it == committed_.pg_by_request_id.end() ? nullptr : FindPg(it->second);
+}
+
+void Txn::PutPg(const PlacementGroup& pg) {
+  mutation_.PutPlacementGroup(pg);
+  own_.pgs[pg.id] = pg;
+}
+
+void Txn::DeletePg(absl::string_view pg_id) {
+  mutation_.DeletePlacementGroup(pg_id);
+  own_.pgs[std::string(pg_id)] = std::nullopt;
+}
+
+std::vector<std::string> Txn::PendingQueue() const {
+  absl::btree_set<QueueKey> queue;
+  auto consider = [&](const std::string& id) {
+    const PlacementGroup* pg = FindPg(id);
+    if (pg != nullptr && IsQueued(pg->state)) queue.insert(QueueKeyOf(*pg));
+  };
+  for (const auto& [p, s, id] : committed_.queue) consider(id);
+  for (const Changes<PlacementGroup>* changes : {&group_.pgs, &own_.pgs}) {
+    for (const auto& [id, change] : *changes) consider(id);
+  }
+  std::vector<std::string> ids;
+  ids.reserve(queue.size());
+  for (const auto& [p, s, id] : queue) ids.push_back(id);
+  return ids;
+}
+
+bool Txn::AnyPg(const std::function<bool(const PlacementGroup&)>& pred) const {
+  for (const auto& [id, pg] : committed_.pgs) {
+    const PlacementGroup* current = FindPg(id);
+    if (current != nullptr && pred(*current)) return true;
+  }
+  for (const Changes<PlacementGroup>* changes : {&group_.pgs, &own_.pgs}) {
+    for (const auto& [id, change] : *changes) {
+      if (change && pred(*change)) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> Txn::PgsOnNode(absl::string_view node_id) {
+  absl::btree_set<std::string> ids;
+  auto snapshot = Snapshot();
+  if (!snapshot.ok()) return {};
+  int64_t index = (*snapshot)->NodeIndex(node_id);
+  if (index < 0) return {};
+  for (const scheduler::Allocation& a : (*snapshot)->node(index).allocations) {
+    ids.insert(a.pg_id);
+  }
+  return {ids.begin(), ids.end()};
+}
+
+const ComputeClass* Txn::FindClass(absl::string_view name) const {
+  return Lookup(name, own_.classes, group_.classes, committed_.classes);
+}
+
+void Txn::PutClass(const ComputeClass& cls) {
+  mutation_.PutComputeClass(cls);
+  own_.classes[cls.name] = cls;
+  own_.retry_pending = true;
+}
+
+void Txn::DeleteClass(absl::string_view name) {
+  mutation_.DeleteComputeClass(name);
+  own_.classes[std::string(name)] = std::nullopt;
+  own_.retry_pending = true;
+}
+
+absl::Status Txn::Flush() {
+  if (pending_nodes_.upsert_nodes.empty() &&
+      pending_nodes_.remove_node_ids.empty()) {
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(pending_nodes_));
+  pending_nodes_ = scheduler::SnapshotDelta();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>>
+Txn::Snapshot() {
+  RETURN_IF_ERROR(Flush());
+  return own_.snapshot;
+}
+
+absl::Status Txn::ApplyDelta(const scheduler::SnapshotDelta& delta) {
+  RETURN_IF_ERROR(Flush());
+  ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(delta));
+  if (!delta.release_pg_ids.empty()) own_.retry_pending = true;
+  return absl::OkStatus();
+}
+
+}  // namespace sliced::server

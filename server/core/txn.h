@@ -1,0 +1,169 @@
+// The cluster's in-memory state and the view one write operation has of it.
+//
+// ClusterState is what readers see: everything committed. A Txn is one
+// operation's view during a group commit: the committed state, overlaid with
+// the changes of the operations before it in the same group, overlaid with
+// its own. Its writes go both to that overlay and to the storage mutation
+// the group commits. See server/core/cluster.h for how groups are run,
+// committed and installed.
+//
+// Thread-safety: ClusterState is guarded by Cluster's lock. A Txn is not
+// thread-safe; it lives on the coordinator's writer thread for the duration
+// of one operation.
+#ifndef SLICED_SERVER_CORE_TXN_H_
+#define SLICED_SERVER_CORE_TXN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "scheduler/snapshot.h"
+#include "scheduler/types.h"
+#include "server/core/placement_group.h"
+#include "server/core/telemetry.h"
+#include "storage/store.h"
+
+namespace sliced::server {
+
+struct NodeEntry {
+  scheduler::Node node;
+  // In memory only: a restart gives every node a fresh lease.
+  absl::Time last_heartbeat = absl::InfinitePast();
+};
+
+// Queue order: priority descending, then arrival, then id.
+using QueueKey = std::tuple<int64_t, uint64_t, std::string>;
+QueueKey QueueKeyOf(const PlacementGroup& pg);
+
+// What readers see: everything committed.
+struct ClusterState {
+  absl::btree_map<std::string, NodeEntry> nodes;
+  // The engine's view of nodes and allocations, consistent with `nodes` and
+  // `pgs`.
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  // Live placement groups (not removed), by id.
+  absl::btree_map<std::string, PlacementGroup> pgs;
+  absl::flat_hash_map<std::string, std::string> pg_by_request_id;
+  absl::btree_map<std::string, ComputeClass> classes;
+  // Queued groups (PENDING, RESCHEDULING, INFEASIBLE) in queue order.
+  absl::btree_set<QueueKey> queue;
+  // Arrival order for the next placement group.
+  uint64_t next_sequence = 1;
+};
+
+template <typename T>
+using Changes = absl::flat_hash_map<std::string, std::optional<T>>;
+
+// Everything a group (or one op) changes, in memory.
+struct StateChanges {
+  Changes<NodeEntry> nodes;
+  Changes<PlacementGroup> pgs;
+  Changes<ComputeClass> classes;
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  uint64_t next_sequence = 0;
+  // Set when capacity may have freed up or a class changed: the pending
+  // queue is retried at the end of the group.
+  bool retry_pending = false;
+  // Set when the queue was re-tried; retry_pending then says whether
+  // capacity freed again since.
+  bool queue_retried = false;
+  // Intermediate states watchers should see before the final ones (e.g.
+  // RESCHEDULING when a group is re-placed within the same commit).
+  std::vector<PlacementGroup> events;
+};
+
+class Txn {
+ public:
+  // REQUIRES: `committed` and `group` outlive the Txn.
+  Txn(const ClusterState& committed, const StateChanges& group, absl::Time now);
+
+  absl::Time now() const { return now_; }
+
+  // ---- Nodes
+  // The node as this op sees it; nullptr when absent.
+  const NodeEntry* FindNode(absl::string_view node_id) const;
+  // Stores `entry` durably (and in the engine snapshot).
+  void PutNode(const NodeEntry& entry);
+  // Updates `entry` in memory only (a lease renewal that changes no state).
+  void TouchNode(const NodeEntry& entry);
+  void RemoveNode(absl::string_view node_id);
+
+  // ---- Placement groups
+  const PlacementGroup* FindPg(absl::string_view pg_id) const;
+  const PlacementGroup* FindPgByRequestId(absl::string_view request_id) const;
+  void PutPg(const PlacementGroup& pg);
+  void DeletePg(absl::string_view pg_id);
+  // Makes watchers see `pg` as it is now, even if a later change of this
+  // commit supersedes it.
+  void NotifyIntermediate(const PlacementGroup& pg) {
+    own_.events.push_back(pg);
+  }
+  // Ids of queued groups in queue order, with the group's changes so far.
+  std::vector<std::string> PendingQueue() const;
+  // True when some live group (as this op sees them) satisfies `pred`.
+  bool AnyPg(const std::function<bool(const PlacementGroup&)>& pred) const;
+  // Ids of live groups holding a bundle on `node_id`, sorted.
+  std::vector<std::string> PgsOnNode(absl::string_view node_id);
+
+  // ---- Compute classes
+  const ComputeClass* FindClass(absl::string_view name) const;
+  void PutClass(const ComputeClass& cls);
+  void DeleteClass(absl::string_view name);
+
+  // ---- Log lines: written with the op's commit, not part of ClusterState.
+  void PutLog(absl::string_view key, const LogLine& line) {
+    mutation_.PutLog(key, line);
+  }
+  void DeleteLog(absl::string_view key) { mutation_.DeleteLog(key); }
+
+  // ---- The engine snapshot
+  // The snapshot with every change so far applied. Returns the error of
+  // applying pending node changes (e.g. removing a node that holds
+  // allocations: FailedPrecondition).
+  absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>>
+  Snapshot();
+  // Applies an allocation delta to the snapshot.
+  absl::Status ApplyDelta(const scheduler::SnapshotDelta& delta);
+
+  // ---- Queue bookkeeping
+  uint64_t NextSequence() { return own_.next_sequence++; }
+  void RequestPendingRetry() { own_.retry_pending = true; }
+  // Whether this op or an earlier one of the group may have freed capacity.
+  bool PendingRetryRequested() const {
+    return own_.queue_retried ? own_.retry_pending
+                              : own_.retry_pending || group_.retry_pending;
+  }
+  // Records that the queue was just re-tried on this op's view.
+  void MarkQueueRetried() {
+    own_.retry_pending = false;
+    own_.queue_retried = true;
+  }
+
+  // Applies node changes still pending to the snapshot.
+  absl::Status Flush();
+
+ private:
+  friend class Cluster;  // runs ops and merges them into the group
+
+  const ClusterState& committed_;
+  const StateChanges& group_;
+  StateChanges own_;
+  scheduler::SnapshotDelta pending_nodes_;
+  storage::Mutation mutation_;
+  const absl::Time now_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_CORE_TXN_H_

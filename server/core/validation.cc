@@ -1,0 +1,113 @@
+#include "server/core/validation.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace sliced::server {
+namespace {
+
+bool IsIdChar(char c) {
+  return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == ':' || c == '-';
+}
+
+absl::Status ValidateResourceName(absl::string_view name,
+                                  const Limits& limits) {
+  if (name.empty() || static_cast<int>(name.size()) > limits.max_id_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resource name must be 1..", limits.max_id_length, " characters"));
+  }
+  for (char c : name) {
+    if (!(IsIdChar(c) || c == '/')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resource name '", name, "' may only hold [A-Za-z0-9._:/-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WithFieldPrefix(absl::string_view prefix,
+                             const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(prefix, ": ", status.message()));
+}
+
+absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
+  if (id.empty()) {
+    return absl::InvalidArgumentError("node_id: must not be empty");
+  }
+  if (static_cast<int>(id.size()) > limits.max_id_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node_id: must be at most ", limits.max_id_length, " characters"));
+  }
+  if (!absl::ascii_isalnum(id[0])) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_id: '", id, "' must start with a letter or digit"));
+  }
+  for (char c : id) {
+    if (!IsIdChar(c)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_id: '", id, "' may only hold [A-Za-z0-9._:-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAddress(absl::string_view address) {
+  if (address.empty()) return absl::InvalidArgumentError("must not be empty");
+  if (address.size() > 253) {
+    return absl::InvalidArgumentError("must be at most 253 characters");
+  }
+  for (char c : address) {
+    if (!(absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':' ||
+          c == '[' || c == ']')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "must be a host name or IP address ([A-Za-z0-9.-:[]]), got '",
+          address, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateName(absl::string_view value, absl::string_view field,
+                          const Limits& limits) {
+  if (static_cast<int>(value.size()) > limits.max_name_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": must be at most ", limits.max_name_length, " characters"));
+  }
+  for (char c : value) {
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must not hold control characters"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<scheduler::ResourceSet> ResourcesFromWire(
+    const absl::btree_map<std::string, double>& resources,
+    absl::string_view field, const Limits& limits) {
+  if (static_cast<int>(resources.size()) > limits.max_resources_per_node) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": at most ", limits.max_resources_per_node,
+                     " resources, got ", resources.size()));
+  }
+  scheduler::ResourceSet out;
+  for (const auto& [name, value] : resources) {
+    const std::string what = absl::StrCat(field, "[\"", name, "\"]");
+    RETURN_IF_ERROR(WithFieldPrefix(what, ValidateResourceName(name, limits)));
+    ASSIGN_OR_RETURN(int64_t fixed, scheduler::ToFixedPoint(value, what));
+    out[name] = fixed;
+  }
+  return out;
+}
+
+bool IsWholeUnitResource(absl::string_view name) {
+  return name == "memory" || name == "object_store_memory" || name == "TPU" ||
+         name == "GPU";
+}
+
+}  // namespace sliced::server

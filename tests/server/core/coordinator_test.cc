@@ -1,0 +1,276 @@
+// The commit engine through the cluster it writes: group commit, all-or-
+// nothing ops, persist-then-install, resync after failed commits, recovery.
+#include "server/core/coordinator.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "storage/fault_injecting_store.h"
+#include "tests/server/core/harness.h"
+
+namespace sliced::server {
+namespace {
+
+using testing::Core;
+
+NodeEntry Entry(const std::string& id) {
+  NodeEntry e;
+  e.node.node_id = id;
+  e.node.address = id;
+  return e;
+}
+
+// An op that stores node `id`.
+std::function<absl::Status(Txn&)> Put(const std::string& id) {
+  return [id](Txn& t) {
+    t.PutNode(Entry(id));
+    return absl::OkStatus();
+  };
+}
+
+size_t NodeCount(Core& c) {
+  return c.cluster().Read([](const ClusterState& s) { return s.nodes.size(); });
+}
+
+std::unique_ptr<Core> StartCore(storage::MemoryStore& memory) {
+  auto core = Core::Start(memory);
+  EXPECT_TRUE(core.ok()) << core.status();
+  return core.ok() ? *std::move(core) : nullptr;
+}
+
+TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Op(Put("a")).ok());
+  EXPECT_EQ(c->cluster().Read(
+                [](const ClusterState& s) { return s.nodes.count("a"); }),
+            1u);
+  EXPECT_EQ(memory.Load()->nodes.size(), 1u);
+}
+
+TEST(CoordinatorTest, FailedOpChangesNothingAndOthersInGroupProceed) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->Op([](Txn& t) {
+               t.PutNode(Entry("half"));
+               return absl::InvalidArgumentError("nope");
+             }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(memory.Load()->nodes.empty());
+  EXPECT_EQ(NodeCount(*c), 0u);
+}
+
+TEST(CoordinatorTest, CommitFailureAnswersUnavailableAndLeavesMemoryUnchanged) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  storage::FaultInjectingStore* faults = &c->faults();
+  faults->FailWrites(1);
+  EXPECT_EQ(c->Op(Put("a")).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(NodeCount(*c), 0u);
+  // Recovers once writes succeed again.
+  EXPECT_TRUE(c->Op(Put("a")).ok());
+  EXPECT_EQ(NodeCount(*c), 1u);
+}
+
+TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  storage::FaultInjectingStore* faults = &c->faults();
+  faults->FailSyncs(1);
+  EXPECT_EQ(c->Op(Put("a")).code(), absl::StatusCode::kUnavailable);
+  // The write reached the store although it was reported failed; memory was
+  // re-read, so the next op sees "a" exactly as a restart would.
+  EXPECT_EQ(c->cluster().Read(
+                [](const ClusterState& s) { return s.nodes.count("a"); }),
+            1u);
+  EXPECT_EQ(c->Op([](Txn& t) {
+               return t.FindNode("a") ? absl::OkStatus()
+                                      : absl::NotFoundError("a missing");
+             }).code(),
+            absl::StatusCode::kOk);
+}
+
+TEST(CoordinatorTest,
+     UnreadableStoreAfterFailedCommitRefusesWritesUntilReadable) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  storage::FaultInjectingStore* faults = &c->faults();
+  faults->FailSyncs(1);
+  faults->FailLoads(2);  // the re-read after the failure, and the next try
+  EXPECT_EQ(c->Op(Put("a")).code(), absl::StatusCode::kUnavailable);
+  absl::Status refused = c->Op(Put("b"));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("can't be re-read"), std::string::npos)
+      << refused;
+  EXPECT_TRUE(c->Op(Put("c")).ok());
+  EXPECT_EQ(NodeCount(*c),
+            2u);  // a, c
+  EXPECT_EQ(memory.Load()->nodes.size(), 2u);
+}
+
+TEST(CoordinatorTest, SlowCommitsGroupWaitingOps) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  c->faults().SetCommitDelay(absl::Milliseconds(20));
+  constexpr int kOps = 40;
+  std::atomic<int> finished{0};
+  absl::Notification all_done;
+  const int64_t before = c->faults().commits();
+  for (int i = 0; i < kOps; ++i) {
+    c->coordinator().Submit(WriteOp{[i](Txn& t) {
+                                      t.PutNode(Entry("n" + std::to_string(i)));
+                                      return absl::OkStatus();
+                                    },
+                                    [&](const absl::Status& s) {
+                                      EXPECT_TRUE(s.ok());
+                                      if (++finished == kOps) all_done.Notify();
+                                    }});
+  }
+  all_done.WaitForNotification();
+  // While one commit sleeps, the others queue and go in the next batch.
+  EXPECT_LT(c->faults().commits() - before, kOps / 2);
+  EXPECT_EQ(memory.Load()->nodes.size(), static_cast<size_t>(kOps));
+}
+
+TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  // Block the writer so that the next ops queue up behind this one.
+  absl::Notification release, blocked;
+  c->coordinator().Submit(WriteOp{[&](Txn&) {
+                                    blocked.Notify();
+                                    release.WaitForNotification();
+                                    return absl::OkStatus();
+                                  },
+                                  [](const absl::Status&) {}});
+  blocked.WaitForNotification();
+  const int64_t before = c->faults().commits();
+  std::atomic<int> ok{0};
+  std::atomic<int> conflicts{0};
+  absl::Notification all_done;
+  constexpr int kOps = 10;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < kOps; ++i) {
+    c->coordinator().Submit(WriteOp{[](Txn& t) {
+                                      // Only the first op of the group may
+                                      // create "x".
+                                      if (t.FindNode("x") != nullptr) {
+                                        return absl::AlreadyExistsError(
+                                            "x exists");
+                                      }
+                                      t.PutNode(Entry("x"));
+                                      return absl::OkStatus();
+                                    },
+                                    [&](const absl::Status& s) {
+                                      (s.ok() ? ok : conflicts)++;
+                                      if (++finished == kOps) all_done.Notify();
+                                    }});
+  }
+  release.Notify();
+  all_done.WaitForNotification();
+  EXPECT_EQ(ok, 1);
+  EXPECT_EQ(conflicts, kOps - 1);
+  // The blocking op's group, then one group for all ten.
+  EXPECT_EQ(c->faults().commits() - before, 2);
+}
+
+TEST(CoordinatorTest, OpsSubmittedBeforeRunWaitForTheWriter) {
+  storage::MemoryStore memory;
+  Cluster cluster([] { return absl::Now(); }, nullptr);
+  auto coordinator = Coordinator::Open(
+      std::make_unique<storage::FaultInjectingStore>(&memory), &cluster, {});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::Notification committed;
+  (*coordinator)->Submit(WriteOp{Put("early"), [&](const absl::Status& s) {
+                                   EXPECT_TRUE(s.ok()) << s;
+                                   committed.Notify();
+                                 }});
+  EXPECT_FALSE(committed.HasBeenNotified());
+  (*coordinator)->Run();
+  committed.WaitForNotification();
+  EXPECT_EQ(memory.Load()->nodes.size(), 1u);
+}
+
+}  // namespace
+}  // namespace sliced::server
+
+namespace sliced::server {
+namespace {
+
+PlacementGroup HeldPg(const std::string& id, const std::string& node,
+                      int64_t cpu, uint64_t sequence = 1) {
+  PlacementGroup g;
+  g.id = id;
+  g.state = PgState::kCreated;
+  g.sequence = sequence;
+  g.request.bundles.push_back(scheduler::Bundle{{{"CPU", cpu}}, {}, ""});
+  g.bundles.push_back(PlacedBundle{{{"CPU", cpu}}, {}, node});
+  return g;
+}
+
+scheduler::Node Node(const std::string& id, int64_t cpu) {
+  scheduler::Node node;
+  node.node_id = id;
+  node.address = id;
+  node.resources = {{"CPU", cpu}};
+  return node;
+}
+
+TEST(CoordinatorRecoveryTest, RefusesStoredPlacementsThatHoldCapacityTwice) {
+  storage::MemoryStore memory;
+  storage::Mutation m;
+  m.PutNode(Node("n1", 40000));
+  m.PutPlacementGroup(HeldPg("pg-a", "n1", 30000));
+  m.PutPlacementGroup(HeldPg("pg-b", "n1", 30000));
+  ASSERT_TRUE(memory.Commit(m).ok());
+  auto c = Core::Start(memory);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("n1"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("refusing to serve"), std::string::npos);
+}
+
+TEST(CoordinatorRecoveryTest, RefusesPlacementsOnUnknownNodes) {
+  storage::MemoryStore memory;
+  storage::Mutation m;
+  m.PutPlacementGroup(HeldPg("pg-a", "ghost", 10000));
+  ASSERT_TRUE(memory.Commit(m).ok());
+  auto c = Core::Start(memory);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("ghost"), std::string::npos)
+      << c.status();
+}
+
+TEST(CoordinatorRecoveryTest, ReloadsPlacementsAndQueue) {
+  storage::MemoryStore memory;
+  storage::Mutation m;
+  m.PutNode(Node("n1", 40000));
+  m.PutPlacementGroup(HeldPg("pg-a", "n1", 30000));
+  PlacementGroup waiting = HeldPg("pg-b", "", 30000, 2);
+  waiting.state = PgState::kPending;
+  m.PutPlacementGroup(waiting);
+  ASSERT_TRUE(memory.Commit(m).ok());
+  auto c = Core::Start(memory);
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->cluster().Read([](const ClusterState& s) {
+    EXPECT_EQ(*s.snapshot->FreeResources("n1"),
+              (scheduler::ResourceSet{{"CPU", 10000}}));
+    EXPECT_EQ(s.queue.size(), 1u);
+    EXPECT_EQ(s.next_sequence, 3u);
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace sliced::server

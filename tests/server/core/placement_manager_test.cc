@@ -1,0 +1,387 @@
+// The placement manager on the MemoryStore with a fake clock: the queue
+// (backfill, starvation bound, full queue, INFEASIBLE re-check), compute
+// classes (WAIT / FAIL), idempotent retries, rescheduling after node loss
+// (slice groups whole, plain groups only the lost bundles), and watchers.
+#include "server/core/placement_manager.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "scheduler/labels.h"
+#include "tests/scheduler/builders.h"
+#include "tests/server/core/harness.h"
+
+namespace sliced::server {
+namespace {
+
+using scheduler::testing::CpuNode;
+using scheduler::testing::Slice;
+using scheduler::testing::Units;
+using testing::Core;
+using testing::CoreOptions;
+
+// A plain group of `n` bundles of `cpu` CPUs each.
+PgSpec Cpus(int n, double cpu, PgOwner owner = {},
+            scheduler::Strategy strategy = scheduler::Strategy::kPack) {
+  scheduler::PlacementRequest r;
+  r.strategy = strategy;
+  for (int i = 0; i < n; ++i) {
+    r.bundles.push_back(scheduler::Bundle{{{"CPU", Units(cpu)}}, {}, ""});
+  }
+  auto spec = NewPgSpec(std::move(r), owner, Limits());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+// `num_slices` whole v6e 4x4 slices.
+PgSpec V6eSlices(int num_slices, PgOwner owner = {}) {
+  scheduler::PlacementRequest r;
+  r.slice = scheduler::SliceRequirement{
+      scheduler::TpuGeneration::kV6e, "4x4", num_slices, {}, {}};
+  auto spec = NewPgSpec(std::move(r), owner, Limits());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+PgOwner WithClass(const std::string& compute_class) {
+  PgOwner owner;
+  owner.compute_class = compute_class;
+  return owner;
+}
+PgOwner WithRequestId(const std::string& request_id) {
+  PgOwner owner;
+  owner.request_id = request_id;
+  return owner;
+}
+PgOwner WithPriority(int32_t priority) {
+  PgOwner owner;
+  owner.priority = priority;
+  return owner;
+}
+CoreOptions Options(absl::Duration starvation_bound, int max_pending,
+                    absl::Duration heartbeat_timeout = absl::ZeroDuration()) {
+  CoreOptions options;
+  options.placement.starvation_bound = starvation_bound;
+  options.placement.max_pending = max_pending;
+  options.heartbeat_timeout = heartbeat_timeout;
+  return options;
+}
+
+scheduler::LabelSelector Tier(const std::string& tier) {
+  return *scheduler::ParseLabelSelector({{"sliced.io/capacity-tier", tier}});
+}
+
+class PlacementManagerTest : public ::testing::Test {
+ protected:
+  void Start(CoreOptions options = {}) {
+    auto core = Core::Start(memory_, options);
+    ASSERT_TRUE(core.ok()) << core.status();
+    core_ = *std::move(core);
+  }
+  // Restarts on the same store, as after kill -9.
+  void Restart(CoreOptions options = {}) {
+    core_.reset();
+    Start(options);
+  }
+  std::string Create(PgSpec spec) {
+    auto view = core_->Create(std::move(spec));
+    EXPECT_TRUE(view.ok()) << view.status();
+    return view.ok() ? view->group.id : "";
+  }
+
+  storage::MemoryStore memory_;
+  std::unique_ptr<Core> core_;
+};
+
+TEST_F(PlacementManagerTest, PlacesAtOnceAndQueuesWhatDoesNotFit) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  auto placed = core_->Create(Cpus(2, 4));
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->group.state, PgState::kCreated);
+  EXPECT_EQ(placed->group.bundles[0].node_id, "c1");
+  auto waiting = core_->Create(Cpus(1, 4));
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->group.state, PgState::kPending);
+  EXPECT_NE(waiting->group.reason.find("UNSCHEDULABLE"), std::string::npos)
+      << waiting->group.reason;
+  // Removing the first frees the node; the queue is re-tried in that commit.
+  ASSERT_TRUE(core_->Remove(placed->group.id).ok());
+  EXPECT_EQ(core_->StateOf(waiting->group.id), PgState::kCreated);
+  EXPECT_EQ(core_->Remove(placed->group.id).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(PlacementManagerTest, SmallGroupsBackfillAroundABlockedOne) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  const std::string holder = Create(Cpus(1, 6));
+  const std::string big = Create(Cpus(1, 8));  // waits for the whole node
+  EXPECT_EQ(core_->StateOf(big), PgState::kPending);
+  const std::string small = Create(Cpus(1, 2));  // fits beside the holder
+  EXPECT_EQ(core_->StateOf(small), PgState::kCreated);
+  ASSERT_TRUE(core_->Remove(holder).ok());
+  ASSERT_TRUE(core_->Remove(small).ok());
+  EXPECT_EQ(core_->StateOf(big), PgState::kCreated);
+}
+
+TEST_F(PlacementManagerTest, AStarvingGroupBlocksLaterOnesUntilPlaced) {
+  Start(Options(absl::Minutes(5), 100));
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  const std::string holder = Create(Cpus(1, 6));
+  const std::string big = Create(Cpus(1, 8));
+  core_->Advance(absl::Minutes(6));  // `big` now starves
+  auto small = core_->Create(Cpus(1, 2));
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->group.state, PgState::kPending);
+  EXPECT_NE(small->group.reason.find("waiting behind " + big),
+            std::string::npos)
+      << small->group.reason;
+  // A higher priority is not held back by a lower one's starvation.
+  auto urgent = core_->Create(Cpus(1, 2, WithPriority(10)));
+  ASSERT_TRUE(urgent.ok());
+  EXPECT_EQ(urgent->group.state, PgState::kCreated);
+  ASSERT_TRUE(core_->Remove(urgent->group.id).ok());
+  // Capacity freed: the starving group claims it first.
+  ASSERT_TRUE(core_->Remove(holder).ok());
+  EXPECT_EQ(core_->StateOf(big), PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(small->group.id), PgState::kPending);
+}
+
+TEST_F(PlacementManagerTest, ComputeClassWaitQueuesAndFailRejects) {
+  Start();
+  ASSERT_TRUE(core_
+                  ->Register({CpuNode("spot-1", 4, "z1", "spot"),
+                              CpuNode("res-1", 4, "z1", "reserved")})
+                  .ok());
+  ASSERT_TRUE(core_
+                  ->PutClass(ComputeClass{"wait",
+                                          {Tier("spot"), Tier("reserved")},
+                                          WhenUnsatisfiable::kWait})
+                  .ok());
+  ASSERT_TRUE(core_
+                  ->PutClass(ComputeClass{
+                      "fail", {Tier("spot")}, WhenUnsatisfiable::kFail})
+                  .ok());
+  // First priority first, then the next one; never split across them.
+  auto first = core_->Create(Cpus(1, 4, WithClass("wait")));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->group.bundles[0].node_id, "spot-1");
+  EXPECT_EQ(first->group.priority_index, 0);
+  auto second = core_->Create(Cpus(1, 4, WithClass("wait")));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->group.bundles[0].node_id, "res-1");
+  EXPECT_EQ(second->group.priority_index, 1);
+  auto third = core_->Create(Cpus(1, 4, WithClass("wait")));
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->group.state, PgState::kPending);
+  // FAIL: rejected, and nothing is left behind.
+  auto failed = core_->Create(Cpus(1, 4, WithClass("fail")));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(failed.status().message().find("says FAIL"), std::string::npos);
+  EXPECT_EQ(core_->placement().List({}).size(), 3u);
+  auto unknown = core_->Create(Cpus(1, 1, WithClass("nope")));
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  auto first = core_->Create(Cpus(1, 4, WithRequestId("r-1")));
+  auto again = core_->Create(Cpus(1, 4, WithRequestId("r-1")));
+  ASSERT_TRUE(first.ok() && again.ok());
+  EXPECT_EQ(first->group.id, again->group.id);
+  EXPECT_EQ(core_->placement().List({}).size(), 1u);
+  // Also across a restart, and after it is gone a new group is made.
+  Restart();
+  auto after = core_->Create(Cpus(1, 4, WithRequestId("r-1")));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->group.id, first->group.id);
+  ASSERT_TRUE(core_->Remove(first->group.id).ok());
+  auto fresh = core_->Create(Cpus(1, 4, WithRequestId("r-1")));
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(fresh->group.id, first->group.id);
+}
+
+TEST_F(PlacementManagerTest, AFullQueueRefusesGroupsThatWouldWait) {
+  Start(Options(absl::ZeroDuration(), 2));
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  Create(Cpus(1, 8));
+  Create(Cpus(1, 8));
+  auto third = core_->Create(Cpus(1, 8));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  // One that fits at once is still created.
+  auto fits = core_->Create(Cpus(1, 4));
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->group.state, PgState::kCreated);
+}
+
+TEST_F(PlacementManagerTest, InfeasibleIsRecheckedWhenTheInventoryGrows) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  auto tpu = core_->Create(V6eSlices(1));
+  ASSERT_TRUE(tpu.ok());
+  EXPECT_EQ(tpu->group.state, PgState::kInfeasible);
+  EXPECT_NE(tpu->group.reason.find("INFEASIBLE"), std::string::npos);
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  auto placed = core_->placement().Get(tpu->group.id);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->group.state, PgState::kCreated);
+  EXPECT_EQ(placed->group.slice_names, std::vector<std::string>{"s1"});
+  ASSERT_EQ(placed->workers.size(), 4u);
+  EXPECT_EQ(placed->workers[3].env.at("TPU_WORKER_ID"), "3");
+}
+
+TEST_F(PlacementManagerTest, ASliceGroupThatLosesAHostMovesWhole) {
+  Start();
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  auto g = core_->Create(V6eSlices(1));
+  ASSERT_TRUE(g.ok());
+  const std::string first_slice = g->group.slice_names.at(0);
+  const std::string other = first_slice == "s1" ? "s2" : "s1";
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{first_slice + "-w2",
+                                        scheduler::NodeState::kDead}})
+                  .ok());
+  auto moved = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->group.state, PgState::kCreated);
+  EXPECT_EQ(moved->group.slice_names, std::vector<std::string>{other});
+  for (const PlacedBundle& b : moved->group.bundles) {
+    EXPECT_EQ(b.node_id.rfind(other + "-w", 0), 0u) << b.node_id;
+  }
+  // The surviving hosts of the broken slice hold nothing.
+  auto survivor = core_->nodes().Get(first_slice + "-w0");
+  ASSERT_TRUE(survivor.ok());
+  EXPECT_TRUE(survivor->placement_group_ids.empty());
+}
+
+TEST_F(PlacementManagerTest, APlainGroupReplacesOnlyItsLostBundles) {
+  Start();
+  ASSERT_TRUE(
+      core_->Register({CpuNode("a", 4), CpuNode("b", 4), CpuNode("c", 4)})
+          .ok());
+  auto g =
+      core_->Create(Cpus(2, 4, PgOwner{}, scheduler::Strategy::kStrictSpread));
+  ASSERT_TRUE(g.ok());
+  const std::string kept = g->group.bundles[0].node_id;
+  const std::string lost = g->group.bundles[1].node_id;
+  ASSERT_TRUE(core_->RemoveNode(lost, /*force=*/true).ok());
+  auto moved = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->group.state, PgState::kCreated);
+  EXPECT_EQ(moved->group.bundles[0].node_id, kept);
+  EXPECT_NE(moved->group.bundles[1].node_id, lost);
+  EXPECT_NE(moved->group.bundles[1].node_id, kept);
+}
+
+TEST_F(PlacementManagerTest, ALostGroupWithNowhereToGoWaitsAndKeepsSurvivors) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
+  auto g =
+      core_->Create(Cpus(2, 4, PgOwner{}, scheduler::Strategy::kStrictSpread));
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"b", scheduler::NodeState::kDead}}).ok());
+  auto waiting = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(waiting->group.state, PgState::kRescheduling);
+  EXPECT_EQ(waiting->group.bundles[0].node_id, "a");  // still held
+  EXPECT_EQ(waiting->group.bundles[1].node_id, "");
+  // The node comes back: the lost bundle is re-placed beside the survivor,
+  // which is never held twice.
+  ASSERT_TRUE(core_->Heartbeat({NodeBeat{"b", std::nullopt}}).ok());
+  auto back = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->group.state, PgState::kCreated);
+  EXPECT_EQ(back->group.bundles[0].node_id, "a");
+  EXPECT_EQ(back->group.bundles[1].node_id, "b");
+  core_->cluster().Read([](const ClusterState& s) {
+    EXPECT_TRUE(s.snapshot->CheckNotOverCommitted().ok());
+    return 0;
+  });
+}
+
+TEST_F(PlacementManagerTest, ExpiredLeasesRescheduleInTheSameCommit) {
+  Start(Options(absl::Minutes(5), 100, absl::Seconds(10)));
+  ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
+  auto g = core_->Create(Cpus(1, 4));
+  ASSERT_TRUE(g.ok());
+  const std::string held = g->group.bundles[0].node_id;
+  const std::string spare = held == "a" ? "b" : "a";
+  core_->Advance(absl::Seconds(8));
+  ASSERT_TRUE(core_->Heartbeat({NodeBeat{spare, std::nullopt}}).ok());
+  core_->Advance(absl::Seconds(4));  // `held` is 12 s silent, `spare` 4 s
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  auto dead = core_->nodes().Get(held);
+  ASSERT_TRUE(dead.ok());
+  EXPECT_EQ(dead->node.state, scheduler::NodeState::kDead);
+  auto moved = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->group.bundles[0].node_id, spare);
+  // Durable: the store says DEAD too.
+  bool stored_dead = false;
+  auto stored = memory_.Load();
+  ASSERT_TRUE(stored.ok());
+  for (const scheduler::Node& n : stored->nodes) {
+    if (n.node_id == held) {
+      stored_dead = n.state == scheduler::NodeState::kDead;
+    }
+  }
+  EXPECT_TRUE(stored_dead);
+}
+
+// Records what a watch stream receives.
+class Recorder : public PlacementManager::Watcher {
+ public:
+  void Deliver(const PlacementGroupView& view) override {
+    absl::MutexLock lock(&mu_);
+    seen_.push_back(view.group.id + ":" +
+                    std::string(PgStateName(view.group.state)));
+  }
+  std::vector<std::string> seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> seen_;
+};
+
+TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  const std::string a = Create(Cpus(1, 4));
+  Recorder recorder;
+  core_->placement().Watch(&recorder);
+  const std::string b = Create(Cpus(1, 4));
+  ASSERT_TRUE(core_->Remove(a).ok());
+  core_->placement().Unwatch(&recorder);
+  EXPECT_EQ(recorder.seen(),
+            (std::vector<std::string>{a + ":CREATED", b + ":PENDING",
+                                      a + ":REMOVED", b + ":CREATED"}));
+}
+
+TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  const std::string waiting = Create(Cpus(1, 8));
+  auto why = core_->placement().Explain(waiting);
+  ASSERT_TRUE(why.ok());
+  EXPECT_EQ(why->outcome, "INFEASIBLE");
+  EXPECT_FALSE(why->details.empty());
+  auto dry = core_->placement().ExplainDryRun(Cpus(1, 2));
+  ASSERT_TRUE(dry.ok());
+  EXPECT_EQ(dry->outcome, "PLACED");
+  EXPECT_EQ(dry->bundle_nodes, std::vector<std::string>{"c1"});
+  EXPECT_EQ(core_->placement().Explain("pg-nope").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace sliced::server

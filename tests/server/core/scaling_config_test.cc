@@ -1,0 +1,419 @@
+#include "server/core/scaling_config.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "scheduler/labels.h"
+
+namespace sliced::server {
+namespace {
+
+using scheduler::Strategy;
+using scheduler::TpuGeneration;
+
+constexpr int64_t kUnit = scheduler::kResourceScale;
+
+// Builder for configs: TpuConfig(4, "4x4") is the seed example.
+ScalingConfig TpuConfig(int num_workers, const std::string& topology,
+                        const std::string& accelerator = "TPU-V6E") {
+  ScalingConfig c;
+  c.num_workers = num_workers;
+  c.use_tpu = true;
+  c.topology = topology;
+  c.accelerator_type = accelerator;
+  return c;
+}
+
+ScalingConfig CpuConfig(int num_workers) {
+  ScalingConfig c;
+  c.num_workers = num_workers;
+  return c;
+}
+
+// Placement of n bundles on nodes n0.. with addresses 10.0.0.<i>.
+std::vector<PlacedNode> Placed(int n) {
+  std::vector<PlacedNode> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({"n" + std::to_string(i), "10.0.0." + std::to_string(i)});
+  }
+  return out;
+}
+
+// A table mutator: sets resources_per_worker[name] = value.
+std::function<void(ScalingConfig&)> WithResource(const std::string& name,
+                                                 double value) {
+  return
+      [name, value](ScalingConfig& c) { c.resources_per_worker[name] = value; };
+}
+
+scheduler::LabelSelector Selector(
+    const absl::btree_map<std::string, std::string>& wire) {
+  auto parsed = scheduler::ParseLabelSelector(wire);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  return *parsed;
+}
+
+TEST(PlanScalingConfigTest, TranslatesValidTpuConfigsToSliceRequirements) {
+  struct Case {
+    const char* name;
+    ScalingConfig config;
+    TpuGeneration generation;
+    const char* topology;  // canonical
+    const char* pod_type;
+    int hosts_per_slice;
+    int num_slices;
+    int64_t tpu_per_host;  // in chips
+    Strategy strategy;
+  };
+  ScalingConfig v4_spelled = TpuConfig(2, "2x2x2", "v4");
+  ScalingConfig packed = TpuConfig(8, "4x4", "tpu-v6e");
+  packed.placement_strategy = "PACK";
+  const Case cases[] = {
+      {"seed example: v6e 4x4, 4 workers", TpuConfig(4, "4x4"),
+       TpuGeneration::kV6e, "4x4", "v6e-16", 4, 1, 4, Strategy::kSpread},
+      {"two v6e 4x4 slices", TpuConfig(8, "4x4"), TpuGeneration::kV6e, "4x4",
+       "v6e-16", 4, 2, 4, Strategy::kSpread},
+      {"single-host v6e 2x4", TpuConfig(1, "2x4"), TpuGeneration::kV6e, "2x4",
+       "v6e-8", 1, 1, 8, Strategy::kSpread},
+      {"three single-host v5e 2x2", TpuConfig(3, "2x2", "TPU-V5LITEPOD"),
+       TpuGeneration::kV5e, "2x2", "v5litepod-4", 1, 3, 4, Strategy::kSpread},
+      {"v4 2x2x2 has 2 hosts", v4_spelled, TpuGeneration::kV4, "2x2x2", "v4-16",
+       2, 1, 4, Strategy::kSpread},
+      {"v7x via tpu7x", TpuConfig(4, "2x2x4", "tpu7x"), TpuGeneration::kV7x,
+       "2x2x4", "v7x-32", 4, 1, 4, Strategy::kSpread},
+      {"explicit PACK kept", packed, TpuGeneration::kV6e, "4x4", "v6e-16", 4, 2,
+       4, Strategy::kPack},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto plan = PlanScalingConfig(c.config, Limits());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->use_tpu);
+    EXPECT_EQ(plan->num_workers, c.config.num_workers);
+    EXPECT_EQ(plan->shape.pod_type, c.pod_type);
+    EXPECT_EQ(plan->hosts_per_slice, c.hosts_per_slice);
+    EXPECT_EQ(plan->num_slices, c.num_slices);
+    EXPECT_EQ(plan->request.strategy, c.strategy);
+    EXPECT_TRUE(plan->request.bundles.empty());  // the solver expands them
+    EXPECT_TRUE(plan->request.priorities.empty());
+    ASSERT_TRUE(plan->request.slice.has_value());
+    const scheduler::SliceRequirement& slice = *plan->request.slice;
+    EXPECT_EQ(slice.generation, c.generation);
+    EXPECT_EQ(slice.topology, c.topology);
+    EXPECT_EQ(slice.num_slices, c.num_slices);
+    EXPECT_EQ(slice.resources_per_host,
+              (scheduler::ResourceSet{{"TPU", c.tpu_per_host * kUnit}}));
+    EXPECT_TRUE(slice.selector.empty());
+    EXPECT_TRUE(scheduler::ValidateRequest(plan->request).ok())
+        << scheduler::ValidateRequest(plan->request);
+  }
+}
+
+TEST(PlanScalingConfigTest, TpuResourcesAndSelectorGoOnEveryHost) {
+  ScalingConfig c = TpuConfig(4, "4x4");
+  c.resources_per_worker["TPU"] = 4;
+  c.resources_per_worker["CPU"] = 8;
+  c.resources_per_worker["memory"] = 0;  // dropped, as Ray does
+  c.label_selector["ray.io/availability-zone"] = "in(us-east5-a,us-east5-b)";
+  auto plan = PlanScalingConfig(c, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->request.slice.has_value());
+  EXPECT_EQ(plan->request.slice->resources_per_host,
+            (scheduler::ResourceSet{{"CPU", 8 * kUnit}, {"TPU", 4 * kUnit}}));
+  EXPECT_EQ(
+      plan->request.slice->selector,
+      Selector({{"ray.io/availability-zone", "in(us-east5-a,us-east5-b)"}}));
+}
+
+TEST(PlanScalingConfigTest, OneTpuWorkerWithoutTopologyIsAnOrdinaryBundle) {
+  ScalingConfig c;
+  c.num_workers = 1;
+  c.use_tpu = true;
+  c.accelerator_type = "v6e";
+  auto plan = PlanScalingConfig(c, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->use_tpu);
+  EXPECT_FALSE(plan->request.slice.has_value());
+  EXPECT_EQ(plan->num_slices, 0);
+  ASSERT_EQ(plan->request.bundles.size(), 1u);
+  EXPECT_EQ(plan->request.bundles[0].resources,
+            (scheduler::ResourceSet{{"TPU", kUnit}}));
+  EXPECT_EQ(plan->request.bundles[0].selector,
+            Selector({{"ray.io/accelerator-type", "TPU-V6E"}}));
+}
+
+TEST(PlanScalingConfigTest, TranslatesNonTpuConfigsToBundles) {
+  struct Case {
+    const char* name;
+    std::function<void(ScalingConfig&)> mutate;
+    scheduler::ResourceSet resources;
+    absl::btree_map<std::string, std::string> selector;
+    Strategy strategy;
+  };
+  const Case cases[] = {
+      {"defaults: 1 CPU, PACK",
+       [](ScalingConfig&) {},
+       {{"CPU", kUnit}},
+       {},
+       Strategy::kPack},
+      {"GPU default",
+       [](ScalingConfig& c) { c.use_gpu = true; },
+       {{"GPU", kUnit}},
+       {},
+       Strategy::kPack},
+      {"GPU added to given resources",
+       [](ScalingConfig& c) {
+         c.use_gpu = true;
+         c.resources_per_worker["CPU"] = 2;
+       },
+       {{"CPU", 2 * kUnit}, {"GPU", kUnit}},
+       {},
+       Strategy::kPack},
+      {"given resources, selector, STRICT_SPREAD",
+       [](ScalingConfig& c) {
+         c.resources_per_worker["CPU"] = 0.5;
+         c.resources_per_worker["memory"] = 1 << 30;
+         c.label_selector["ray.io/market-type"] = "!spot";
+         c.placement_strategy = "STRICT_SPREAD";
+       },
+       {{"CPU", kUnit / 2}, {"memory", (int64_t{1} << 30) * kUnit}},
+       {{"ray.io/market-type", "!spot"}},
+       Strategy::kStrictSpread},
+      {"SPREAD",
+       [](ScalingConfig& c) { c.placement_strategy = "SPREAD"; },
+       {{"CPU", kUnit}},
+       {},
+       Strategy::kSpread},
+      {"STRICT_PACK",
+       [](ScalingConfig& c) { c.placement_strategy = "STRICT_PACK"; },
+       {{"CPU", kUnit}},
+       {},
+       Strategy::kStrictPack},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ScalingConfig config = CpuConfig(3);
+    c.mutate(config);
+    auto plan = PlanScalingConfig(config, Limits());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_FALSE(plan->use_tpu);
+    EXPECT_EQ(plan->num_workers, 3);
+    EXPECT_FALSE(plan->request.slice.has_value());
+    EXPECT_EQ(plan->request.strategy, c.strategy);
+    ASSERT_EQ(plan->request.bundles.size(), 3u);
+    for (const scheduler::Bundle& b : plan->request.bundles) {
+      EXPECT_EQ(b.resources, c.resources);
+      EXPECT_EQ(b.selector, Selector(c.selector));
+      EXPECT_TRUE(b.pinned_node_id.empty());
+    }
+  }
+}
+
+TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
+  struct Case {
+    const char* name;
+    ScalingConfig config;
+    std::function<void(ScalingConfig&)> mutate;
+    const char* field;   // message starts with "scaling_config.<field>"
+    const char* expect;  // substring of the message
+  };
+  auto none = [](ScalingConfig&) {};
+  const Case cases[] = {
+      {"no workers", CpuConfig(0), none, "num_workers",
+       "must be at least 1, got 0"},
+      {"negative workers", CpuConfig(-2), none, "num_workers",
+       "must be at least 1"},
+      {"too many workers", CpuConfig(10001), none, "num_workers",
+       "at most 10000 workers"},
+      {"gpu and tpu", TpuConfig(4, "4x4"),
+       [](ScalingConfig& c) { c.use_gpu = true; }, "use_tpu",
+       "Cannot specify both `use_gpu=True` and `use_tpu=True`"},
+      {"tpu without topology", TpuConfig(4, ""), none, "topology",
+       "`topology` must be specified in ScalingConfig when `use_tpu=True` and "
+       "`num_workers` > 1"},
+      {"tpu without accelerator", TpuConfig(4, "4x4", ""), none,
+       "accelerator_type",
+       "`accelerator_type` must be specified in ScalingConfig when "
+       "`use_tpu=True` "
+       "and `num_workers` > 1"},
+      {"one tpu worker without accelerator", TpuConfig(1, "2x4", ""), none,
+       "accelerator_type",
+       "`accelerator_type` must be specified in ScalingConfig"},
+      {"unknown accelerator", TpuConfig(4, "4x4", "TPU-V9"), none,
+       "accelerator_type", "TPU-V6E"},
+      {"topology invalid for generation", TpuConfig(4, "3x3"), none, "topology",
+       "3x3"},
+      {"3D topology on v6e", TpuConfig(2, "2x2x2"), none, "topology", "2x2x2"},
+      {"workers not a multiple of hosts", TpuConfig(6, "4x4"), none,
+       "num_workers",
+       "`num_workers` (6) must be a multiple of the hosts per slice of "
+       "topology 4x4 "
+       "(v6e-16: 4 hosts per slice)"},
+      {"fewer workers than hosts", TpuConfig(2, "2x2x4", "v4"), none,
+       "num_workers",
+       "multiple of the hosts per slice of topology 2x2x4 (v4-32: 4 hosts"},
+      {"unknown strategy", CpuConfig(2),
+       [](ScalingConfig& c) { c.placement_strategy = "pack"; },
+       "placement_strategy", "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"},
+      {"STRICT_PACK across TPU hosts", TpuConfig(4, "4x4"),
+       [](ScalingConfig& c) { c.placement_strategy = "STRICT_PACK"; },
+       "placement_strategy", "4 TPU workers need 4 TPU hosts"},
+      {"negative resource", CpuConfig(2), WithResource("CPU", -1),
+       "resources_per_worker[\"CPU\"]", "must be >= 0"},
+      {"bad resource name", CpuConfig(2), WithResource("a b", 1),
+       "resources_per_worker", "a b"},
+      {"all-zero resources", CpuConfig(2), WithResource("CPU", 0),
+       "resources_per_worker", "every amount is 0"},
+      {"more TPU than a host has", TpuConfig(4, "4x4"), WithResource("TPU", 8),
+       "resources_per_worker",
+       "asks for 8 TPU chips per worker, but a v6e-16 host has 4"},
+      {"TPU without use_tpu", CpuConfig(2), WithResource("TPU", 4),
+       "resources_per_worker",
+       "`use_tpu` is False but `TPU` was found in `resources_per_worker`"},
+      {"use_tpu without TPU resources", TpuConfig(4, "4x4"),
+       WithResource("CPU", 8), "resources_per_worker",
+       "`use_tpu` is True but `TPU` is set to 0 in `resources_per_worker`"},
+      {"GPU without use_gpu", CpuConfig(2), WithResource("GPU", 1),
+       "resources_per_worker",
+       "`use_gpu` is False but `GPU` was found in `resources_per_worker`"},
+      {"topology without use_tpu", CpuConfig(2),
+       [](ScalingConfig& c) { c.topology = "4x4"; }, "topology",
+       "needs `use_tpu=True`"},
+      {"accelerator without use_tpu", CpuConfig(2),
+       [](ScalingConfig& c) { c.accelerator_type = "TPU-V6E"; },
+       "accelerator_type", "`use_tpu` is False"},
+      {"bad selector key", CpuConfig(2),
+       [](ScalingConfig& c) { c.label_selector["-bad"] = "x"; },
+       "label_selector", "-bad"},
+      {"bad selector on TPU", TpuConfig(4, "4x4"),
+       [](ScalingConfig& c) { c.label_selector["zone"] = "in()"; },
+       "label_selector", "zone"},
+      {"too many selector entries", CpuConfig(2),
+       [](ScalingConfig& c) {
+         for (int i = 0; i < 65; ++i)
+           c.label_selector["k" + std::to_string(i)] = "v";
+       },
+       "label_selector", "at most 64 entries, got 65"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ScalingConfig config = c.config;
+    c.mutate(config);
+    auto plan = PlanScalingConfig(config, Limits());
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(plan.status().message());
+    EXPECT_EQ(message.rfind(absl::StrCat("scaling_config.", c.field), 0), 0u)
+        << message;
+    EXPECT_NE(message.find(c.expect), std::string::npos) << message;
+  }
+}
+
+TEST(BuildWorkersTest, SingleSliceGivesTpuEnvInWorkerIdOrder) {
+  auto plan = PlanScalingConfig(TpuConfig(4, "4x4"), Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Bundle i is TPU worker i of slice "s-a"; the hosts are deliberately not in
+  // name or address order, so TPU_WORKER_HOSTNAMES must follow bundle order.
+  const std::vector<PlacedNode> placed = {{"h3", "10.1.0.13"},
+                                          {"h0", "10.1.0.10"},
+                                          {"h2", "10.1.0.12"},
+                                          {"h1", "10.1.0.11"}};
+  const std::vector<Worker> workers = BuildWorkers(*plan, placed, {"s-a"});
+  ASSERT_EQ(workers.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    const Worker& w = workers[r];
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.node_id, placed[r].node_id);
+    EXPECT_EQ(w.address, placed[r].address);
+    EXPECT_EQ(w.slice_name, "s-a");
+    EXPECT_EQ(w.slice_index, 0);
+    EXPECT_EQ(w.tpu_worker_id, r);
+    const auto& env = w.env;
+    EXPECT_EQ(env.at("TPU_WORKER_ID"), std::to_string(r));
+    EXPECT_EQ(env.at("TPU_WORKER_HOSTNAMES"),
+              "10.1.0.13,10.1.0.10,10.1.0.12,10.1.0.11");
+    EXPECT_EQ(env.at("TPU_NAME"), "s-a");
+    EXPECT_EQ(env.at("JAX_COORDINATOR_ADDRESS"), "10.1.0.13:8476");
+    EXPECT_EQ(env.at("JAX_COORDINATOR_PORT"), "8476");
+    EXPECT_EQ(env.at("JAX_NUM_PROCESSES"), "4");
+    EXPECT_EQ(env.at("JAX_PROCESS_ID"), std::to_string(r));
+    EXPECT_EQ(env.count("MEGASCALE_COORDINATOR_ADDRESS"), 0u);
+    EXPECT_EQ(env.count("MEGASCALE_NUM_SLICES"), 0u);
+    EXPECT_EQ(env.size(), 7u);
+  }
+}
+
+TEST(BuildWorkersTest, TwoSlicesGetMegascaleEnv) {
+  auto plan = PlanScalingConfig(TpuConfig(8, "4x4"), Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<Worker> workers =
+      BuildWorkers(*plan, Placed(8), {"s-a", "s-b"});
+  ASSERT_EQ(workers.size(), 8u);
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE(r);
+    const Worker& w = workers[r];
+    const int slice = r / 4;
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.slice_index, slice);
+    EXPECT_EQ(w.tpu_worker_id, r % 4);
+    EXPECT_EQ(w.slice_name, slice == 0 ? "s-a" : "s-b");
+    const auto& env = w.env;
+    EXPECT_EQ(env.at("TPU_WORKER_ID"), std::to_string(r % 4));
+    EXPECT_EQ(env.at("TPU_NAME"), slice == 0 ? "s-a" : "s-b");
+    EXPECT_EQ(env.at("TPU_WORKER_HOSTNAMES"),
+              slice == 0 ? "10.0.0.0,10.0.0.1,10.0.0.2,10.0.0.3"
+                         : "10.0.0.4,10.0.0.5,10.0.0.6,10.0.0.7");
+    EXPECT_EQ(env.at("MEGASCALE_COORDINATOR_ADDRESS"),
+              "10.0.0.0");  // slice 0 worker 0
+    EXPECT_EQ(env.at("MEGASCALE_PORT"), "8081");
+    EXPECT_EQ(env.at("MEGASCALE_NUM_SLICES"), "2");
+    EXPECT_EQ(env.at("MEGASCALE_SLICE_ID"), std::to_string(slice));
+    EXPECT_EQ(env.at("JAX_COORDINATOR_ADDRESS"), "10.0.0.0:8476");
+    EXPECT_EQ(env.at("JAX_NUM_PROCESSES"), "8");
+    EXPECT_EQ(env.at("JAX_PROCESS_ID"), std::to_string(r));
+  }
+}
+
+TEST(BuildWorkersTest, NonTpuWorkersGetOnlyJaxEnvInBundleOrder) {
+  auto plan = PlanScalingConfig(CpuConfig(3), Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<PlacedNode> placed = {
+      {"c", "fd00::3"}, {"a", "10.0.0.1"}, {"c", "fd00::3"}};
+  const std::vector<Worker> workers = BuildWorkers(*plan, placed, {});
+  ASSERT_EQ(workers.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(r);
+    const Worker& w = workers[r];
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.node_id, placed[r].node_id);
+    EXPECT_EQ(w.slice_name, "");
+    const auto& env = w.env;
+    EXPECT_EQ(env.size(), 4u);
+    EXPECT_EQ(env.at("JAX_COORDINATOR_ADDRESS"), "[fd00::3]:8476");
+    EXPECT_EQ(env.at("JAX_NUM_PROCESSES"), "3");
+    EXPECT_EQ(env.at("JAX_PROCESS_ID"), std::to_string(r));
+    EXPECT_EQ(env.count("TPU_WORKER_ID"), 0u);
+  }
+}
+
+TEST(BuildWorkersTest, SingleHostSliceAndShortInputsAreSafe) {
+  auto plan = PlanScalingConfig(TpuConfig(1, "2x4"), Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<Worker> workers = BuildWorkers(*plan, Placed(1), {"solo"});
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].env.at("TPU_WORKER_HOSTNAMES"), "10.0.0.0");
+  EXPECT_EQ(workers[0].env.at("TPU_NAME"), "solo");
+  EXPECT_EQ(workers[0].env.at("JAX_NUM_PROCESSES"), "1");
+  // A caller's mistake (no placement passed) yields empty strings, not a crash.
+  workers = BuildWorkers(*plan, {}, {});
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].node_id, "");
+  EXPECT_EQ(workers[0].env.at("TPU_NAME"), "");
+}
+
+}  // namespace
+}  // namespace sliced::server
