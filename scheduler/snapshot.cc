@@ -10,43 +10,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "scheduler/internal/cow.h"
+#include "scheduler/internal/snapshot_state.h"
 
 namespace sliced::scheduler {
 
-// ---------------------------------------------------------------------------
-// CowBitset
-
-void CowBitset::Set(size_t i, bool value) {
-  const uint64_t mask = uint64_t{1} << (i & 63);
-  const uint64_t old = words_[i >> 6];
-  if (((old & mask) != 0) == value) return;
-  uint64_t& w = words_.Mutable(i >> 6);
-  if (value) {
-    w |= mask;
-    ++count_;
-  } else {
-    w &= ~mask;
-    --count_;
-  }
-}
-
-size_t CowBitset::NextSet(size_t from) const {
-  if (from >= bits_) return bits_;
-  size_t w = from >> 6;
-  uint64_t word = words_[w] & (~uint64_t{0} << (from & 63));
-  while (true) {
-    if (word != 0) {
-      const size_t i = (w << 6) + static_cast<size_t>(std::countr_zero(word));
-      return i < bits_ ? i : bits_;
-    }
-    if (++w >= words_.size()) return bits_;
-    word = words_[w];
-  }
-}
+using internal::BundleKind;
+using internal::CowArray;
+using internal::CowBitset;
+using internal::kNumRanks;
+using internal::SnapshotState;
 
 namespace {
 
-using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
+using PgIndex = SnapshotState::PgIndex;
 
 int64_t Get(const ResourceSet& set, const std::string& name) {
   auto it = set.find(name);
@@ -78,12 +55,7 @@ bool AllocationLess(const Allocation& a, const Allocation& b) {
 class SnapshotWriter {
  public:
   explicit SnapshotWriter(std::unique_ptr<InventorySnapshot> snap)
-      : s_(std::move(snap)) {}
-
-  static size_t PgShard(absl::string_view pg_id) {
-    return absl::Hash<absl::string_view>()(pg_id) %
-           InventorySnapshot::kPgShards;
-  }
+      : s_(std::move(snap)), st_(*s_->state_) {}
 
   // --- Full build ------------------------------------------------------------
   absl::Status BuildFrom(std::vector<Node> nodes,
@@ -105,9 +77,8 @@ class SnapshotWriter {
     auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
     ids->reserve(n);
     std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>> entries(n);
-    absl::btree_map<
-        std::string,
-        absl::btree_map<std::string, InventorySnapshot::PostingList>>
+    absl::btree_map<std::string,
+                    absl::btree_map<std::string, SnapshotState::PostingList>>
         labels;
     for (uint32_t i = 0; i < n; ++i) {
       auto e = std::make_shared<InventorySnapshot::NodeEntry>();
@@ -118,12 +89,12 @@ class SnapshotWriter {
       for (const auto& [k, v] : e->node.labels) labels[k][v].push_back(i);
       entries[i] = std::move(e);
     }
-    auto label_index = std::make_shared<InventorySnapshot::LabelIndex>();
+    auto label_index = std::make_shared<SnapshotState::LabelIndex>();
     for (auto& [k, values] : labels) {
-      auto vi = std::make_shared<InventorySnapshot::ValueIndex>();
+      auto vi = std::make_shared<SnapshotState::ValueIndex>();
       for (auto& [v, list] : values) {
-        (*vi)[v] = std::make_shared<const InventorySnapshot::PostingList>(
-            std::move(list));
+        (*vi)[v] =
+            std::make_shared<const SnapshotState::PostingList>(std::move(list));
       }
       (*label_index)[k] = std::move(vi);
     }
@@ -153,45 +124,45 @@ class SnapshotWriter {
       slices.push_back(std::move(se));
     }
 
-    s_->nodes_ =
+    st_.nodes_ =
         CowArray<std::shared_ptr<const InventorySnapshot::NodeEntry>, 8>(n);
     for (uint32_t i = 0; i < n; ++i)
-      s_->nodes_.Mutable(i) = std::move(entries[i]);
-    s_->slices_ =
+      st_.nodes_.Mutable(i) = std::move(entries[i]);
+    st_.slices_ =
         CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
             slices.size());
     for (uint32_t i = 0; i < slices.size(); ++i) {
-      s_->slices_.Mutable(i) = std::move(slices[i]);
+      st_.slices_.Mutable(i) = std::move(slices[i]);
     }
-    s_->node_ids_ = std::move(ids);
-    s_->slice_ids_ = std::move(slice_ids);
-    s_->label_index_ = std::move(label_index);
-    s_->pgs_ = CowArray<std::shared_ptr<const PgIndex>, 6>(
-        InventorySnapshot::kPgShards);
+    st_.node_ids_ = std::move(ids);
+    st_.slice_ids_ = std::move(slice_ids);
+    st_.label_index_ = std::move(label_index);
+    st_.pgs_ =
+        CowArray<std::shared_ptr<const PgIndex>, 6>(SnapshotState::kPgShards);
     auto empty = std::make_shared<const PgIndex>();
-    for (size_t i = 0; i < InventorySnapshot::kPgShards; ++i)
-      s_->pgs_.Mutable(i) = empty;
-    for (auto& per_kind : s_->rank_sets_) {
+    for (size_t i = 0; i < SnapshotState::kPgShards; ++i)
+      st_.pgs_.Mutable(i) = empty;
+    for (auto& per_kind : st_.rank_sets_) {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
-    free_map_ = std::make_shared<InventorySnapshot::FreeSliceIndex>();
+    free_map_ = std::make_shared<SnapshotState::FreeSliceIndex>();
 
     std::sort(allocations.begin(), allocations.end(), AllocationLess);
     for (Allocation& a : allocations) {
       RETURN_IF_ERROR(AddAllocation(std::move(a), /*check_fit=*/false));
     }
     auto by_key = std::make_shared<InventorySnapshot::SliceKeyIndex>();
-    for (uint32_t si = 0; si < s_->slices_.size(); ++si) {
+    for (uint32_t si = 0; si < st_.slices_.size(); ++si) {
       RecountSlice(si);
       IndexSlice(si, true);
-      const InventorySnapshot::SliceEntry& se = s_->slice(si);
+      const InventorySnapshot::SliceEntry& se = st_.slice(si);
       if (se.shape_known) {
         (*by_key)[SliceKey{se.shape.generation, se.shape.topology, se.tier,
                            se.zone}]
             .push_back(si);
       }
     }
-    s_->slices_by_key_ = std::move(by_key);
+    st_.slices_by_key_ = std::move(by_key);
     for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
     building_ = false;
     return absl::OkStatus();
@@ -203,14 +174,14 @@ class SnapshotWriter {
     if (!delta.remove_node_ids.empty()) return false;
     std::vector<uint32_t> upserted;
     for (const Node& node : delta.upsert_nodes) {
-      const int64_t i = s_->NodeIndex(node.node_id);
+      const int64_t i = st_.NodeIndex(node.node_id);
       if (i < 0) return false;
-      if (!SameSliceLabels(s_->node(i).node, node)) return false;
+      if (!SameSliceLabels(st_.node(i).node, node)) return false;
       upserted.push_back(static_cast<uint32_t>(i));
     }
     // Validate allocations before touching anything.
     for (const Allocation& a : delta.add_allocations) {
-      if (s_->NodeIndex(a.node_id) < 0) {
+      if (st_.NodeIndex(a.node_id) < 0) {
         return absl::NotFoundError(
             absl::StrCat("allocation of ", a.pg_id, "[", a.bundle_index,
                          "] on unknown node ", a.node_id));
@@ -221,22 +192,22 @@ class SnapshotWriter {
     absl::btree_set<uint32_t> nodes(upserted.begin(), upserted.end());
     for (const std::string& pg : delta.release_pg_ids) {
       for (const Allocation& a : s_->AllocationsOf(pg)) {
-        nodes.insert(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
+        nodes.insert(static_cast<uint32_t>(st_.NodeIndex(a.node_id)));
       }
     }
     for (const Allocation& a : delta.add_allocations) {
-      nodes.insert(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
+      nodes.insert(static_cast<uint32_t>(st_.NodeIndex(a.node_id)));
     }
     absl::btree_set<uint32_t> slices;
     for (uint32_t i : nodes) {
-      if (s_->node(i).slice >= 0) slices.insert(s_->node(i).slice);
+      if (st_.node(i).slice >= 0) slices.insert(st_.node(i).slice);
     }
     for (uint32_t si : slices) {
-      for (uint32_t h : s_->slice(si).hosts) nodes.insert(h);
+      for (uint32_t h : st_.slice(si).hosts) nodes.insert(h);
     }
 
     free_map_ =
-        std::make_shared<InventorySnapshot::FreeSliceIndex>(*s_->free_slices_);
+        std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
     for (uint32_t si : slices) IndexSlice(si, false);
     for (uint32_t i : nodes) IndexNode(i, false);
 
@@ -258,7 +229,7 @@ class SnapshotWriter {
   }
 
   std::shared_ptr<const InventorySnapshot> Finish() {
-    s_->free_slices_ = std::move(free_map_);
+    st_.free_slices_ = std::move(free_map_);
     return std::shared_ptr<const InventorySnapshot>(std::move(s_));
   }
 
@@ -278,7 +249,7 @@ class SnapshotWriter {
 
   InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
     std::shared_ptr<const InventorySnapshot::NodeEntry>& p =
-        s_->nodes_.Mutable(i);
+        st_.nodes_.Mutable(i);
     if (!building_ && !owned_nodes_.contains(i)) {
       p = std::make_shared<InventorySnapshot::NodeEntry>(*p);
       owned_nodes_.insert(i);
@@ -288,7 +259,7 @@ class SnapshotWriter {
 
   InventorySnapshot::SliceEntry& MutableSlice(uint32_t si) {
     std::shared_ptr<const InventorySnapshot::SliceEntry>& p =
-        s_->slices_.Mutable(si);
+        st_.slices_.Mutable(si);
     if (!building_ && !owned_slices_.contains(si)) {
       p = std::make_shared<InventorySnapshot::SliceEntry>(*p);
       owned_slices_.insert(si);
@@ -298,20 +269,20 @@ class SnapshotWriter {
 
   PgIndex& MutablePgShard(size_t shard) {
     if (!owned_shards_[shard]) {
-      s_->pgs_.Mutable(shard) = std::make_shared<PgIndex>(*s_->pgs_[shard]);
+      st_.pgs_.Mutable(shard) = std::make_shared<PgIndex>(*st_.pgs_[shard]);
       owned_shards_[shard] = true;
     }
-    return const_cast<PgIndex&>(*s_->pgs_[shard]);
+    return const_cast<PgIndex&>(*st_.pgs_[shard]);
   }
 
   absl::Status AddAllocation(Allocation a, bool check_fit) {
-    const int64_t i = s_->NodeIndex(a.node_id);
+    const int64_t i = st_.NodeIndex(a.node_id);
     if (i < 0) {
       return absl::NotFoundError(absl::StrCat("allocation of ", a.pg_id, "[",
                                               a.bundle_index,
                                               "] on unknown node ", a.node_id));
     }
-    PgIndex& shard = MutablePgShard(PgShard(a.pg_id));
+    PgIndex& shard = MutablePgShard(SnapshotState::PgShard(a.pg_id));
     std::vector<Allocation>& held = shard[a.pg_id];
     for (const Allocation& h : held) {
       if (h.bundle_index == a.bundle_index) {
@@ -338,19 +309,19 @@ class SnapshotWriter {
                                    return x.bundle_index < y.bundle_index;
                                  }),
                 std::move(a));
-    ++s_->num_allocations_;
+    ++st_.num_allocations_;
     return absl::OkStatus();
   }
 
   void Release(const std::string& pg) {
-    const size_t shard_index = PgShard(pg);
-    auto it = s_->pgs_[shard_index]->find(pg);
-    if (it == s_->pgs_[shard_index]->end()) return;
+    const size_t shard_index = SnapshotState::PgShard(pg);
+    auto it = st_.pgs_[shard_index]->find(pg);
+    if (it == st_.pgs_[shard_index]->end()) return;
     PgIndex& shard = MutablePgShard(shard_index);
     auto mit = shard.find(pg);
     for (const Allocation& a : mit->second) {
       InventorySnapshot::NodeEntry& e =
-          MutableNode(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
+          MutableNode(static_cast<uint32_t>(st_.NodeIndex(a.node_id)));
       for (const auto& [name, amount] : a.resources) e.free[name] += amount;
       auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(), a,
                                   AllocationLess);
@@ -358,7 +329,7 @@ class SnapshotWriter {
           pos->bundle_index == a.bundle_index) {
         e.allocations.erase(pos);
       }
-      --s_->num_allocations_;
+      --st_.num_allocations_;
     }
     shard.erase(mit);
   }
@@ -376,18 +347,17 @@ class SnapshotWriter {
 
   void UpdateLabelIndex(uint32_t i, const Labels& before, const Labels& after) {
     if (before == after) return;
-    auto index =
-        std::make_shared<InventorySnapshot::LabelIndex>(*s_->label_index_);
+    auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
     auto edit = [&](const std::string& key, const std::string& value,
                     bool add) {
       auto vi =
           index->contains(key)
-              ? std::make_shared<InventorySnapshot::ValueIndex>(*(*index)[key])
-              : std::make_shared<InventorySnapshot::ValueIndex>();
+              ? std::make_shared<SnapshotState::ValueIndex>(*(*index)[key])
+              : std::make_shared<SnapshotState::ValueIndex>();
       auto list =
           vi->contains(value)
-              ? std::make_shared<InventorySnapshot::PostingList>(*(*vi)[value])
-              : std::make_shared<InventorySnapshot::PostingList>();
+              ? std::make_shared<SnapshotState::PostingList>(*(*vi)[value])
+              : std::make_shared<SnapshotState::PostingList>();
       auto pos = std::lower_bound(list->begin(), list->end(), i);
       if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
       if (!add && pos != list->end() && *pos == i) list->erase(pos);
@@ -410,15 +380,15 @@ class SnapshotWriter {
       auto it = before.find(k);
       if (it == before.end() || it->second != v) edit(k, v, true);
     }
-    s_->label_index_ = std::move(index);
+    st_.label_index_ = std::move(index);
   }
 
   // Re-derives intactness of slice si from its hosts' current nodes (state
   // and TPU counts may have changed; membership has not).
   void RecheckSlice(uint32_t si) {
-    const InventorySnapshot::SliceEntry& old = s_->slice(si);
+    const InventorySnapshot::SliceEntry& old = st_.slice(si);
     std::vector<const Node*> hosts;
-    for (uint32_t h : old.hosts) hosts.push_back(&s_->node(h).node);
+    for (uint32_t h : old.hosts) hosts.push_back(&st_.node(h).node);
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     if (infos.size() == 1 && infos[0] == old.info) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
@@ -426,16 +396,16 @@ class SnapshotWriter {
   }
 
   void RecountSlice(uint32_t si) {
-    const InventorySnapshot::SliceEntry& old = s_->slice(si);
+    const InventorySnapshot::SliceEntry& old = st_.slice(si);
     int64_t allocated = 0;
     for (uint32_t h : old.hosts) {
-      if (!s_->node(h).allocations.empty()) ++allocated;
+      if (!st_.node(h).allocations.empty()) ++allocated;
     }
     const uint32_t w0 = old.hosts.empty() ? 0 : old.hosts[0];
     auto label = [&](absl::string_view key) -> std::string {
       if (old.hosts.empty()) return "";
-      auto it = s_->node(w0).node.labels.find(key);
-      return it == s_->node(w0).node.labels.end() ? "" : it->second;
+      auto it = st_.node(w0).node.labels.find(key);
+      return it == st_.node(w0).node.labels.end() ? "" : it->second;
     };
     std::string tier = label(kLabelCapacityTier);
     std::string zone = label(kLabelZone);
@@ -450,7 +420,7 @@ class SnapshotWriter {
   }
 
   void IndexSlice(uint32_t si, bool present) {
-    const InventorySnapshot::SliceEntry& se = s_->slice(si);
+    const InventorySnapshot::SliceEntry& se = st_.slice(si);
     if (!se.shape_known) return;
     if (present && !(se.info.intact && se.free())) return;
     SliceKey key{se.shape.generation, se.shape.topology, se.tier, se.zone};
@@ -459,7 +429,7 @@ class SnapshotWriter {
       if (!present) return;
       it = free_map_
                ->emplace(key,
-                         std::make_shared<const CowBitset>(s_->slices_.size()))
+                         std::make_shared<const CowBitset>(st_.slices_.size()))
                .first;
     }
     if (it->second->Test(si) == present) return;
@@ -475,26 +445,38 @@ class SnapshotWriter {
   void IndexNode(uint32_t i, bool present) {
     for (int kind = 0; kind < 2; ++kind) {
       if (!present) {
-        for (CowBitset& set : s_->rank_sets_[kind]) set.Set(i, false);
+        for (CowBitset& set : st_.rank_sets_[kind]) set.Set(i, false);
         continue;
       }
-      const int r = s_->Rank(static_cast<BundleKind>(kind), i);
-      if (r < kNumRanks) s_->rank_sets_[kind][r].Set(i, true);
+      const int r = st_.Rank(static_cast<BundleKind>(kind), i);
+      if (r < kNumRanks) st_.rank_sets_[kind][r].Set(i, true);
     }
   }
 
   std::unique_ptr<InventorySnapshot> s_;
+  SnapshotState& st_;  // *s_->state_
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
-  std::shared_ptr<InventorySnapshot::FreeSliceIndex> free_map_;
+  std::shared_ptr<SnapshotState::FreeSliceIndex> free_map_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
-  std::vector<bool> owned_shards_ =
-      std::vector<bool>(InventorySnapshot::kPgShards);
+  std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
 };
 
 // ---------------------------------------------------------------------------
 // InventorySnapshot
+
+InventorySnapshot::InventorySnapshot()
+    : state_(std::make_unique<SnapshotState>()) {}
+
+InventorySnapshot::InventorySnapshot(const InventorySnapshot& other)
+    : state_(std::make_unique<SnapshotState>(*other.state_)) {}
+
+InventorySnapshot::~InventorySnapshot() = default;
+
+const SnapshotState& internal::StateOf(const InventorySnapshot& snapshot) {
+  return *snapshot.state_;
+}
 
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Build(std::vector<Node> nodes,
@@ -619,63 +601,46 @@ absl::StatusOr<SliceState> InventorySnapshot::GetSlice(
 
 std::vector<Allocation> InventorySnapshot::AllocationsOf(
     absl::string_view pg_id) const {
-  const PgIndex& shard = *pgs_[SnapshotWriter::PgShard(pg_id)];
+  const PgIndex& shard = state_->pg_shard(SnapshotState::PgShard(pg_id));
   auto it = shard.find(pg_id);
   return it == shard.end() ? std::vector<Allocation>() : it->second;
 }
 
+size_t InventorySnapshot::num_nodes() const { return state_->num_nodes(); }
+
+size_t InventorySnapshot::num_slices() const { return state_->num_slices(); }
+
+int64_t InventorySnapshot::num_allocations() const {
+  return state_->num_allocations();
+}
+
+const InventorySnapshot::NodeEntry& InventorySnapshot::node(uint32_t i) const {
+  return state_->node(i);
+}
+
+const InventorySnapshot::SliceEntry& InventorySnapshot::slice(
+    uint32_t s) const {
+  return state_->slice(s);
+}
+
 int64_t InventorySnapshot::NodeIndex(absl::string_view node_id) const {
-  auto it = node_ids_->find(node_id);
-  return it == node_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  return state_->NodeIndex(node_id);
 }
 
 int64_t InventorySnapshot::SliceIndex(absl::string_view name) const {
-  auto it = slice_ids_->find(name);
-  return it == slice_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  return state_->SliceIndex(name);
 }
 
-bool InventorySnapshot::SliceFreeIntact(int32_t s) const {
-  return s >= 0 && slice(s).info.intact && slice(s).free();
-}
-
-int InventorySnapshot::Rank(BundleKind kind, uint32_t i) const {
-  const NodeEntry& e = node(i);
-  if (e.node.state != NodeState::kAlive) return kNumRanks;
-  const bool used = !e.allocations.empty();
-  const bool whole = SliceFreeIntact(e.slice);
-  // Hosts of free intact multi-host slices come last, smallest slices first
-  // (<= 4 hosts, <= 16, larger): breaking a small slice costs less.
-  auto whole_multi = [&] {
-    const int64_t hosts = slice(e.slice).shape.hosts;
-    return 5 + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
-  };
-  // A node with nothing left of the bundle kind's main resource comes last
-  // (still a candidate: a re-placed PG's own allocations count as free).
-  auto free_of = [&](absl::string_view name) {
-    auto it = e.free.find(name);
-    return it == e.free.end() ? int64_t{0} : it->second;
-  };
-  if (free_of(kind == BundleKind::kTpu ? kResourceTpu : kResourceCpu) <= 0 &&
-      (kind == BundleKind::kTpu ? e.tpu
-                                : e.node.resources.contains(kResourceCpu))) {
-    return kNumRanks - 1;
-  }
-  if (kind == BundleKind::kCpuOnly) {
-    if (!e.tpu) return used ? 0 : 1;
-    if (!whole) return used ? 2 : 3;
-    return e.single_host ? 4 : whole_multi();
-  }
-  if (!e.tpu) return kNumRanks;
-  if (e.single_host) return used ? 0 : (whole ? 2 : 1);
-  if (used) return 3;
-  return whole ? whole_multi() : 4;
+const InventorySnapshot::SliceKeyIndex& InventorySnapshot::slices_by_key()
+    const {
+  return state_->slices_by_key();
 }
 
 std::vector<uint32_t> InventorySnapshot::MatchingNodes(
     const LabelSelector& selector) const {
   // Narrow with the smallest positive term's posting lists, then check the
   // whole selector on each candidate.
-  const PostingList* best = nullptr;
+  const SnapshotState::PostingList* best = nullptr;
   std::vector<uint32_t> merged;
   bool have_positive = false;
   size_t best_size = num_nodes() + 1;
@@ -683,8 +648,8 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
     if (term.op != SelectorOp::kEquals && term.op != SelectorOp::kIn) continue;
     have_positive = true;
     size_t size = 0;
-    auto key = label_index_->find(term.key);
-    if (key != label_index_->end()) {
+    auto key = state_->label_index().find(term.key);
+    if (key != state_->label_index().end()) {
       for (const std::string& v : term.values) {
         auto it = key->second->find(v);
         if (it != key->second->end()) size += it->second->size();
@@ -694,7 +659,7 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
       best_size = size;
       merged.clear();
       best = nullptr;
-      if (key != label_index_->end()) {
+      if (key != state_->label_index().end()) {
         for (const std::string& v : term.values) {
           auto it = key->second->find(v);
           if (it == key->second->end()) continue;

@@ -17,6 +17,7 @@
 #include "scheduler/internal/domains.h"
 #include "scheduler/internal/gang_placer.h"
 #include "scheduler/internal/slice_placer.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
 
 namespace sliced::scheduler {
@@ -32,7 +33,7 @@ class SolveRun {
  public:
   // REQUIRES: ValidateRequest(request) is OK; both outlive the run.
   SolveRun(const InventorySnapshot& snap, const PlacementRequest& request)
-      : snap_(snap),
+      : snap_(internal::StateOf(snap)),
         request_(request),
         released_(internal::ReleasedBy(snap, request.replacing_pg_id)) {}
 
@@ -50,7 +51,7 @@ class SolveRun {
   }
 
  private:
-  const InventorySnapshot& snap_;
+  const internal::SnapshotState& snap_;
   const PlacementRequest& request_;
   const internal::Released released_;
 };

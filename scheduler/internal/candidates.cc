@@ -11,8 +11,7 @@
 
 namespace sliced::scheduler::internal {
 
-Bits CandidateBits(const InventorySnapshot& snap,
-                   const LabelSelector& selector) {
+Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
   const size_t n = snap.num_nodes();
   const size_t words = (n + 63) / 64;
   Bits bits(words, ~uint64_t{0});

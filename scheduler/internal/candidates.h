@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
 #include "scheduler/types.h"
@@ -31,8 +32,7 @@ inline bool TestBit(const Bits& bits, uint32_t i) {
 }
 
 // Nodes whose labels satisfy `selector` (any state), from the label index.
-Bits CandidateBits(const InventorySnapshot& snap,
-                   const LabelSelector& selector);
+Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector);
 
 // A position in a group's rank-ordered walk: rank, then node index.
 struct Cursor {
@@ -58,7 +58,7 @@ struct Group {
 class CandidateGroups {
  public:
   // REQUIRES: `snap` outlives this object.
-  explicit CandidateGroups(const InventorySnapshot& snap) : snap_(snap) {}
+  explicit CandidateGroups(const SnapshotState& snap) : snap_(snap) {}
 
   // The index of the group for (selector, kind, resources); creates it the
   // first time. Indexes are dense, in creation order.
@@ -104,7 +104,7 @@ class CandidateGroups {
   int64_t Reach(const Group& g) const;
 
  private:
-  const InventorySnapshot& snap_;
+  const SnapshotState& snap_;
   std::vector<Group> groups_;
   absl::flat_hash_map<std::string, int> group_of_;
   absl::flat_hash_map<std::string, std::unique_ptr<Bits>> bits_cache_;

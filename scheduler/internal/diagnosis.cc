@@ -28,7 +28,7 @@ struct NodeCounts {
   std::vector<int64_t> short_free;
 };
 
-NodeCounts CountNodes(const InventorySnapshot& snap, const Overlay& overlay,
+NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
                       const absl::flat_hash_set<uint32_t>& gang_nodes,
                       const UnplacedBundle& what) {
   const Bits candidates = CandidateBits(snap, *what.selector);
@@ -84,8 +84,7 @@ NodeCounts CountNodes(const InventorySnapshot& snap, const Overlay& overlay,
 // What a slice of the shape is, for the diagnosis.
 enum class SliceClass { kExcluded, kTooSmall, kBroken, kHeld, kFree };
 
-SliceClass ClassifySlice(const InventorySnapshot& snap,
-                         const SliceRequest& request,
+SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
                          const InventorySnapshot::SliceEntry& se) {
   bool ever = true;
   const int64_t present = std::min<int64_t>(request.hosts(), se.hosts.size());
@@ -114,7 +113,7 @@ struct SliceCounts {
   int64_t could_ever() const { return free + held + broken; }
 };
 
-SliceCounts CountSlices(const InventorySnapshot& snap,
+SliceCounts CountSlices(const SnapshotState& snap,
                         const SliceRequest& request) {
   SliceCounts counts;
   for (auto it = snap.slices_by_key().lower_bound(request.FirstKey());
@@ -170,7 +169,7 @@ std::string JoinRejections(const std::vector<Rejection>& rejected) {
   return absl::StrJoin(parts, ", ");
 }
 
-Failure ExplainBundle(const InventorySnapshot& snap, const Overlay& overlay,
+Failure ExplainBundle(const SnapshotState& snap, const Overlay& overlay,
                       const absl::flat_hash_set<uint32_t>& gang_nodes,
                       absl::string_view label, const UnplacedBundle& what) {
   const LabelSelector& selector = *what.selector;
@@ -213,8 +212,8 @@ Failure ExplainBundle(const InventorySnapshot& snap, const Overlay& overlay,
   return out;
 }
 
-Failure ExplainSlices(const InventorySnapshot& snap,
-                      const SliceRequest& request, absl::string_view label) {
+Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
+                      absl::string_view label) {
   const SliceRequirement& req = request.requirement();
   const TpuShape& shape = request.shape();
   const SliceCounts counts = CountSlices(snap, request);

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
 #include "scheduler/internal/slice_placer.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
@@ -53,7 +54,7 @@ struct UnplacedBundle {
 // already in `gang_nodes` when distinct). Infeasible when no node matching
 // the selector has the total capacity. O(n / 64) for the selector, then one
 // look at every node that matches it.
-Failure ExplainBundle(const InventorySnapshot& snap, const Overlay& overlay,
+Failure ExplainBundle(const SnapshotState& snap, const Overlay& overlay,
                       const absl::flat_hash_set<uint32_t>& gang_nodes,
                       absl::string_view label, const UnplacedBundle& what);
 
@@ -62,8 +63,8 @@ Failure ExplainBundle(const InventorySnapshot& snap, const Overlay& overlay,
 // free. Keys whose tier or zone the selectors exclude are counted whole; the
 // slices of the other keys one by one (O(slices in the allowed keys)).
 // Infeasible when fewer than num_slices slices could ever match.
-Failure ExplainSlices(const InventorySnapshot& snap,
-                      const SliceRequest& request, absl::string_view label);
+Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
+                      absl::string_view label);
 
 }  // namespace sliced::scheduler::internal
 

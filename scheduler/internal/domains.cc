@@ -11,7 +11,7 @@
 
 namespace sliced::scheduler::internal {
 
-DomainScore ScorePlacement(const InventorySnapshot& snap, Strategy strategy,
+DomainScore ScorePlacement(const SnapshotState& snap, Strategy strategy,
                            const std::vector<Bundle>& bundles,
                            const Attempt& placed) {
   DomainScore score;
@@ -47,7 +47,7 @@ DomainScore ScorePlacement(const InventorySnapshot& snap, Strategy strategy,
 
 Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
                      const LabelSelector* priority) {
-  const InventorySnapshot& snap = *ctx.snap;
+  const SnapshotState& snap = *ctx.snap;
   auto score = [&](const Attempt& a) {
     return ScorePlacement(snap, ctx.strategy, bundles, a);
   };

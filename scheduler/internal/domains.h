@@ -40,7 +40,7 @@ struct DomainScore {
 
 // The score of `placed`, a placement of `bundles` with `strategy`.
 // REQUIRES: placed.placed.
-DomainScore ScorePlacement(const InventorySnapshot& snap, Strategy strategy,
+DomainScore ScorePlacement(const SnapshotState& snap, Strategy strategy,
                            const std::vector<Bundle>& bundles,
                            const Attempt& placed);
 

@@ -103,7 +103,7 @@ class GangPlacement {
   }
 
   const GangContext& ctx_;
-  const InventorySnapshot& snap_;
+  const SnapshotState& snap_;
   CandidateGroups candidates_;
   Overlay overlay_;
   std::vector<int64_t> at_;       // node per bundle, -1 while unplaced

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
@@ -20,7 +21,7 @@ namespace sliced::scheduler::internal {
 
 // What every placement of one attempt shares.
 struct GangContext {
-  const InventorySnapshot* snap = nullptr;
+  const SnapshotState* snap = nullptr;
   const Released* released = nullptr;  // a re-placed PG's allocations
   Strategy strategy = Strategy::kPack;
   absl::string_view label;  // prefix of diagnosis step names, e.g. "primary: "

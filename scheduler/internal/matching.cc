@@ -12,7 +12,7 @@ namespace {
 // Kuhn's algorithm over one MatchingProblem.
 class Matcher {
  public:
-  Matcher(const InventorySnapshot& snap, const Released& released,
+  Matcher(const SnapshotState& snap, const Released& released,
           const MatchingProblem& problem)
       : bundles_(*problem.bundles),
         group_(*problem.group),
@@ -76,7 +76,7 @@ class Matcher {
 }  // namespace
 
 std::optional<std::vector<uint32_t>> MatchDistinct(
-    const InventorySnapshot& snap, const Released& released,
+    const SnapshotState& snap, const Released& released,
     const MatchingProblem& problem) {
   return Matcher(snap, released, problem).Run();
 }

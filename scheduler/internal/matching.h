@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scheduler/internal/candidates.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
 #include "scheduler/snapshot.h"
 #include "scheduler/solver.h"
@@ -42,7 +43,7 @@ struct MatchingProblem {
 // Returns the node index per bundle, or nullopt when some bundle has no
 // augmenting path or kMatchingBudget edge visits run out.
 std::optional<std::vector<uint32_t>> MatchDistinct(
-    const InventorySnapshot& snap, const Released& released,
+    const SnapshotState& snap, const Released& released,
     const MatchingProblem& problem);
 
 }  // namespace sliced::scheduler::internal

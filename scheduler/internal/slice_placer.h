@@ -15,6 +15,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/strings/string_view.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
@@ -90,7 +91,7 @@ class SliceRequest {
 class SlicePlacer {
  public:
   // REQUIRES: `snap` and `released` outlive the placer.
-  SlicePlacer(const InventorySnapshot& snap, const Released& released)
+  SlicePlacer(const SnapshotState& snap, const Released& released)
       : snap_(snap), released_(released) {}
 
   // The chosen slices and their hosts, or a failure with its diagnosis step
@@ -120,7 +121,7 @@ class SlicePlacer {
   Attempt Placed(const SliceRequest& request,
                  const std::vector<uint32_t>& chosen) const;
 
-  const InventorySnapshot& snap_;
+  const SnapshotState& snap_;
   const Released& released_;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
 #include "scheduler/solver.h"
@@ -50,7 +51,7 @@ Released ReleasedBy(const InventorySnapshot& snap, const std::string& pg_id);
 class Overlay {
  public:
   // REQUIRES: `snap` and `released` (may be null) outlive the overlay.
-  Overlay(const InventorySnapshot& snap, const Released* released)
+  Overlay(const SnapshotState& snap, const Released* released)
       : snap_(snap), released_(released) {}
 
   // Free amount of `name` on node i: the snapshot's, plus what is released,
@@ -94,7 +95,7 @@ class Overlay {
   }
 
  private:
-  const InventorySnapshot& snap_;
+  const SnapshotState& snap_;
   const Released* released_;
   absl::flat_hash_map<uint32_t, ResourceSet> used_;
 };
