@@ -13,23 +13,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "scheduler/internal/resources.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/snapshot_writer.h"
 
 namespace sliced::scheduler {
 
+using internal::Amount;
 using internal::SnapshotState;
 
-namespace {
-
 using PgIndex = SnapshotState::PgIndex;
-
-int64_t Get(const ResourceSet& set, const std::string& name) {
-  auto it = set.find(name);
-  return it == set.end() ? 0 : it->second;
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // InventorySnapshot
@@ -127,8 +120,8 @@ absl::Status InventorySnapshot::CheckNotOverCommitted() const {
       }
       problems.push_back(absl::StrCat(
           "node ", e.node.node_id, " holds ",
-          FromFixedPoint(Get(e.node.resources, name) - amount), " ", name,
-          " of ", FromFixedPoint(Get(e.node.resources, name)), " (",
+          FromFixedPoint(Amount(e.node.resources, name) - amount), " ", name,
+          " of ", FromFixedPoint(Amount(e.node.resources, name)), " (",
           absl::StrJoin(holders, ", "), ")"));
     }
   }

@@ -4,6 +4,7 @@
 #include "scheduler/internal/diagnosis.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <utility>
 
@@ -82,7 +83,8 @@ NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
 }
 
 // What a slice of the shape is, for the diagnosis.
-enum class SliceClass { kExcluded, kTooSmall, kBroken, kHeld, kFree };
+enum class SliceClass { kTooSmall, kBroken, kHeld, kFree, kExcluded };
+constexpr int kCountedClasses = 4;  // all but kExcluded (counted by zone)
 
 SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
                          const InventorySnapshot::SliceEntry& se) {
@@ -105,12 +107,14 @@ SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
 // Every slice of the request's shape, by class.
 struct SliceCounts {
   int64_t considered = 0;
-  int64_t free = 0;
-  int64_t held = 0;
-  int64_t broken = 0;
-  int64_t too_small = 0;
+  std::array<int64_t, kCountedClasses> of_class = {};
   absl::btree_map<std::string, int64_t> excluded_in_zone;  // zone -> slices
-  int64_t could_ever() const { return free + held + broken; }
+
+  int64_t of(SliceClass c) const { return of_class[static_cast<int>(c)]; }
+  int64_t could_ever() const {
+    return of(SliceClass::kFree) + of(SliceClass::kHeld) +
+           of(SliceClass::kBroken);
+  }
 };
 
 SliceCounts CountSlices(const SnapshotState& snap,
@@ -126,22 +130,11 @@ SliceCounts CountSlices(const SnapshotState& snap,
     }
     for (uint32_t s : it->second) {
       const InventorySnapshot::SliceEntry& se = snap.slice(s);
-      switch (ClassifySlice(snap, request, se)) {
-        case SliceClass::kExcluded:
-          ++counts.excluded_in_zone[se.zone];
-          break;
-        case SliceClass::kTooSmall:
-          ++counts.too_small;
-          break;
-        case SliceClass::kBroken:
-          ++counts.broken;
-          break;
-        case SliceClass::kHeld:
-          ++counts.held;
-          break;
-        case SliceClass::kFree:
-          ++counts.free;
-          break;
+      const SliceClass c = ClassifySlice(snap, request, se);
+      if (c == SliceClass::kExcluded) {
+        ++counts.excluded_in_zone[se.zone];
+      } else {
+        ++counts.of_class[static_cast<int>(c)];
       }
     }
   }
@@ -222,11 +215,12 @@ Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
       absl::StrCat(label, shape.pod_type, " slices (",
                    TpuGenerationName(req.generation), " ", shape.topology, ")");
   step.considered = counts.considered;
-  step.accepted = counts.free;
+  step.accepted = counts.of(SliceClass::kFree);
   Tally tally;
-  tally.Add("held", counts.held);
-  tally.Add("not intact", counts.broken);
-  tally.Add("with hosts too small for the bundles", counts.too_small);
+  tally.Add("held", counts.of(SliceClass::kHeld));
+  tally.Add("not intact", counts.of(SliceClass::kBroken));
+  tally.Add("with hosts too small for the bundles",
+            counts.of(SliceClass::kTooSmall));
   for (const auto& [zone, count] : counts.excluded_in_zone) {
     tally.Add(zone.empty()
                   ? std::string("excluded by selector")

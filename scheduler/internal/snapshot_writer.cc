@@ -16,11 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "scheduler/internal/cow.h"
+#include "scheduler/internal/resources.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/slices.h"
 
 namespace sliced::scheduler {
 
+using internal::Amount;
 using internal::BundleKind;
 using internal::CowArray;
 using internal::CowBitset;
@@ -30,11 +32,6 @@ using internal::SnapshotState;
 namespace {
 
 using PgIndex = SnapshotState::PgIndex;
-
-int64_t Get(const ResourceSet& set, const std::string& name) {
-  auto it = set.find(name);
-  return it == set.end() ? 0 : it->second;
-}
 
 bool SameSliceLabels(const Node& a, const Node& b) {
   for (absl::string_view key :
@@ -205,7 +202,7 @@ class SnapshotWriter {
       auto e = std::make_shared<InventorySnapshot::NodeEntry>();
       e->node = std::move(nodes[i]);
       e->free = e->node.resources;
-      e->tpu = Get(e->node.resources, std::string(kResourceTpu)) > 0;
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
       (*table.ids)[e->node.node_id] = i;
       table.entries[i] = std::move(e);
     }
@@ -291,24 +288,25 @@ class SnapshotWriter {
     }
   }
 
-  InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
-    std::shared_ptr<const InventorySnapshot::NodeEntry>& p =
-        st_.nodes_.Mutable(i);
-    if (!building_ && !owned_nodes_.contains(i)) {
-      p = std::make_shared<InventorySnapshot::NodeEntry>(*p);
-      owned_nodes_.insert(i);
+  // Entry i of `table`, copied first unless this writer created it or
+  // already copied it (recorded in `owned`).
+  template <typename Entry>
+  Entry& MutableEntry(CowArray<std::shared_ptr<const Entry>, 8>& table,
+                      absl::flat_hash_set<uint32_t>& owned, uint32_t i) {
+    std::shared_ptr<const Entry>& p = table.Mutable(i);
+    if (!building_ && !owned.contains(i)) {
+      p = std::make_shared<Entry>(*p);
+      owned.insert(i);
     }
-    return const_cast<InventorySnapshot::NodeEntry&>(*p);
+    return const_cast<Entry&>(*p);
+  }
+
+  InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
+    return MutableEntry(st_.nodes_, owned_nodes_, i);
   }
 
   InventorySnapshot::SliceEntry& MutableSlice(uint32_t si) {
-    std::shared_ptr<const InventorySnapshot::SliceEntry>& p =
-        st_.slices_.Mutable(si);
-    if (!building_ && !owned_slices_.contains(si)) {
-      p = std::make_shared<InventorySnapshot::SliceEntry>(*p);
-      owned_slices_.insert(si);
-    }
-    return const_cast<InventorySnapshot::SliceEntry&>(*p);
+    return MutableEntry(st_.slices_, owned_slices_, si);
   }
 
   PgIndex& MutablePgShard(size_t shard) {
@@ -386,7 +384,7 @@ class SnapshotWriter {
     for (const Allocation& a : e.allocations) {
       for (const auto& [name, amount] : a.resources) e.free[name] -= amount;
     }
-    e.tpu = Get(node.resources, std::string(kResourceTpu)) > 0;
+    e.tpu = Amount(node.resources, std::string(kResourceTpu)) > 0;
   }
 
   void UpdateLabelIndex(uint32_t i, const Labels& before, const Labels& after) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "scheduler/internal/resources.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
@@ -24,12 +25,6 @@ namespace sliced::scheduler::internal {
 
 // "TPU" as a std::string, for lookups in a ResourceSet.
 const std::string& TpuName();
-
-// The amount of `name` in `set`; 0 when absent.
-inline int64_t Amount(const ResourceSet& set, const std::string& name) {
-  auto it = set.find(name);
-  return it == set.end() ? 0 : it->second;
-}
 
 // kTpu when the bundle asks for any TPU, else kCpuOnly.
 BundleKind KindOf(const ResourceSet& resources);
