@@ -79,14 +79,15 @@ class GangPlacement {
 
  private:
   // Best fit among the first kBestFitWindow fitting candidates of the best
-  // rank; moves g's cursor to the first fitting one. fresh_only skips nodes
-  // this gang already uses. -1 when nothing fits.
-  int64_t BestFit(Group& g, const ResourceSet& res, bool fresh_only,
+  // rank of candidate group `group`; moves the group's cursor to the first
+  // fitting one. fresh_only skips nodes this gang already uses. -1 when
+  // nothing fits.
+  int64_t BestFit(int group, const ResourceSet& res, bool fresh_only,
                   int64_t scan_limit = -1);
-  // A node of the gang that is a candidate of g and fits `res`: PACK scans
-  // from g.opened_pos on, SPREAD round-robin. -1 when none.
-  int64_t PackOnGangNode(Group& g, const ResourceSet& res);
-  int64_t SpreadOnGangNode(const Group& g, const ResourceSet& res);
+  // A node of the gang that is a candidate of `group` and fits `res`: PACK
+  // scans from the group's opened_pos on, SPREAD round-robin. -1 when none.
+  int64_t PackOnGangNode(int group, const ResourceSet& res);
+  int64_t SpreadOnGangNode(int group, const ResourceSet& res);
   // Distinct nodes that could ever hold some bundle of the gang (any state,
   // total capacity), for STRICT_SPREAD's infeasibility.
   size_t CountAbleNodes(const std::vector<Bundle>& bundles,
@@ -184,7 +185,7 @@ std::optional<Failure> GangPlacement::PackOrSpread(
   const bool pack = ctx_.strategy == Strategy::kPack;
   for (size_t b : LargestFirst(bundles)) {
     if (at_[b] >= 0) continue;
-    Group& g = candidates_.group(groups.group[b]);
+    const int g = groups.group[b];
     const ResourceSet& res = bundles[b].resources;
     int64_t node = pack ? PackOnGangNode(g, res) : -1;
     if (node < 0) node = BestFit(g, res, /*fresh_only=*/!pack);
@@ -197,7 +198,8 @@ std::optional<Failure> GangPlacement::PackOrSpread(
   return std::nullopt;
 }
 
-int64_t GangPlacement::PackOnGangNode(Group& g, const ResourceSet& res) {
+int64_t GangPlacement::PackOnGangNode(int group, const ResourceSet& res) {
+  Group& g = candidates_.group(group);
   for (; g.opened_pos < opened_.size(); ++g.opened_pos) {
     const uint32_t i = opened_[g.opened_pos];
     if (candidates_.Contains(g, i) && overlay_.Fits(i, res)) return i;
@@ -205,8 +207,8 @@ int64_t GangPlacement::PackOnGangNode(Group& g, const ResourceSet& res) {
   return -1;
 }
 
-int64_t GangPlacement::SpreadOnGangNode(const Group& g,
-                                        const ResourceSet& res) {
+int64_t GangPlacement::SpreadOnGangNode(int group, const ResourceSet& res) {
+  const Group& g = candidates_.group(group);
   for (size_t k = 0; k < opened_.size(); ++k) {
     const uint32_t i = opened_[(round_robin_ + k) % opened_.size()];
     if (candidates_.Contains(g, i) && overlay_.Fits(i, res)) {
@@ -236,8 +238,8 @@ std::optional<Failure> GangPlacement::StrictPack(
       node = i;
     }
   } else {
-    Group& g = candidates_.group(candidates_.GroupFor(all, KindOf(sum), sum));
-    node = BestFit(g, sum, /*fresh_only=*/false);
+    node = BestFit(candidates_.GroupFor(all, KindOf(sum), sum), sum,
+                   /*fresh_only=*/false);
   }
   if (node < 0) {
     Failure failure = Explain(-1, sum, all, /*distinct=*/false);
@@ -269,8 +271,8 @@ std::optional<Failure> GangPlacement::StrictSpread(
   });
   std::vector<size_t> unplaced;
   for (size_t b : order) {
-    const int64_t node = BestFit(candidates_.group(groups.group[b]),
-                                 bundles[b].resources, /*fresh_only=*/true);
+    const int64_t node =
+        BestFit(groups.group[b], bundles[b].resources, /*fresh_only=*/true);
     if (node < 0) {
       unplaced.push_back(b);
       continue;
@@ -331,12 +333,13 @@ int64_t GangPlacement::OneNodeFor(const std::vector<Bundle>& bundles,
       all = And(all, &b.selector);
     }
   }
-  Group& g = candidates_.group(candidates_.GroupFor(all, KindOf(sum), sum));
-  return BestFit(g, sum, /*fresh_only=*/false, kPackOneNodeScan);
+  return BestFit(candidates_.GroupFor(all, KindOf(sum), sum), sum,
+                 /*fresh_only=*/false, kPackOneNodeScan);
 }
 
-int64_t GangPlacement::BestFit(Group& g, const ResourceSet& res,
+int64_t GangPlacement::BestFit(int group, const ResourceSet& res,
                                bool fresh_only, int64_t scan_limit) {
+  Group& g = candidates_.group(group);
   int64_t best = -1;
   int64_t best_score = 0;
   int found = 0;
