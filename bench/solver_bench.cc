@@ -220,8 +220,13 @@ void BM_SliceRequestRejected(benchmark::State& state) {
 void BM_SliceRequestShortInKey(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
   const SliceKey key{TpuGeneration::kV6e, "4x4", kTiers[0], kZones[0]};
-  auto it = snap.free_slices().find(key);
-  const int64_t free = it == snap.free_slices().end() ? 0 : it->second->count();
+  int64_t free = 0;  // free intact slices under the key
+  auto it = snap.slices_by_key().find(key);
+  if (it != snap.slices_by_key().end()) {
+    for (uint32_t s : it->second) {
+      free += snap.slice(s).info.intact && snap.slice(s).free() ? 1 : 0;
+    }
+  }
   PlacementRequest r;
   SliceRequirement s;
   s.generation = TpuGeneration::kV6e;

@@ -31,6 +31,108 @@ int64_t TpuAmount(const Node& node) {
   return it == node.resources.end() ? 0 : it->second;
 }
 
+// The slice's shape from its labels: pod type, hosts and chips, or why it
+// does not resolve.
+struct ShapeCheck {
+  std::string pod_type;
+  int64_t hosts = 0;
+  int64_t chips = -1;  // -1 when unknown
+  std::string problem;
+};
+
+ShapeCheck CheckShape(const std::string& accelerator_type,
+                      const std::string& topology) {
+  ShapeCheck out;
+  auto generation = ParseTpuGeneration(accelerator_type);
+  if (!generation.ok()) {
+    out.problem =
+        accelerator_type.empty()
+            ? std::string("no accelerator type label")
+            : absl::StrCat("unknown accelerator type ", accelerator_type);
+    return out;
+  }
+  auto shape = ResolveTpuShape(*generation, topology);
+  if (!shape.ok()) {
+    out.problem = absl::StrCat("unknown topology ", topology, " for ",
+                               TpuGenerationName(*generation));
+    return out;
+  }
+  out.pod_type = shape->pod_type;
+  out.hosts = shape->hosts;
+  out.chips = shape->chips;
+  return out;
+}
+
+// Hosts placed by worker id: node_ids[w] is worker w ("" when missing),
+// followed by the hosts with no valid place, by worker id.
+struct WorkerLayout {
+  std::vector<std::string> node_ids;
+  std::vector<std::string> problems;
+};
+
+WorkerLayout LayOutWorkers(const std::vector<const Node*>& hosts,
+                           int64_t expected_hosts, bool default_zero) {
+  WorkerLayout out;
+  out.node_ids.assign(expected_hosts, "");
+  std::vector<std::pair<int64_t, const Node*>> extras;
+  for (const Node* host : hosts) {
+    const int64_t id = WorkerId(*host, default_zero);
+    if (id < 0) {
+      out.problems.push_back(
+          absl::StrCat("node ", host->node_id, " has no valid worker id"));
+      extras.emplace_back(id, host);
+    } else if (id >= expected_hosts) {
+      if (expected_hosts > 0) {
+        out.problems.push_back(absl::StrCat("node ", host->node_id,
+                                            " has worker id ", id,
+                                            ", expected < ", expected_hosts));
+      }
+      extras.emplace_back(id, host);
+    } else if (!out.node_ids[id].empty()) {
+      out.problems.push_back(absl::StrCat("duplicate worker id ", id,
+                                          " (nodes ", out.node_ids[id], ", ",
+                                          host->node_id, ")"));
+      extras.emplace_back(id, host);
+    } else {
+      out.node_ids[id] = host->node_id;
+    }
+  }
+  for (int64_t i = 0; i < expected_hosts; ++i) {
+    if (out.node_ids[i].empty()) {
+      out.problems.push_back(
+          absl::StrCat("missing worker ", i, " of ", expected_hosts));
+    }
+  }
+  std::stable_sort(
+      extras.begin(), extras.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [id, host] : extras) out.node_ids.push_back(host->node_id);
+  return out;
+}
+
+// Hosts that are not ALIVE, and chips that do not add up to the shape's.
+std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
+                                      int64_t expected_chips) {
+  std::vector<std::string> problems;
+  int64_t chips = 0;
+  for (const Node* host : hosts) {
+    if (host->state != NodeState::kAlive) {
+      problems.push_back(absl::StrCat("node ", host->node_id, " is ",
+                                      NodeStateName(host->state)));
+    }
+    chips += TpuAmount(*host);
+  }
+  if (expected_chips >= 0 && chips != expected_chips * kResourceScale) {
+    problems.push_back(absl::StrCat("TPU chips add up to ",
+                                    FromFixedPoint(chips), ", expected ",
+                                    expected_chips));
+  }
+  return problems;
+}
+
+// Checks one slice. Steps: hosts agree on accelerator type and topology; the
+// shape resolves; hosts lay out as workers 0..hosts-1; every host is ALIVE
+// and the chips add up. Every problem found goes into `reason`.
 SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
                      bool single_host_node) {
   std::sort(hosts.begin(), hosts.end(), [](const Node* a, const Node* b) {
@@ -53,74 +155,19 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
       break;
     }
   }
-  int64_t expected_chips = -1;
-  auto generation = ParseTpuGeneration(slice.accelerator_type);
-  if (!generation.ok()) {
-    problems.push_back(slice.accelerator_type.empty()
-                           ? std::string("no accelerator type label")
-                           : absl::StrCat("unknown accelerator type ",
-                                          slice.accelerator_type));
-  } else {
-    auto shape = ResolveTpuShape(*generation, slice.topology);
-    if (!shape.ok()) {
-      problems.push_back(absl::StrCat("unknown topology ", slice.topology,
-                                      " for ", TpuGenerationName(*generation)));
-    } else {
-      slice.pod_type = shape->pod_type;
-      slice.expected_hosts = shape->hosts;
-      expected_chips = shape->chips;
-    }
-  }
+  const ShapeCheck shape = CheckShape(slice.accelerator_type, slice.topology);
+  if (!shape.problem.empty()) problems.push_back(shape.problem);
+  slice.pod_type = shape.pod_type;
+  slice.expected_hosts = shape.hosts;
 
   // Place hosts by worker id; single-host slices default to worker 0.
   const bool default_zero = single_host_node || slice.expected_hosts == 1;
-  slice.node_ids.assign(slice.expected_hosts, "");
-  std::vector<std::pair<int64_t, const Node*>> extras;
-  for (const Node* host : hosts) {
-    const int64_t id = WorkerId(*host, default_zero);
-    if (id < 0) {
-      problems.push_back(
-          absl::StrCat("node ", host->node_id, " has no valid worker id"));
-      extras.emplace_back(id, host);
-    } else if (id >= slice.expected_hosts) {
-      if (slice.expected_hosts > 0) {
-        problems.push_back(absl::StrCat("node ", host->node_id,
-                                        " has worker id ", id, ", expected < ",
-                                        slice.expected_hosts));
-      }
-      extras.emplace_back(id, host);
-    } else if (!slice.node_ids[id].empty()) {
-      problems.push_back(absl::StrCat("duplicate worker id ", id, " (nodes ",
-                                      slice.node_ids[id], ", ", host->node_id,
-                                      ")"));
-      extras.emplace_back(id, host);
-    } else {
-      slice.node_ids[id] = host->node_id;
-    }
-  }
-  for (int64_t i = 0; i < slice.expected_hosts; ++i) {
-    if (slice.node_ids[i].empty()) {
-      problems.push_back(
-          absl::StrCat("missing worker ", i, " of ", slice.expected_hosts));
-    }
-  }
-  std::stable_sort(
-      extras.begin(), extras.end(),
-      [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [id, host] : extras) slice.node_ids.push_back(host->node_id);
-
-  int64_t chips = 0;
-  for (const Node* host : hosts) {
-    if (host->state != NodeState::kAlive) {
-      problems.push_back(absl::StrCat("node ", host->node_id, " is ",
-                                      NodeStateName(host->state)));
-    }
-    chips += TpuAmount(*host);
-  }
-  if (expected_chips >= 0 && chips != expected_chips * kResourceScale) {
-    problems.push_back(absl::StrCat("TPU chips add up to ",
-                                    FromFixedPoint(chips), ", expected ",
-                                    expected_chips));
+  WorkerLayout layout =
+      LayOutWorkers(hosts, slice.expected_hosts, default_zero);
+  slice.node_ids = std::move(layout.node_ids);
+  for (std::string& p : layout.problems) problems.push_back(std::move(p));
+  for (std::string& p : HostProblems(hosts, shape.chips)) {
+    problems.push_back(std::move(p));
   }
   slice.intact = problems.empty();
   slice.reason = absl::StrJoin(problems, "; ");

@@ -1,508 +1,50 @@
+// InventorySnapshot: construction (through SnapshotWriter,
+// internal/snapshot_writer.h), the full-rebuild path of Apply(), and the
+// queries; see snapshot.h.
+//
+// Thread-safety: const methods are safe on a shared, published snapshot.
 #include "scheduler/snapshot.h"
 
 #include <algorithm>
-#include <bit>
 #include <utility>
 
-#include "absl/container/btree_set.h"
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "scheduler/internal/resources.h"
+#include "scheduler/internal/snapshot_state.h"
+#include "scheduler/internal/snapshot_writer.h"
 
 namespace sliced::scheduler {
 
-// ---------------------------------------------------------------------------
-// CowBitset
+using internal::Amount;
+using internal::SnapshotState;
 
-void CowBitset::Set(size_t i, bool value) {
-  const uint64_t mask = uint64_t{1} << (i & 63);
-  const uint64_t old = words_[i >> 6];
-  if (((old & mask) != 0) == value) return;
-  uint64_t& w = words_.Mutable(i >> 6);
-  if (value) {
-    w |= mask;
-    ++count_;
-  } else {
-    w &= ~mask;
-    --count_;
-  }
-}
-
-size_t CowBitset::NextSet(size_t from) const {
-  if (from >= bits_) return bits_;
-  size_t w = from >> 6;
-  uint64_t word = words_[w] & (~uint64_t{0} << (from & 63));
-  while (true) {
-    if (word != 0) {
-      const size_t i = (w << 6) + static_cast<size_t>(std::countr_zero(word));
-      return i < bits_ ? i : bits_;
-    }
-    if (++w >= words_.size()) return bits_;
-    word = words_[w];
-  }
-}
-
-namespace {
-
-using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
-
-int64_t Get(const ResourceSet& set, const std::string& name) {
-  auto it = set.find(name);
-  return it == set.end() ? 0 : it->second;
-}
-
-bool SameSliceLabels(const Node& a, const Node& b) {
-  for (absl::string_view key :
-       {kLabelTpuSliceName, kLabelAcceleratorType, kLabelTpuTopology,
-        kLabelTpuWorkerId, kLabelZone, kLabelCapacityTier}) {
-    auto ia = a.labels.find(key);
-    auto ib = b.labels.find(key);
-    const bool pa = ia != a.labels.end();
-    const bool pb = ib != b.labels.end();
-    if (pa != pb || (pa && ia->second != ib->second)) return false;
-  }
-  return true;
-}
-
-bool AllocationLess(const Allocation& a, const Allocation& b) {
-  return std::tie(a.pg_id, a.bundle_index) < std::tie(b.pg_id, b.bundle_index);
-}
-
-}  // namespace
-
-// Builds or edits an unpublished snapshot. Owns it exclusively until
-// Finish(), so copy-on-write chunks with use_count() == 1 may be written in
-// place.
-class SnapshotWriter {
- public:
-  explicit SnapshotWriter(std::unique_ptr<InventorySnapshot> snap)
-      : s_(std::move(snap)) {}
-
-  static size_t PgShard(absl::string_view pg_id) {
-    return absl::Hash<absl::string_view>()(pg_id) %
-           InventorySnapshot::kPgShards;
-  }
-
-  // --- Full build ------------------------------------------------------------
-  absl::Status BuildFrom(std::vector<Node> nodes,
-                         std::vector<Allocation> allocations) {
-    building_ = true;
-    std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) {
-      return a.node_id < b.node_id;
-    });
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (nodes[i].node_id.empty()) {
-        return absl::InvalidArgumentError("node_id must not be empty");
-      }
-      if (i > 0 && nodes[i].node_id == nodes[i - 1].node_id) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("duplicate node_id ", nodes[i].node_id));
-      }
-    }
-    const size_t n = nodes.size();
-    auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
-    ids->reserve(n);
-    std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>> entries(n);
-    absl::btree_map<
-        std::string,
-        absl::btree_map<std::string, InventorySnapshot::PostingList>>
-        labels;
-    for (uint32_t i = 0; i < n; ++i) {
-      auto e = std::make_shared<InventorySnapshot::NodeEntry>();
-      e->node = std::move(nodes[i]);
-      e->free = e->node.resources;
-      e->tpu = Get(e->node.resources, std::string(kResourceTpu)) > 0;
-      (*ids)[e->node.node_id] = i;
-      for (const auto& [k, v] : e->node.labels) labels[k][v].push_back(i);
-      entries[i] = std::move(e);
-    }
-    auto label_index = std::make_shared<InventorySnapshot::LabelIndex>();
-    for (auto& [k, values] : labels) {
-      auto vi = std::make_shared<InventorySnapshot::ValueIndex>();
-      for (auto& [v, list] : values) {
-        (*vi)[v] = std::make_shared<const InventorySnapshot::PostingList>(
-            std::move(list));
-      }
-      (*label_index)[k] = std::move(vi);
-    }
-
-    // Slices.
-    std::vector<const Node*> ptrs;
-    ptrs.reserve(n);
-    for (const auto& e : entries) ptrs.push_back(&e->node);
-    std::vector<SliceInfo> infos = DeriveSlices(ptrs);
-    auto slice_ids =
-        std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
-    std::vector<std::shared_ptr<InventorySnapshot::SliceEntry>> slices;
-    slices.reserve(infos.size());
-    for (uint32_t si = 0; si < infos.size(); ++si) {
-      auto se = std::make_shared<InventorySnapshot::SliceEntry>();
-      se->info = std::move(infos[si]);
-      for (const std::string& id : se->info.node_ids) {
-        if (id.empty()) continue;
-        const uint32_t ni = ids->at(id);
-        se->hosts.push_back(ni);
-        entries[ni]->slice = static_cast<int32_t>(si);
-      }
-      ResolveShape(*se);
-      for (uint32_t h : se->hosts)
-        entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
-      (*slice_ids)[se->info.name] = si;
-      slices.push_back(std::move(se));
-    }
-
-    s_->nodes_ =
-        CowArray<std::shared_ptr<const InventorySnapshot::NodeEntry>, 8>(n);
-    for (uint32_t i = 0; i < n; ++i)
-      s_->nodes_.Mutable(i) = std::move(entries[i]);
-    s_->slices_ =
-        CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
-            slices.size());
-    for (uint32_t i = 0; i < slices.size(); ++i) {
-      s_->slices_.Mutable(i) = std::move(slices[i]);
-    }
-    s_->node_ids_ = std::move(ids);
-    s_->slice_ids_ = std::move(slice_ids);
-    s_->label_index_ = std::move(label_index);
-    s_->pgs_ = CowArray<std::shared_ptr<const PgIndex>, 6>(
-        InventorySnapshot::kPgShards);
-    auto empty = std::make_shared<const PgIndex>();
-    for (size_t i = 0; i < InventorySnapshot::kPgShards; ++i)
-      s_->pgs_.Mutable(i) = empty;
-    for (auto& per_kind : s_->rank_sets_) {
-      for (CowBitset& set : per_kind) set = CowBitset(n);
-    }
-    free_map_ = std::make_shared<InventorySnapshot::FreeSliceIndex>();
-
-    std::sort(allocations.begin(), allocations.end(), AllocationLess);
-    for (Allocation& a : allocations) {
-      RETURN_IF_ERROR(AddAllocation(std::move(a), /*check_fit=*/false));
-    }
-    auto by_key = std::make_shared<InventorySnapshot::SliceKeyIndex>();
-    for (uint32_t si = 0; si < s_->slices_.size(); ++si) {
-      RecountSlice(si);
-      IndexSlice(si, true);
-      const InventorySnapshot::SliceEntry& se = s_->slice(si);
-      if (se.shape_known) {
-        (*by_key)[SliceKey{se.shape.generation, se.shape.topology, se.tier,
-                           se.zone}]
-            .push_back(si);
-      }
-    }
-    s_->slices_by_key_ = std::move(by_key);
-    for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
-    building_ = false;
-    return absl::OkStatus();
-  }
-
-  // --- Incremental edit ------------------------------------------------------
-  // Returns false (and does nothing) when the delta needs a full rebuild.
-  absl::StatusOr<bool> TryApply(const SnapshotDelta& delta) {
-    if (!delta.remove_node_ids.empty()) return false;
-    std::vector<uint32_t> upserted;
-    for (const Node& node : delta.upsert_nodes) {
-      const int64_t i = s_->NodeIndex(node.node_id);
-      if (i < 0) return false;
-      if (!SameSliceLabels(s_->node(i).node, node)) return false;
-      upserted.push_back(static_cast<uint32_t>(i));
-    }
-    // Validate allocations before touching anything.
-    for (const Allocation& a : delta.add_allocations) {
-      if (s_->NodeIndex(a.node_id) < 0) {
-        return absl::NotFoundError(
-            absl::StrCat("allocation of ", a.pg_id, "[", a.bundle_index,
-                         "] on unknown node ", a.node_id));
-      }
-    }
-    // Touched nodes: upserts, released and added allocations; then all hosts
-    // of their slices (a slice's free state feeds its hosts' ranks).
-    absl::btree_set<uint32_t> nodes(upserted.begin(), upserted.end());
-    for (const std::string& pg : delta.release_pg_ids) {
-      for (const Allocation& a : s_->AllocationsOf(pg)) {
-        nodes.insert(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
-      }
-    }
-    for (const Allocation& a : delta.add_allocations) {
-      nodes.insert(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
-    }
-    absl::btree_set<uint32_t> slices;
-    for (uint32_t i : nodes) {
-      if (s_->node(i).slice >= 0) slices.insert(s_->node(i).slice);
-    }
-    for (uint32_t si : slices) {
-      for (uint32_t h : s_->slice(si).hosts) nodes.insert(h);
-    }
-
-    free_map_ =
-        std::make_shared<InventorySnapshot::FreeSliceIndex>(*s_->free_slices_);
-    for (uint32_t si : slices) IndexSlice(si, false);
-    for (uint32_t i : nodes) IndexNode(i, false);
-
-    for (size_t u = 0; u < upserted.size(); ++u) {
-      UpsertInPlace(upserted[u], delta.upsert_nodes[u]);
-    }
-    for (const std::string& pg : delta.release_pg_ids) Release(pg);
-    for (const Allocation& a : delta.add_allocations) {
-      RETURN_IF_ERROR(AddAllocation(a, /*check_fit=*/true));
-    }
-
-    for (uint32_t si : slices) {
-      RecheckSlice(si);
-      RecountSlice(si);
-      IndexSlice(si, true);
-    }
-    for (uint32_t i : nodes) IndexNode(i, true);
-    return true;
-  }
-
-  std::shared_ptr<const InventorySnapshot> Finish() {
-    s_->free_slices_ = std::move(free_map_);
-    return std::shared_ptr<const InventorySnapshot>(std::move(s_));
-  }
-
-  InventorySnapshot& snap() { return *s_; }
-
- private:
-  static void ResolveShape(InventorySnapshot::SliceEntry& se) {
-    auto gen = ParseTpuGeneration(se.info.accelerator_type);
-    if (gen.ok()) {
-      auto shape = ResolveTpuShape(*gen, se.info.topology);
-      if (shape.ok()) {
-        se.shape_known = true;
-        se.shape = *std::move(shape);
-      }
-    }
-  }
-
-  InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
-    std::shared_ptr<const InventorySnapshot::NodeEntry>& p =
-        s_->nodes_.Mutable(i);
-    if (!building_ && !owned_nodes_.contains(i)) {
-      p = std::make_shared<InventorySnapshot::NodeEntry>(*p);
-      owned_nodes_.insert(i);
-    }
-    return const_cast<InventorySnapshot::NodeEntry&>(*p);
-  }
-
-  InventorySnapshot::SliceEntry& MutableSlice(uint32_t si) {
-    std::shared_ptr<const InventorySnapshot::SliceEntry>& p =
-        s_->slices_.Mutable(si);
-    if (!building_ && !owned_slices_.contains(si)) {
-      p = std::make_shared<InventorySnapshot::SliceEntry>(*p);
-      owned_slices_.insert(si);
-    }
-    return const_cast<InventorySnapshot::SliceEntry&>(*p);
-  }
-
-  PgIndex& MutablePgShard(size_t shard) {
-    if (!owned_shards_[shard]) {
-      s_->pgs_.Mutable(shard) = std::make_shared<PgIndex>(*s_->pgs_[shard]);
-      owned_shards_[shard] = true;
-    }
-    return const_cast<PgIndex&>(*s_->pgs_[shard]);
-  }
-
-  absl::Status AddAllocation(Allocation a, bool check_fit) {
-    const int64_t i = s_->NodeIndex(a.node_id);
-    if (i < 0) {
-      return absl::NotFoundError(absl::StrCat("allocation of ", a.pg_id, "[",
-                                              a.bundle_index,
-                                              "] on unknown node ", a.node_id));
-    }
-    PgIndex& shard = MutablePgShard(PgShard(a.pg_id));
-    std::vector<Allocation>& held = shard[a.pg_id];
-    for (const Allocation& h : held) {
-      if (h.bundle_index == a.bundle_index) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "duplicate allocation of ", a.pg_id, "[", a.bundle_index, "]"));
-      }
-    }
-    InventorySnapshot::NodeEntry& e = MutableNode(static_cast<uint32_t>(i));
-    for (const auto& [name, amount] : a.resources) {
-      int64_t& free = e.free[name];
-      if (check_fit && free < amount) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "allocation of ", a.pg_id, "[", a.bundle_index, "] needs ",
-            FromFixedPoint(amount), " ", name, " on node ", a.node_id,
-            ", only ", FromFixedPoint(free), " free"));
-      }
-      free -= amount;
-    }
-    auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(), a,
-                                AllocationLess);
-    e.allocations.insert(pos, a);
-    held.insert(std::lower_bound(held.begin(), held.end(), a,
-                                 [](const Allocation& x, const Allocation& y) {
-                                   return x.bundle_index < y.bundle_index;
-                                 }),
-                std::move(a));
-    ++s_->num_allocations_;
-    return absl::OkStatus();
-  }
-
-  void Release(const std::string& pg) {
-    const size_t shard_index = PgShard(pg);
-    auto it = s_->pgs_[shard_index]->find(pg);
-    if (it == s_->pgs_[shard_index]->end()) return;
-    PgIndex& shard = MutablePgShard(shard_index);
-    auto mit = shard.find(pg);
-    for (const Allocation& a : mit->second) {
-      InventorySnapshot::NodeEntry& e =
-          MutableNode(static_cast<uint32_t>(s_->NodeIndex(a.node_id)));
-      for (const auto& [name, amount] : a.resources) e.free[name] += amount;
-      auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(), a,
-                                  AllocationLess);
-      if (pos != e.allocations.end() && pos->pg_id == a.pg_id &&
-          pos->bundle_index == a.bundle_index) {
-        e.allocations.erase(pos);
-      }
-      --s_->num_allocations_;
-    }
-    shard.erase(mit);
-  }
-
-  void UpsertInPlace(uint32_t i, const Node& node) {
-    InventorySnapshot::NodeEntry& e = MutableNode(i);
-    UpdateLabelIndex(i, e.node.labels, node.labels);
-    e.node = node;
-    e.free = node.resources;
-    for (const Allocation& a : e.allocations) {
-      for (const auto& [name, amount] : a.resources) e.free[name] -= amount;
-    }
-    e.tpu = Get(node.resources, std::string(kResourceTpu)) > 0;
-  }
-
-  void UpdateLabelIndex(uint32_t i, const Labels& before, const Labels& after) {
-    if (before == after) return;
-    auto index =
-        std::make_shared<InventorySnapshot::LabelIndex>(*s_->label_index_);
-    auto edit = [&](const std::string& key, const std::string& value,
-                    bool add) {
-      auto vi =
-          index->contains(key)
-              ? std::make_shared<InventorySnapshot::ValueIndex>(*(*index)[key])
-              : std::make_shared<InventorySnapshot::ValueIndex>();
-      auto list =
-          vi->contains(value)
-              ? std::make_shared<InventorySnapshot::PostingList>(*(*vi)[value])
-              : std::make_shared<InventorySnapshot::PostingList>();
-      auto pos = std::lower_bound(list->begin(), list->end(), i);
-      if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
-      if (!add && pos != list->end() && *pos == i) list->erase(pos);
-      if (list->empty()) {
-        vi->erase(value);
-      } else {
-        (*vi)[value] = std::move(list);
-      }
-      if (vi->empty()) {
-        index->erase(key);
-      } else {
-        (*index)[key] = std::move(vi);
-      }
-    };
-    for (const auto& [k, v] : before) {
-      auto it = after.find(k);
-      if (it == after.end() || it->second != v) edit(k, v, false);
-    }
-    for (const auto& [k, v] : after) {
-      auto it = before.find(k);
-      if (it == before.end() || it->second != v) edit(k, v, true);
-    }
-    s_->label_index_ = std::move(index);
-  }
-
-  // Re-derives intactness of slice si from its hosts' current nodes (state
-  // and TPU counts may have changed; membership has not).
-  void RecheckSlice(uint32_t si) {
-    const InventorySnapshot::SliceEntry& old = s_->slice(si);
-    std::vector<const Node*> hosts;
-    for (uint32_t h : old.hosts) hosts.push_back(&s_->node(h).node);
-    std::vector<SliceInfo> infos = DeriveSlices(hosts);
-    if (infos.size() == 1 && infos[0] == old.info) return;
-    InventorySnapshot::SliceEntry& se = MutableSlice(si);
-    if (infos.size() == 1) se.info = std::move(infos[0]);
-  }
-
-  void RecountSlice(uint32_t si) {
-    const InventorySnapshot::SliceEntry& old = s_->slice(si);
-    int64_t allocated = 0;
-    for (uint32_t h : old.hosts) {
-      if (!s_->node(h).allocations.empty()) ++allocated;
-    }
-    const uint32_t w0 = old.hosts.empty() ? 0 : old.hosts[0];
-    auto label = [&](absl::string_view key) -> std::string {
-      if (old.hosts.empty()) return "";
-      auto it = s_->node(w0).node.labels.find(key);
-      return it == s_->node(w0).node.labels.end() ? "" : it->second;
-    };
-    std::string tier = label(kLabelCapacityTier);
-    std::string zone = label(kLabelZone);
-    if (allocated == old.allocated_hosts && tier == old.tier &&
-        zone == old.zone) {
-      return;
-    }
-    InventorySnapshot::SliceEntry& se = MutableSlice(si);
-    se.allocated_hosts = allocated;
-    se.tier = std::move(tier);
-    se.zone = std::move(zone);
-  }
-
-  void IndexSlice(uint32_t si, bool present) {
-    const InventorySnapshot::SliceEntry& se = s_->slice(si);
-    if (!se.shape_known) return;
-    if (present && !(se.info.intact && se.free())) return;
-    SliceKey key{se.shape.generation, se.shape.topology, se.tier, se.zone};
-    auto it = free_map_->find(key);
-    if (it == free_map_->end()) {
-      if (!present) return;
-      it = free_map_
-               ->emplace(key,
-                         std::make_shared<const CowBitset>(s_->slices_.size()))
-               .first;
-    }
-    if (it->second->Test(si) == present) return;
-    auto copy = std::make_shared<CowBitset>(*it->second);
-    copy->Set(si, present);
-    if (copy->count() == 0) {
-      free_map_->erase(it);
-    } else {
-      it->second = std::move(copy);
-    }
-  }
-
-  void IndexNode(uint32_t i, bool present) {
-    for (int kind = 0; kind < 2; ++kind) {
-      if (!present) {
-        for (CowBitset& set : s_->rank_sets_[kind]) set.Set(i, false);
-        continue;
-      }
-      const int r = s_->Rank(static_cast<BundleKind>(kind), i);
-      if (r < kNumRanks) s_->rank_sets_[kind][r].Set(i, true);
-    }
-  }
-
-  std::unique_ptr<InventorySnapshot> s_;
-  // True inside BuildFrom(): every entry was created by this writer.
-  bool building_ = false;
-  std::shared_ptr<InventorySnapshot::FreeSliceIndex> free_map_;
-  absl::flat_hash_set<uint32_t> owned_nodes_;
-  absl::flat_hash_set<uint32_t> owned_slices_;
-  std::vector<bool> owned_shards_ =
-      std::vector<bool>(InventorySnapshot::kPgShards);
-};
+using PgIndex = SnapshotState::PgIndex;
 
 // ---------------------------------------------------------------------------
 // InventorySnapshot
 
+InventorySnapshot::InventorySnapshot()
+    : state_(std::make_unique<SnapshotState>()) {}
+
+InventorySnapshot::InventorySnapshot(const InventorySnapshot& other)
+    : state_(std::make_unique<SnapshotState>(*other.state_)) {}
+
+InventorySnapshot::~InventorySnapshot() = default;
+
+const SnapshotState& internal::StateOf(const InventorySnapshot& snapshot) {
+  return *snapshot.state_;
+}
+
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Build(std::vector<Node> nodes,
                          std::vector<Allocation> allocations) {
-  SnapshotWriter writer(
-      std::unique_ptr<InventorySnapshot>(new InventorySnapshot()));
-  RETURN_IF_ERROR(writer.BuildFrom(std::move(nodes), std::move(allocations)));
-  return writer.Finish();
+  return internal::BuildSnapshot(
+      std::unique_ptr<InventorySnapshot>(new InventorySnapshot()),
+      std::move(nodes), std::move(allocations));
 }
 
 std::shared_ptr<const InventorySnapshot> InventorySnapshot::Empty() {
@@ -511,12 +53,11 @@ std::shared_ptr<const InventorySnapshot> InventorySnapshot::Empty() {
 
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Apply(const SnapshotDelta& delta) const {
-  {
-    SnapshotWriter writer(
-        std::unique_ptr<InventorySnapshot>(new InventorySnapshot(*this)));
-    ASSIGN_OR_RETURN(bool applied, writer.TryApply(delta));
-    if (applied) return writer.Finish();
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const InventorySnapshot> edited,
+                   internal::ApplyInPlace(std::unique_ptr<InventorySnapshot>(
+                                              new InventorySnapshot(*this)),
+                                          delta));
+  if (edited != nullptr) return edited;
   // Full rebuild: the node set or a slice's membership changes.
   absl::btree_map<std::string, Node> nodes;
   for (size_t i = 0; i < num_nodes(); ++i) {
@@ -579,8 +120,8 @@ absl::Status InventorySnapshot::CheckNotOverCommitted() const {
       }
       problems.push_back(absl::StrCat(
           "node ", e.node.node_id, " holds ",
-          FromFixedPoint(Get(e.node.resources, name) - amount), " ", name,
-          " of ", FromFixedPoint(Get(e.node.resources, name)), " (",
+          FromFixedPoint(Amount(e.node.resources, name) - amount), " ", name,
+          " of ", FromFixedPoint(Amount(e.node.resources, name)), " (",
           absl::StrJoin(holders, ", "), ")"));
     }
   }
@@ -619,63 +160,46 @@ absl::StatusOr<SliceState> InventorySnapshot::GetSlice(
 
 std::vector<Allocation> InventorySnapshot::AllocationsOf(
     absl::string_view pg_id) const {
-  const PgIndex& shard = *pgs_[SnapshotWriter::PgShard(pg_id)];
+  const PgIndex& shard = state_->pg_shard(SnapshotState::PgShard(pg_id));
   auto it = shard.find(pg_id);
   return it == shard.end() ? std::vector<Allocation>() : it->second;
 }
 
+size_t InventorySnapshot::num_nodes() const { return state_->num_nodes(); }
+
+size_t InventorySnapshot::num_slices() const { return state_->num_slices(); }
+
+int64_t InventorySnapshot::num_allocations() const {
+  return state_->num_allocations();
+}
+
+const InventorySnapshot::NodeEntry& InventorySnapshot::node(uint32_t i) const {
+  return state_->node(i);
+}
+
+const InventorySnapshot::SliceEntry& InventorySnapshot::slice(
+    uint32_t s) const {
+  return state_->slice(s);
+}
+
 int64_t InventorySnapshot::NodeIndex(absl::string_view node_id) const {
-  auto it = node_ids_->find(node_id);
-  return it == node_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  return state_->NodeIndex(node_id);
 }
 
 int64_t InventorySnapshot::SliceIndex(absl::string_view name) const {
-  auto it = slice_ids_->find(name);
-  return it == slice_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  return state_->SliceIndex(name);
 }
 
-bool InventorySnapshot::SliceFreeIntact(int32_t s) const {
-  return s >= 0 && slice(s).info.intact && slice(s).free();
-}
-
-int InventorySnapshot::Rank(BundleKind kind, uint32_t i) const {
-  const NodeEntry& e = node(i);
-  if (e.node.state != NodeState::kAlive) return kNumRanks;
-  const bool used = !e.allocations.empty();
-  const bool whole = SliceFreeIntact(e.slice);
-  // Hosts of free intact multi-host slices come last, smallest slices first
-  // (<= 4 hosts, <= 16, larger): breaking a small slice costs less.
-  auto whole_multi = [&] {
-    const int64_t hosts = slice(e.slice).shape.hosts;
-    return 5 + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
-  };
-  // A node with nothing left of the bundle kind's main resource comes last
-  // (still a candidate: a re-placed PG's own allocations count as free).
-  auto free_of = [&](absl::string_view name) {
-    auto it = e.free.find(name);
-    return it == e.free.end() ? int64_t{0} : it->second;
-  };
-  if (free_of(kind == BundleKind::kTpu ? kResourceTpu : kResourceCpu) <= 0 &&
-      (kind == BundleKind::kTpu ? e.tpu
-                                : e.node.resources.contains(kResourceCpu))) {
-    return kNumRanks - 1;
-  }
-  if (kind == BundleKind::kCpuOnly) {
-    if (!e.tpu) return used ? 0 : 1;
-    if (!whole) return used ? 2 : 3;
-    return e.single_host ? 4 : whole_multi();
-  }
-  if (!e.tpu) return kNumRanks;
-  if (e.single_host) return used ? 0 : (whole ? 2 : 1);
-  if (used) return 3;
-  return whole ? whole_multi() : 4;
+const InventorySnapshot::SliceKeyIndex& InventorySnapshot::slices_by_key()
+    const {
+  return state_->slices_by_key();
 }
 
 std::vector<uint32_t> InventorySnapshot::MatchingNodes(
     const LabelSelector& selector) const {
   // Narrow with the smallest positive term's posting lists, then check the
   // whole selector on each candidate.
-  const PostingList* best = nullptr;
+  const SnapshotState::PostingList* best = nullptr;
   std::vector<uint32_t> merged;
   bool have_positive = false;
   size_t best_size = num_nodes() + 1;
@@ -683,8 +207,8 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
     if (term.op != SelectorOp::kEquals && term.op != SelectorOp::kIn) continue;
     have_positive = true;
     size_t size = 0;
-    auto key = label_index_->find(term.key);
-    if (key != label_index_->end()) {
+    auto key = state_->label_index().find(term.key);
+    if (key != state_->label_index().end()) {
       for (const std::string& v : term.values) {
         auto it = key->second->find(v);
         if (it != key->second->end()) size += it->second->size();
@@ -694,7 +218,7 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
       best_size = size;
       merged.clear();
       best = nullptr;
-      if (key != label_index_->end()) {
+      if (key != state_->label_index().end()) {
         for (const std::string& v : term.values) {
           auto it = key->second->find(v);
           if (it == key->second->end()) continue;

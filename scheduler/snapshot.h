@@ -13,6 +13,8 @@
 //     a slice request never scans the cluster;
 //   - per-node placement ranks (which nodes a generic bundle should try
 //     first, see solver.h) as bitsets.
+// The indexes and the copy-on-write containers are engine-internal
+// (scheduler/internal/snapshot_state.h); this header shows the queries.
 //
 // Everything lives in copy-on-write chunks shared between snapshots:
 // Apply(delta) copies only the chunks the delta touches, so deriving the next
@@ -26,7 +28,6 @@
 #ifndef SLICED_SCHEDULER_SNAPSHOT_H_
 #define SLICED_SCHEDULER_SNAPSHOT_H_
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,7 +35,6 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -72,90 +72,7 @@ struct SliceState {
   friend bool operator==(const SliceState&, const SliceState&) = default;
 };
 
-// Copy-on-write chunked array: chunks are shared between snapshots and copied
-// only when written. A copy of the array owns none of its chunks: the first
-// Mutable() of a chunk copies it (never reasoning from use_count(), which
-// would race with another thread dropping the last reader). Engine-internal;
-// exposed for the solver.
-template <typename T, int kChunkShift>
-class CowArray {
- public:
-  static constexpr size_t kChunkSize = size_t{1} << kChunkShift;
-
-  CowArray() = default;
-  explicit CowArray(size_t n, const T& fill = T()) { Resize(n, fill); }
-  CowArray(const CowArray& other)
-      : chunks_(other.chunks_),
-        owned_(other.chunks_.size(), false),
-        size_(other.size_) {}
-  CowArray& operator=(const CowArray& other) {
-    chunks_ = other.chunks_;
-    owned_.assign(chunks_.size(), false);
-    size_ = other.size_;
-    return *this;
-  }
-  CowArray(CowArray&&) = default;
-  CowArray& operator=(CowArray&&) = default;
-
-  size_t size() const { return size_; }
-  const T& operator[](size_t i) const {
-    return (*chunks_[i >> kChunkShift])[i & (kChunkSize - 1)];
-  }
-  // Only the single writer building a new, unpublished snapshot calls this.
-  T& Mutable(size_t i) {
-    const size_t c = i >> kChunkShift;
-    if (!owned_[c]) {
-      chunks_[c] = std::make_shared<std::vector<T>>(*chunks_[c]);
-      owned_[c] = true;
-    }
-    return (*chunks_[c])[i & (kChunkSize - 1)];
-  }
-  void Resize(size_t n, const T& fill = T()) {
-    size_ = n;
-    chunks_.resize((n + kChunkSize - 1) >> kChunkShift);
-    owned_.resize(chunks_.size(), false);
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      if (chunks_[c] == nullptr) {
-        chunks_[c] = std::make_shared<std::vector<T>>(kChunkSize, fill);
-        owned_[c] = true;
-      }
-    }
-  }
-
- private:
-  std::vector<std::shared_ptr<std::vector<T>>> chunks_;
-  std::vector<bool> owned_;  // chunks this copy created or already copied
-  size_t size_ = 0;
-};
-
-// A copy-on-write bitset over node (or slice) indexes.
-class CowBitset {
- public:
-  CowBitset() = default;
-  explicit CowBitset(size_t bits) : words_((bits + 63) / 64, 0), bits_(bits) {}
-
-  size_t bits() const { return bits_; }
-  size_t num_words() const { return words_.size(); }
-  uint64_t word(size_t w) const { return words_[w]; }
-  bool Test(size_t i) const { return (words_[i >> 6] >> (i & 63)) & 1; }
-  void Set(size_t i, bool value);
-  int64_t count() const { return count_; }
-  // Index of the first set bit >= from, or bits() when there is none.
-  size_t NextSet(size_t from) const;
-
- private:
-  CowArray<uint64_t, 6> words_;  // 64 words = 4096 bits per chunk
-  size_t bits_ = 0;
-  int64_t count_ = 0;
-};
-
-// How a generic bundle should rank a node (lower = try first; solver.h
-// explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
-// a TPU bundle).
-enum class BundleKind { kCpuOnly = 0, kTpu = 1 };
-inline constexpr int kNumRanks = 9;  // rank 8: no CPU (TPU) left at all
-
-// Key of the free intact slice index.
+// Key of the slice indexes.
 struct SliceKey {
   TpuGeneration generation = TpuGeneration::kV6e;
   std::string topology;  // canonical
@@ -169,9 +86,16 @@ struct SliceKey {
   friend bool operator==(const SliceKey&, const SliceKey&) = default;
 };
 
+class InventorySnapshot;
+namespace internal {
+class SnapshotState;
+// The indexes behind `snapshot`, for the solver. Engine-internal.
+const SnapshotState& StateOf(const InventorySnapshot& snapshot);
+}  // namespace internal
+
 class InventorySnapshot {
  public:
-  // Per-node state. Engine-internal; exposed for the solver.
+  // Per-node state.
   struct NodeEntry {
     Node node;
     ResourceSet free;  // total - allocations; < 0 if over-committed
@@ -180,7 +104,7 @@ class InventorySnapshot {
     bool tpu = false;                     // has a "TPU" resource
     bool single_host = false;             // its slice has one host
   };
-  // Per-slice state. Engine-internal; exposed for the solver.
+  // Per-slice state.
   struct SliceEntry {
     SliceInfo info;
     bool shape_known = false;
@@ -191,13 +115,8 @@ class InventorySnapshot {
     int64_t allocated_hosts = 0;  // hosts holding any allocation
     bool free() const { return allocated_hosts == 0; }
   };
-  using FreeSliceIndex =
-      absl::btree_map<SliceKey, std::shared_ptr<const CowBitset>>;
-  using PostingList = std::vector<uint32_t>;  // sorted node indexes
-  using ValueIndex =
-      absl::btree_map<std::string, std::shared_ptr<const PostingList>>;
-  using LabelIndex =
-      absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
+  // Slice indexes (ascending) per (generation, topology, tier, zone).
+  using SliceKeyIndex = absl::btree_map<SliceKey, std::vector<uint32_t>>;
 
   // Builds a snapshot from scratch. Node ids must be unique and non-empty.
   // Returns InvalidArgument for duplicate/empty node ids, NotFound for an
@@ -209,6 +128,8 @@ class InventorySnapshot {
 
   // An empty inventory.
   static std::shared_ptr<const InventorySnapshot> Empty();
+
+  ~InventorySnapshot();
 
   // Derives the next snapshot. Errors (nothing is applied): NotFound for an
   // allocation on an unknown node or removal of an unknown node;
@@ -224,8 +145,8 @@ class InventorySnapshot {
   absl::Status CheckNotOverCommitted() const;
 
   // --- Queries -------------------------------------------------------------
-  size_t num_nodes() const { return nodes_.size(); }
-  size_t num_slices() const { return slices_.size(); }
+  size_t num_nodes() const;
+  size_t num_slices() const;
   // Nullptr when unknown.
   const Node* FindNode(absl::string_view node_id) const;
   // Free capacity of a node; NotFound when unknown.
@@ -239,52 +160,31 @@ class InventorySnapshot {
   // Indexes of the nodes matching `selector` (any state), ascending, i.e.
   // sorted by node id; uses the label index (for ListNodes' filter).
   std::vector<uint32_t> MatchingNodes(const LabelSelector& selector) const;
-  int64_t num_allocations() const { return num_allocations_; }
+  int64_t num_allocations() const;
 
-  // --- Engine-internal accessors used by the solver
-  // ---------------------------
-  const NodeEntry& node(uint32_t i) const { return *nodes_[i]; }
-  const SliceEntry& slice(uint32_t i) const { return *slices_[i]; }
+  // --- Dense indexes ---------------------------------------------------------
+  // Node i is the i-th node in node-id order, slice s the s-th slice in name
+  // order. REQUIRES: i < num_nodes(), s < num_slices().
+  const NodeEntry& node(uint32_t i) const;
+  const SliceEntry& slice(uint32_t s) const;
   // -1 when unknown.
   int64_t NodeIndex(absl::string_view node_id) const;
   int64_t SliceIndex(absl::string_view name) const;
-  const LabelIndex& label_index() const { return *label_index_; }
-  const FreeSliceIndex& free_slices() const { return *free_slices_; }
-  // Slice indexes (ascending) per (generation, topology, tier, zone), every
-  // slice of a known shape whatever its state. A slice's key only changes
-  // with labels that force a rebuild, so Apply() shares this map.
-  using SliceKeyIndex = absl::btree_map<SliceKey, std::vector<uint32_t>>;
-  const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
-  // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
-  const CowBitset& rank_set(BundleKind kind, int r) const {
-    return rank_sets_[static_cast<int>(kind)][r];
-  }
-  // The rank of node i for a bundle kind; kNumRanks when it takes none.
-  int Rank(BundleKind kind, uint32_t i) const;
+  // Every slice of a known shape whatever its state, by key. A slice's key
+  // only changes with labels that force a rebuild, so Apply() shares this
+  // map.
+  const SliceKeyIndex& slices_by_key() const;
 
  private:
-  using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
-  static constexpr int kPgShards = 4096;
-
-  InventorySnapshot() = default;
+  InventorySnapshot();
   // Only Apply() copies a snapshot (to derive the next one).
-  InventorySnapshot(const InventorySnapshot&) = default;
+  InventorySnapshot(const InventorySnapshot& other);
   InventorySnapshot& operator=(const InventorySnapshot&) = delete;
   friend class SnapshotWriter;
-  // True when slice s exists, is intact and free.
-  bool SliceFreeIntact(int32_t s) const;
+  friend const internal::SnapshotState& internal::StateOf(
+      const InventorySnapshot& snapshot);
 
-  CowArray<std::shared_ptr<const NodeEntry>, 8> nodes_;
-  CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;
-  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> node_ids_;
-  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> slice_ids_;
-  std::shared_ptr<const SliceKeyIndex> slices_by_key_;
-  std::shared_ptr<const LabelIndex> label_index_;
-  std::shared_ptr<const FreeSliceIndex> free_slices_;
-  std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
-  // PG id -> its allocations, sharded by hash; shards are copied on write.
-  CowArray<std::shared_ptr<const PgIndex>, 6> pgs_;
-  int64_t num_allocations_ = 0;
+  std::unique_ptr<internal::SnapshotState> state_;  // never null
 };
 
 }  // namespace sliced::scheduler

@@ -6,11 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "tests/scheduler/builders.h"
 
 namespace sliced::scheduler {
 namespace {
 
+using ::sliced::scheduler::internal::BundleKind;
+using ::sliced::scheduler::internal::kNumRanks;
+using ::sliced::scheduler::internal::StateOf;
 using ::sliced::scheduler::testing::CpuNode;
 using ::sliced::scheduler::testing::Slice;
 using ::sliced::scheduler::testing::TpuHost;
@@ -39,8 +43,8 @@ std::string Describe(const InventorySnapshot& s) {
     const auto& e = s.node(i);
     absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
                     " slice=", e.slice,
-                    " rank=", s.Rank(BundleKind::kCpuOnly, i), "/",
-                    s.Rank(BundleKind::kTpu, i), " free=");
+                    " rank=", StateOf(s).Rank(BundleKind::kCpuOnly, i), "/",
+                    StateOf(s).Rank(BundleKind::kTpu, i), " free=");
     for (const auto& [k, v] : e.free) absl::StrAppend(&out, k, ":", v, ",");
     for (const auto& a : e.allocations) {
       absl::StrAppend(&out, " ", a.pg_id, "[", a.bundle_index, "]");
@@ -48,7 +52,7 @@ std::string Describe(const InventorySnapshot& s) {
     out += "\n";
     for (int kind = 0; kind < 2; ++kind) {
       for (int r = 0; r < kNumRanks; ++r) {
-        if (s.rank_set(static_cast<BundleKind>(kind), r).Test(i)) {
+        if (StateOf(s).rank_set(static_cast<BundleKind>(kind), r).Test(i)) {
           absl::StrAppend(&out, "  in rank set ", kind, "/", r, "\n");
         }
       }
@@ -58,7 +62,7 @@ std::string Describe(const InventorySnapshot& s) {
     absl::StrAppend(&out, "slice ", st.info.name, " intact=", st.info.intact,
                     " free=", st.free, " ", st.info.reason, "\n");
   }
-  for (const auto& [key, set] : s.free_slices()) {
+  for (const auto& [key, set] : StateOf(s).free_slices()) {
     absl::StrAppend(&out, "free ", TpuGenerationName(key.generation), " ",
                     key.topology, " ", key.tier, " ", key.zone, ":");
     for (size_t i = set->NextSet(0); i < set->bits(); i = set->NextSet(i + 1)) {
@@ -66,7 +70,7 @@ std::string Describe(const InventorySnapshot& s) {
     }
     absl::StrAppend(&out, " count=", set->count(), "\n");
   }
-  for (const auto& [k, values] : s.label_index()) {
+  for (const auto& [k, values] : StateOf(s).label_index()) {
     for (const auto& [v, list] : *values) {
       absl::StrAppend(&out, "label ", k, "=", v, ": ",
                       absl::StrJoin(*list, ","), "\n");
@@ -101,28 +105,30 @@ TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
 
   // Free intact index: a (v6e 4x4 z1), c (v4 2x2x2 z1), solo (v6e 2x4).
   int64_t free_total = 0;
-  for (const auto& [key, set] : s.free_slices()) free_total += set->count();
+  for (const auto& [key, set] : StateOf(s).free_slices())
+    free_total += set->count();
   EXPECT_EQ(free_total, 3);
   SliceKey key{TpuGeneration::kV6e, "4x4", "on-demand", "z2"};
-  EXPECT_FALSE(s.free_slices().contains(key));
+  EXPECT_FALSE(StateOf(s).free_slices().contains(key));
 
   EXPECT_EQ(s.AllocationsOf("pg1").size(), 2u);
   EXPECT_TRUE(s.AllocationsOf("pg2").empty());
   EXPECT_TRUE(s.CheckNotOverCommitted().ok());
 
   // Ranks: cpu1 used CPU node ranks first for CPU bundles.
-  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu1")), 0);
-  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu2")), 1);
-  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w0")), 3);
-  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("solo")), 4);
-  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("a-w0")), 5);
-  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("cpu1")), kNumRanks);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu1")), 0);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu2")), 1);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w0")), 3);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("solo")), 4);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("a-w0")), 5);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("cpu1")), kNumRanks);
   // b-w2's 4 chips are all held: it ranks last for TPU bundles, but a CPU
   // bundle may still use it (a held slice, so rank 2).
-  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("b-w2")), kNumRanks - 1);
-  EXPECT_EQ(s.Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w2")), 2);
-  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("solo")), 2);
-  EXPECT_EQ(s.Rank(BundleKind::kTpu, s.NodeIndex("a-w0")), 5);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("b-w2")),
+            kNumRanks - 1);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w2")), 2);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("solo")), 2);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("a-w0")), 5);
 }
 
 TEST(SnapshotTest, BuildRejectsCorruptInput) {
@@ -181,7 +187,8 @@ TEST(SnapshotTest, SliceBecomesHeldAndFreeAgain) {
   auto held = *snap->Apply(hold);
   EXPECT_FALSE(held->GetSlice("a")->free);
   EXPECT_TRUE(snap->GetSlice("a")->free);  // the source is unchanged
-  EXPECT_EQ(held->Rank(BundleKind::kCpuOnly, held->NodeIndex("a-w0")), 3);
+  EXPECT_EQ(StateOf(*held).Rank(BundleKind::kCpuOnly, held->NodeIndex("a-w0")),
+            3);
   SnapshotDelta release;
   release.release_pg_ids = {"pg"};
   auto freed = *held->Apply(release);

@@ -1,0 +1,73 @@
+// Candidate nodes of a generic placement; see candidates.h.
+//
+// Thread-safety: see candidates.h (one CandidateGroups per placement).
+#include "scheduler/internal/candidates.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "scheduler/internal/solver_util.h"
+
+namespace sliced::scheduler::internal {
+
+Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
+  const size_t n = snap.num_nodes();
+  const size_t words = (n + 63) / 64;
+  Bits bits(words, ~uint64_t{0});
+  if (n % 64 != 0 && words > 0) bits.back() = (uint64_t{1} << (n % 64)) - 1;
+  Bits term_bits(words);
+  for (const SelectorTerm& term : selector.terms) {
+    std::fill(term_bits.begin(), term_bits.end(), 0);
+    auto key = snap.label_index().find(term.key);
+    if (key != snap.label_index().end()) {
+      for (const std::string& v : term.values) {
+        auto it = key->second->find(v);
+        if (it == key->second->end()) continue;
+        for (uint32_t i : *it->second)
+          term_bits[i >> 6] |= uint64_t{1} << (i & 63);
+      }
+    }
+    const bool positive =
+        term.op == SelectorOp::kEquals || term.op == SelectorOp::kIn;
+    for (size_t w = 0; w < words; ++w) {
+      bits[w] &= positive ? term_bits[w] : ~term_bits[w];
+    }
+  }
+  return bits;
+}
+
+int CandidateGroups::GroupFor(const LabelSelector& selector, BundleKind kind,
+                              const ResourceSet& resources) {
+  const std::string sel_key = SelectorToString(selector);
+  const std::string key = absl::StrCat(sel_key, "|", static_cast<int>(kind),
+                                       "|", ResourcesToString(resources));
+  auto it = group_of_.find(key);
+  if (it != group_of_.end()) return it->second;
+  auto bits = bits_cache_.find(sel_key);
+  if (bits == bits_cache_.end()) {
+    bits = bits_cache_
+               .emplace(sel_key,
+                        std::make_unique<Bits>(CandidateBits(snap_, selector)))
+               .first;
+  }
+  Group g;
+  g.candidates = bits->second.get();
+  g.kind = kind;
+  groups_.push_back(g);
+  group_of_[key] = static_cast<int>(groups_.size() - 1);
+  return static_cast<int>(groups_.size() - 1);
+}
+
+int64_t CandidateGroups::Reach(const Group& g) const {
+  int64_t count = 0;
+  for (int r = 0; r < kNumRanks; ++r) {
+    const CowBitset& ranked = snap_.rank_set(g.kind, r);
+    for (size_t w = 0; w < g.candidates->size(); ++w) {
+      count += std::popcount(ranked.word(w) & (*g.candidates)[w]);
+    }
+  }
+  return count;
+}
+
+}  // namespace sliced::scheduler::internal

@@ -1,0 +1,115 @@
+// Step 1 of a generic placement: candidate nodes. Turns a selector into a
+// dense node bitset from the snapshot's label index, and walks it in rank
+// order (the snapshot's rank bitsets, ALIVE nodes only) without ever looking
+// at a node the selector rules out. Engine-internal: include only from
+// scheduler/ (and its tests).
+//
+// Thread-safety: CandidateBits() is pure. A CandidateGroups belongs to one
+// placement inside one Solve() call and is used on that call's thread only.
+#ifndef SLICED_SCHEDULER_INTERNAL_CANDIDATES_H_
+#define SLICED_SCHEDULER_INTERNAL_CANDIDATES_H_
+
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "scheduler/internal/snapshot_state.h"
+#include "scheduler/labels.h"
+#include "scheduler/snapshot.h"
+#include "scheduler/types.h"
+
+namespace sliced::scheduler::internal {
+
+// Dense bitset over node indexes, local to one solve.
+using Bits = std::vector<uint64_t>;
+
+inline bool TestBit(const Bits& bits, uint32_t i) {
+  return (bits[i >> 6] >> (i & 63)) & 1;
+}
+
+// Nodes whose labels satisfy `selector` (any state), from the label index.
+Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector);
+
+// A position in a group's rank-ordered walk: rank, then node index.
+struct Cursor {
+  int rank = 0;
+  size_t pos = 0;
+};
+
+// Bundles with the same effective selector, kind and resources share a
+// candidate cursor: capacity only shrinks during a solve, so a node that does
+// not fit one of them now never will for the next.
+struct Group {
+  const Bits* candidates = nullptr;
+  BundleKind kind = BundleKind::kCpuOnly;
+  Cursor cursor;          // first candidate that may still fit
+  size_t opened_pos = 0;  // PACK: gang nodes already ruled out
+};
+
+// The candidate groups of one placement of a gang. Steps:
+//   1. GroupFor(): one group per (selector, kind, resources); groups with the
+//      same selector share one bitset, built once from the label index.
+//   2. Next(): the next candidate of a group at or after a cursor, rank by
+//      rank (lower first), node index (= node id) order within a rank.
+class CandidateGroups {
+ public:
+  // REQUIRES: `snap` outlives this object.
+  explicit CandidateGroups(const SnapshotState& snap) : snap_(snap) {}
+
+  // The index of the group for (selector, kind, resources); creates it the
+  // first time. Indexes are dense, in creation order.
+  int GroupFor(const LabelSelector& selector, BundleKind kind,
+               const ResourceSet& resources);
+
+  Group& group(int g) { return groups_[g]; }
+  const Group& group(int g) const { return groups_[g]; }
+  size_t size() const { return groups_.size(); }
+
+  // The first candidate of g at or after `from` in rank order; nullopt when
+  // there is none. The node index is the returned cursor's pos.
+  std::optional<Cursor> Next(const Group& g, Cursor from) const {
+    const size_t words = g.candidates->size();
+    Cursor c = from;
+    while (c.rank < kNumRanks) {
+      const CowBitset& ranked = snap_.rank_set(g.kind, c.rank);
+      size_t w = c.pos >> 6;
+      if (w < words) {
+        uint64_t word = ranked.word(w) & (*g.candidates)[w] &
+                        (~uint64_t{0} << (c.pos & 63));
+        while (true) {
+          if (word != 0) {
+            c.pos = (w << 6) + std::countr_zero(word);
+            return c;
+          }
+          if (++w >= words) break;
+          word = ranked.word(w) & (*g.candidates)[w];
+        }
+      }
+      ++c.rank;
+      c.pos = 0;
+    }
+    return std::nullopt;
+  }
+
+  // True when node i is a candidate of g with a rank (ALIVE).
+  bool Contains(const Group& g, uint32_t i) const {
+    return TestBit(*g.candidates, i) && snap_.Rank(g.kind, i) < kNumRanks;
+  }
+
+  // Number of ranked candidates of g (for most-constrained-first ordering).
+  int64_t Reach(const Group& g) const;
+
+ private:
+  const SnapshotState& snap_;
+  std::vector<Group> groups_;
+  absl::flat_hash_map<std::string, int> group_of_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Bits>> bits_cache_;
+};
+
+}  // namespace sliced::scheduler::internal
+
+#endif  // SLICED_SCHEDULER_INTERNAL_CANDIDATES_H_

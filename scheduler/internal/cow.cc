@@ -1,0 +1,38 @@
+// Copy-on-write containers; see cow.h.
+//
+// Thread-safety: see cow.h (one writer per unpublished snapshot).
+#include "scheduler/internal/cow.h"
+
+#include <bit>
+
+namespace sliced::scheduler::internal {
+
+void CowBitset::Set(size_t i, bool value) {
+  const uint64_t mask = uint64_t{1} << (i & 63);
+  const uint64_t old = words_[i >> 6];
+  if (((old & mask) != 0) == value) return;
+  uint64_t& w = words_.Mutable(i >> 6);
+  if (value) {
+    w |= mask;
+    ++count_;
+  } else {
+    w &= ~mask;
+    --count_;
+  }
+}
+
+size_t CowBitset::NextSet(size_t from) const {
+  if (from >= bits_) return bits_;
+  size_t w = from >> 6;
+  uint64_t word = words_[w] & (~uint64_t{0} << (from & 63));
+  while (true) {
+    if (word != 0) {
+      const size_t i = (w << 6) + static_cast<size_t>(std::countr_zero(word));
+      return i < bits_ ? i : bits_;
+    }
+    if (++w >= words_.size()) return bits_;
+    word = words_[w];
+  }
+}
+
+}  // namespace sliced::scheduler::internal

@@ -1,0 +1,191 @@
+// The slice placer; see slice_placer.h.
+//
+// Thread-safety: see slice_placer.h (reads the snapshot only).
+#include "scheduler/internal/slice_placer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "scheduler/internal/diagnosis.h"
+
+namespace sliced::scheduler::internal {
+
+SliceRequest::SliceRequest(const SliceRequirement& req,
+                           const std::vector<Bundle>& given,
+                           const LabelSelector* priority)
+    : req_(req), shape_(*ResolveTpuShape(req.generation, req.topology)) {
+  const int64_t hosts = shape_.hosts;
+  const int64_t needed = req.num_slices;
+  if (given.empty()) {
+    Bundle b;
+    b.resources =
+        req.resources_per_host.empty()
+            ? ResourceSet{{TpuName(), shape_.chips_per_host * kResourceScale}}
+            : req.resources_per_host;
+    bundles_.assign(hosts, b);
+  } else {
+    for (int64_t k = 1; k < needed && rows_ == 1; ++k) {
+      for (int64_t w = 0; w < hosts; ++w) {
+        if (!(given[k * hosts + w] == given[w])) {
+          rows_ = needed;
+          break;
+        }
+      }
+    }
+    bundles_.assign(given.begin(), given.begin() + rows_ * hosts);
+  }
+  keyed_.resize(bundles_.size());
+  residual_.resize(bundles_.size());
+  for (size_t j = 0; j < bundles_.size(); ++j) {
+    const LabelSelector sel =
+        And(And(bundles_[j].selector, &req.selector), priority);
+    for (const SelectorTerm& t : sel.terms) {
+      const bool on_key = t.key == kLabelCapacityTier || t.key == kLabelZone;
+      (on_key ? keyed_[j] : residual_[j]).terms.push_back(t);
+    }
+    any_keyed_ = any_keyed_ || !keyed_[j].empty();
+    any_residual_ = any_residual_ || !residual_[j].empty();
+  }
+}
+
+SliceKey SliceRequest::FirstKey() const {
+  return SliceKey{req_.generation, shape_.topology, "", ""};
+}
+
+bool SliceRequest::SameShape(const SliceKey& key) const {
+  return key.generation == req_.generation && key.topology == shape_.topology;
+}
+
+bool SliceRequest::KeyMatches(const SliceKey& key) const {
+  if (!any_keyed_) return true;
+  Labels labels;
+  if (!key.tier.empty()) labels[std::string(kLabelCapacityTier)] = key.tier;
+  if (!key.zone.empty()) labels[std::string(kLabelZone)] = key.zone;
+  for (const LabelSelector& sel : keyed_) {
+    if (!Matches(sel, labels)) return false;
+  }
+  return true;
+}
+
+Attempt SlicePlacer::Place(const SliceRequest& request,
+                           absl::string_view label) const {
+  const ZonePools pools = FreePools(request);
+  const std::vector<uint32_t> chosen =
+      Choose(request, OrderZones(pools, request.needed()));
+  if (static_cast<int64_t>(chosen.size()) == request.needed()) {
+    return Placed(request, chosen);
+  }
+  return Attempt::Failed(ExplainSlices(snap_, request, label));
+}
+
+SlicePlacer::ZonePools SlicePlacer::FreePools(
+    const SliceRequest& request) const {
+  ZonePools zones;
+  for (auto it = snap_.free_slices().lower_bound(request.FirstKey());
+       it != snap_.free_slices().end() && request.SameShape(it->first); ++it) {
+    if (!request.KeyMatches(it->first)) continue;
+    ZonePool& pool = zones[it->first.zone];
+    pool.sets.push_back(it->second.get());
+    pool.count += it->second->count();
+  }
+  return zones;
+}
+
+// A single slice comes from the zone with the most free slices of the shape,
+// which keeps every zone's pool as large as possible for requests pinned to a
+// zone. A multi-slice request takes the zone with the fewest that still holds
+// all of them (best fit), which keeps bigger pools for bigger multi-slice
+// requests. Zones that cannot hold it all (the multi-zone fallback) are taken
+// largest first. Ties: zone name (the pools are in name order).
+SlicePlacer::ZoneOrder SlicePlacer::OrderZones(const ZonePools& pools,
+                                               int64_t needed) {
+  ZoneOrder order;
+  for (const auto& [zone, pool] : pools) order.emplace_back(zone, &pool);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const auto& a, const auto& b) {
+                     const int64_t ca = a.second->count, cb = b.second->count;
+                     const bool fa = ca >= needed, fb = cb >= needed;
+                     if (fa != fb) return fa;
+                     if (fa && needed > 1) return ca < cb;
+                     return ca > cb;
+                   });
+  return order;
+}
+
+std::vector<uint32_t> SlicePlacer::Choose(const SliceRequest& request,
+                                          const ZoneOrder& order) const {
+  const Overlay overlay(snap_, &released_);
+  const int64_t needed = request.needed();
+  int64_t total_free = 0;
+  for (const auto& [zone, pool] : order) total_free += pool->count;
+  for (const auto& [zone, pool] : order) {
+    if (pool->count < needed) break;
+    std::vector<uint32_t> in_zone = TakeFrom(request, overlay, *pool, {});
+    if (static_cast<int64_t>(in_zone.size()) == needed) return in_zone;
+  }
+  std::vector<uint32_t> chosen;
+  if (needed > 1 && total_free >= needed) {
+    for (const auto& [zone, pool] : order) {
+      chosen = TakeFrom(request, overlay, *pool, std::move(chosen));
+      if (static_cast<int64_t>(chosen.size()) == needed) break;
+    }
+  }
+  return chosen;
+}
+
+std::vector<uint32_t> SlicePlacer::TakeFrom(
+    const SliceRequest& request, const Overlay& overlay, const ZonePool& pool,
+    std::vector<uint32_t> chosen) const {
+  for (const CowBitset* set : pool.sets) {
+    for (size_t s = set->NextSet(0);
+         s < set->bits() &&
+         static_cast<int64_t>(chosen.size()) < request.needed();
+         s = set->NextSet(s + 1)) {
+      if (SliceFits(request, overlay, static_cast<uint32_t>(s),
+                    static_cast<int64_t>(chosen.size()))) {
+        chosen.push_back(static_cast<uint32_t>(s));
+      }
+    }
+  }
+  return chosen;
+}
+
+bool SlicePlacer::SliceFits(const SliceRequest& request, const Overlay& overlay,
+                            uint32_t s, int64_t k) const {
+  const InventorySnapshot::SliceEntry& se = snap_.slice(s);
+  for (int64_t w = 0; w < request.hosts(); ++w) {
+    const uint32_t h = se.hosts[w];
+    if (!request.HostMatches(snap_.node(h).node.labels, k, w)) return false;
+    if (!overlay.Fits(h, request.resources(k, w))) return false;
+  }
+  return true;
+}
+
+Attempt SlicePlacer::Placed(const SliceRequest& request,
+                            const std::vector<uint32_t>& chosen) const {
+  Attempt out;
+  out.placed = true;
+  absl::btree_map<std::string, int> used_zones;
+  for (uint32_t s : chosen) {
+    const InventorySnapshot::SliceEntry& se = snap_.slice(s);
+    out.slices.push_back(se.info.name);
+    ++used_zones[se.zone];
+    for (int64_t w = 0; w < request.hosts(); ++w) {
+      out.nodes.push_back(se.hosts[w]);
+    }
+  }
+  std::vector<std::string> zone_names;
+  for (const auto& [z, c] : used_zones) {
+    zone_names.push_back(z.empty() ? "(no zone)" : z);
+  }
+  const int64_t needed = request.needed();
+  out.summary = absl::StrCat("placed ", needed, " ", request.shape().pod_type,
+                             " slice", needed == 1 ? "" : "s", " in zone",
+                             zone_names.size() == 1 ? " " : "s ",
+                             absl::StrJoin(zone_names, ", "));
+  return out;
+}
+
+}  // namespace sliced::scheduler::internal

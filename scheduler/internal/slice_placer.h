@@ -1,0 +1,130 @@
+// The slice placer: places a slice request (num_slices whole free intact
+// slices of one shape) from the snapshot's free-slice index in O(log n), and
+// chooses the zone (label domain) the slices come from. Engine-internal:
+// include only from scheduler/ (and its tests).
+//
+// Thread-safety: a SliceRequest is immutable after construction. A
+// SlicePlacer only reads the snapshot; it belongs to one Solve() call.
+#ifndef SLICED_SCHEDULER_INTERNAL_SLICE_PLACER_H_
+#define SLICED_SCHEDULER_INTERNAL_SLICE_PLACER_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/internal/snapshot_state.h"
+#include "scheduler/internal/solver_util.h"
+#include "scheduler/labels.h"
+#include "scheduler/snapshot.h"
+#include "scheduler/solver.h"
+#include "scheduler/tpu.h"
+
+namespace sliced::scheduler::internal {
+
+// A slice requirement prepared for one attempt: the per-host bundles, and the
+// selector terms split into those on tier and zone (decided once per index
+// key: a slice's tier and zone are those of its worker 0) and the residual
+// ones, checked on every host.
+class SliceRequest {
+ public:
+  // `given` are the attempt's bundles (empty: resources_per_host on every
+  // host); `priority` may be null.
+  // REQUIRES: ValidateRequest() accepted the request, so the shape resolves
+  // and `given` is empty or holds num_slices * hosts bundles.
+  SliceRequest(const SliceRequirement& req, const std::vector<Bundle>& given,
+               const LabelSelector* priority);
+
+  const SliceRequirement& requirement() const { return req_; }
+  const TpuShape& shape() const { return shape_; }
+  int64_t hosts() const { return shape_.hosts; }
+  int64_t needed() const { return req_.num_slices; }
+  // Distinct bundle rows: 1 when every slice asks the same of its hosts,
+  // else num_slices.
+  int64_t rows() const { return rows_; }
+  // The resources worker w of the k-th chosen slice (or row k) takes.
+  const ResourceSet& resources(int64_t k, int64_t w) const {
+    return bundles_[At(k, w)].resources;
+  }
+  // The first index key of this shape, and whether `key` is of this shape.
+  SliceKey FirstKey() const;
+  bool SameShape(const SliceKey& key) const;
+  // Whether the tier and zone terms admit the slices under `key`.
+  bool KeyMatches(const SliceKey& key) const;
+  // Whether `labels`, those of worker w of the k-th slice, match the
+  // residual terms.
+  bool HostMatches(const Labels& labels, int64_t k, int64_t w) const {
+    return !any_residual_ || Matches(residual_[At(k, w)], labels);
+  }
+
+ private:
+  size_t At(int64_t k, int64_t w) const {
+    return (rows_ == 1 ? 0 : k) * shape_.hosts + w;
+  }
+
+  const SliceRequirement& req_;
+  TpuShape shape_;
+  int64_t rows_ = 1;
+  std::vector<Bundle> bundles_;  // per (row, worker)
+  std::vector<LabelSelector> keyed_;
+  std::vector<LabelSelector> residual_;
+  bool any_keyed_ = false;
+  bool any_residual_ = false;
+};
+
+// Places a slice request. Steps:
+//   1. Pre-filter: the free intact slices of the shape from the free-slice
+//      index, pooled by zone; keys whose tier or zone the selectors exclude
+//      are dropped without visiting their slices.
+//   2. Domains: order the zones. Zones that hold the whole request first:
+//      for one slice the zone with the most free slices of the shape, for
+//      several the fewest that still holds them (best fit); then the others,
+//      most free slices first. Ties: zone name.
+//   3. Fit: the first zone that yields every slice wins; slices in (tier,
+//      name) order whose every host matches the selectors and has room for
+//      its bundle (bundle s * hosts + i on worker i). A multi-slice request
+//      that no zone holds whole takes slices across zones in that order.
+//   On failure, ExplainSlices() (diagnosis.h) explains every slice of the
+//   shape.
+class SlicePlacer {
+ public:
+  // REQUIRES: `snap` and `released` outlive the placer.
+  SlicePlacer(const SnapshotState& snap, const Released& released)
+      : snap_(snap), released_(released) {}
+
+  // The chosen slices and their hosts, or a failure with its diagnosis step
+  // (labelled with `label`).
+  Attempt Place(const SliceRequest& request, absl::string_view label) const;
+
+ private:
+  // The free slices of the shape in one zone.
+  struct ZonePool {
+    std::vector<const CowBitset*> sets;  // one per tier key, tier order
+    int64_t count = 0;
+  };
+  using ZonePools = absl::btree_map<std::string, ZonePool>;
+  using ZoneOrder = std::vector<std::pair<std::string, const ZonePool*>>;
+
+  ZonePools FreePools(const SliceRequest& request) const;
+  static ZoneOrder OrderZones(const ZonePools& pools, int64_t needed);
+  std::vector<uint32_t> Choose(const SliceRequest& request,
+                               const ZoneOrder& order) const;
+  // `chosen` followed by the slices of `pool` that fit, in (tier, name)
+  // order, up to request.needed() in all.
+  std::vector<uint32_t> TakeFrom(const SliceRequest& request,
+                                 const Overlay& overlay, const ZonePool& pool,
+                                 std::vector<uint32_t> chosen) const;
+  bool SliceFits(const SliceRequest& request, const Overlay& overlay,
+                 uint32_t s, int64_t k) const;
+  Attempt Placed(const SliceRequest& request,
+                 const std::vector<uint32_t>& chosen) const;
+
+  const SnapshotState& snap_;
+  const Released& released_;
+};
+
+}  // namespace sliced::scheduler::internal
+
+#endif  // SLICED_SCHEDULER_INTERNAL_SLICE_PLACER_H_

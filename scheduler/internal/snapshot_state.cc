@@ -1,0 +1,62 @@
+// The state behind an InventorySnapshot; see snapshot_state.h.
+//
+// Thread-safety: const methods only; see snapshot_state.h.
+#include "scheduler/internal/snapshot_state.h"
+
+#include "absl/hash/hash.h"
+#include "scheduler/types.h"
+
+namespace sliced::scheduler::internal {
+
+int64_t SnapshotState::NodeIndex(absl::string_view node_id) const {
+  auto it = node_ids_->find(node_id);
+  return it == node_ids_->end() ? int64_t{-1} : int64_t{it->second};
+}
+
+int64_t SnapshotState::SliceIndex(absl::string_view name) const {
+  auto it = slice_ids_->find(name);
+  return it == slice_ids_->end() ? int64_t{-1} : int64_t{it->second};
+}
+
+size_t SnapshotState::PgShard(absl::string_view pg_id) {
+  return absl::Hash<absl::string_view>()(pg_id) % kPgShards;
+}
+
+bool SnapshotState::SliceFreeIntact(int32_t s) const {
+  return s >= 0 && slice(s).info.intact && slice(s).free();
+}
+
+int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
+  const NodeEntry& e = node(i);
+  if (e.node.state != NodeState::kAlive) return kNumRanks;
+  const bool used = !e.allocations.empty();
+  const bool whole = SliceFreeIntact(e.slice);
+  // Hosts of free intact multi-host slices come last, smallest slices first
+  // (<= 4 hosts, <= 16, larger): breaking a small slice costs less.
+  auto whole_multi = [&] {
+    const int64_t hosts = slice(e.slice).shape.hosts;
+    return 5 + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
+  };
+  // A node with nothing left of the bundle kind's main resource comes last
+  // (still a candidate: a re-placed PG's own allocations count as free).
+  auto free_of = [&](absl::string_view name) {
+    auto it = e.free.find(name);
+    return it == e.free.end() ? int64_t{0} : it->second;
+  };
+  if (free_of(kind == BundleKind::kTpu ? kResourceTpu : kResourceCpu) <= 0 &&
+      (kind == BundleKind::kTpu ? e.tpu
+                                : e.node.resources.contains(kResourceCpu))) {
+    return kNumRanks - 1;
+  }
+  if (kind == BundleKind::kCpuOnly) {
+    if (!e.tpu) return used ? 0 : 1;
+    if (!whole) return used ? 2 : 3;
+    return e.single_host ? 4 : whole_multi();
+  }
+  if (!e.tpu) return kNumRanks;
+  if (e.single_host) return used ? 0 : (whole ? 2 : 1);
+  if (used) return 3;
+  return whole ? whole_multi() : 4;
+}
+
+}  // namespace sliced::scheduler::internal

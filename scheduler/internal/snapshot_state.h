@@ -1,0 +1,98 @@
+// The state behind an InventorySnapshot: the copy-on-write node and slice
+// tables, the label index, the free-slice index and the rank bitsets the
+// solver reads. InventorySnapshot (snapshot.h) shows users the queries they
+// need; the solver and the snapshot writer reach this state through
+// StateOf(). Engine-internal: include only from scheduler/ (and its tests).
+//
+// Thread-safety: immutable once its snapshot is published (Build()/Apply()
+// returned); share freely. Only SnapshotWriter (snapshot.cc) writes it, while
+// the snapshot is unpublished.
+#ifndef SLICED_SCHEDULER_INTERNAL_SNAPSHOT_STATE_H_
+#define SLICED_SCHEDULER_INTERNAL_SNAPSHOT_STATE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "scheduler/internal/cow.h"
+#include "scheduler/snapshot.h"
+
+namespace sliced::scheduler {
+class SnapshotWriter;
+}  // namespace sliced::scheduler
+
+namespace sliced::scheduler::internal {
+
+// How a generic bundle should rank a node (lower = try first; solver.h
+// explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
+// a TPU bundle).
+enum class BundleKind { kCpuOnly = 0, kTpu = 1 };
+inline constexpr int kNumRanks = 9;  // rank 8: no CPU (TPU) left at all
+
+class SnapshotState {
+ public:
+  using NodeEntry = InventorySnapshot::NodeEntry;
+  using SliceEntry = InventorySnapshot::SliceEntry;
+  using SliceKeyIndex = InventorySnapshot::SliceKeyIndex;
+  // Free intact slices per (generation, topology, tier, zone), as bitsets
+  // over slice indexes with a count.
+  using FreeSliceIndex =
+      absl::btree_map<SliceKey, std::shared_ptr<const CowBitset>>;
+  using PostingList = std::vector<uint32_t>;  // sorted node indexes
+  using ValueIndex =
+      absl::btree_map<std::string, std::shared_ptr<const PostingList>>;
+  using LabelIndex =
+      absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
+  // PG id -> its allocations (sorted by bundle index), one shard.
+  using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
+  static constexpr int kPgShards = 4096;
+
+  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_slices() const { return slices_.size(); }
+  const NodeEntry& node(uint32_t i) const { return *nodes_[i]; }
+  const SliceEntry& slice(uint32_t i) const { return *slices_[i]; }
+  // -1 when unknown.
+  int64_t NodeIndex(absl::string_view node_id) const;
+  int64_t SliceIndex(absl::string_view name) const;
+  // Label key -> value -> the nodes carrying it (any state).
+  const LabelIndex& label_index() const { return *label_index_; }
+  const FreeSliceIndex& free_slices() const { return *free_slices_; }
+  const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
+  // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
+  const CowBitset& rank_set(BundleKind kind, int r) const {
+    return rank_sets_[static_cast<int>(kind)][r];
+  }
+  // The rank of node i for a bundle kind; kNumRanks when it takes none.
+  int Rank(BundleKind kind, uint32_t i) const;
+  // The shard of the PG index that holds `pg_id`.
+  static size_t PgShard(absl::string_view pg_id);
+  const PgIndex& pg_shard(size_t shard) const { return *pgs_[shard]; }
+  int64_t num_allocations() const { return num_allocations_; }
+
+ private:
+  friend class sliced::scheduler::SnapshotWriter;
+
+  // True when slice s exists, is intact and free.
+  bool SliceFreeIntact(int32_t s) const;
+
+  CowArray<std::shared_ptr<const NodeEntry>, 8> nodes_;
+  CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;
+  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> node_ids_;
+  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> slice_ids_;
+  std::shared_ptr<const SliceKeyIndex> slices_by_key_;
+  std::shared_ptr<const LabelIndex> label_index_;
+  std::shared_ptr<const FreeSliceIndex> free_slices_;
+  std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
+  // PG id -> its allocations, sharded by hash; shards are copied on write.
+  CowArray<std::shared_ptr<const PgIndex>, 6> pgs_;
+  int64_t num_allocations_ = 0;
+};
+
+}  // namespace sliced::scheduler::internal
+
+#endif  // SLICED_SCHEDULER_INTERNAL_SNAPSHOT_STATE_H_

@@ -1,0 +1,153 @@
+// Tests of the solver's pipeline steps (scheduler/internal/) on their own:
+// candidates, matching, diagnosis and the slice placer. Solve() as a whole is
+// tested in solver_test.cc and solver_property_test.cc.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "scheduler/internal/candidates.h"
+#include "scheduler/internal/diagnosis.h"
+#include "scheduler/internal/matching.h"
+#include "scheduler/internal/slice_placer.h"
+#include "scheduler/internal/snapshot_state.h"
+#include "scheduler/internal/solver_util.h"
+#include "tests/scheduler/builders.h"
+
+namespace sliced::scheduler::internal {
+namespace {
+
+using ::sliced::scheduler::testing::CpuNode;
+using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::Units;
+
+LabelSelector Sel(const std::string& key, const std::string& value) {
+  return *ParseLabelSelector({{key, value}});
+}
+
+Node Pooled(Node n, const std::string& pool) {
+  n.labels["pool"] = pool;
+  return n;
+}
+
+std::vector<uint32_t> Walk(const CandidateGroups& groups, int g) {
+  std::vector<uint32_t> out;
+  for (std::optional<Cursor> c = groups.Next(groups.group(g), Cursor{}); c;
+       c = groups.Next(groups.group(g), Cursor{c->rank, c->pos + 1})) {
+    out.push_back(static_cast<uint32_t>(c->pos));
+  }
+  return out;
+}
+
+TEST(CandidatesTest, WalksMatchingNodesInRankOrder) {
+  // cpu-a is in use (rank 0), cpu-b idle (rank 1), a's hosts are a free
+  // intact slice (last for CPU bundles); cpu-c does not match.
+  std::vector<Node> nodes = Slice("a", "TPU-V6E", "2x4", "z1");
+  nodes.push_back(Pooled(CpuNode("cpu-a"), "x"));
+  nodes.push_back(Pooled(CpuNode("cpu-b"), "x"));
+  nodes.push_back(Pooled(CpuNode("cpu-c"), "y"));
+  for (Node& n : nodes) {
+    if (n.node_id.rfind("a-", 0) == 0) n.labels["pool"] = "x";
+  }
+  auto snap = *InventorySnapshot::Build(
+      nodes, {{"pg", 0, "cpu-a", {{"CPU", Units(1)}}}});
+  const SnapshotState& state = StateOf(*snap);
+  CandidateGroups groups(state);
+  const ResourceSet cpu = {{"CPU", Units(1)}};
+  const int g = groups.GroupFor(Sel("pool", "x"), BundleKind::kCpuOnly, cpu);
+  EXPECT_EQ(groups.GroupFor(Sel("pool", "x"), BundleKind::kCpuOnly, cpu), g);
+  std::vector<std::string> ids;
+  for (uint32_t i : Walk(groups, g)) ids.push_back(state.node(i).node.node_id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"cpu-a", "cpu-b", "a-w0"}));
+  EXPECT_EQ(groups.Reach(groups.group(g)), 3);
+}
+
+TEST(MatchingTest, RehomesAGreedyBundleToPlaceAnother) {
+  auto snap = *InventorySnapshot::Build(
+      {Pooled(CpuNode("n1"), "a"), Pooled(CpuNode("n2"), "b")}, {});
+  const SnapshotState& state = StateOf(*snap);
+  CandidateGroups groups(state);
+  std::vector<Bundle> bundles(2);
+  bundles[0].resources = {{"CPU", Units(1)}};
+  bundles[1].resources = {{"CPU", Units(1)}};
+  bundles[1].selector = Sel("pool", "a");  // only n1
+  const std::vector<int> group = {
+      groups.GroupFor(LabelSelector(), BundleKind::kCpuOnly,
+                      bundles[0].resources),
+      groups.GroupFor(bundles[1].selector, BundleKind::kCpuOnly,
+                      bundles[1].resources)};
+  // Greedy put bundle 0 on n1 and left bundle 1 without a node.
+  const std::vector<int64_t> start = {state.NodeIndex("n1"), -1};
+  const Released released;
+  const std::optional<std::vector<uint32_t>> matched =
+      MatchDistinct(state, released, {&bundles, &group, &groups, &start});
+  ASSERT_TRUE(matched.has_value());
+  EXPECT_EQ(*matched, (std::vector<uint32_t>{
+                          static_cast<uint32_t>(state.NodeIndex("n2")),
+                          static_cast<uint32_t>(state.NodeIndex("n1"))}));
+
+  bundles[0].pinned_node_id = "n1";  // a pinned bundle never moves
+  EXPECT_FALSE(
+      MatchDistinct(state, released, {&bundles, &group, &groups, &start})
+          .has_value());
+}
+
+TEST(DiagnosisTest, CountsEachNodeByTheFirstCheckItFails) {
+  Node dead = CpuNode("dead");
+  dead.state = NodeState::kDead;
+  auto snap = *InventorySnapshot::Build(
+      {CpuNode("small", 2), CpuNode("busy", 8), dead, CpuNode("ok", 8)},
+      {{"pg", 0, "busy", {{"CPU", Units(6)}}}});
+  const SnapshotState& state = StateOf(*snap);
+  const Overlay overlay(state, nullptr);
+  const ResourceSet four = {{"CPU", Units(4)}};
+  const LabelSelector any;
+  const Failure failure =
+      ExplainBundle(state, overlay, {}, "p: ", {1, &four, &any, false});
+  EXPECT_FALSE(failure.infeasible);
+  EXPECT_EQ(failure.summary,
+            "bundle 1 {CPU: 4}: 1/4 nodes fit: 1 insufficient total CPU, "
+            "1 DEAD, 1 insufficient free CPU");
+  ASSERT_EQ(failure.steps.size(), 1u);
+  EXPECT_EQ(failure.steps[0].step, "p: bundle 1 {CPU: 4}");
+
+  const ResourceSet huge = {{"CPU", Units(64)}};
+  EXPECT_TRUE(ExplainBundle(state, overlay, {}, "", {0, &huge, &any, false})
+                  .infeasible);
+}
+
+TEST(SlicePlacerTest, OneSliceComesFromTheZoneWithTheMostFree) {
+  std::vector<Node> nodes;
+  for (const char* name : {"s1", "s2"}) {
+    for (Node& n : Slice(name, "TPU-V6E", "4x4", "z1")) nodes.push_back(n);
+  }
+  for (const char* name : {"s3", "s4", "s5"}) {
+    for (Node& n : Slice(name, "TPU-V6E", "4x4", "z2")) nodes.push_back(n);
+  }
+  auto snap = *InventorySnapshot::Build(nodes, {});
+  const Released released;
+  SliceRequirement req;
+  req.topology = "4x4";
+  const std::vector<Bundle> no_bundles;
+  const SliceRequest one(req, no_bundles, nullptr);
+  const Attempt placed = SlicePlacer(StateOf(*snap), released).Place(one, "");
+  ASSERT_TRUE(placed.placed);
+  EXPECT_EQ(placed.slices, (std::vector<std::string>{"s3"}));
+
+  req.num_slices = 2;  // best fit: the smallest zone that holds both
+  const SliceRequest two(req, no_bundles, nullptr);
+  EXPECT_EQ(SlicePlacer(StateOf(*snap), released).Place(two, "").slices,
+            (std::vector<std::string>{"s1", "s2"}));
+
+  req.num_slices = 6;
+  const SliceRequest six(req, no_bundles, nullptr);
+  const Attempt failed = SlicePlacer(StateOf(*snap), released).Place(six, "");
+  EXPECT_FALSE(failed.placed);
+  EXPECT_TRUE(failed.infeasible);
+  EXPECT_EQ(failed.summary,
+            "5/5 v6e-16 slices free, 6 needed; only 5 could ever match this "
+            "request");
+}
+
+}  // namespace
+}  // namespace sliced::scheduler::internal
