@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/server.h"
@@ -49,24 +50,10 @@ ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "sliced: TPU placement scheduler daemon for Ray clusters.\n"
-      "Usage: sliced [--listen=127.0.0.1:50051] [--data_dir=./data]");
-  absl::ParseCommandLine(argc, argv);
-  // Debian's Abseil is built with mutex deadlock detection on, which costs a
-  // graph update on every lock of every absl::Mutex (gRPC's included). Our
-  // lock order is checked by clang's thread-safety analysis instead.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+namespace {
 
-  // Block the stop signals in every thread; main waits for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
+// The daemon's options from the flags; InvalidArgument names a bad flag.
+absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
   sliced::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -94,42 +81,42 @@ int main(int argc, char** argv) {
         std::pair{"max_pending", options.limits.max_pending_pgs},
         std::pair{"max_streams", options.limits.max_streams}}) {
     if (value < 1) {
-      std::fprintf(stderr, "sliced: --%s must be >= 1\n", name);
-      return 2;
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be >= 1"));
     }
   }
   if (options.heartbeat_timeout < absl::ZeroDuration() ||
       options.starvation_bound < absl::ZeroDuration()) {
-    std::fprintf(
-        stderr,
-        "sliced: --heartbeat_timeout and --starvation_bound must be >= 0\n");
-    return 2;
+    return absl::InvalidArgumentError(
+        "--heartbeat_timeout and --starvation_bound must be >= 0");
   }
+  return options;
+}
 
-  auto server = sliced::server::SlicedServer::Start(options);
-  if (!server.ok()) {
-    std::fprintf(stderr, "sliced: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
+void PrintServing(const sliced::server::ServerOptions& options,
+                  const sliced::server::SlicedServer& server) {
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   std::printf(
       "sliced: serving on %s:%d, data dir %s, %zu nodes loaded, metrics on "
       "port %d\n",
-      host.c_str(), (*server)->port(), options.data_dir.c_str(),
-      (*server)->node_count(), (*server)->metrics_port());
-  if (!(*server)->tls() || !(*server)->auth()) {
-    std::printf(
-        "sliced: %s%s%s\n", (*server)->tls() ? "" : "TLS off",
-        !(*server)->tls() && !(*server)->auth() ? ", " : "",
-        (*server)->auth() ? "" : "no authentication (any caller is admin)");
+      host.c_str(), server.port(), options.data_dir.c_str(),
+      server.node_count(), server.metrics_port());
+  if (!server.tls() || !server.auth()) {
+    std::printf("sliced: %s%s%s\n", server.tls() ? "" : "TLS off",
+                !server.tls() && !server.auth() ? ", " : "",
+                server.auth() ? "" : "no authentication (any caller is admin)");
   }
   std::fflush(stdout);
+}
 
+// Serves until SIGINT or SIGTERM; SIGHUP reloads the auth tokens.
+void ServeUntilStopped(sliced::server::SlicedServer& server,
+                       const sigset_t& stop_signals) {
   int signal_number = 0;
   while (true) {
     sigwait(&stop_signals, &signal_number);
     if (signal_number != SIGHUP) break;
-    absl::Status reloaded = (*server)->ReloadAuth();
+    absl::Status reloaded = server.ReloadAuth();
     std::printf("sliced: SIGHUP: %s\n", reloaded.ok()
                                             ? "auth tokens reloaded"
                                             : reloaded.ToString().c_str());
@@ -137,6 +124,41 @@ int main(int argc, char** argv) {
   }
   std::printf("sliced: signal %d, shutting down\n", signal_number);
   std::fflush(stdout);
-  (*server)->Shutdown();
+  server.Shutdown();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "sliced: TPU placement scheduler daemon for Ray clusters.\n"
+      "Usage: sliced [--listen=127.0.0.1:50051] [--data_dir=./data]");
+  absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with mutex deadlock detection on, which costs a
+  // graph update on every lock of every absl::Mutex (gRPC's included). Our
+  // lock order is checked by clang's thread-safety analysis instead.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  // Block the stop signals in every thread; main waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "sliced: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
+  }
+  auto server = sliced::server::SlicedServer::Start(*options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "sliced: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  PrintServing(*options, **server);
+  ServeUntilStopped(**server, stop_signals);
   return 0;
 }

@@ -180,9 +180,10 @@ absl::StatusOr<ScalingConfigPlan> PlanGeneric(const ScalingConfig& config,
   return plan;
 }
 
-absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
-                                          const Limits& limits,
-                                          GivenResources given) {
+// The generation of a TPU config, after Ray's checks that the topology and
+// accelerator type are given.
+absl::StatusOr<scheduler::TpuGeneration> TpuGenerationOf(
+    const ScalingConfig& config) {
   const int num_workers = config.num_workers;
   if (num_workers > 1 && config.topology.empty()) {
     return Invalid("topology",
@@ -200,35 +201,37 @@ absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
               "\"TPU-V6E\"");
   }
   auto generation = scheduler::ParseTpuGeneration(config.accelerator_type);
-  if (!generation.ok())
+  if (!generation.ok()) {
     return Prefixed("accelerator_type", generation.status());
-
-  ScalingConfigPlan plan;
-  plan.use_tpu = true;
-  plan.num_workers = num_workers;
-  ASSIGN_OR_RETURN(plan.request.strategy,
-                   ParseStrategy(config.placement_strategy, true));
-
-  if (config.topology.empty()) {
-    // One worker, no slice: an ordinary bundle on a node of that generation.
-    ResourceSet resources = std::move(given.resources);
-    if (!given.given) {
-      resources[std::string(scheduler::kResourceTpu)] =
-          scheduler::kResourceScale;
-    }
-    absl::btree_map<std::string, std::string> extra;
-    extra.emplace(std::string(scheduler::kLabelAcceleratorType),
-                  std::string(scheduler::TpuAcceleratorType(*generation)));
-    ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
-                     ConvertSelector(config, limits, std::move(extra)));
-    scheduler::Bundle bundle;
-    bundle.resources = std::move(resources);
-    bundle.selector = std::move(selector);
-    plan.request.bundles.push_back(std::move(bundle));
-    return plan;
   }
+  return *generation;
+}
 
-  auto shape = scheduler::ResolveTpuShape(*generation, config.topology);
+// One TPU worker without a topology: an ordinary bundle on a node of that
+// generation.
+absl::Status PlanOneTpuWorker(const ScalingConfig& config, const Limits& limits,
+                              scheduler::TpuGeneration generation,
+                              GivenResources given, ScalingConfigPlan& plan) {
+  ResourceSet resources = std::move(given.resources);
+  if (!given.given) {
+    resources[std::string(scheduler::kResourceTpu)] = scheduler::kResourceScale;
+  }
+  absl::btree_map<std::string, std::string> extra;
+  extra.emplace(std::string(scheduler::kLabelAcceleratorType),
+                std::string(scheduler::TpuAcceleratorType(generation)));
+  ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
+                   ConvertSelector(config, limits, std::move(extra)));
+  plan.request.bundles.push_back(
+      scheduler::Bundle{std::move(resources), std::move(selector), ""});
+  return absl::OkStatus();
+}
+
+// Whole slices of the topology, one worker per host.
+absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
+                           scheduler::TpuGeneration generation,
+                           GivenResources given, ScalingConfigPlan& plan) {
+  const int num_workers = config.num_workers;
+  auto shape = scheduler::ResolveTpuShape(generation, config.topology);
   if (!shape.ok()) return Prefixed("topology", shape.status());
   plan.shape = *std::move(shape);
   plan.hosts_per_slice = static_cast<int>(plan.shape.hosts);
@@ -249,7 +252,6 @@ absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
                      num_workers, " TPU workers need ", num_workers,
                      " TPU hosts; use SPREAD (the default for TPUs)"));
   }
-
   ResourceSet resources = std::move(given.resources);
   const int64_t per_host =
       plan.shape.chips_per_host * scheduler::kResourceScale;
@@ -267,14 +269,29 @@ absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
   }
   ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
                    ConvertSelector(config, limits, {}));
+  plan.request.slice = scheduler::SliceRequirement{
+      plan.shape.generation, plan.shape.topology, plan.num_slices,
+      std::move(resources), std::move(selector)};
+  return absl::OkStatus();
+}
 
-  scheduler::SliceRequirement slice;
-  slice.generation = plan.shape.generation;
-  slice.topology = plan.shape.topology;
-  slice.num_slices = plan.num_slices;
-  slice.resources_per_host = std::move(resources);
-  slice.selector = std::move(selector);
-  plan.request.slice = std::move(slice);
+absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
+                                          const Limits& limits,
+                                          GivenResources given) {
+  ASSIGN_OR_RETURN(scheduler::TpuGeneration generation,
+                   TpuGenerationOf(config));
+  ScalingConfigPlan plan;
+  plan.use_tpu = true;
+  plan.num_workers = config.num_workers;
+  ASSIGN_OR_RETURN(plan.request.strategy,
+                   ParseStrategy(config.placement_strategy, true));
+  if (config.topology.empty()) {
+    RETURN_IF_ERROR(
+        PlanOneTpuWorker(config, limits, generation, std::move(given), plan));
+  } else {
+    RETURN_IF_ERROR(
+        PlanTpuSlices(config, limits, generation, std::move(given), plan));
+  }
   return plan;
 }
 
