@@ -128,6 +128,23 @@ class InventoryEndToEnd(unittest.TestCase):
         self.assertIn("locked", str(err.exception))
         self.assertEqual(second.proc.returncode, 1)
 
+    def test_second_daemon_on_same_port_is_refused(self):
+        # gRPC turns SO_REUSEPORT on by default; sliced turns it off, so a
+        # second daemon (another data dir) can't bind the port and split the
+        # clients with the first.
+        first = self.start(temp_data_dir(self))
+        address = "127.0.0.1:%d" % first.port
+        second = Daemon(temp_data_dir(self), "--listen=" + address)
+        self.addCleanup(second.close)
+        with self.assertRaises(RuntimeError) as err:
+            second.start()
+        self.assertIn("cannot listen on " + address, str(err.exception))
+        self.assertEqual(second.proc.returncode, 1)
+        with first.channel() as ch:
+            self.assertEqual(health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(), timeout=10).status,
+                health_pb2.HealthCheckResponse.SERVING)
+
     def test_lease_expiry_marks_node_dead_and_heartbeat_revives(self):
         d = self.start(temp_data_dir(self), "--heartbeat_timeout=0.4s")
         with d.channel() as ch:
