@@ -3,6 +3,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "scheduler/labels.h"
 #include "base/status_macros.h"
 #include "server/label_translation.h"
@@ -23,8 +24,8 @@ absl::Status ValidateAddress(absl::string_view address) {
     if (!(absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':' ||
           c == '[' || c == ']')) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "must be a host name or IP address ([A-Za-z0-9.-:[]]), got '",
-          address, "'"));
+          "must be a host name or IP address ([A-Za-z0-9.-:[]]), got ",
+          Quote(address, '\'')));
     }
   }
   return absl::OkStatus();
@@ -39,7 +40,7 @@ absl::Status ValidateResourceName(absl::string_view name,
   for (char c : name) {
     if (!(IsIdChar(c) || c == '/')) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "resource name '", name, "' may only hold [A-Za-z0-9._:/-]"));
+          "resource name ", Quote(name, '\''), " may only hold [A-Za-z0-9._:/-]"));
     }
   }
   return absl::OkStatus();
@@ -69,12 +70,14 @@ absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
   }
   if (!absl::ascii_isalnum(id[0])) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node_id: '", id, "' must start with a letter or digit"));
+        absl::StrCat("node_id: ", Quote(id, '\''),
+                     " must start with a letter or digit"));
   }
   for (char c : id) {
     if (!IsIdChar(c)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("node_id: '", id, "' may only hold [A-Za-z0-9._:-]"));
+          absl::StrCat("node_id: ", Quote(id, '\''),
+                       " may only hold [A-Za-z0-9._:-]"));
     }
   }
   return absl::OkStatus();
@@ -90,7 +93,7 @@ absl::StatusOr<scheduler::ResourceSet> ResourcesFromProto(
   }
   scheduler::ResourceSet out;
   for (const auto& [name, value] : resources) {
-    const std::string what = absl::StrCat(field, "[\"", name, "\"]");
+    const std::string what = absl::StrCat(field, "[", Quote(name), "]");
     RETURN_IF_ERROR(WithFieldPrefix(what, ValidateResourceName(name, limits)));
     ASSIGN_OR_RETURN(int64_t fixed, scheduler::ToFixedPoint(value, what));
     out[name] = fixed;
@@ -121,7 +124,7 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
   for (int i = 0; i < nodes.size(); ++i) {
     const v1::Node& in = nodes[i];
     const std::string where =
-        absl::StrCat("nodes[", i, "] (node_id \"", in.node_id(), "\")");
+        absl::StrCat("nodes[", i, "] (node_id ", Quote(in.node_id()), ")");
     RETURN_IF_ERROR(
         WithFieldPrefix(where, ValidateNodeId(in.node_id(), limits)));
     if (!seen.insert(in.node_id()).second) {
@@ -139,10 +142,10 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     scheduler::Labels raw(in.labels().begin(), in.labels().end());
     for (const auto& [key, value] : raw) {
       RETURN_IF_ERROR(
-          WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"]"),
+          WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "]"),
                           scheduler::ValidateLabelKey(key)));
       RETURN_IF_ERROR(
-          WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+          WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "] value"),
                           scheduler::ValidateLabelValue(value)));
     }
     absl::StatusOr<scheduler::Labels> translated =
@@ -158,7 +161,7 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     for (const auto& [key, value] : labels) {
       // Derived values (e.g. a raw TPU_WORKER_ID copied over) obey the syntax.
       RETURN_IF_ERROR(
-          WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+          WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "] value"),
                           scheduler::ValidateLabelValue(value)));
     }
     ASSIGN_OR_RETURN(
@@ -169,7 +172,7 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
       if (IsWholeUnitResource(name) &&
           amount % scheduler::kResourceScale != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": resources[\"", name, "\"]: node capacity of ", name,
+            where, ": resources[", Quote(name), "]: node capacity of ", name,
             " must be a whole number"));
       }
     }

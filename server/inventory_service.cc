@@ -6,6 +6,7 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "scheduler/labels.h"
 #include "scheduler/slices.h"
 #include "base/status_macros.h"
@@ -19,7 +20,7 @@ namespace {
 using scheduler::NodeState;
 
 absl::Status NodeNotFound(absl::string_view id) {
-  return absl::NotFoundError(absl::StrCat("node_id: no node \"", id, "\""));
+  return absl::NotFoundError(absl::StrCat("node_id: no node ", Quote(id)));
 }
 
 void EntryToProto(const NodeEntry& entry,
@@ -138,8 +139,8 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
       const NodeEntry* entry = txn.FindNode(beat.node_id());
       if (entry == nullptr) {
         return absl::NotFoundError(
-            absl::StrCat("heartbeats[", i, "].node_id: no node \"",
-                         beat.node_id(), "\"; register it first"));
+            absl::StrCat("heartbeats[", i, "].node_id: no node ",
+                         Quote(beat.node_id()), "; register it first"));
       }
       ASSIGN_OR_RETURN(NodeState state, HeartbeatState(beat, *entry, i));
       NodeEntry next = *entry;
@@ -430,7 +431,7 @@ grpc::ServerUnaryReactor* InventoryService::DeleteComputeClass(
   return Write(context, [request](Txn& txn) {
     if (txn.FindClass(request->name()) == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("name: no compute class \"", request->name(), "\""));
+          absl::StrCat("name: no compute class ", Quote(request->name())));
     }
     if (txn.AnyPg([&](const PgEntry& pg) {
           return pg.record.compute_class() == request->name();

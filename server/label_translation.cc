@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "scheduler/tpu.h"
 
 namespace sliced::server {
@@ -69,8 +70,8 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
         absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", a.gke);
       }
       return absl::InvalidArgumentError(absl::StrCat(
-          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator '",
-          *accel, "'; accepted: ", accepted));
+          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator ",
+          Quote(*accel, '\''), "; accepted: ", accepted));
     }
     derive(scheduler::kLabelAcceleratorType, match->ray);
   }

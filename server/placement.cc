@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/quote.h"
 #include "scheduler/labels.h"
 #include "base/status_macros.h"
 #include "scheduler/tpu.h"
@@ -213,7 +214,7 @@ absl::StatusOr<std::vector<LabelSelector>> Priorities(
   const storage::ComputeClassRecord* cls = txn.FindClass(r.compute_class());
   if (cls == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "compute_class: no compute class \"", r.compute_class(), "\""));
+        "compute_class: no compute class ", Quote(r.compute_class())));
   }
   for (const storage::SelectorRecord& p : cls->priorities()) {
     ASSIGN_OR_RETURN(LabelSelector s, SelectorFromMap(p.terms(), "priority"));
@@ -510,7 +511,7 @@ absl::Status RemovePg(Txn& txn, const std::string& pg_id) {
   const PgEntry* entry = txn.FindPg(pg_id);
   if (entry == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("placement_group_id: no placement group \"", pg_id, "\""));
+        absl::StrCat("placement_group_id: no placement group ", Quote(pg_id)));
   }
   scheduler::SnapshotDelta delta;
   delta.release_pg_ids.push_back(pg_id);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "server/cluster_summary.h"
 #include "server/grpc_status.h"
 #include "server/stream_reactor.h"
@@ -22,14 +23,14 @@ absl::StatusOr<std::vector<std::string>> TailNodes(
   if (!r.node_id().empty()) {
     if (!state.nodes.contains(r.node_id())) {
       return absl::NotFoundError(
-          absl::StrCat("node_id: no node \"", r.node_id(), "\""));
+          absl::StrCat("node_id: no node ", Quote(r.node_id())));
     }
     nodes.push_back(r.node_id());
   } else if (!r.slice_name().empty()) {
     auto slice = state.snapshot->GetSlice(r.slice_name());
     if (!slice.ok()) {
       return absl::NotFoundError(
-          absl::StrCat("slice_name: no slice \"", r.slice_name(), "\""));
+          absl::StrCat("slice_name: no slice ", Quote(r.slice_name())));
     }
     for (const std::string& id : slice->info.node_ids) {
       if (!id.empty()) nodes.push_back(id);
@@ -90,8 +91,8 @@ grpc::ServerUnaryReactor* TelemetryService::ReportTpuMetrics(
     for (int i = 0; i < request->nodes_size(); ++i) {
       if (!state.nodes.contains(request->nodes(i).node_id())) {
         return absl::NotFoundError(
-            absl::StrCat("nodes[", i, "].node_id: no node \"",
-                         request->nodes(i).node_id(), "\""));
+            absl::StrCat("nodes[", i, "].node_id: no node ",
+                         Quote(request->nodes(i).node_id())));
       }
     }
     return absl::OkStatus();
@@ -163,7 +164,7 @@ grpc::ServerUnaryReactor* TelemetryService::AppendLogs(
       [this, request, staged](Txn& txn) {
         if (txn.FindNode(request->node_id()) == nullptr) {
           return absl::NotFoundError(
-              absl::StrCat("node_id: no node \"", request->node_id(), "\""));
+              absl::StrCat("node_id: no node ", Quote(request->node_id())));
         }
         *staged = logs_->Stage(txn, request->node_id(), request->lines());
         return absl::OkStatus();
