@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 
 namespace sliced::scheduler {
@@ -72,13 +73,13 @@ std::string PrefixError(absl::string_view prefix) {
 
 absl::Status KeyError(absl::string_view key, absl::string_view why) {
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid label key \"", key, "\": ", why));
+      absl::StrCat("invalid label key ", Quote(key), ": ", why));
 }
 
 absl::Status ValueError(absl::string_view key, absl::string_view value,
                         absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(
-      "invalid label value \"", value, "\" for key \"", key, "\": ", why));
+      "invalid label value ", Quote(value), " for key ", Quote(key), ": ", why));
 }
 
 std::string TermToString(const SelectorTerm& term) {
@@ -105,26 +106,26 @@ absl::StatusOr<SelectorTerm> ParseTerm(const std::string& key,
   if (absl::ConsumePrefix(&rest, "in(")) {
     if (!absl::ConsumeSuffix(&rest, ")")) {
       return absl::InvalidArgumentError(
-          absl::StrCat("label selector for key \"", key,
-                       "\": unbalanced parentheses in \"", expr, "\""));
+          absl::StrCat("label selector for key ", Quote(key),
+                       ": unbalanced parentheses in ", Quote(expr)));
     }
     term.op = negated ? SelectorOp::kNotIn : SelectorOp::kIn;
     if (absl::StripAsciiWhitespace(rest).empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "label selector for key \"", key, "\": ", negated ? "!in()" : "in()",
+          "label selector for key ", Quote(key), ": ", negated ? "!in()" : "in()",
           " needs at least one value"));
     }
     for (absl::string_view v : absl::StrSplit(rest, ',')) {
       v = absl::StripAsciiWhitespace(v);
       if (v.empty()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("label selector for key \"", key,
-                         "\": empty value in \"", expr, "\""));
+            absl::StrCat("label selector for key ", Quote(key),
+                         ": empty value in ", Quote(expr)));
       }
       if (absl::StrContains(v, "(") || absl::StrContains(v, ")")) {
         return absl::InvalidArgumentError(
-            absl::StrCat("label selector for key \"", key,
-                         "\": unbalanced parentheses in \"", expr, "\""));
+            absl::StrCat("label selector for key ", Quote(key),
+                         ": unbalanced parentheses in ", Quote(expr)));
       }
       std::string why = NameSyntaxError(v);
       if (!why.empty()) return ValueError(key, v, why);
@@ -137,9 +138,9 @@ absl::StatusOr<SelectorTerm> ParseTerm(const std::string& key,
   }
   if (absl::StrContains(rest, "(") || absl::StrContains(rest, ")")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("label selector for key \"", key,
-                     "\": unbalanced parentheses or unknown operator in \"",
-                     expr, "\" (expected v, !v, in(a,b) or !in(a,b))"));
+        absl::StrCat("label selector for key ", Quote(key),
+                     ": unbalanced parentheses or unknown operator in ",
+                     Quote(expr), " (expected v, !v, in(a,b) or !in(a,b))"));
   }
   term.op = negated ? SelectorOp::kNotEquals : SelectorOp::kEquals;
   absl::Status value_ok = ValidateLabelValue(rest);
@@ -175,7 +176,7 @@ absl::Status ValidateLabelValue(absl::string_view value) {
   std::string why = NameSyntaxError(value);
   if (!why.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid label value \"", value, "\": ", why));
+        absl::StrCat("invalid label value ", Quote(value), ": ", why));
   }
   return absl::OkStatus();
 }

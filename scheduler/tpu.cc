@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/quote.h"
 
 namespace sliced::scheduler {
 namespace {
@@ -91,8 +92,8 @@ absl::StatusOr<TpuGeneration> ParseTpuGeneration(absl::string_view name) {
   if (rest == "v6e") return TpuGeneration::kV6e;
   if (rest == "v7x" || rest == "7x") return TpuGeneration::kV7x;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown TPU accelerator type \"", name,
-                   "\"; accepted: ", kAcceptedNames));
+      absl::StrCat("unknown TPU accelerator type ", Quote(name),
+                   "; accepted: ", kAcceptedNames));
 }
 
 absl::string_view TpuGenerationName(TpuGeneration generation) {
@@ -153,8 +154,8 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
   }
   if (!parsed || shape.dims.size() < 2 || shape.dims.size() > 3) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid TPU topology \"", topology,
-                     "\": expected AxB or AxBxC with positive integers"));
+        absl::StrCat("invalid TPU topology ", Quote(topology),
+                     ": expected AxB or AxBxC with positive integers"));
   }
   shape.topology = absl::StrJoin(shape.dims, "x");
   const std::string rule =

@@ -200,6 +200,9 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind the
+  // same port and split the clients; a port in use must fail the start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.RegisterService(impl->inventory_service.get());

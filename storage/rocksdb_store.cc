@@ -1,8 +1,19 @@
 // The RocksDB store: one column family per table plus "meta" (schema
 // version); every Commit is one WriteBatch with the WAL synced.
 //
+// A failed write (a full disk, an I/O error) fences the DB instance: no write
+// touches it again until Recover() has run RocksDB's own recovery (Resume())
+// and then closed and reopened it, because RocksDB 7.8 keeps using the WAL
+// writer that saw the error when its memtables were empty, and its next append
+// to that writer aborts the process. For the same reason RocksDB's info log is
+// a FileLogger that tolerates write errors, and RocksDB's automatic recovery
+// is off: it waits for free space of a whole write buffer (64 MiB) and would
+// resume behind the store's back.
+//
 // Thread-compatible (the coordinator is its single writer). rocksdb::Status is
 // converted to absl::Status in this file only.
+#include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,7 +24,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 #include "storage/migrations.h"
@@ -38,18 +53,106 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context) {
   return absl::UnavailableError(message);
 }
 
+// RocksDB's info log ("LOG" in the data dir), written with stdio. RocksDB's
+// own logger aborts on the first line after a failed write (a full disk);
+// this one drops the lines it cannot write and goes on once space is back.
+// Thread-safe (one fwrite per line).
+class FileLogger : public rocksdb::Logger {
+ public:
+  // Appends to `path`; first moves a file over kMaxBytes to `path`.old.
+  explicit FileLogger(const std::string& path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) > kMaxBytes && !ec) {
+      std::filesystem::rename(path, path + ".old", ec);
+    }
+    file_ = std::fopen(path.c_str(), "a");
+  }
+  ~FileLogger() override {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    if (file_ == nullptr) return;
+    char line[4096];
+    const std::string now = absl::FormatTime("%Y/%m/%d-%H:%M:%E6S ",
+                                             absl::Now(), absl::UTCTimeZone());
+    va_list copy;
+    va_copy(copy, ap);
+    int n = std::vsnprintf(line, sizeof(line) - 1, format, copy);
+    va_end(copy);
+    if (n < 0) return;
+    size_t len = std::min(static_cast<size_t>(n), sizeof(line) - 2);
+    line[len++] = '\n';
+    std::string out = absl::StrCat(now, absl::string_view(line, len));
+    if (std::fwrite(out.data(), 1, out.size(), file_) != out.size() ||
+        std::fflush(file_) != 0) {
+      std::clearerr(file_);
+    }
+  }
+
+ private:
+  static constexpr uintmax_t kMaxBytes = 8 << 20;
+  std::FILE* file_;
+};
+
+// Turns RocksDB's automatic error recovery off: the store recovers itself.
+class NoAutoRecovery : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason /*reason*/,
+                            rocksdb::Status /*bg_error*/,
+                            bool* auto_recovery) override {
+    *auto_recovery = false;
+  }
+};
+
+// The DB options every open uses.
+rocksdb::DBOptions MakeDbOptions(const std::string& path) {
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = true;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 3;
+  db_options.max_bgerror_resume_count = 0;
+  db_options.listeners.push_back(std::make_shared<NoAutoRecovery>());
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    db_options.info_log = std::make_shared<FileLogger>(path + "/LOG");
+  }
+  return db_options;
+}
+
+// Opens the database at `path` with every family of the store; handles[0] is
+// default, [1] meta, [2 + table] each table.
+rocksdb::Status OpenDb(const std::string& path,
+                       const rocksdb::DBOptions& db_options,
+                       std::unique_ptr<rocksdb::DB>* db,
+                       std::vector<rocksdb::ColumnFamilyHandle*>* handles) {
+  rocksdb::ColumnFamilyOptions cf_options;
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
+  descriptors.emplace_back(std::string(kMetaFamily), cf_options);
+  for (Table table : kTables) {
+    descriptors.emplace_back(std::string(TableName(table)), cf_options);
+  }
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s =
+      rocksdb::DB::Open(db_options, path, descriptors, handles, &raw);
+  if (s.ok()) db->reset(raw);
+  return s;
+}
+
 class RocksDbStore : public Store {
  public:
   RocksDbStore(std::unique_ptr<rocksdb::DB> db,
-               std::vector<rocksdb::ColumnFamilyHandle*> handles, bool sync)
-      : db_(std::move(db)), handles_(std::move(handles)), sync_(sync) {}
+               std::vector<rocksdb::ColumnFamilyHandle*> handles,
+               RocksDbStoreOptions options)
+      : db_(std::move(db)),
+        handles_(std::move(handles)),
+        options_(std::move(options)) {}
 
-  ~RocksDbStore() override {
-    for (rocksdb::ColumnFamilyHandle* h : handles_) {
-      db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    }
-    db_->Close().PermitUncheckedError();
-  }
+  ~RocksDbStore() override { CloseDb(); }
 
   // handles_[0] is default, [1] meta, [2 + table] each table.
   rocksdb::ColumnFamilyHandle* Family(Table table) const {
@@ -59,6 +162,10 @@ class RocksDbStore : public Store {
   rocksdb::DB* db() const { return db_.get(); }
 
   absl::StatusOr<StoredState> Load() override {
+    if (db_ == nullptr) {
+      absl::Status recovered = Recover();
+      if (!recovered.ok()) return recovered;
+    }
     StoredState state;
     for (Table table : kTables) {
       std::unique_ptr<rocksdb::Iterator> it(
@@ -76,6 +183,10 @@ class RocksDbStore : public Store {
 
   absl::Status Commit(const Mutation& mutation) override {
     if (mutation.empty()) return absl::OkStatus();
+    if (failed_) {
+      absl::Status recovered = Recover();
+      if (!recovered.ok()) return recovered;
+    }
     rocksdb::WriteBatch batch;
     for (const Mutation::Write& w : mutation.writes()) {
       rocksdb::Status s = w.is_delete
@@ -84,10 +195,13 @@ class RocksDbStore : public Store {
       if (!s.ok()) return FromRocks(s, "building the write batch");
     }
     rocksdb::WriteOptions options;
-    options.sync = sync_;
+    options.sync = options_.sync;
     rocksdb::Status s = db_->Write(options, &batch);
     if (!s.ok()) {
-      // Whatever went wrong (disk full, I/O error), the batch is not applied.
+      // Whatever went wrong (disk full, I/O error), the batch is not applied
+      // (RocksDB inserts into the memtable only after the WAL write and sync
+      // succeed). Don't write to this instance again before Recover().
+      failed_ = true;
       return absl::UnavailableError(
           absl::StrCat("committing to the store failed: ", s.ToString()));
     }
@@ -95,9 +209,51 @@ class RocksDbStore : public Store {
   }
 
  private:
-  std::unique_ptr<rocksdb::DB> db_;
+  // After a failed write: RocksDB's Resume() flushes the memtables (what was
+  // acknowledged) and clears its background error, then the DB is closed and
+  // reopened so that writes go to a new WAL, never to the writer that failed.
+  // When Resume() fails for lack of space the DB stays open for reads (Load)
+  // and the next Commit tries again; any other Resume() failure goes straight
+  // to close and reopen.
+  // Returns Unavailable while the store can't be written (disk still full,
+  // reopen failed).
+  absl::Status Recover() {
+    if (db_ != nullptr) {
+      rocksdb::Status resumed = db_->Resume();
+      if (resumed.IsNoSpace()) {
+        return absl::UnavailableError(
+            absl::StrCat("the store failed a write and can't recover yet: ",
+                         resumed.ToString()));
+      }
+      CloseDb();
+    }
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::Status s =
+        OpenDb(options_.path, MakeDbOptions(options_.path), &db_, &handles);
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the store failed a write and can't be reopened yet: ",
+                       s.ToString()));
+    }
+    handles_ = std::move(handles);
+    failed_ = false;
+    return absl::OkStatus();
+  }
+
+  void CloseDb() {
+    if (db_ == nullptr) return;
+    for (rocksdb::ColumnFamilyHandle* h : handles_) {
+      db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    }
+    handles_.clear();
+    db_->Close().PermitUncheckedError();
+    db_.reset();
+  }
+
+  std::unique_ptr<rocksdb::DB> db_;  // null after a failed reopen
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;
-  bool sync_;
+  const RocksDbStoreOptions options_;
+  bool failed_ = false;  // a write failed; Recover() before the next one
 };
 
 // Rewrites every record written at schema `from` into the current format,
@@ -193,11 +349,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
         "cannot create data dir ", options.path, ": ", ec.message()));
   }
 
-  rocksdb::DBOptions db_options;
-  db_options.create_if_missing = true;
-  db_options.create_missing_column_families = true;
-  db_options.max_background_jobs = 2;
-  db_options.keep_log_file_num = 3;
+  rocksdb::DBOptions db_options = MakeDbOptions(options.path);
   if (exists) {
     // Every family must already be there; a missing one means a foreign or
     // damaged database, which we refuse rather than silently extend.
@@ -217,17 +369,9 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
     }
   }
 
-  rocksdb::ColumnFamilyOptions cf_options;
-  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-  descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, cf_options);
-  descriptors.emplace_back(std::string(kMetaFamily), cf_options);
-  for (Table table : kTables) {
-    descriptors.emplace_back(std::string(TableName(table)), cf_options);
-  }
+  std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status s =
-      rocksdb::DB::Open(db_options, options.path, descriptors, &handles, &raw);
+  rocksdb::Status s = OpenDb(options.path, db_options, &db, &handles);
   if (!s.ok()) {
     if (s.IsIOError() && absl::StrContains(s.ToString(), "lock")) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -236,8 +380,8 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
     }
     return FromRocks(s, absl::StrCat("opening data dir ", options.path));
   }
-  auto store = std::make_unique<RocksDbStore>(std::unique_ptr<rocksdb::DB>(raw),
-                                              std::move(handles), options.sync);
+  auto store = std::make_unique<RocksDbStore>(std::move(db), std::move(handles),
+                                              options);
   absl::Status schema = CheckSchema(*store, !exists, options.path);
   if (!schema.ok()) return schema;
   return std::unique_ptr<Store>(std::move(store));

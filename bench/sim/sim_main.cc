@@ -2,7 +2,7 @@
 // worst-fit scorer, and a max-flow bound for whole-slice batches) and the
 // solver's decision latency from 1k to 100k nodes, all in-process.
 //
-//   sliced_sim [--quick] --out_dir=DIR
+//   sliced_sim [--quick] [--check] --out_dir=DIR
 //
 // Writes DIR/sim.json, DIR/quality.svg, and the Markdown sections
 // DIR/sim_quality.md and DIR/sim_scaling.md that bench/run.sh splices into
@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, scaling_nodes, "",
           "fleet sizes for solver latency (default 1000,10000,100000; quick "
           "1000,10000)");
 ABSL_FLAG(std::string, out_dir, ".", "where the JSON, SVG and Markdown go");
+ABSL_FLAG(bool, check, false,
+          "exit 1 unless every policy accepted jobs of every trace and no "
+          "batch placed more slices than the max-flow bound");
 
 namespace sliced::bench {
 namespace {
@@ -145,6 +148,41 @@ ScalingPoint MeasureSolver(int64_t nodes, uint64_t seed) {
     point.kinds.push_back(k);
   }
   return point;
+}
+
+// Whether the results are sane: every policy accepted some feasible jobs of
+// every trace, with utilization and acceptance fractions in (0, 1], and no
+// policy placed more slices of a batch than its max-flow bound. Says why on
+// stderr when not.
+bool Sane(const std::vector<std::vector<SimResult>>& seed_results,
+          const std::vector<BatchComparison>& batches) {
+  bool sane = true;
+  for (const auto& results : seed_results) {
+    for (const SimResult& r : results) {
+      if (r.accepted <= 0 || !(r.acceptance > 0 && r.acceptance <= 1) ||
+          !(r.utilization > 0 && r.utilization <= 1)) {
+        std::fprintf(stderr,
+                     "sliced_sim: %s: %d of %d feasible jobs accepted, "
+                     "utilization %f\n",
+                     r.policy.c_str(), static_cast<int>(r.accepted),
+                     static_cast<int>(r.feasible), r.utilization);
+        sane = false;
+      }
+    }
+  }
+  for (const BatchComparison& b : batches) {
+    for (const BatchResult& r : b.results) {
+      if (r.slices_placed > b.bound_slices) {
+        std::fprintf(stderr,
+                     "sliced_sim: %s placed %d slices of a batch, over the "
+                     "max-flow bound %d\n",
+                     r.policy.c_str(), static_cast<int>(r.slices_placed),
+                     static_cast<int>(b.bound_slices));
+        sane = false;
+      }
+    }
+  }
+  return sane;
 }
 
 int Main() {
@@ -467,6 +505,7 @@ int Main() {
     return 1;
   }
   std::printf("%s\n%s", md.c_str(), sc.c_str());
+  if (absl::GetFlag(FLAGS_check) && !Sane(seed_results, batches)) return 1;
   return 0;
 }
 

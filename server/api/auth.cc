@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/quote.h"
 
 namespace sliced::server::api {
 namespace {
@@ -166,8 +167,8 @@ absl::Status Authenticator::Check(
     for (const std::string& node : node_ids) {
       if (node != who.node_id) {
         return absl::PermissionDeniedError(
-            absl::StrCat("this agent token speaks for node \"", who.node_id,
-                         "\", not \"", node, "\""));
+            absl::StrCat("this agent token speaks for node ",
+                         Quote(who.node_id), ", not ", Quote(node)));
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 #include "scheduler/labels.h"
 #include "server/api/convert_common.h"
@@ -23,8 +24,8 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
     const v1::Node& in = request.nodes(i);
     if (in.state() != v1::NODE_STATE_UNSPECIFIED && in.state() != v1::ALIVE) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "nodes[", i, "] (node_id \"", in.node_id(),
-          "\"): state: a node registers ALIVE; use DrainNode or Heartbeat "
+          "nodes[", i, "] (node_id ", Quote(in.node_id()),
+          "): state: a node registers ALIVE; use DrainNode or Heartbeat "
           "to change its state"));
     }
     specs.push_back(NodeSpec{in.node_id(), in.address(), ToBtree(in.labels()),
@@ -116,8 +117,8 @@ absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in) {
       in.name().empty() || !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("compute_class.name: must be 1..63 characters of "
-                     "[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?, got '",
-                     in.name(), "'"));
+                     "[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?, got ",
+                     Quote(in.name(), '\'')));
   }
   cls.name = in.name();
   if (in.priorities().empty() || in.priorities_size() > 32) {

@@ -3,7 +3,9 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "scheduler/tpu.h"
 
 namespace sliced::server {
@@ -11,6 +13,7 @@ namespace {
 
 using scheduler::Labels;
 
+constexpr absl::string_view kGkePrefix = "cloud.google.com/";
 constexpr absl::string_view kGkeAccelerator =
     "cloud.google.com/gke-tpu-accelerator";
 constexpr absl::string_view kGkeTopology = "cloud.google.com/gke-tpu-topology";
@@ -38,6 +41,12 @@ constexpr GkeAccelerator kGkeAccelerators[] = {
 const std::string* Find(const Labels& labels, absl::string_view key) {
   auto it = labels.find(key);
   return it == labels.end() ? nullptr : &it->second;
+}
+
+// True when the node carries GKE node metadata (cloud.google.com/...).
+bool HasGkeMetadata(const Labels& labels) {
+  auto it = labels.lower_bound(kGkePrefix);
+  return it != labels.end() && absl::StartsWith(it->first, kGkePrefix);
 }
 
 bool IsTrue(const Labels& labels, absl::string_view key) {
@@ -69,8 +78,8 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
         absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", a.gke);
       }
       return absl::InvalidArgumentError(absl::StrCat(
-          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator '",
-          *accel, "'; accepted: ", accepted));
+          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator ",
+          Quote(*accel, '\''), "; accepted: ", accepted));
     }
     derive(scheduler::kLabelAcceleratorType, match->ray);
   }
@@ -82,28 +91,43 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
   copy(kK8sRegion, scheduler::kLabelRegion);
   copy(kGkeNodePool, scheduler::kLabelNodeGroup);
 
-  if (IsTrue(labels, kGkeSpot)) {
-    derive(scheduler::kLabelMarketType, "spot");
+  // The tier: from GKE metadata or an explicit spot market type, else
+  // on-demand (sliced's own label, always present).
+  const std::string* market = Find(labels, scheduler::kLabelMarketType);
+  const bool gke_spot = IsTrue(labels, kGkeSpot);
+  if (gke_spot || (market != nullptr && *market == "spot")) {
     derive(scheduler::kLabelCapacityTier, "spot");
+  } else if (IsTrue(labels, kGkeFlexStart)) {
+    derive(scheduler::kLabelCapacityTier, "flex-start");
+  } else if (Find(labels, kGkeReservation) != nullptr) {
+    derive(scheduler::kLabelCapacityTier, "reserved");
   } else {
-    derive(scheduler::kLabelMarketType, "on-demand");
-    if (IsTrue(labels, kGkeFlexStart)) {
-      derive(scheduler::kLabelCapacityTier, "flex-start");
-    } else if (Find(labels, kGkeReservation) != nullptr) {
-      derive(scheduler::kLabelCapacityTier, "reserved");
-    } else {
-      derive(scheduler::kLabelCapacityTier, "on-demand");
-    }
-  }
-  // An explicit market type of spot implies the spot tier, unless a tier is
-  // given explicitly too.
-  if (const std::string* market = Find(labels, scheduler::kLabelMarketType);
-      market != nullptr && *market == "spot") {
-    derive(scheduler::kLabelCapacityTier, "spot");
+    derive(scheduler::kLabelCapacityTier, "on-demand");
   }
 
   Labels out = labels;  // explicit labels win: insert() keeps existing keys
   out.insert(derived.begin(), derived.end());
+
+  // The Ray market type only from metadata that says so: a spot tier or
+  // gke-spot says spot; a GKE node that is not spot, or an explicit on-demand
+  // tier, says on-demand. A node with Ray labels alone gets none, so that
+  // Ray's `!on-demand` still matches it.
+  const std::string tier = out.at(scheduler::kLabelCapacityTier);
+  if (market == nullptr) {
+    if (tier == "spot" || gke_spot) {
+      out[std::string(scheduler::kLabelMarketType)] = "spot";
+    } else if (HasGkeMetadata(labels) ||
+               (Find(labels, scheduler::kLabelCapacityTier) != nullptr &&
+                tier == "on-demand")) {
+      out[std::string(scheduler::kLabelMarketType)] = "on-demand";
+    }
+  } else if (tier == "spot" && *market != "spot") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "labels[\"", scheduler::kLabelMarketType, "\"]: ", Quote(*market),
+        " contradicts capacity tier spot (from ",
+        gke_spot ? kGkeSpot : scheduler::kLabelCapacityTier,
+        "); a spot node's market type is spot"));
+  }
 
   // Pod type from accelerator + topology, when both resolve.
   const std::string* accel = Find(out, scheduler::kLabelAcceleratorType);

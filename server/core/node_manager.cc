@@ -10,6 +10,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 #include "server/core/label_translation.h"
 #include "server/core/log_store.h"
@@ -23,7 +24,7 @@ namespace {
 using scheduler::NodeState;
 
 absl::Status NodeNotFound(absl::string_view id) {
-  return absl::NotFoundError(absl::StrCat("node_id: no node \"", id, "\""));
+  return absl::NotFoundError(absl::StrCat("node_id: no node ", Quote(id)));
 }
 
 // Labels of one node: syntax of the raw ones, translation, limits, and the
@@ -33,10 +34,10 @@ absl::StatusOr<scheduler::Labels> NodeLabels(const NodeSpec& in,
                                              const Limits& limits) {
   for (const auto& [key, value] : in.labels) {
     RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"]"),
+        WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "]"),
                         scheduler::ValidateLabelKey(key)));
     RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+        WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "] value"),
                         scheduler::ValidateLabelValue(value)));
   }
   absl::StatusOr<scheduler::Labels> labels =
@@ -51,7 +52,7 @@ absl::StatusOr<scheduler::Labels> NodeLabels(const NodeSpec& in,
   for (const auto& [key, value] : *labels) {
     // Derived values (e.g. a raw TPU_WORKER_ID copied over) obey the syntax.
     RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": labels[\"", key, "\"] value"),
+        WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "] value"),
                         scheduler::ValidateLabelValue(value)));
   }
   return labels;
@@ -73,9 +74,9 @@ absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
                         limits));
   for (const auto& [name, amount] : node.resources) {
     if (IsWholeUnitResource(name) && amount % scheduler::kResourceScale != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": resources[\"", name, "\"]: node capacity of ",
-                       name, " must be a whole number"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": resources[", Quote(name), "]: node capacity of ", name,
+          " must be a whole number"));
     }
   }
   return node;
@@ -117,7 +118,7 @@ absl::StatusOr<std::vector<scheduler::Node>> ValidateNodes(
   absl::flat_hash_set<std::string> seen;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const std::string where =
-        absl::StrCat("nodes[", i, "] (node_id \"", nodes[i].node_id, "\")");
+        absl::StrCat("nodes[", i, "] (node_id ", Quote(nodes[i].node_id), ")");
     ASSIGN_OR_RETURN(scheduler::Node node,
                      ValidateNode(nodes[i], where, limits));
     if (!seen.insert(node.node_id).second) {
@@ -190,8 +191,8 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
           const NodeEntry* entry = txn.FindNode(beats[i].node_id);
           if (entry == nullptr) {
             return absl::NotFoundError(
-                absl::StrCat("heartbeats[", i, "].node_id: no node \"",
-                             beats[i].node_id, "\"; register it first"));
+                absl::StrCat("heartbeats[", i, "].node_id: no node ",
+                             Quote(beats[i].node_id), "; register it first"));
           }
           NodeEntry next = *entry;
           next.last_heartbeat = txn.now();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 
 namespace sliced::server {
@@ -17,12 +18,12 @@ using scheduler::PlacementRequest;
 
 absl::Status PgNotFound(absl::string_view id) {
   return absl::NotFoundError(
-      absl::StrCat("placement_group_id: no placement group \"", id, "\""));
+      absl::StrCat("placement_group_id: no placement group ", Quote(id)));
 }
 
 absl::Status ClassNotFound(absl::string_view name) {
   return absl::NotFoundError(
-      absl::StrCat("compute_class: no compute class \"", name, "\""));
+      absl::StrCat("compute_class: no compute class ", Quote(name)));
 }
 
 bool Waits(const PlacementGroup& g) {
@@ -434,7 +435,7 @@ void PlacementManager::DeleteClass(const std::string& name, Done done) {
       [name](Txn& txn) {
         if (txn.FindClass(name) == nullptr) {
           return absl::NotFoundError(
-              absl::StrCat("name: no compute class \"", name, "\""));
+              absl::StrCat("name: no compute class ", Quote(name)));
         }
         if (txn.AnyPg([&](const PlacementGroup& g) {
               return g.compute_class == name;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 #include "scheduler/labels.h"
 #include "scheduler/types.h"
@@ -49,8 +50,8 @@ absl::StatusOr<Strategy> ParseStrategy(absl::string_view name, bool use_tpu) {
   if (name == "STRICT_PACK") return Strategy::kStrictPack;
   if (name == "STRICT_SPREAD") return Strategy::kStrictSpread;
   return Invalid("placement_strategy",
-                 absl::StrCat("invalid placement group strategy \"", name,
-                              "\"; supported strategies are ", kStrategies));
+                 absl::StrCat("invalid placement group strategy ", Quote(name),
+                              "; supported strategies are ", kStrategies));
 }
 
 // resources_per_worker as given, without zero amounts (Ray drops them too);
@@ -134,14 +135,14 @@ absl::Status CheckCommon(const ScalingConfig& config,
     }
     if (!config.topology.empty()) {
       return Invalid("topology",
-                     absl::StrCat("\"", config.topology,
-                                  "\" is given but `use_tpu` is False; a TPU "
+                     absl::StrCat(Quote(config.topology),
+                                  " is given but `use_tpu` is False; a TPU "
                                   "topology needs `use_tpu=True`"));
     }
     if (!config.accelerator_type.empty()) {
       return Invalid("accelerator_type",
-                     absl::StrCat("\"", config.accelerator_type,
-                                  "\" is given but `use_tpu` is False; sliced "
+                     absl::StrCat(Quote(config.accelerator_type),
+                                  " is given but `use_tpu` is False; sliced "
                                   "places accelerators by type only for TPUs "
                                   "(set `use_tpu=True`, or select nodes with "
                                   "`label_selector`)"));

@@ -5,6 +5,7 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 
 namespace sliced::server {
 
@@ -21,7 +22,7 @@ absl::Status TelemetryManager::ReportMetrics(
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (!s.nodes.contains(nodes[i].node_id)) {
         return absl::NotFoundError(absl::StrCat(
-            "nodes[", i, "].node_id: no node \"", nodes[i].node_id, "\""));
+            "nodes[", i, "].node_id: no node ", Quote(nodes[i].node_id)));
       }
     }
     return absl::OkStatus();
@@ -44,7 +45,7 @@ void TelemetryManager::AppendLogs(
       [this, node_id, staged](Txn& txn) {
         if (txn.FindNode(node_id) == nullptr) {
           return absl::NotFoundError(
-              absl::StrCat("node_id: no node \"", node_id, "\""));
+              absl::StrCat("node_id: no node ", Quote(node_id)));
         }
         *staged = logs_->Stage(txn, node_id, std::move(*staged));
         return absl::OkStatus();
@@ -63,14 +64,14 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
     if (!scope.node_id.empty()) {
       if (!state.nodes.contains(scope.node_id)) {
         return absl::NotFoundError(
-            absl::StrCat("node_id: no node \"", scope.node_id, "\""));
+            absl::StrCat("node_id: no node ", Quote(scope.node_id)));
       }
       nodes.push_back(scope.node_id);
     } else if (!scope.slice_name.empty()) {
       auto slice = state.snapshot->GetSlice(scope.slice_name);
       if (!slice.ok()) {
         return absl::NotFoundError(
-            absl::StrCat("slice_name: no slice \"", scope.slice_name, "\""));
+            absl::StrCat("slice_name: no slice ", Quote(scope.slice_name)));
       }
       for (const std::string& id : slice->info.node_ids) {
         if (!id.empty()) nodes.push_back(id);
@@ -79,8 +80,8 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
       auto it = state.pgs.find(scope.placement_group_id);
       if (it == state.pgs.end()) {
         return absl::NotFoundError(
-            absl::StrCat("placement_group_id: no placement group \"",
-                         scope.placement_group_id, "\""));
+            absl::StrCat("placement_group_id: no placement group ",
+                         Quote(scope.placement_group_id)));
       }
       absl::btree_set<std::string> unique;
       for (const PlacedBundle& b : it->second.bundles) {

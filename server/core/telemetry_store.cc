@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 
 namespace sliced::server {
 namespace {
@@ -58,7 +59,7 @@ absl::Status TelemetryStore::Put(const std::vector<NodeTpuMetrics>& nodes,
     const std::string where = absl::StrCat("nodes[", n, "]");
     if (!ids.insert(node.node_id).second) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ".node_id: \"", node.node_id, "\" appears twice"));
+          where, ".node_id: ", Quote(node.node_id), " appears twice"));
     }
     Report report{now, {node.chips.begin(), node.chips.end()}};
     absl::flat_hash_set<int> seen;

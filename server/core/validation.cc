@@ -2,6 +2,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 
 namespace sliced::server {
@@ -19,8 +20,9 @@ absl::Status ValidateResourceName(absl::string_view name,
   }
   for (char c : name) {
     if (!(IsIdChar(c) || c == '/')) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "resource name '", name, "' may only hold [A-Za-z0-9._:/-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("resource name ", Quote(name, '\''),
+                       " may only hold [A-Za-z0-9._:/-]"));
     }
   }
   return absl::OkStatus();
@@ -44,13 +46,13 @@ absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
         "node_id: must be at most ", limits.max_id_length, " characters"));
   }
   if (!absl::ascii_isalnum(id[0])) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node_id: '", id, "' must start with a letter or digit"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node_id: ", Quote(id, '\''), " must start with a letter or digit"));
   }
   for (char c : id) {
     if (!IsIdChar(c)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("node_id: '", id, "' may only hold [A-Za-z0-9._:-]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node_id: ", Quote(id, '\''), " may only hold [A-Za-z0-9._:-]"));
     }
   }
   return absl::OkStatus();
@@ -65,8 +67,8 @@ absl::Status ValidateAddress(absl::string_view address) {
     if (!(absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':' ||
           c == '[' || c == ']')) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "must be a host name or IP address ([A-Za-z0-9.-:[]]), got '",
-          address, "'"));
+          "must be a host name or IP address ([A-Za-z0-9.-:[]]), got ",
+          Quote(address, '\'')));
     }
   }
   return absl::OkStatus();
@@ -97,7 +99,7 @@ absl::StatusOr<scheduler::ResourceSet> ResourcesFromWire(
   }
   scheduler::ResourceSet out;
   for (const auto& [name, value] : resources) {
-    const std::string what = absl::StrCat(field, "[\"", name, "\"]");
+    const std::string what = absl::StrCat(field, "[", Quote(name), "]");
     RETURN_IF_ERROR(WithFieldPrefix(what, ValidateResourceName(name, limits)));
     ASSIGN_OR_RETURN(int64_t fixed, scheduler::ToFixedPoint(value, what));
     out[name] = fixed;

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.environ.get("SLICED_PY", ""))
@@ -74,12 +75,66 @@ class Daemon:
     def channel(self):
         return grpc.insecure_channel("127.0.0.1:%d" % self.port)
 
+    def wait_for_output(self, text, timeout=20):
+        """Reads the daemon's stdout up to a line holding `text` (e.g. the
+        line it prints after handling SIGHUP) and returns that line."""
+        found = []
+
+        def read():
+            for line in self.proc.stdout:
+                if text in line:
+                    found.append(line)
+                    return
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not found:
+            raise AssertionError("sliced printed no line with %r in %.0fs" % (text, timeout))
+        return found[0]
+
     def close(self):
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=20)
         for stream in (self.proc.stdout, self.proc.stderr) if self.proc else ():
             stream.close()
+
+
+def wait_until(condition, timeout=20, what="the condition"):
+    """Polls `condition()` until it returns a true value, which it returns;
+    fails after `timeout` seconds. Only for states that no event announces
+    (a lease or an age running out on the daemon's clock): every caller says
+    why it can't wait for an event instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
+        time.sleep(0.05)
+
+
+def first_event_then(events, on_event):
+    """Reads the stream `events` on a thread, calling on_event(event) for each
+    until it returns True; returns the thread once the first event (the
+    current state, which a watch sends before any change) has arrived, so the
+    caller knows the stream is subscribed."""
+    subscribed = threading.Event()
+
+    def read():
+        try:
+            for event in events:
+                subscribed.set()
+                if on_event(event):
+                    return
+        finally:
+            subscribed.set()
+    reader = threading.Thread(target=read)
+    reader.start()
+    if not subscribed.wait(20):
+        raise AssertionError("the stream sent no first event in 20s")
+    return reader
 
 
 def temp_data_dir(test):

@@ -5,7 +5,6 @@ same nodes, every acknowledged remove is gone, nothing unacknowledged is half
 applied, and no node holds more than its capacity."""
 import random
 import threading
-import time
 import unittest
 
 import grpc
@@ -20,10 +19,13 @@ CLIENTS = 6
 
 class History:
     def __init__(self):
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()  # notified at every acknowledgement
         self.created = {}        # id -> PlacementGroup as acknowledged
         self.remove_sent = set()  # a remove in flight at a crash may or may not apply
         self.removed = set()     # acknowledged removes
+
+    def acks(self):
+        return len(self.created) + len(self.removed)
 
 
 def client(d, k, history, stop, round_no):
@@ -43,6 +45,7 @@ def client(d, k, history, stop, round_no):
                         scaling_config=SEED, request_id=rid), timeout=5)
                 with history.lock:
                     history.created[pg.placement_group_id] = pg
+                    history.lock.notify_all()
                 if i % 3 == 0:
                     with history.lock:
                         history.remove_sent.add(pg.placement_group_id)
@@ -50,6 +53,7 @@ def client(d, k, history, stop, round_no):
                         placement_group_id=pg.placement_group_id), timeout=5)
                     with history.lock:
                         history.removed.add(pg.placement_group_id)
+                        history.lock.notify_all()
             except grpc.RpcError:
                 return  # the daemon died under us
 
@@ -113,9 +117,15 @@ class CrashLoop(unittest.TestCase):
             stop = threading.Event()
             threads = [threading.Thread(target=client, args=(d, k, history, stop, round_no))
                        for k in range(CLIENTS)]
+            # Kill at a random moment of the load: after a random number of
+            # acknowledged operations in this round.
+            with history.lock:
+                target = history.acks() + rng.randint(300, 1200)
             for t in threads:
                 t.start()
-            time.sleep(rng.uniform(0.3, 1.2))
+            with history.lock:
+                self.assertTrue(history.lock.wait_for(
+                    lambda: history.acks() >= target, timeout=60))
             d.kill9()
             stop.set()
             for t in threads:

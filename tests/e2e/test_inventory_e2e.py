@@ -7,7 +7,7 @@ import unittest
 import grpc
 
 from sliced_testlib import (REPO, Daemon, dynamic_call, list_services,
-                            sliced_pb2, sliced_pb2_grpc, temp_data_dir)
+                            sliced_pb2, sliced_pb2_grpc, temp_data_dir, wait_until)
 from sliced_ext import health_pb2, health_pb2_grpc
 
 
@@ -128,20 +128,34 @@ class InventoryEndToEnd(unittest.TestCase):
         self.assertIn("locked", str(err.exception))
         self.assertEqual(second.proc.returncode, 1)
 
+    def test_second_daemon_on_same_port_is_refused(self):
+        # gRPC turns SO_REUSEPORT on by default; sliced turns it off, so a
+        # second daemon (another data dir) can't bind the port and split the
+        # clients with the first.
+        first = self.start(temp_data_dir(self))
+        address = "127.0.0.1:%d" % first.port
+        second = Daemon(temp_data_dir(self), "--listen=" + address)
+        self.addCleanup(second.close)
+        with self.assertRaises(RuntimeError) as err:
+            second.start()
+        self.assertIn("cannot listen on " + address, str(err.exception))
+        self.assertEqual(second.proc.returncode, 1)
+        with first.channel() as ch:
+            self.assertEqual(health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(), timeout=10).status,
+                health_pb2.HealthCheckResponse.SERVING)
+
     def test_lease_expiry_marks_node_dead_and_heartbeat_revives(self):
         d = self.start(temp_data_dir(self), "--heartbeat_timeout=0.4s")
         with d.channel() as ch:
             inv = sliced_pb2_grpc.InventoryStub(ch)
             inv.RegisterNodes(sliced_pb2.RegisterNodesRequest(nodes=[
                 sliced_pb2.Node(node_id="n1", address="h1", resources={"CPU": 1})]), timeout=10)
-            state = None
-            for _ in range(100):  # up to 10 s
-                state = inv.GetNode(sliced_pb2.GetNodeRequest(node_id="n1"), timeout=10).state
-                if state == sliced_pb2.DEAD:
-                    break
-                import time
-                time.sleep(0.1)
-            self.assertEqual(state, sliced_pb2.DEAD)
+            # The lease runs out on the daemon's clock and no stream announces
+            # a node's state, so poll GetNode with a deadline.
+            wait_until(lambda: inv.GetNode(sliced_pb2.GetNodeRequest(node_id="n1"),
+                                           timeout=10).state == sliced_pb2.DEAD,
+                       timeout=10, what="n1 to turn DEAD")
             resp = inv.Heartbeat(sliced_pb2.HeartbeatRequest(
                 heartbeats=[sliced_pb2.NodeHeartbeat(node_id="n1")]), timeout=10)
             self.assertAlmostEqual(resp.lease_seconds, 0.4)

@@ -2,14 +2,13 @@
 logs, and the cluster summary, on the real daemon."""
 import shutil
 import subprocess
-import threading
-import time
 import unittest
 import urllib.request
 
 import grpc
 
-from sliced_testlib import Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+from sliced_testlib import (Daemon, first_event_then, sliced_pb2, sliced_pb2_grpc,
+                            temp_data_dir, wait_until)
 from test_placement_e2e import SEED, cpu_node, tpu_slice
 
 P = sliced_pb2
@@ -96,8 +95,10 @@ class ObservabilityEndToEnd(unittest.TestCase):
         inv.RegisterNodes(P.RegisterNodesRequest(nodes=tpu_slice("v6e-a", 4)), timeout=10)
         self.report(tel, "v6e-a-w0")
         self.assertIn('node="v6e-a-w0"', self.scrape())
-        time.sleep(0.8)
-        self.assertNotIn('node="v6e-a-w0"', self.scrape())
+        # A report goes stale by age alone (--telemetry_max_age on the daemon's
+        # clock); no event announces it, so poll the scrape with a deadline.
+        wait_until(lambda: 'node="v6e-a-w0"' not in self.scrape(), timeout=10,
+                   what="the stale report to leave /metrics")
 
     def test_log_ring_tail_filters_follow_and_restart(self):
         data = temp_data_dir(self)
@@ -128,14 +129,12 @@ class ObservabilityEndToEnd(unittest.TestCase):
         got = []
         stream = tel.TailLogs(P.TailLogsRequest(node_id=other + "-w0", follow=True), timeout=20)
 
-        def read():
-            for line in stream:
-                got.append(line.text)
-                if line.text == "live":
-                    return
-        t = threading.Thread(target=read)
-        t.start()
-        time.sleep(0.3)
+        def on_line(line):
+            got.append(line.text)
+            return line.text == "live"
+        # The daemon registers the follower as it reads the ring: once the
+        # first stored line has arrived, a new line is delivered live.
+        t = first_event_then(stream, on_line)
         tel.AppendLogs(P.AppendLogsRequest(node_id=other + "-w0",
                                            lines=[P.LogLine(text="live")]), timeout=10)
         t.join(timeout=20)

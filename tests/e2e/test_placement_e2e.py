@@ -5,7 +5,8 @@ import unittest
 
 import grpc
 
-from sliced_testlib import Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+from sliced_testlib import (Daemon, first_event_then, sliced_pb2, sliced_pb2_grpc,
+                            temp_data_dir, wait_until)
 
 P = sliced_pb2
 
@@ -133,14 +134,11 @@ class PlacementEndToEnd(unittest.TestCase):
         stream = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(
             placement_group_id=second.placement_group_id), timeout=20)
 
-        def read():
-            for ev in stream:
-                events.append(ev.placement_group.state)
-                if ev.placement_group.state == P.CREATED:
-                    return
-        t = threading.Thread(target=read)
-        t.start()
-        time.sleep(0.3)
+        def on_event(ev):
+            events.append(ev.placement_group.state)
+            return ev.placement_group.state == P.CREATED
+        # Subscribed once the current state (PENDING) has arrived.
+        t = first_event_then(stream, on_event)
         pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
             placement_group_id=first.placement_group_id), timeout=10)
         t.join(timeout=20)
@@ -215,7 +213,7 @@ class PlacementEndToEnd(unittest.TestCase):
                 alive = [n.node_id for n in nodes if n.node_id != victim[0]]
                 inv.Heartbeat(P.HeartbeatRequest(heartbeats=[
                     P.NodeHeartbeat(node_id=i) for i in alive]), timeout=10)
-                time.sleep(0.2)
+                stop.wait(0.2)  # an agent's beat period, not a wait for an event
         victim = [None]
         t = threading.Thread(target=beat)
         t.start()
@@ -227,27 +225,22 @@ class PlacementEndToEnd(unittest.TestCase):
         stream = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(
             placement_group_id=pg.placement_group_id), timeout=30)
 
-        def watch():
-            for ev in stream:
-                seen.append((ev.placement_group.state, tuple(ev.placement_group.slice_names)))
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        self.addCleanup(lambda: (stream.cancel(), watcher.join()))
+        def on_event(ev):  # until it is CREATED on another slice
+            seen.append((ev.placement_group.state, tuple(ev.placement_group.slice_names)))
+            return (ev.placement_group.state == P.CREATED and
+                    ev.placement_group.slice_names[0] != first_slice)
+        watcher = first_event_then(stream, on_event)
+        self.addCleanup(stream.cancel)
         victim[0] = first_slice + "-w2"
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
-                placement_group_id=pg.placement_group_id), timeout=10)
-            if got.state == P.CREATED and got.slice_names[0] != first_slice:
-                break
-            time.sleep(0.2)
+        watcher.join(timeout=30)
+        got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
         self.assertEqual(got.state, P.CREATED, got.pending_reason)
         self.assertNotEqual(got.slice_names[0], first_slice)
         self.assertEqual(got.workers[0].env["TPU_NAME"], got.slice_names[0])
         slices = {s.name: s for s in inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices}
         self.assertFalse(slices[first_slice].intact)
         self.assertEqual(list(slices[first_slice].placement_group_ids), [])
-        time.sleep(0.3)
         states = [state for state, _ in seen]
         self.assertEqual(states[0], P.CREATED)  # the current state first
         self.assertIn(P.RESCHEDULING, states)
@@ -292,7 +285,13 @@ class PlacementEndToEnd(unittest.TestCase):
         self.assertEqual(small.state, P.CREATED)
         remove(small)
         self.assertEqual(get(big).state, P.PENDING)  # one slice free, needs two
-        time.sleep(1.2)
+        # Starving is big's age passing --starvation_bound on the daemon's
+        # clock: no event announces it and no read-only call shows it (a
+        # probing submit would take the free slice), so wait until the
+        # daemon's own create time of big plus the bound has passed.
+        starves_at = get(big).create_time.ToNanoseconds() / 1e9 + 1.0
+        wait_until(lambda: time.time() > starves_at + 0.05, timeout=10,
+                   what="big's age to pass the starvation bound")
         late = submit(4)  # big has starved: the free slice is kept for it
         self.assertEqual(late.state, P.PENDING)
         self.assertIn(big.placement_group_id, late.pending_reason)

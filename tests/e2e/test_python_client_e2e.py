@@ -12,7 +12,8 @@ import unittest
 import grpc
 from google.protobuf import json_format
 
-from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+from sliced_testlib import (REPO, Daemon, first_event_then, sliced_pb2, sliced_pb2_grpc,
+                            temp_data_dir)
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import sliced_client  # noqa: E402
@@ -91,10 +92,28 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual([p.id for p in client.placement_groups(job_id="job-1")], [pg.id])
 
             # Removing the first lets the second through; wait_ready sees it.
+            # wait_ready watches; its watch has subscribed once the first event
+            # (the current state, PENDING) has arrived.
             done = []
+            watching = threading.Event()
+            watch = client.watch
+
+            class Announcing:
+                def __init__(self, events):
+                    self.events = events
+
+                def __iter__(self):
+                    for event in self.events:
+                        watching.set()
+                        yield event
+
+                def close(self):
+                    self.events.close()
+            client.watch = lambda **kw: Announcing(watch(**kw))
             t = threading.Thread(target=lambda: done.append(client.wait_ready(second, 30)))
             t.start()
-            time.sleep(0.3)
+            self.assertTrue(watching.wait(20))
+            client.watch = watch
             client.remove(pg)
             t.join(timeout=30)
             self.assertEqual(done[0].state, "CREATED")
@@ -116,14 +135,11 @@ class PythonClientEndToEnd(unittest.TestCase):
         seen = []
         events = client.watch(job_id="b", timeout=30)
 
-        def read():
-            for pg in events:
-                seen.append((pg.id, pg.state))
-                if pg.state == "CREATED":
-                    return
-        t = threading.Thread(target=read)
-        t.start()
-        time.sleep(0.3)
+        def on_event(pg):
+            seen.append((pg.id, pg.state))
+            return pg.state == "CREATED"
+        # Subscribed once the current state (PENDING) has arrived.
+        t = first_event_then(events, on_event)
         client.remove(first)
         t.join(timeout=30)
         events.close()

@@ -7,10 +7,10 @@ message), 4 unreachable, 5 --wait gave up. SLICECTL_BIN is set by CTest.
 import json
 import os
 import pty
+import re
 import socket
 import subprocess
 import tempfile
-import time
 import unittest
 
 from google.protobuf import json_format
@@ -243,26 +243,38 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertEqual(len(events), 2)
 
         # A --wait in the background finishes when the first group is removed.
+        # Each waits for its own event before the remove: the waiter prints
+        # that it is waiting (the group was PENDING when it asked), the watcher
+        # prints the current state first.
         waiter = subprocess.Popen(
-            [SLICECTL, "--server", self.server, "--json", *SEED, "--request-id", "second",
+            [SLICECTL, "--server", self.server, *SEED, "--request-id", "second",
              "--wait", "--wait-timeout", "60s"], stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         watcher = subprocess.Popen(
             [SLICECTL, "--server", self.server, "watch", "--pg",
              second.placement_group_id, "--count", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+        self.assertEqual(waiter.stdout.readline(),
+                         "submitted %s (PENDING); waiting until it is CREATED...\n"
+                         % second.placement_group_id)
+        first_line = watcher.stdout.readline()
+        self.assertEqual(first_line.split()[1:3], [second.placement_group_id, "PENDING"])
         r = self.ctl("pg", "remove", first.placement_group_id)
         self.assertIn("removed placement group " + first.placement_group_id, r.stdout)
         out, err = waiter.communicate(timeout=60)
         self.assertEqual(waiter.returncode, 0, err)
-        done = json_format.Parse(out, P.PlacementGroup())
+        self.assertRegex(out, r"state\s+CREATED")
+        self.assertEqual(len(re.findall(r"^worker \d+ env", out, re.M)), 4)
+        out, err = watcher.communicate(timeout=60)
+        self.assertEqual(watcher.returncode, 0, err)
+        self.assertEqual([l.split()[2] for l in [first_line] + out.splitlines()],
+                         ["PENDING", "CREATED"])
+        # --json --wait on the now CREATED group prints it at once.
+        r = self.ctl("--json", *SEED, "--request-id", "second", "--wait")
+        done = json_format.Parse(r.stdout, P.PlacementGroup())
         self.assertEqual(done.placement_group_id, second.placement_group_id)
         self.assertEqual(done.state, P.CREATED)
         self.assertEqual(len(done.workers), 4)
-        out, err = watcher.communicate(timeout=60)
-        self.assertEqual(watcher.returncode, 0, err)
-        self.assertEqual([l.split()[2] for l in out.splitlines()], ["PENDING", "CREATED"])
 
         got = self.json_of(P.PlacementGroup, "pg", "get", second.placement_group_id)
         self.assertEqual(got.state, P.CREATED)

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "base/quote.h"
 #include "gtest/gtest.h"
 
 namespace sliced::scheduler {
@@ -40,7 +41,7 @@ TEST(LabelKeyTest, Table) {
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
       EXPECT_NE(s.message().find(c.why), absl::string_view::npos)
           << c.key << ": " << s;
-      EXPECT_NE(s.message().find(c.key), absl::string_view::npos) << s;
+      EXPECT_NE(s.message().find(Quote(c.key)), absl::string_view::npos) << s;
     }
   }
 }
@@ -74,6 +75,58 @@ TEST(LabelsTest, ValidateLabelsNamesTheKey) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("zone"), absl::string_view::npos) << s;
   EXPECT_TRUE(ValidateLabels({{"empty-ok", ""}}).ok());
+}
+
+TEST(QuoteTest, Table) {
+  struct Case {
+    std::string value;
+    char quote;
+    std::string want;
+  };
+  const std::string at_limit(64, 'a');
+  // 63 ASCII bytes then a two-byte 'é': byte 64 is inside the character.
+  const std::string utf8 = std::string(63, 'a') + "\xc3\xa9" + "zz";
+  const Case cases[] = {
+      {"", '"', "\"\""},
+      {"v6e", '"', "\"v6e\""},
+      {"a b", '\'', "'a b'"},
+      {at_limit, '"', "\"" + at_limit + "\""},
+      {at_limit + "b", '"', "\"" + at_limit + "\"... (65 bytes)"},
+      {std::string(5 << 20, 'p'), '"',
+       "\"" + std::string(64, 'p') + "\"... (5242880 bytes)"},
+      {utf8, '\'', "'" + std::string(63, 'a') + "'... (67 bytes)"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(Quote(c.value, c.quote), c.want) << c.value.substr(0, 80);
+  }
+}
+
+// A huge input is rejected with a short message that says how long it was.
+TEST(LabelsTest, ErrorsQuoteAtMost64BytesOfAValue) {
+  const std::string big(5 << 20, 'x');
+  struct Case {
+    const char* name;
+    absl::Status status;
+  };
+  const Case cases[] = {
+      {"key", ValidateLabelKey(big)},
+      {"value", ValidateLabelValue(big + "-")},
+      {"labels value", ValidateLabels({{"k", big + "-"}})},
+      {"selector value", ParseLabelSelector({{"k", "!" + big + "-"}}).status()},
+      {"selector in()", ParseLabelSelector({{"k", "in(a," + big + "-)"}}).status()},
+      {"selector empty in() value",
+       ParseLabelSelector({{"k", "in(a,," + big + ")"}}).status()},
+      {"selector parentheses",
+       ParseLabelSelector({{"k", "in(a," + big}}).status()},
+      {"selector operator", ParseLabelSelector({{"k", "x(" + big}}).status()},
+      {"selector key", ParseLabelSelector({{big, "v"}}).status()},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.status.code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_LT(c.status.message().size(), 400u) << c.name << ": " << c.status;
+    EXPECT_NE(c.status.message().find("bytes)"), absl::string_view::npos)
+        << c.name << ": " << c.status;
+  }
 }
 
 TEST(SelectorParseTest, Table) {

@@ -109,6 +109,44 @@ TEST(NodesFromProtoTest, RejectsBadInputNamingNodeFieldAndRule) {
   }
 }
 
+// A huge input is rejected with a short message: no value is echoed whole.
+TEST(NodesFromProtoTest, ErrorsQuoteAtMost64BytesOfAValue) {
+  const std::string big(5 << 20, 'x');
+  struct Case {
+    const char* name;
+    std::function<void(v1::Node&)> mutate;
+  };
+  const Case cases[] = {
+      {"label value",
+       [&](v1::Node& n) { (*n.mutable_labels())["k"] = big + "-"; }},
+      {"label key",
+       [&](v1::Node& n) { (*n.mutable_labels())[big + "-"] = "v"; }},
+      {"node id", [&](v1::Node& n) { n.set_node_id(big + " "); }},
+      {"resource name",
+       [&](v1::Node& n) { (*n.mutable_resources())[big + " "] = 1; }},
+      {"GKE accelerator",
+       [&](v1::Node& n) {
+         (*n.mutable_labels())["cloud.google.com/gke-tpu-accelerator"] = big;
+       }},
+  };
+  Limits limits;
+  limits.max_id_length = 10 << 20;  // let the syntax checks see the values
+  for (const Case& c : cases) {
+    v1::RegisterNodesRequest nodes;
+    v1::Node bad = GoodNode("n1");
+    c.mutate(bad);
+    *nodes.add_nodes() = bad;
+    auto out = NodesFromProto(nodes, limits);
+    ASSERT_FALSE(out.ok()) << c.name;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.name;
+    EXPECT_LT(out.status().message().size(), 600u)
+        << c.name << ": " << out.status().message().substr(0, 600);
+    EXPECT_NE(out.status().message().find("bytes)"), std::string::npos)
+        << c.name << ": " << out.status().message().substr(0, 600);
+  }
+}
+
 TEST(NodesFromProtoTest, RejectsDuplicateIdsEmptyAndOversizedBatches) {
   v1::RegisterNodesRequest nodes;
   EXPECT_NE(NodesFromProto(nodes, Limits())

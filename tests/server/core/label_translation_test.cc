@@ -1,6 +1,7 @@
 #include "server/core/label_translation.h"
 
 #include "gtest/gtest.h"
+#include "scheduler/labels.h"
 
 namespace sliced::server {
 namespace {
@@ -11,6 +12,7 @@ struct Case {
   const char* name;
   Labels in;
   Labels expect_subset;
+  std::vector<std::string> expect_absent = {};
 };
 
 TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
@@ -54,11 +56,47 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
       {"v7x",
        {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"}},
        {{"ray.io/accelerator-type", "TPU-V7X"}}},
-      {"plain CPU node",
+      {"plain CPU node: no invented market type",
        {},
+       {{"sliced.io/capacity-tier", "on-demand"}, {"ray.io/node-id", "n1"}},
+       {"ray.io/market-type"}},
+      {"Ray labels only: no invented market type",
+       {{"ray.io/accelerator-type", "TPU-V4"},
+        {"ray.io/tpu-topology", "2x2x2"},
+        {"ray.io/availability-zone", "z1"}},
+       {{"ray.io/tpu-pod-type", "v4-16"},
+        {"sliced.io/capacity-tier", "on-demand"}},
+       {"ray.io/market-type"}},
+      {"env-style TPU labels only: no invented market type",
+       {{"TPU_NAME", "slice-a"}, {"TPU_WORKER_ID", "0"}},
+       {{"ray.io/tpu-slice-name", "slice-a"}, {"ray.io/tpu-worker-id", "0"}},
+       {"ray.io/market-type"}},
+      {"GKE node, not spot: on-demand",
+       {{"cloud.google.com/gke-nodepool", "pool-a"}},
        {{"ray.io/market-type", "on-demand"},
-        {"sliced.io/capacity-tier", "on-demand"},
-        {"ray.io/node-id", "n1"}}},
+        {"sliced.io/capacity-tier", "on-demand"}}},
+      {"GKE spot=false: on-demand",
+       {{"cloud.google.com/gke-spot", "false"}},
+       {{"ray.io/market-type", "on-demand"},
+        {"sliced.io/capacity-tier", "on-demand"}}},
+      {"explicit spot tier says spot market",
+       {{"sliced.io/capacity-tier", "spot"}},
+       {{"ray.io/market-type", "spot"}, {"sliced.io/capacity-tier", "spot"}}},
+      {"explicit spot tier on a GKE node says spot market",
+       {{"sliced.io/capacity-tier", "spot"},
+        {"cloud.google.com/gke-nodepool", "pool-a"}},
+       {{"ray.io/market-type", "spot"}, {"sliced.io/capacity-tier", "spot"}}},
+      {"explicit on-demand tier says on-demand market",
+       {{"sliced.io/capacity-tier", "on-demand"}},
+       {{"ray.io/market-type", "on-demand"}}},
+      {"explicit reserved tier alone: no market type",
+       {{"sliced.io/capacity-tier", "reserved"}},
+       {{"sliced.io/capacity-tier", "reserved"}},
+       {"ray.io/market-type"}},
+      {"explicit on-demand market on a Ray-only node",
+       {{"ray.io/market-type", "on-demand"}},
+       {{"ray.io/market-type", "on-demand"},
+        {"sliced.io/capacity-tier", "on-demand"}}},
       {"explicit Ray labels win",
        {{"cloud.google.com/gke-spot", "true"},
         {"topology.kubernetes.io/zone", "z-gke"},
@@ -81,6 +119,55 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
       ASSERT_NE(it, out->end()) << c.name << ": missing " << key;
       EXPECT_EQ(it->second, value) << c.name << ": " << key;
     }
+    for (const std::string& key : c.expect_absent) {
+      EXPECT_FALSE(out->contains(key))
+          << c.name << ": " << key << "=" << out->at(key);
+    }
+  }
+}
+
+// Ray's selector semantics survive translation: `!on-demand` matches a node
+// that registered without a market type, and a spot node never says
+// on-demand.
+TEST(LabelTranslationTest, MarketTypeSelectorsMatchAsInRay) {
+  auto not_on_demand =
+      scheduler::ParseLabelSelector({{"ray.io/market-type", "!on-demand"}});
+  ASSERT_TRUE(not_on_demand.ok()) << not_on_demand.status();
+  struct MatchCase {
+    const char* name;
+    Labels in;
+    bool matches;
+  };
+  const MatchCase cases[] = {
+      {"Ray labels only", {{"ray.io/availability-zone", "z1"}}, true},
+      {"GKE spot", {{"cloud.google.com/gke-spot", "true"}}, true},
+      {"explicit spot tier", {{"sliced.io/capacity-tier", "spot"}}, true},
+      {"GKE on-demand", {{"cloud.google.com/gke-nodepool", "p"}}, false},
+      {"explicit on-demand market",
+       {{"ray.io/market-type", "on-demand"}},
+       false},
+  };
+  for (const MatchCase& c : cases) {
+    auto out = TranslateNodeLabels("n1", c.in);
+    ASSERT_TRUE(out.ok()) << c.name << ": " << out.status();
+    EXPECT_EQ(scheduler::Matches(*not_on_demand, *out), c.matches) << c.name;
+  }
+}
+
+TEST(LabelTranslationTest, SpotNodeSayingOnDemandMarketIsRejected) {
+  const Labels cases[] = {
+      {{"sliced.io/capacity-tier", "spot"},
+       {"ray.io/market-type", "on-demand"}},
+      {{"cloud.google.com/gke-spot", "true"},
+       {"ray.io/market-type", "on-demand"}},
+  };
+  for (const Labels& in : cases) {
+    auto out = TranslateNodeLabels("n1", in);
+    ASSERT_FALSE(out.ok()) << in.begin()->first;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(out.status().message().find("ray.io/market-type"),
+              std::string::npos)
+        << out.status();
   }
 }
 
