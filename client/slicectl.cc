@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/slicectl_cli.h"
+#include "client/slicectl_print.h"
 #include "client/sliced_client.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -32,15 +33,6 @@ namespace {
 
 using client::SlicedClient;
 namespace v1 = ::sliced::v1;
-
-// ------------------------------------------------------------------ context
-
-struct Context {
-  std::string server;
-  bool json = false;
-  bool color = false;
-  std::unique_ptr<SlicedClient> client;
-};
 
 // A command's outcome: an exit code and what to print on stderr.
 struct Failure {
@@ -72,18 +64,6 @@ int ServerError(const Context& ctx, const absl::Status& status) {
   return Fail({kExitRejected, absl::StrCat(code, ": ", status.message())});
 }
 
-void PrintJson(const google::protobuf::Message& message, bool pretty = true) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = pretty;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  // add_whitespace ends with a newline; compact output does not.
-  if (out.empty() || out.back() != '\n') out.push_back('\n');
-  std::fputs(out.c_str(), stdout);
-}
-
-void Print(const std::string& text) { std::fputs(text.c_str(), stdout); }
-
 // Reads a JSON file into `message` (unknown fields are an error: they are
 // usually a typo). Exit 2 material on failure.
 absl::Status ReadJsonFile(const std::string& path,
@@ -111,285 +91,6 @@ absl::Status ReadJsonFile(const std::string& path,
                      " (JSON): ", std::string(status.message())));
   }
   return absl::OkStatus();
-}
-
-// Whole numbers in full (memory bytes), others as the shortest %g.
-std::string Num(double v) {
-  if (v == static_cast<double>(static_cast<int64_t>(v)) && v < 1e18 &&
-      v > -1e18) {
-    return absl::StrCat(static_cast<int64_t>(v));
-  }
-  return absl::StrCat(v);
-}
-
-std::string OrDash(absl::string_view s) {
-  return s.empty() ? "-" : std::string(s);
-}
-
-std::string TimeText(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  absl::Time time =
-      absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", time, absl::UTCTimeZone());
-}
-
-Table::Cell State(const Context& ctx, absl::string_view state) {
-  return Table::Cell(std::string(state),
-                     ctx.color ? StateColor(state) : nullptr);
-}
-
-// `state` in its colour when colour is on.
-std::string Colored(const Context& ctx, absl::string_view state) {
-  const char* color = StateColor(state);
-  if (!ctx.color || color == nullptr) return std::string(state);
-  return absl::StrCat("\033[", color, "m", state, "\033[0m");
-}
-
-// "avail/total" for one resource, "-" when the node has none of it.
-std::string Capacity(const v1::Node& node, const std::string& resource) {
-  auto total = node.resources().find(resource);
-  if (total == node.resources().end()) return "-";
-  auto avail = node.available().find(resource);
-  double free = avail == node.available().end() ? 0 : avail->second;
-  return absl::StrCat(Num(free), "/", Num(total->second));
-}
-
-std::string Label(const v1::Node& node, const std::string& key) {
-  auto it = node.labels().find(key);
-  return it == node.labels().end() ? "-" : OrDash(it->second);
-}
-
-// ------------------------------------------------------------ human output
-
-void PrintNodes(const Context& ctx,
-                const google::protobuf::RepeatedPtrField<v1::Node>& nodes) {
-  Table table({"NODE", "STATE", "ADDRESS", "ACCELERATOR", "TOPOLOGY", "SLICE",
-               "WORKER", "TIER", "CPU", "TPU", "PGS"});
-  for (const v1::Node& n : nodes) {
-    table.AddRow(
-        {n.node_id(), State(ctx, v1::NodeState_Name(n.state())),
-         OrDash(n.address()), Label(n, "ray.io/accelerator-type"),
-         Label(n, "ray.io/tpu-topology"), Label(n, "ray.io/tpu-slice-name"),
-         Label(n, "ray.io/tpu-worker-id"), Label(n, "sliced.io/capacity-tier"),
-         Capacity(n, "CPU"), Capacity(n, "TPU"),
-         absl::StrCat(n.placement_group_ids_size())});
-  }
-  if (table.empty()) {
-    Print("no nodes\n");
-    return;
-  }
-  Print(table.Render(ctx.color));
-}
-
-void PrintNode(const Context& ctx, const v1::Node& n) {
-  Table head({"node", n.node_id()});
-  head.AddRow({"state", State(ctx, v1::NodeState_Name(n.state()))});
-  head.AddRow({"address", OrDash(n.address())});
-  head.AddRow({"last heartbeat", TimeText(n.last_heartbeat())});
-  head.AddRow({"placement groups",
-               OrDash(absl::StrJoin(n.placement_group_ids(), ", "))});
-  Print(head.Render(ctx.color));
-  std::map<std::string, std::string> labels(n.labels().begin(),
-                                            n.labels().end());
-  Print("labels:\n");
-  for (const auto& [k, v] : labels) Print(absl::StrCat("  ", k, "=", v, "\n"));
-  std::map<std::string, double> resources(n.resources().begin(),
-                                          n.resources().end());
-  Table res({"RESOURCE", "TOTAL", "AVAILABLE"});
-  for (const auto& [k, v] : resources) {
-    auto a = n.available().find(k);
-    res.AddRow({k, Num(v), a == n.available().end() ? "0" : Num(a->second)});
-  }
-  Print("resources:\n");
-  Print(res.Render(ctx.color, "  "));
-}
-
-std::string SliceState(const v1::Slice& s) {
-  if (!s.intact()) return "broken";
-  return s.free() ? "free" : "held";
-}
-
-void PrintSlices(const Context& ctx, const v1::ListSlicesResponse& response) {
-  // Grouped by (accelerator type, topology), groups and slices by name.
-  std::map<std::pair<std::string, std::string>, std::vector<const v1::Slice*>>
-      groups;
-  for (const v1::Slice& s : response.slices()) {
-    groups[{s.accelerator_type(), s.topology()}].push_back(&s);
-  }
-  if (groups.empty()) {
-    Print("no TPU slices\n");
-    return;
-  }
-  bool first = true;
-  for (auto& [key, slices] : groups) {
-    std::sort(slices.begin(), slices.end(),
-              [](auto* a, auto* b) { return a->name() < b->name(); });
-    int free = 0;
-    for (const v1::Slice* s : slices) free += s->intact() && s->free();
-    const v1::Slice& any = *slices.front();
-    Print(absl::StrCat(
-        first ? "" : "\n", OrDash(key.first), " ", OrDash(key.second), " (",
-        OrDash(any.pod_type()), ", ", any.expected_hosts(),
-        " hosts per slice): ", slices.size(),
-        slices.size() == 1 ? " slice, " : " slices, ", free, " free\n"));
-    first = false;
-    Table table({"SLICE", "STATE", "HOSTS", "PGS", "REASON"});
-    for (const v1::Slice* s : slices) {
-      int present = 0;
-      for (const std::string& id : s->node_ids()) present += !id.empty();
-      table.AddRow({s->name(), State(ctx, SliceState(*s)),
-                    absl::StrCat(present, "/", s->expected_hosts()),
-                    OrDash(absl::StrJoin(s->placement_group_ids(), ",")),
-                    OrDash(s->reason())});
-    }
-    Print(table.Render(ctx.color, "  "));
-  }
-}
-
-std::string SelectorText(
-    const google::protobuf::Map<std::string, std::string>& m) {
-  std::map<std::string, std::string> sorted(m.begin(), m.end());
-  return absl::StrJoin(sorted, ",", absl::PairFormatter("="));
-}
-
-std::string ResourcesText(const google::protobuf::Map<std::string, double>& m) {
-  std::map<std::string, double> sorted(m.begin(), m.end());
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : sorted)
-    parts.push_back(absl::StrCat(k, "=", Num(v)));
-  return absl::StrJoin(parts, ",");
-}
-
-void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
-  Table head({"placement group", pg.placement_group_id()});
-  head.AddRow({"state", State(ctx, v1::PlacementGroupState_Name(pg.state()))});
-  if (!pg.pending_reason().empty())
-    head.AddRow({"reason", pg.pending_reason()});
-  head.AddRow({"job", OrDash(pg.job_id())});
-  if (!pg.name().empty()) head.AddRow({"name", pg.name()});
-  head.AddRow({"request id", OrDash(pg.request_id())});
-  head.AddRow({"strategy", v1::PlacementStrategy_Name(pg.strategy())});
-  if (!pg.compute_class().empty()) {
-    head.AddRow(
-        {"compute class", absl::StrCat(pg.compute_class(), " (priority ",
-                                       pg.priority_index(), ")")});
-  }
-  if (pg.has_slice()) {
-    head.AddRow(
-        {"slice shape",
-         absl::StrCat(pg.slice().accelerator_type(), " ", pg.slice().topology(),
-                      " x", std::max(1, pg.slice().num_slices()))});
-  }
-  head.AddRow({"slices", OrDash(absl::StrJoin(pg.slice_names(), ", "))});
-  head.AddRow({"created", TimeText(pg.create_time())});
-  Print(head.Render(ctx.color));
-
-  if (pg.workers_size() > 0) {
-    Table workers({"RANK", "NODE", "ADDRESS", "SLICE", "TPU_WORKER_ID"});
-    for (const v1::Worker& w : pg.workers()) {
-      workers.AddRow(
-          {absl::StrCat(w.rank()), w.node_id(), OrDash(w.address()),
-           OrDash(w.slice_name()),
-           w.slice_name().empty() ? "-" : absl::StrCat(w.tpu_worker_id())});
-    }
-    Print("\nworkers:\n");
-    Print(workers.Render(ctx.color, "  "));
-    for (const v1::Worker& w : pg.workers()) {
-      Print(absl::StrCat("\nworker ", w.rank(), " env (", w.node_id(), "):\n"));
-      std::map<std::string, std::string> env(w.env().begin(), w.env().end());
-      for (const auto& [k, v] : env) Print(absl::StrCat("  ", k, "=", v, "\n"));
-    }
-  } else if (pg.bundles_size() > 0) {
-    Table bundles({"BUNDLE", "NODE", "RESOURCES", "SELECTOR"});
-    for (int i = 0; i < pg.bundles_size(); ++i) {
-      const v1::Bundle& b = pg.bundles(i);
-      bundles.AddRow({absl::StrCat(i), OrDash(b.node_id()),
-                      OrDash(ResourcesText(b.resources())),
-                      OrDash(SelectorText(b.label_selector()))});
-    }
-    Print("\nbundles:\n");
-    Print(bundles.Render(ctx.color, "  "));
-  }
-}
-
-void PrintPlacementGroups(const Context& ctx,
-                          const v1::ListPlacementGroupsResponse& response) {
-  Table table({"ID", "STATE", "JOB", "NAME", "STRATEGY", "BUNDLES", "SLICES",
-               "REASON"});
-  for (const v1::PlacementGroup& pg : response.placement_groups()) {
-    table.AddRow({pg.placement_group_id(),
-                  State(ctx, v1::PlacementGroupState_Name(pg.state())),
-                  OrDash(pg.job_id()), OrDash(pg.name()),
-                  v1::PlacementStrategy_Name(pg.strategy()),
-                  absl::StrCat(pg.bundles_size()),
-                  OrDash(absl::StrJoin(pg.slice_names(), ",")),
-                  OrDash(pg.pending_reason())});
-  }
-  if (table.empty()) {
-    Print("no placement groups\n");
-    return;
-  }
-  Print(table.Render(ctx.color));
-}
-
-void PrintExplain(const Context& ctx,
-                  const v1::ExplainPlacementGroupResponse& r) {
-  Table head({"outcome", r.outcome()});
-  head.AddRow({"summary", OrDash(r.summary())});
-  Print(head.Render(ctx.color));
-  for (const std::string& d : r.details()) Print(absl::StrCat("  - ", d, "\n"));
-  if (r.bundles_size() > 0) {
-    Table bundles({"BUNDLE", "NODE"});
-    for (int i = 0; i < r.bundles_size(); ++i) {
-      bundles.AddRow({absl::StrCat(i), OrDash(r.bundles(i).node_id())});
-    }
-    Print("placement:\n");
-    Print(bundles.Render(ctx.color, "  "));
-  }
-}
-
-void PrintComputeClasses(const Context& ctx,
-                         const v1::ListComputeClassesResponse& response) {
-  Table table({"NAME", "WHEN_UNSATISFIABLE", "PRIORITIES"});
-  for (const v1::ComputeClass& c : response.compute_classes()) {
-    std::vector<std::string> priorities;
-    for (int i = 0; i < c.priorities_size(); ++i) {
-      priorities.push_back(absl::StrCat(
-          i + 1, ". ", OrDash(SelectorText(c.priorities(i).label_selector()))));
-    }
-    table.AddRow({c.name(),
-                  c.when_unsatisfiable() == v1::FAIL ? "FAIL" : "WAIT",
-                  absl::StrJoin(priorities, "  ")});
-  }
-  if (table.empty()) {
-    Print("no compute classes\n");
-    return;
-  }
-  Print(table.Render(ctx.color));
-}
-
-void PrintSummary(const Context& ctx, const v1::GetClusterSummaryResponse& r) {
-  std::map<std::string, int64_t> by_state(r.nodes_by_state().begin(),
-                                          r.nodes_by_state().end());
-  std::vector<std::string> states;
-  for (const auto& [k, v] : by_state) states.push_back(absl::StrCat(k, " ", v));
-  Table head({"nodes", OrDash(absl::StrJoin(states, ", "))});
-  head.AddRow(
-      {"pending placement groups", absl::StrCat(r.pending_placement_groups())});
-  if (r.pending_shapes_size() > 0) {
-    head.AddRow({"pending shapes", absl::StrJoin(r.pending_shapes(), ", ")});
-  }
-  head.AddRow({"fragmentation", Num(r.fragmentation())});
-  Print(head.Render(ctx.color));
-  Table table(
-      {"ACCELERATOR", "TOPOLOGY", "TIER", "ZONE", "FREE_SLICES", "FREE_CHIPS"});
-  for (const v1::FreeCapacity& f : r.free()) {
-    table.AddRow({OrDash(f.accelerator_type()), OrDash(f.topology()),
-                  OrDash(f.tier()), OrDash(f.zone()),
-                  absl::StrCat(f.free_slices(), "/", f.total_slices()),
-                  absl::StrCat(f.free_chips())});
-  }
-  if (!table.empty()) Print(absl::StrCat("\n", table.Render(ctx.color)));
 }
 
 // --------------------------------------------------------------- commands
@@ -759,7 +460,8 @@ CommandSpec Cmd(std::string name, std::string args, std::string summary,
   return spec;
 }
 
-std::vector<Command> Commands() {
+// Inventory commands: nodes, slices, registration.
+std::vector<Command> InventoryCommands() {
   return {
       {Cmd("nodes", "",
            "List nodes, optionally filtered by a Ray label selector.",
@@ -789,6 +491,12 @@ std::vector<Command> Commands() {
       {Cmd("slices", "",
            "List TPU slices by type and topology: free, held or broken (why)."),
        CmdSlices},
+  };
+}
+
+// Placement commands, compute classes and the summary.
+std::vector<Command> PlacementCommands() {
+  return {
       {Cmd("submit", "",
            "Submit a JaxTrainer-style ScalingConfig (Ray Train's names).",
            "Example (the JaxTrainer snippet: one v6e 4x4 slice, 4 workers):\n"
@@ -861,6 +569,13 @@ std::vector<Command> Commands() {
   };
 }
 
+// Every command, in help order.
+std::vector<Command> Commands() {
+  std::vector<Command> commands = InventoryCommands();
+  for (Command& c : PlacementCommands()) commands.push_back(std::move(c));
+  return commands;
+}
+
 // "  name ARGS  summary" lines, aligned, for the commands whose name starts
 // with `prefix`.
 std::string CommandList(const std::vector<Command>& commands,
@@ -890,14 +605,9 @@ std::string MainHelp(const std::vector<Command>& commands,
       "unreachable, 5 --wait timed out.\n");
 }
 
-int Run(const std::vector<std::string>& argv) {
-  const std::vector<Command> commands = Commands();
-  const std::vector<FlagSpec> globals = GlobalFlags();
-  std::vector<CommandSpec> specs;
-  for (const Command& c : commands) specs.push_back(c.spec);
-
-  std::vector<std::string> args = argv;
-  // `slicectl help [COMMAND...]` == `slicectl [COMMAND...] --help`.
+// `slicectl help [COMMAND...]` == `slicectl [COMMAND...] --help`.
+std::vector<std::string> RewriteHelp(std::vector<std::string> args,
+                                     const std::vector<FlagSpec>& globals) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].empty() || args[i][0] != '-') {
       if (args[i] == "help") {
@@ -910,34 +620,101 @@ int Run(const std::vector<std::string>& argv) {
       if (args[i] == "--" + g.name && !g.value_name.empty()) ++i;  // its value
     }
   }
-  CommandMatch match = MatchCommand(specs, globals, args);
-  if (match.index < 0) {
-    bool help = false;
-    for (const std::string& a : args) help |= a == "--help" || a == "-h";
-    // A group word alone ("pg"): list its commands.
-    std::string group_help;
-    if (!match.unknown.empty()) {
-      group_help = CommandList(commands, match.unknown + " ");
-    }
-    if (!group_help.empty()) {
-      if (help) {
-        Print(absl::StrCat("Commands:\n", group_help));
-        return kExitOk;
-      }
-      return Usage(absl::StrCat("'", match.unknown, "' needs a subcommand:\n",
-                                group_help));
-    }
-    if (help && match.unknown.empty()) {
-      Print(MainHelp(commands, globals));
+  return args;
+}
+
+// No command matched: help, a group's commands, or a usage error.
+int NoCommand(const std::vector<Command>& commands,
+              const std::vector<FlagSpec>& globals,
+              const std::vector<std::string>& args, const CommandMatch& match) {
+  bool help = false;
+  for (const std::string& a : args) help |= a == "--help" || a == "-h";
+  // A group word alone ("pg"): list its commands.
+  std::string group_help;
+  if (!match.unknown.empty()) {
+    group_help = CommandList(commands, match.unknown + " ");
+  }
+  if (!group_help.empty()) {
+    if (help) {
+      Print(absl::StrCat("Commands:\n", group_help));
       return kExitOk;
     }
-    if (match.unknown.empty()) {
-      std::fputs(MainHelp(commands, globals).c_str(), stderr);
-      return kExitUsage;
-    }
-    return Usage(absl::StrCat("unknown command '", match.unknown,
-                              "' (see: slicectl --help)"));
+    return Usage(absl::StrCat("'", match.unknown, "' needs a subcommand:\n",
+                              group_help));
   }
+  if (help && match.unknown.empty()) {
+    Print(MainHelp(commands, globals));
+    return kExitOk;
+  }
+  if (match.unknown.empty()) {
+    std::fputs(MainHelp(commands, globals).c_str(), stderr);
+    return kExitUsage;
+  }
+  return Usage(absl::StrCat("unknown command '", match.unknown,
+                            "' (see: slicectl --help)"));
+}
+
+// The bearer token: --token-file, else $SLICED_TOKEN, else none.
+absl::StatusOr<std::string> BearerToken(const ParsedFlags& flags) {
+  if (!flags.Has("token-file")) {
+    const char* token = std::getenv("SLICED_TOKEN");
+    return token ? std::string(absl::StripAsciiWhitespace(token)) : "";
+  }
+  std::ifstream in(flags.Get("token-file"));
+  std::stringstream token;
+  if (!in || !(token << in.rdbuf())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token-file: cannot read \"", flags.Get("token-file"), "\""));
+  }
+  std::string out(absl::StripAsciiWhitespace(token.str()));
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token-file: \"", flags.Get("token-file"), "\" is empty"));
+  }
+  return out;
+}
+
+// The context of a command from the global flags and the environment.
+absl::StatusOr<Context> MakeContext(const ParsedFlags& flags) {
+  Context ctx;
+  const char* env_server = std::getenv("SLICED_SERVER");
+  ctx.server = flags.Get(
+      "server", env_server && *env_server ? env_server : "127.0.0.1:50051");
+  ctx.json = flags.Has("json");
+  const char* no_color = std::getenv("NO_COLOR");
+  const char* term = std::getenv("TERM");
+  ctx.color = isatty(STDOUT_FILENO) && !(no_color && *no_color) &&
+              !(term && absl::string_view(term) == "dumb");
+  client::ClientOptions options;
+  options.server = ctx.server;
+  if (flags.Has("timeout")) {
+    auto timeout = ParseDurationFlag("timeout", flags.Get("timeout"));
+    if (!timeout.ok()) return timeout.status();
+    if (*timeout <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("--timeout: must be > 0");
+    }
+    options.timeout = *timeout;
+  }
+  options.root_ca_pem = flags.Get("tls-ca");
+  options.client_cert_pem = flags.Get("tls-cert");
+  options.client_key_pem = flags.Get("tls-key");
+  auto token = BearerToken(flags);
+  if (!token.ok()) return token.status();
+  options.bearer_token = *std::move(token);
+  auto client = SlicedClient::Create(options);
+  if (!client.ok()) return client.status();
+  ctx.client = *std::move(client);
+  return ctx;
+}
+
+int Run(const std::vector<std::string>& argv) {
+  const std::vector<Command> commands = Commands();
+  const std::vector<FlagSpec> globals = GlobalFlags();
+  std::vector<CommandSpec> specs;
+  for (const Command& c : commands) specs.push_back(c.spec);
+  const std::vector<std::string> args = RewriteHelp(argv, globals);
+  CommandMatch match = MatchCommand(specs, globals, args);
+  if (match.index < 0) return NoCommand(commands, globals, args, match);
   const Command& command = commands[match.index];
   absl::StatusOr<ParsedFlags> flags =
       ParseFlags(command.spec, globals, match.rest);
@@ -946,47 +723,9 @@ int Run(const std::vector<std::string>& argv) {
     Print(CommandHelp(command.spec, globals));
     return kExitOk;
   }
-
-  Context ctx;
-  const char* env_server = std::getenv("SLICED_SERVER");
-  ctx.server = flags->Get(
-      "server", env_server && *env_server ? env_server : "127.0.0.1:50051");
-  ctx.json = flags->Has("json");
-  const char* no_color = std::getenv("NO_COLOR");
-  const char* term = std::getenv("TERM");
-  ctx.color = isatty(STDOUT_FILENO) && !(no_color && *no_color) &&
-              !(term && absl::string_view(term) == "dumb");
-  client::ClientOptions options;
-  options.server = ctx.server;
-  if (flags->Has("timeout")) {
-    auto timeout = ParseDurationFlag("timeout", flags->Get("timeout"));
-    if (!timeout.ok()) return Usage(timeout.status().message());
-    if (*timeout <= absl::ZeroDuration())
-      return Usage("--timeout: must be > 0");
-    options.timeout = *timeout;
-  }
-  options.root_ca_pem = flags->Get("tls-ca");
-  options.client_cert_pem = flags->Get("tls-cert");
-  options.client_key_pem = flags->Get("tls-key");
-  if (flags->Has("token-file")) {
-    std::ifstream in(flags->Get("token-file"));
-    std::stringstream token;
-    if (!in || !(token << in.rdbuf())) {
-      return Usage(absl::StrCat("--token-file: cannot read \"",
-                                flags->Get("token-file"), "\""));
-    }
-    options.bearer_token = std::string(absl::StripAsciiWhitespace(token.str()));
-    if (options.bearer_token.empty()) {
-      return Usage(absl::StrCat("--token-file: \"", flags->Get("token-file"),
-                                "\" is empty"));
-    }
-  } else if (const char* token = std::getenv("SLICED_TOKEN")) {
-    options.bearer_token = std::string(absl::StripAsciiWhitespace(token));
-  }
-  auto client = SlicedClient::Create(options);
-  if (!client.ok()) return Usage(client.status().message());
-  ctx.client = *std::move(client);
-  return command.handler(ctx, *flags);
+  absl::StatusOr<Context> ctx = MakeContext(*flags);
+  if (!ctx.ok()) return Usage(ctx.status().message());
+  return command.handler(*ctx, *flags);
 }
 
 }  // namespace

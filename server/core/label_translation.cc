@@ -54,64 +54,47 @@ bool IsTrue(const Labels& labels, absl::string_view key) {
   return v != nullptr && absl::AsciiStrToLower(*v) == "true";
 }
 
-}  // namespace
-
-absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
-                                           const Labels& labels) {
-  Labels derived;
-  auto derive = [&](absl::string_view key, absl::string_view value) {
-    derived[std::string(key)] = std::string(value);
-  };
-  auto copy = [&](absl::string_view from, absl::string_view to) {
-    if (const std::string* v = Find(labels, from)) derive(to, *v);
-  };
-
-  derive(scheduler::kLabelNodeId, node_id);
-  if (const std::string* accel = Find(labels, kGkeAccelerator)) {
-    const GkeAccelerator* match = nullptr;
-    for (const GkeAccelerator& a : kGkeAccelerators) {
-      if (a.gke == *accel) match = &a;
+// ray.io/accelerator-type from cloud.google.com/gke-tpu-accelerator, if
+// given. InvalidArgument for a value sliced does not know.
+absl::Status DeriveAccelerator(const Labels& labels, Labels& derived) {
+  const std::string* accel = Find(labels, kGkeAccelerator);
+  if (accel == nullptr) return absl::OkStatus();
+  for (const GkeAccelerator& a : kGkeAccelerators) {
+    if (a.gke == *accel) {
+      derived[std::string(scheduler::kLabelAcceleratorType)] =
+          std::string(a.ray);
+      return absl::OkStatus();
     }
-    if (match == nullptr) {
-      std::string accepted;
-      for (const GkeAccelerator& a : kGkeAccelerators) {
-        absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", a.gke);
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator ",
-          Quote(*accel, '\''), "; accepted: ", accepted));
-    }
-    derive(scheduler::kLabelAcceleratorType, match->ray);
   }
-  copy(kGkeTopology, scheduler::kLabelTpuTopology);
-  copy("TPU_NAME", scheduler::kLabelTpuSliceName);
-  copy("TPU_WORKER_ID", scheduler::kLabelTpuWorkerId);
-  copy("TPU_ACCELERATOR_TYPE", scheduler::kLabelTpuPodType);
-  copy(kK8sZone, scheduler::kLabelZone);
-  copy(kK8sRegion, scheduler::kLabelRegion);
-  copy(kGkeNodePool, scheduler::kLabelNodeGroup);
+  std::string accepted;
+  for (const GkeAccelerator& a : kGkeAccelerators) {
+    absl::StrAppend(&accepted, accepted.empty() ? "" : ", ", a.gke);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "labels[\"", kGkeAccelerator, "\"]: unknown TPU accelerator ",
+      Quote(*accel, '\''), "; accepted: ", accepted));
+}
 
-  // The tier: from GKE metadata or an explicit spot market type, else
-  // on-demand (sliced's own label, always present).
+// The tier: from GKE metadata or an explicit spot market type, else
+// on-demand (sliced's own label, always present).
+std::string Tier(const Labels& labels) {
+  const std::string* market = Find(labels, scheduler::kLabelMarketType);
+  if (IsTrue(labels, kGkeSpot) || (market != nullptr && *market == "spot")) {
+    return "spot";
+  }
+  if (IsTrue(labels, kGkeFlexStart)) return "flex-start";
+  if (Find(labels, kGkeReservation) != nullptr) return "reserved";
+  return "on-demand";
+}
+
+// The Ray market type only from metadata that says so: a spot tier or
+// gke-spot says spot; a GKE node that is not spot, or an explicit on-demand
+// tier, says on-demand. A node with Ray labels alone gets none, so that
+// Ray's `!on-demand` still matches it. InvalidArgument when an explicit
+// market type contradicts a spot tier.
+absl::Status DeriveMarketType(const Labels& labels, Labels& out) {
   const std::string* market = Find(labels, scheduler::kLabelMarketType);
   const bool gke_spot = IsTrue(labels, kGkeSpot);
-  if (gke_spot || (market != nullptr && *market == "spot")) {
-    derive(scheduler::kLabelCapacityTier, "spot");
-  } else if (IsTrue(labels, kGkeFlexStart)) {
-    derive(scheduler::kLabelCapacityTier, "flex-start");
-  } else if (Find(labels, kGkeReservation) != nullptr) {
-    derive(scheduler::kLabelCapacityTier, "reserved");
-  } else {
-    derive(scheduler::kLabelCapacityTier, "on-demand");
-  }
-
-  Labels out = labels;  // explicit labels win: insert() keeps existing keys
-  out.insert(derived.begin(), derived.end());
-
-  // The Ray market type only from metadata that says so: a spot tier or
-  // gke-spot says spot; a GKE node that is not spot, or an explicit on-demand
-  // tier, says on-demand. A node with Ray labels alone gets none, so that
-  // Ray's `!on-demand` still matches it.
   const std::string tier = out.at(scheduler::kLabelCapacityTier);
   if (market == nullptr) {
     if (tier == "spot" || gke_spot) {
@@ -128,19 +111,53 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
         gke_spot ? kGkeSpot : scheduler::kLabelCapacityTier,
         "); a spot node's market type is spot"));
   }
+  return absl::OkStatus();
+}
 
-  // Pod type from accelerator + topology, when both resolve.
+// Pod type from accelerator + topology, when both resolve and none is given.
+void DerivePodType(Labels& out) {
   const std::string* accel = Find(out, scheduler::kLabelAcceleratorType);
   const std::string* topo = Find(out, scheduler::kLabelTpuTopology);
-  if (accel != nullptr && topo != nullptr &&
-      Find(out, scheduler::kLabelTpuPodType) == nullptr) {
-    auto generation = scheduler::ParseTpuGeneration(*accel);
-    if (generation.ok()) {
-      auto shape = scheduler::ResolveTpuShape(*generation, *topo);
-      if (shape.ok())
-        out[std::string(scheduler::kLabelTpuPodType)] = shape->pod_type;
+  if (accel == nullptr || topo == nullptr ||
+      Find(out, scheduler::kLabelTpuPodType) != nullptr) {
+    return;
+  }
+  auto generation = scheduler::ParseTpuGeneration(*accel);
+  if (!generation.ok()) return;
+  auto shape = scheduler::ResolveTpuShape(*generation, *topo);
+  if (shape.ok())
+    out[std::string(scheduler::kLabelTpuPodType)] = shape->pod_type;
+}
+
+}  // namespace
+
+absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
+                                           const Labels& labels) {
+  Labels derived;
+  derived[std::string(scheduler::kLabelNodeId)] = std::string(node_id);
+  absl::Status accelerator = DeriveAccelerator(labels, derived);
+  if (!accelerator.ok()) return accelerator;
+  for (const auto& [from, to] :
+       {std::pair{kGkeTopology, scheduler::kLabelTpuTopology},
+        std::pair{absl::string_view("TPU_NAME"), scheduler::kLabelTpuSliceName},
+        std::pair{absl::string_view("TPU_WORKER_ID"),
+                  scheduler::kLabelTpuWorkerId},
+        std::pair{absl::string_view("TPU_ACCELERATOR_TYPE"),
+                  scheduler::kLabelTpuPodType},
+        std::pair{kK8sZone, scheduler::kLabelZone},
+        std::pair{kK8sRegion, scheduler::kLabelRegion},
+        std::pair{kGkeNodePool, scheduler::kLabelNodeGroup}}) {
+    if (const std::string* v = Find(labels, from)) {
+      derived[std::string(to)] = *v;
     }
   }
+  derived[std::string(scheduler::kLabelCapacityTier)] = Tier(labels);
+
+  Labels out = labels;  // explicit labels win: insert() keeps existing keys
+  out.insert(derived.begin(), derived.end());
+  absl::Status market = DeriveMarketType(labels, out);
+  if (!market.ok()) return market;
+  DerivePodType(out);
   return out;
 }
 

@@ -68,7 +68,7 @@ Mutation PutBigNode(const std::string& id) {
   n.labels = {{"example.com/padding", std::string(16 << 10, 'p')}};
   n.resources = {{"CPU", 40000}};
   Mutation m;
-  m.PutNode(ToRecord(n));
+  m.PutNode(n);
   return m;
 }
 
@@ -77,7 +77,7 @@ std::set<std::string> NodeIds(Store& store) {
   EXPECT_TRUE(state.ok()) << state.status();
   std::set<std::string> ids;
   if (state.ok()) {
-    for (const NodeRecord& n : state->nodes) ids.insert(n.node_id());
+    for (const scheduler::Node& n : state->nodes) ids.insert(n.node_id);
   }
   return ids;
 }
