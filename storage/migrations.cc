@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "scheduler/labels.h"
 #include "sliced/storage/records.pb.h"
+#include "storage/records.h"
 
 namespace sliced::storage {
 namespace {
@@ -20,25 +21,7 @@ absl::Status UpgradeSelector(SelectorRecord& selector) {
           selector.legacy_terms().begin(), selector.legacy_terms().end())));
   selector.clear_legacy_terms();
   selector.clear_terms();
-  for (const scheduler::SelectorTerm& t : parsed.terms) {
-    SelectorTermRecord* term = selector.add_terms();
-    term->set_key(t.key);
-    switch (t.op) {
-      case scheduler::SelectorOp::kEquals:
-        term->set_op(SELECTOR_EQUALS);
-        break;
-      case scheduler::SelectorOp::kNotEquals:
-        term->set_op(SELECTOR_NOT_EQUALS);
-        break;
-      case scheduler::SelectorOp::kIn:
-        term->set_op(SELECTOR_IN);
-        break;
-      case scheduler::SelectorOp::kNotIn:
-        term->set_op(SELECTOR_NOT_IN);
-        break;
-    }
-    term->mutable_values()->Add(t.values.begin(), t.values.end());
-  }
+  SelectorToRecord(parsed, &selector);
   return absl::OkStatus();
 }
 

@@ -106,28 +106,6 @@ LogSeverityRecord ToRecord(server::LogSeverity severity) {
 
 // ---------------------------------------------------------------- selectors
 
-void ToRecord(const scheduler::LabelSelector& selector, SelectorRecord* out) {
-  for (const scheduler::SelectorTerm& t : selector.terms) {
-    SelectorTermRecord* term = out->add_terms();
-    term->set_key(t.key);
-    switch (t.op) {
-      case scheduler::SelectorOp::kEquals:
-        term->set_op(SELECTOR_EQUALS);
-        break;
-      case scheduler::SelectorOp::kNotEquals:
-        term->set_op(SELECTOR_NOT_EQUALS);
-        break;
-      case scheduler::SelectorOp::kIn:
-        term->set_op(SELECTOR_IN);
-        break;
-      case scheduler::SelectorOp::kNotIn:
-        term->set_op(SELECTOR_NOT_IN);
-        break;
-    }
-    term->mutable_values()->Add(t.values.begin(), t.values.end());
-  }
-}
-
 absl::StatusOr<scheduler::LabelSelector> FromRecord(const SelectorRecord& r) {
   scheduler::LabelSelector selector;
   for (const SelectorTermRecord& t : r.terms()) {
@@ -162,7 +140,7 @@ void ToRecord(const scheduler::ResourceSet& resources,
               const scheduler::LabelSelector& selector,
               absl::string_view node_id, BundleRecord* out) {
   out->mutable_resources()->insert(resources.begin(), resources.end());
-  ToRecord(selector, out->mutable_selector());
+  SelectorToRecord(selector, out->mutable_selector());
   out->set_node_id(std::string(node_id));
 }
 
@@ -201,7 +179,7 @@ void RequestToRecord(const scheduler::PlacementRequest& request,
     s->mutable_resources_per_host()->insert(
         request.slice->resources_per_host.begin(),
         request.slice->resources_per_host.end());
-    ToRecord(request.slice->selector, s->mutable_selector());
+    SelectorToRecord(request.slice->selector, s->mutable_selector());
   }
   for (const auto& fallback : request.fallbacks) {
     FallbackRecord* f = r.add_fallbacks();
@@ -316,6 +294,29 @@ absl::Status Decode(Table table, const std::string& key,
 
 }  // namespace
 
+void SelectorToRecord(const scheduler::LabelSelector& selector,
+                      SelectorRecord* out) {
+  for (const scheduler::SelectorTerm& t : selector.terms) {
+    SelectorTermRecord* term = out->add_terms();
+    term->set_key(t.key);
+    switch (t.op) {
+      case scheduler::SelectorOp::kEquals:
+        term->set_op(SELECTOR_EQUALS);
+        break;
+      case scheduler::SelectorOp::kNotEquals:
+        term->set_op(SELECTOR_NOT_EQUALS);
+        break;
+      case scheduler::SelectorOp::kIn:
+        term->set_op(SELECTOR_IN);
+        break;
+      case scheduler::SelectorOp::kNotIn:
+        term->set_op(SELECTOR_NOT_IN);
+        break;
+    }
+    term->mutable_values()->Add(t.values.begin(), t.values.end());
+  }
+}
+
 NodeRecord ToRecord(const scheduler::Node& node) {
   NodeRecord r;
   r.set_node_id(node.node_id);
@@ -390,7 +391,7 @@ ComputeClassRecord ToRecord(const server::ComputeClass& cls) {
   ComputeClassRecord r;
   r.set_name(cls.name);
   for (const scheduler::LabelSelector& p : cls.priorities) {
-    ToRecord(p, r.add_priorities());
+    SelectorToRecord(p, r.add_priorities());
   }
   r.set_when_unsatisfiable(cls.when_unsatisfiable ==
                                    server::WhenUnsatisfiable::kFail

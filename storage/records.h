@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "scheduler/labels.h"
 #include "scheduler/types.h"
 #include "server/core/placement_group.h"
 #include "server/core/telemetry.h"
@@ -29,6 +30,10 @@ absl::StatusOr<server::PlacementGroup> FromRecord(
 absl::StatusOr<server::ComputeClass> FromRecord(
     const ComputeClassRecord& record);
 absl::StatusOr<server::LogLine> FromRecord(const LogRecord& record);
+
+// A parsed selector as structured terms (schema 2).
+void SelectorToRecord(const scheduler::LabelSelector& selector,
+                      SelectorRecord* out);
 
 // Parses `value` as the record type of `table` and appends its domain value
 // to `state`. Returns DataLoss naming the table and key when it does not

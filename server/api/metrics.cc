@@ -48,6 +48,101 @@ std::string Or(const std::string& value, const char* fallback) {
   return value.empty() ? fallback : value;
 }
 
+// Where a node's chip series belong.
+struct NodeInfo {
+  std::string slice, accelerator;
+};
+using NodeInfos = absl::btree_map<std::string, NodeInfo>;
+
+// Queue, nodes, chips, slices and fragmentation from the cluster summary.
+void AddSummaryFamilies(const ClusterSummary& summary,
+                        std::vector<MetricFamily>& out) {
+  GaugeFamily queue("sliced_pending_placement_groups",
+                    "Placement groups waiting (PENDING or RESCHEDULING)");
+  queue.Add({}, summary.pending);
+  out.push_back(queue.Take());
+  GaugeFamily oldest("sliced_pending_oldest_age_seconds",
+                     "How long the longest-waiting placement group has waited");
+  oldest.Add({}, summary.oldest_pending_seconds);
+  out.push_back(oldest.Take());
+  GaugeFamily by_state("sliced_nodes", "Nodes by state");
+  for (const auto& [state, count] : summary.nodes_by_state) {
+    by_state.Add({{"state", state}}, count);
+  }
+  out.push_back(by_state.Take());
+  GaugeFamily chips_total("sliced_tpu_chips",
+                          "TPU chips by accelerator and zone");
+  GaugeFamily chips_free("sliced_tpu_chips_free",
+                         "TPU chips not held by placement groups");
+  for (const auto& [key, counts] : summary.chips_total_free) {
+    const auto& [accel, zone] = key;
+    chips_total.Add(
+        {{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
+        counts.first);
+    chips_free.Add(
+        {{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
+        counts.second);
+  }
+  out.push_back(chips_total.Take());
+  out.push_back(chips_free.Take());
+  GaugeFamily slices_free(
+      "sliced_slices_free",
+      "Whole free TPU slices (intact, no bundle on any host)");
+  GaugeFamily slices_total("sliced_slices", "TPU slices");
+  for (const auto& [key, group] : summary.slices) {
+    const auto& [accel, topo, tier, zone] = key;
+    std::vector<std::pair<std::string, std::string>> labels = {
+        {"accelerator_type", Or(accel, "none")},
+        {"topology", Or(topo, "none")},
+        {"tier", Or(tier, "none")},
+        {"zone", Or(zone, "none")}};
+    slices_free.Add(labels, group.free_slices);
+    slices_total.Add(labels, group.total_slices);
+  }
+  out.push_back(slices_free.Take());
+  out.push_back(slices_total.Take());
+  GaugeFamily frag(
+      "sliced_fragmentation_ratio",
+      "Share of free TPU chips of a shape not in a whole free slice");
+  for (const auto& [shape, value] : summary.fragmentation_by_shape) {
+    frag.Add({{"accelerator_type", Or(shape.first, "none")},
+              {"topology", Or(shape.second, "none")}},
+             value);
+  }
+  out.push_back(frag.Take());
+}
+
+// Per-chip TPU telemetry of the nodes still in the inventory.
+void AddChipFamilies(const TelemetryStore& telemetry, absl::Time now,
+                     const NodeInfos& nodes, std::vector<MetricFamily>& out) {
+  GaugeFamily util("sliced_tpu_tensorcore_utilization_percent",
+                   "TensorCore utilization reported by the node agent");
+  GaugeFamily duty("sliced_tpu_duty_cycle_percent", "TPU duty cycle");
+  GaugeFamily hbm_used("sliced_tpu_hbm_used_bytes", "HBM in use");
+  GaugeFamily hbm_total("sliced_tpu_hbm_total_bytes", "HBM capacity");
+  GaugeFamily bw("sliced_tpu_memory_bandwidth_utilization_percent",
+                 "HBM bandwidth utilization");
+  for (const auto& [node_id, report] : telemetry.Fresh(now)) {
+    auto it = nodes.find(node_id);
+    if (it == nodes.end()) continue;  // removed nodes have no series
+    for (const ChipMetrics& c : report.chips) {
+      std::vector<std::pair<std::string, std::string>> labels = {
+          {"node", node_id},
+          {"slice", it->second.slice},
+          {"accelerator_type", it->second.accelerator},
+          {"chip", absl::StrCat(c.chip_index)}};
+      util.Add(labels, c.tensorcore_utilization);
+      duty.Add(labels, c.duty_cycle);
+      hbm_used.Add(labels, c.hbm_used_bytes);
+      hbm_total.Add(labels, c.hbm_total_bytes);
+      bw.Add(labels, c.memory_bandwidth_utilization);
+    }
+  }
+  for (GaugeFamily* f : {&util, &duty, &hbm_used, &hbm_total, &bw}) {
+    out.push_back(f->Take());
+  }
+}
+
 class StateCollector : public prometheus::Collectable {
  public:
   StateCollector(const Cluster* cluster, const TelemetryStore* telemetry,
@@ -56,12 +151,8 @@ class StateCollector : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const absl::Time now = clock_->Now();
-    std::vector<MetricFamily> out;
-    struct NodeInfo {
-      std::string slice, accelerator;
-    };
     auto [summary, nodes] = cluster_->Read([&](const ClusterState& state) {
-      absl::btree_map<std::string, NodeInfo> info;
+      NodeInfos info;
       for (const auto& [id, entry] : state.nodes) {
         const auto& l = entry.node.labels;
         auto get = [&](absl::string_view k) {
@@ -73,90 +164,9 @@ class StateCollector : public prometheus::Collectable {
       }
       return std::pair{Summarize(state, now), std::move(info)};
     });
-
-    GaugeFamily queue("sliced_pending_placement_groups",
-                      "Placement groups waiting (PENDING or RESCHEDULING)");
-    queue.Add({}, summary.pending);
-    out.push_back(queue.Take());
-    GaugeFamily oldest(
-        "sliced_pending_oldest_age_seconds",
-        "How long the longest-waiting placement group has waited");
-    oldest.Add({}, summary.oldest_pending_seconds);
-    out.push_back(oldest.Take());
-    GaugeFamily by_state("sliced_nodes", "Nodes by state");
-    for (const auto& [state, count] : summary.nodes_by_state) {
-      by_state.Add({{"state", state}}, count);
-    }
-    out.push_back(by_state.Take());
-    GaugeFamily chips_total("sliced_tpu_chips",
-                            "TPU chips by accelerator and zone");
-    GaugeFamily chips_free("sliced_tpu_chips_free",
-                           "TPU chips not held by placement groups");
-    for (const auto& [key, counts] : summary.chips_total_free) {
-      const auto& [accel, zone] = key;
-      chips_total.Add(
-          {{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
-          counts.first);
-      chips_free.Add(
-          {{"accelerator_type", Or(accel, "none")}, {"zone", Or(zone, "none")}},
-          counts.second);
-    }
-    out.push_back(chips_total.Take());
-    out.push_back(chips_free.Take());
-    GaugeFamily slices_free(
-        "sliced_slices_free",
-        "Whole free TPU slices (intact, no bundle on any host)");
-    GaugeFamily slices_total("sliced_slices", "TPU slices");
-    for (const auto& [key, group] : summary.slices) {
-      const auto& [accel, topo, tier, zone] = key;
-      std::vector<std::pair<std::string, std::string>> labels = {
-          {"accelerator_type", Or(accel, "none")},
-          {"topology", Or(topo, "none")},
-          {"tier", Or(tier, "none")},
-          {"zone", Or(zone, "none")}};
-      slices_free.Add(labels, group.free_slices);
-      slices_total.Add(labels, group.total_slices);
-    }
-    out.push_back(slices_free.Take());
-    out.push_back(slices_total.Take());
-    GaugeFamily frag(
-        "sliced_fragmentation_ratio",
-        "Share of free TPU chips of a shape not in a whole free slice");
-    for (const auto& [shape, value] : summary.fragmentation_by_shape) {
-      frag.Add({{"accelerator_type", Or(shape.first, "none")},
-                {"topology", Or(shape.second, "none")}},
-               value);
-    }
-    out.push_back(frag.Take());
-
-    GaugeFamily util("sliced_tpu_tensorcore_utilization_percent",
-                     "TensorCore utilization reported by the node agent");
-    GaugeFamily duty("sliced_tpu_duty_cycle_percent", "TPU duty cycle");
-    GaugeFamily hbm_used("sliced_tpu_hbm_used_bytes", "HBM in use");
-    GaugeFamily hbm_total("sliced_tpu_hbm_total_bytes", "HBM capacity");
-    GaugeFamily bw("sliced_tpu_memory_bandwidth_utilization_percent",
-                   "HBM bandwidth utilization");
-    if (telemetry_ != nullptr) {
-      for (const auto& [node_id, report] : telemetry_->Fresh(now)) {
-        auto it = nodes.find(node_id);
-        if (it == nodes.end()) continue;  // removed nodes have no series
-        for (const ChipMetrics& c : report.chips) {
-          std::vector<std::pair<std::string, std::string>> labels = {
-              {"node", node_id},
-              {"slice", it->second.slice},
-              {"accelerator_type", it->second.accelerator},
-              {"chip", absl::StrCat(c.chip_index)}};
-          util.Add(labels, c.tensorcore_utilization);
-          duty.Add(labels, c.duty_cycle);
-          hbm_used.Add(labels, c.hbm_used_bytes);
-          hbm_total.Add(labels, c.hbm_total_bytes);
-          bw.Add(labels, c.memory_bandwidth_utilization);
-        }
-      }
-    }
-    for (GaugeFamily* f : {&util, &duty, &hbm_used, &hbm_total, &bw}) {
-      out.push_back(f->Take());
-    }
+    std::vector<MetricFamily> out;
+    AddSummaryFamilies(summary, out);
+    if (telemetry_ != nullptr) AddChipFamilies(*telemetry_, now, nodes, out);
     return out;
   }
 

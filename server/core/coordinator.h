@@ -138,6 +138,27 @@ class Coordinator {
   std::thread writer_;
 };
 
+// Submits an op that computes a value for its caller: `apply(txn, out)`
+// fills `out`; `done` gets it once the op is durable and visible, or the
+// op's (or the commit's) error.
+template <typename T>
+void SubmitForValue(Coordinator& coordinator,
+                    std::function<absl::Status(Txn&, T&)> apply,
+                    std::function<void(absl::StatusOr<T>)> done) {
+  auto value = std::make_shared<T>();
+  coordinator.Submit(
+      WriteOp{[apply = std::move(apply), value](Txn& txn) {
+                return apply(txn, *value);
+              },
+              [value, done = std::move(done)](const absl::Status& s) {
+                if (s.ok()) {
+                  done(std::move(*value));
+                } else {
+                  done(s);
+                }
+              }});
+}
+
 }  // namespace sliced::server
 
 #endif  // SLICED_SERVER_CORE_COORDINATOR_H_

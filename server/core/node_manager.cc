@@ -155,9 +155,9 @@ NodeManager::~NodeManager() {
 // ---------------------------------------------------------------- writes
 
 void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
-  auto views = std::make_shared<std::vector<NodeView>>();
-  coordinator_->Submit(WriteOp{
-      [nodes = std::move(nodes), views](Txn& txn) {
+  SubmitForValue<std::vector<NodeView>>(
+      *coordinator_,
+      [nodes = std::move(nodes)](Txn& txn, std::vector<NodeView>& views) {
         for (const scheduler::Node& node : nodes) {
           NodeEntry entry{node, txn.now()};
           const NodeEntry* old = txn.FindNode(node.node_id);
@@ -170,17 +170,11 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
         }
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
         for (const scheduler::Node& node : nodes) {
-          views->push_back(ViewOf(*txn.FindNode(node.node_id), *snapshot));
+          views.push_back(ViewOf(*txn.FindNode(node.node_id), *snapshot));
         }
         return absl::OkStatus();
       },
-      [views, done = std::move(done)](const absl::Status& s) {
-        if (s.ok()) {
-          done(std::move(*views));
-        } else {
-          done(s);
-        }
-      }});
+      std::move(done));
 }
 
 void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
@@ -216,9 +210,9 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
 
 void NodeManager::Drain(const std::string& node_id,
                         std::function<void(absl::StatusOr<NodeView>)> done) {
-  auto view = std::make_shared<NodeView>();
-  coordinator_->Submit(WriteOp{
-      [node_id, view](Txn& txn) {
+  SubmitForValue<NodeView>(
+      *coordinator_,
+      [node_id](Txn& txn, NodeView& view) {
         const NodeEntry* entry = txn.FindNode(node_id);
         if (entry == nullptr) return NodeNotFound(node_id);
         if (entry->node.state == NodeState::kDead) {
@@ -229,16 +223,10 @@ void NodeManager::Drain(const std::string& node_id,
         next.node.state = NodeState::kDraining;
         if (entry->node.state != NodeState::kDraining) txn.PutNode(next);
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
-        *view = ViewOf(next, *snapshot);
+        view = ViewOf(next, *snapshot);
         return absl::OkStatus();
       },
-      [view, done = std::move(done)](const absl::Status& s) {
-        if (s.ok()) {
-          done(std::move(*view));
-        } else {
-          done(s);
-        }
-      }});
+      std::move(done));
 }
 
 void NodeManager::Remove(const std::string& node_id, bool force, Done done) {

@@ -10,24 +10,26 @@
 namespace sliced::server {
 namespace {
 
-// The workers' plan of a placed group: from its ScalingConfig, or for a
-// plain slice group one worker per host. False when it has no workers.
+// The workers' plan of a placed group: a ScalingConfig's workers, or for a
+// plain slice group one worker per host. Built from the parsed request, so
+// nothing is re-validated or re-parsed. False when it has no workers.
 bool WorkerPlan(const PlacementGroup& group, ScalingConfigPlan& plan) {
-  if (group.scaling_config) {
-    auto planned = PlanScalingConfig(*group.scaling_config, Limits());
-    if (!planned.ok()) return false;
-    plan = *std::move(planned);
-    return true;
-  }
   const auto& slice = group.request.slice;
-  if (!slice) return false;
+  if (group.scaling_config) {
+    plan.use_tpu = group.scaling_config->use_tpu;
+    plan.num_workers = group.scaling_config->num_workers;
+  } else if (slice) {
+    plan.use_tpu = true;
+    plan.num_workers = static_cast<int>(group.bundles.size());
+  } else {
+    return false;
+  }
+  if (!slice) return true;
   auto shape = scheduler::ResolveTpuShape(slice->generation, slice->topology);
   if (!shape.ok()) return false;
-  plan.use_tpu = true;
   plan.shape = *shape;
   plan.hosts_per_slice = static_cast<int>(shape->hosts);
   plan.num_slices = slice->num_slices;
-  plan.num_workers = static_cast<int>(group.bundles.size());
   return true;
 }
 

@@ -192,22 +192,16 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
 }
 
 void PlacementManager::Create(PgSpec spec, ViewDone done) {
-  auto state = std::make_shared<PgSpec>(std::move(spec));
-  auto view = std::make_shared<PlacementGroupView>();
-  coordinator_->Submit(
-      WriteOp{[this, state, view](Txn& txn) {
-                RETURN_IF_ERROR(CreateInTxn(txn, *state));
-                ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
-                *view = ViewOf(state->group, *snapshot);
-                return absl::OkStatus();
-              },
-              [view, done = std::move(done)](const absl::Status& s) {
-                if (s.ok()) {
-                  done(std::move(*view));
-                } else {
-                  done(s);
-                }
-              }});
+  SubmitForValue<PlacementGroupView>(
+      *coordinator_,
+      [this, spec = std::move(spec)](Txn& txn,
+                                     PlacementGroupView& view) mutable {
+        RETURN_IF_ERROR(CreateInTxn(txn, spec));
+        ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+        view = ViewOf(spec.group, *snapshot);
+        return absl::OkStatus();
+      },
+      std::move(done));
 }
 
 void PlacementManager::Remove(const std::string& pg_id, Done done) {
