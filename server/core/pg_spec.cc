@@ -30,6 +30,7 @@ bool WorkerPlan(const PlacementGroup& group, ScalingConfigPlan& plan) {
   plan.shape = *shape;
   plan.hosts_per_slice = static_cast<int>(shape->hosts);
   plan.num_slices = slice->num_slices;
+  LayoutTpuWorkers(plan);
   return true;
 }
 

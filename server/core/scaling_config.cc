@@ -1,5 +1,7 @@
 #include "server/core/scaling_config.h"
 
+#include <algorithm>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -227,7 +229,46 @@ absl::Status PlanOneTpuWorker(const ScalingConfig& config, const Limits& limits,
   return absl::OkStatus();
 }
 
-// Whole slices of the topology, one worker per host.
+// TPU per worker (fixed point) and workers per host, with Ray's checks
+// (ray.util.tpu.get_tpu_worker_resources) and sliced's: a worker fits in one
+// host and the host's chips divide evenly among its workers.
+absl::StatusOr<int64_t> TpuPerWorker(const ScalingConfigPlan& plan,
+                                     const GivenResources& given) {
+  const int64_t per_host =
+      plan.shape.chips_per_host * scheduler::kResourceScale;
+  const int64_t per_slice = plan.shape.chips * scheduler::kResourceScale;
+  if (!given.given || !given.resources.contains(scheduler::kResourceTpu)) {
+    return per_host;
+  }
+  const int64_t tpw = Amount(given.resources, scheduler::kResourceTpu);
+  auto devices = [](int64_t fixed) { return scheduler::FromFixedPoint(fixed); };
+  if (tpw <= 0) {
+    return Invalid("resources_per_worker", "TPU resources must be positive.");
+  }
+  if (per_slice % tpw != 0) {
+    return Invalid(
+        "resources_per_worker",
+        absl::StrCat("The requested resources per worker (", devices(tpw),
+                     " TPU devices) do not divide evenly into the TPU devices "
+                     "available per slice (",
+                     plan.shape.chips,
+                     "). This configuration results in an uneven distribution "
+                     "of workers across slices, which is not supported."));
+  }
+  if (tpw > per_host || per_host % tpw != 0 ||
+      tpw % scheduler::kResourceScale != 0) {
+    return Invalid(
+        "resources_per_worker",
+        absl::StrCat("asks for ", devices(tpw), " TPU chips per worker, but a ",
+                     plan.shape.pod_type, " host has ",
+                     plan.shape.chips_per_host,
+                     ": a worker's TPU must be whole chips that divide one "
+                     "host's chips evenly (a worker never spans hosts)"));
+  }
+  return tpw;
+}
+
+// Whole slices of the topology, workers_per_host workers on each host.
 absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
                            scheduler::TpuGeneration generation,
                            GivenResources given, ScalingConfigPlan& plan) {
@@ -236,43 +277,41 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
   if (!shape.ok()) return Prefixed("topology", shape.status());
   plan.shape = *std::move(shape);
   plan.hosts_per_slice = static_cast<int>(plan.shape.hosts);
-  if (num_workers % plan.hosts_per_slice != 0) {
+  ASSIGN_OR_RETURN(const int64_t tpw, TpuPerWorker(plan, given));
+  const int workers_per_host = static_cast<int>(
+      plan.shape.chips_per_host * scheduler::kResourceScale / tpw);
+  const int workers_per_slice = plan.hosts_per_slice * workers_per_host;
+  if (num_workers % workers_per_slice != 0) {
     return Invalid(
         "num_workers",
         absl::StrCat("`num_workers` (", num_workers,
-                     ") must be a multiple of the hosts per slice of topology ",
+                     ") must be a multiple of the workers per slice of "
+                     "topology ",
                      plan.shape.topology, " (", plan.shape.pod_type, ": ",
-                     plan.hosts_per_slice,
-                     " hosts per slice); each TPU worker is one host"));
+                     plan.hosts_per_slice, " hosts x ", workers_per_host,
+                     " workers of ", scheduler::FromFixedPoint(tpw),
+                     " TPU = ", workers_per_slice,
+                     "); every host of a slice runs its workers"));
   }
-  plan.num_slices = num_workers / plan.hosts_per_slice;
-  if (num_workers > 1 && plan.request.strategy == Strategy::kStrictPack) {
+  plan.num_slices = num_workers / workers_per_slice;
+  if (num_workers > workers_per_host &&
+      plan.request.strategy == Strategy::kStrictPack) {
     return Invalid(
         "placement_strategy",
         absl::StrCat("STRICT_PACK puts every worker on one node, but ",
-                     num_workers, " TPU workers need ", num_workers,
+                     num_workers, " TPU workers need ",
+                     num_workers / workers_per_host,
                      " TPU hosts; use SPREAD (the default for TPUs)"));
   }
-  ResourceSet resources = std::move(given.resources);
-  const int64_t per_host =
-      plan.shape.chips_per_host * scheduler::kResourceScale;
-  if (!given.given) {
-    resources[std::string(scheduler::kResourceTpu)] = per_host;
-  } else if (Amount(resources, scheduler::kResourceTpu) > per_host) {
-    return Invalid(
-        "resources_per_worker",
-        absl::StrCat("asks for ",
-                     scheduler::FromFixedPoint(
-                         Amount(resources, scheduler::kResourceTpu)),
-                     " TPU chips per worker, but a ", plan.shape.pod_type,
-                     " host has ", plan.shape.chips_per_host,
-                     "; with `use_tpu=True` each worker is one TPU host"));
-  }
+  ResourceSet per_host = std::move(given.resources);
+  per_host[std::string(scheduler::kResourceTpu)] = tpw;
+  for (auto& [name, amount] : per_host) amount *= workers_per_host;
   ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
                    ConvertSelector(config, limits, {}));
   plan.request.slice = scheduler::SliceRequirement{
       plan.shape.generation, plan.shape.topology, plan.num_slices,
-      std::move(resources), std::move(selector)};
+      std::move(per_host), std::move(selector)};
+  LayoutTpuWorkers(plan);
   return absl::OkStatus();
 }
 
@@ -312,6 +351,73 @@ absl::StatusOr<ScalingConfigPlan> PlanScalingConfig(const ScalingConfig& config,
   return PlanGeneric(config, limits, std::move(given));
 }
 
+namespace {
+
+std::string Box(const std::vector<int>& box) { return absl::StrJoin(box, ","); }
+
+// A box of `chips` chips inside `host` (both {x, y, z}), filling x, then y,
+// then z: 2 of {2,2,1} -> {2,1,1}; 4 of {2,4,1} -> {2,2,1}.
+std::vector<int> ChipBox(int chips, const std::vector<int>& host) {
+  std::vector<int> box(3, 1);
+  for (int d = 0; d < 3 && chips > 1; ++d) {
+    const int take = std::gcd(chips, host[d]);
+    box[d] = take;
+    chips /= take;
+  }
+  return box;
+}
+
+// libtpu's multi-process env of local rank `local` on worker `worker_id`
+// of a slice whose hosts have `addresses` (worker-id order).
+void AddProcessEnv(const ScalingConfigPlan& plan, int worker_id, int local,
+                   const std::vector<std::string>& addresses,
+                   absl::btree_map<std::string, std::string>& env) {
+  const int k = plan.workers_per_host;
+  const int cpw = plan.chips_per_worker;
+  std::vector<int> chips;
+  for (int c = local * cpw; c < (local + 1) * cpw; ++c) chips.push_back(c);
+  const std::vector<int> chip_box = ChipBox(cpw, plan.host_box);
+  std::vector<int> bounds(3);
+  for (int d = 0; d < 3; ++d) {
+    bounds[d] = plan.host_grid[d] * (plan.host_box[d] / chip_box[d]);
+  }
+  std::vector<std::string> processes;
+  for (const std::string& address : addresses) {
+    for (int l = 0; l < k; ++l) {
+      processes.push_back(HostPort(address, kTpuProcessPort + l));
+    }
+  }
+  env["TPU_VISIBLE_CHIPS"] = absl::StrJoin(chips, ",");
+  env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = Box(chip_box);
+  env["TPU_PROCESS_BOUNDS"] = Box(bounds);
+  env["TPU_PROCESS_PORT"] = absl::StrCat(kTpuProcessPort + local);
+  env["TPU_PROCESS_ADDRESSES"] = absl::StrJoin(processes, ",");
+  env["CLOUD_TPU_TASK_ID"] = absl::StrCat(worker_id * k + local);
+}
+
+}  // namespace
+
+void LayoutTpuWorkers(ScalingConfigPlan& plan) {
+  if (!plan.use_tpu || plan.hosts_per_slice <= 0 || plan.num_slices <= 0) {
+    return;
+  }
+  const int hosts = plan.hosts_per_slice * plan.num_slices;
+  plan.workers_per_host = std::max(1, plan.num_workers / hosts);
+  plan.chips_per_worker = std::max<int>(
+      1, static_cast<int>(plan.shape.chips_per_host) / plan.workers_per_host);
+  std::vector<int> dims = plan.shape.dims;
+  dims.resize(3, 1);
+  if (plan.shape.hosts <= 1) {
+    plan.host_box = dims;  // the whole slice on one host
+  } else {
+    plan.host_box = {2, 2, 1};  // every multi-host generation: 4 chips
+  }
+  plan.host_grid.resize(3);
+  for (int d = 0; d < 3; ++d) {
+    plan.host_grid[d] = std::max(1, dims[d] / plan.host_box[d]);
+  }
+}
+
 std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
                                  const std::vector<PlacedNode>& bundle_nodes,
                                  const std::vector<std::string>& slice_names) {
@@ -325,22 +431,24 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
       HostPort(node_at(0).address, kJaxCoordinatorPort);
   const bool slices = plan.use_tpu && plan.hosts_per_slice > 0;
   const int hosts = plan.hosts_per_slice;
+  const int k = slices ? std::max(1, plan.workers_per_host) : 1;
 
   // Per slice: its hosts' addresses in worker-id order.
-  std::vector<std::string> hostnames;
+  std::vector<std::vector<std::string>> addresses;
   if (slices) {
     for (int s = 0; s < plan.num_slices; ++s) {
-      std::vector<absl::string_view> addresses;
-      for (int i = 0; i < hosts; ++i)
-        addresses.push_back(node_at(s * hosts + i).address);
-      hostnames.push_back(absl::StrJoin(addresses, ","));
+      std::vector<std::string>& slice = addresses.emplace_back();
+      for (int i = 0; i < hosts; ++i) {
+        slice.push_back(node_at(s * hosts + i).address);
+      }
     }
   }
 
   std::vector<Worker> workers;
   workers.reserve(num_workers);
   for (int rank = 0; rank < num_workers; ++rank) {
-    const PlacedNode& node = node_at(rank);
+    const int host = rank / k;
+    const PlacedNode& node = node_at(host);
     Worker& w = workers.emplace_back();
     w.rank = rank;
     w.node_id = node.node_id;
@@ -352,17 +460,23 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
     env["JAX_PROCESS_ID"] = absl::StrCat(rank);
     if (!slices) continue;
 
-    const int slice = rank / hosts;
-    const int worker_id = rank % hosts;
+    const int slice = host / hosts;
+    const int worker_id = host % hosts;
     const std::string slice_name =
         slice < static_cast<int>(slice_names.size()) ? slice_names[slice] : "";
+    const std::vector<std::string> no_hosts;
+    const std::vector<std::string>& slice_hosts =
+        slice < static_cast<int>(addresses.size()) ? addresses[slice]
+                                                   : no_hosts;
     w.slice_name = slice_name;
     w.slice_index = slice;
     w.tpu_worker_id = worker_id;
     env["TPU_WORKER_ID"] = absl::StrCat(worker_id);
-    env["TPU_WORKER_HOSTNAMES"] =
-        slice < static_cast<int>(hostnames.size()) ? hostnames[slice] : "";
+    env["TPU_WORKER_HOSTNAMES"] = absl::StrJoin(slice_hosts, ",");
     env["TPU_NAME"] = slice_name;
+    if (k > 1 && plan.host_box.size() == 3 && plan.host_grid.size() == 3) {
+      AddProcessEnv(plan, worker_id, rank % k, slice_hosts, env);
+    }
     if (plan.num_slices > 1) {
       env["MEGASCALE_COORDINATOR_ADDRESS"] = node_at(0).address;
       env["MEGASCALE_PORT"] = absl::StrCat(kMegascalePort);

@@ -17,16 +17,26 @@
 //  - label_selector is allowed with use_tpu=True and num_workers > 1 (Ray
 //    rejects it because it pins the slice name itself); here it is ANDed on
 //    every host of the chosen slices (e.g. a zone or a capacity tier).
-//  - For a TPU slice each worker is one whole host: resources_per_worker
-//    defaults to {"TPU": chips per host} (Ray's SlicePlacementGroup default)
-//    instead of Ray Train's {"TPU": 1}, and may not ask for more TPU than a
-//    host has.
+//  - For a TPU slice resources_per_worker defaults to {"TPU": chips per host}
+//    (one worker per host, Ray's SlicePlacementGroup default) instead of Ray
+//    Train's {"TPU": 1}, and adds no {"CPU": 1}.
+//  - A worker's TPU must fit in one host and divide it evenly (Ray only
+//    checks the slice): several workers share a host, none spans two.
+//  - num_workers must fill whole slices (a multiple of the workers per
+//    slice; Ray rounds the slice count up): a host of a slice without its
+//    process would hang jax.distributed.initialize on every other host.
+//
+// Workers per slice follow Ray's ray.util.tpu.get_tpu_worker_resources:
+// TPU devices per slice (chips) / TPU per worker, with Ray's messages for
+// the indivisible cases; workers per host = chips per host / TPU per worker.
 //
 // The TPU shapes: with a topology, the request is a SliceRequirement for
-// num_workers / hosts_per_slice whole slices and the solver expands one
-// bundle per host, slice-major. A TPU config with num_workers == 1 and no
-// topology is, as in Ray, one ordinary bundle (default {"TPU": 1}) on a node
-// labelled with the accelerator type, and gets no TPU_* slice env.
+// num_workers / workers_per_slice whole slices and the solver expands one
+// bundle per host, slice-major, holding the resources of that host's
+// workers (workers_per_host x resources_per_worker). A TPU config with
+// num_workers == 1 and no topology is, as in Ray, one ordinary bundle (default
+// {"TPU": 1}) on a node labelled with the accelerator type, and gets no TPU_*
+// slice env.
 #ifndef SLICED_SERVER_CORE_SCALING_CONFIG_H_
 #define SLICED_SERVER_CORE_SCALING_CONFIG_H_
 
@@ -54,6 +64,10 @@ inline constexpr int kJaxCoordinatorPort = 8476;
 // Megascale (multi-slice DCN) coordinator: Ray's default in
 // ray.util.tpu.get_tpu_coordinator_env_vars and GKE's.
 inline constexpr int kMegascalePort = 8081;
+// libtpu's per-process port with several processes per host: torch_xla uses
+// 8476 + local rank; sliced starts one higher so that local rank 0 of host 0
+// does not collide with the JAX coordinator on 8476.
+inline constexpr int kTpuProcessPort = 8477;
 
 struct ScalingConfigPlan {
   // bundles / slice / strategy; no priorities, fallbacks or pins (the caller
@@ -65,7 +79,16 @@ struct ScalingConfigPlan {
   scheduler::TpuShape shape;
   int hosts_per_slice = 0;
   int num_slices = 0;
+  // Several JAX processes per host (LayoutTpuWorkers):
+  int workers_per_host = 1;
+  int chips_per_worker = 0;
+  std::vector<int> host_box;   // chips of one host, {x, y, z}
+  std::vector<int> host_grid;  // hosts of one slice, {x, y, z}
 };
+
+// Fills workers_per_host, chips_per_worker, host_box and host_grid from
+// shape, num_slices and num_workers (TPU slices only; no-op otherwise).
+void LayoutTpuWorkers(ScalingConfigPlan& plan);
 
 // Validates `config` and translates it into an engine request.
 //  - Non-TPU: num_workers bundles of resources_per_worker (default
@@ -84,9 +107,11 @@ struct PlacedNode {
   std::string address;
 };
 
-// The per-worker result, in rank order (rank = bundle index).
-//  TPU slices: worker = host; rank = slice_index * hosts_per_slice + TPU
-//  worker id, so JAX process ids match TPU worker ids. Env:
+// The per-worker result, in rank order.
+//  TPU slices: host h (bundle h, slice-major) runs workers_per_host
+//  consecutive ranks: rank = (slice_index * hosts_per_slice + TPU worker id)
+//  * workers_per_host + local rank, so JAX process ids follow TPU worker ids.
+//  Env:
 //    TPU_WORKER_ID         the host's worker id in its slice
 //    TPU_WORKER_HOSTNAMES  that slice's host addresses in worker-id order,
 //                          comma-separated
@@ -103,10 +128,21 @@ struct PlacedNode {
 //    JAX_COORDINATOR_PORT     "8476"
 //    JAX_NUM_PROCESSES        num_workers
 //    JAX_PROCESS_ID           the rank
+//  With several workers per host, libtpu's multi-process settings (as
+//  torch_xla's configure_topology lays them out, one slice at a time):
+//    TPU_VISIBLE_CHIPS             the worker's chips on its host, e.g. "2,3"
+//    TPU_CHIPS_PER_PROCESS_BOUNDS  the worker's chip box, e.g. "1,1,1",
+//                                  "2,1,1" (a sub-box of the host's chips)
+//    TPU_PROCESS_BOUNDS            the slice's process grid: host grid x the
+//                                  processes of one host, e.g. "4,4,1"
+//    TPU_PROCESS_PORT              kTpuProcessPort + local rank
+//    TPU_PROCESS_ADDRESSES         every process of the slice, host-major,
+//                                  "address:port", comma-separated
+//    CLOUD_TPU_TASK_ID             TPU worker id * workers_per_host + local
 // REQUIRES: bundle_nodes[i] is where bundle i went (plan.request.bundles, or
-// the slice expansion, slice-major), bundle_nodes.size() == num_workers, and
-// for slices slice_names.size() == num_slices. Missing entries give empty
-// strings rather than undefined behaviour.
+// the slice expansion, slice-major: one per host), and for slices
+// slice_names.size() == num_slices. Missing entries give empty strings
+// rather than undefined behaviour.
 std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
                                  const std::vector<PlacedNode>& bundle_nodes,
                                  const std::vector<std::string>& slice_names);

@@ -66,6 +66,36 @@ class PlacementEndToEnd(unittest.TestCase):
         node = inv.GetNode(P.GetNodeRequest(node_id="v6e-a-w0"), timeout=10)
         self.assertEqual(node.available["TPU"], 0)
 
+    def test_one_process_per_chip_fills_one_slice_four_per_host(self):
+        # ScalingConfig(num_workers=16, use_tpu=True, topology="4x4",
+        # accelerator_type="TPU-V6E", resources_per_worker={"TPU": 1}).
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))
+        config = P.ScalingConfig(num_workers=16, use_tpu=True, topology="4x4",
+                                 accelerator_type="TPU-V6E",
+                                 resources_per_worker={"TPU": 1})
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=config, job_id="per-chip"), timeout=10)
+        self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+        self.assertEqual(len(pg.slice_names), 1)
+        name = pg.slice_names[0]
+        self.assertEqual(len(pg.workers), 16)
+        self.assertEqual(len(pg.bundles), 4)  # one bundle per host
+        self.assertEqual({b.resources["TPU"] for b in pg.bundles}, {4.0})
+        seen = set()
+        for w in pg.workers:
+            self.assertEqual(w.node_id, "%s-w%d" % (name, w.rank // 4))
+            self.assertEqual(w.env["JAX_PROCESS_ID"], str(w.rank))
+            self.assertEqual(w.env["TPU_VISIBLE_CHIPS"], str(w.rank % 4))
+            self.assertEqual(w.env["TPU_PROCESS_BOUNDS"], "4,4,1")
+            self.assertEqual(w.env["CLOUD_TPU_TASK_ID"], str(w.rank))
+            seen.add((w.node_id, w.env["TPU_VISIBLE_CHIPS"]))
+        self.assertEqual(len(seen), 16, "no chip is given twice")
+        # The other slice stays whole and free.
+        slices = {s.name: s for s in inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices}
+        other = "v6e-b" if name == "v6e-a" else "v6e-a"
+        self.assertTrue(slices[other].free)
+
     def test_two_slice_job_gets_megascale_env(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")
         self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))

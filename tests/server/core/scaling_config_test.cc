@@ -1,10 +1,13 @@
 #include "server/core/scaling_config.h"
 
 #include <functional>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "scheduler/labels.h"
 
@@ -249,12 +252,23 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
       {"3D topology on v6e", TpuConfig(2, "2x2x2"), none, "topology", "2x2x2"},
       {"workers not a multiple of hosts", TpuConfig(6, "4x4"), none,
        "num_workers",
-       "`num_workers` (6) must be a multiple of the hosts per slice of "
-       "topology 4x4 "
-       "(v6e-16: 4 hosts per slice)"},
+       "`num_workers` (6) must be a multiple of the workers per slice of "
+       "topology 4x4 (v6e-16: 4 hosts x 1 workers of 4 TPU = 4)"},
       {"fewer workers than hosts", TpuConfig(2, "2x2x4", "v4"), none,
        "num_workers",
-       "multiple of the hosts per slice of topology 2x2x4 (v4-32: 4 hosts"},
+       "multiple of the workers per slice of topology 2x2x4 (v4-32: 4 hosts"},
+      {"one chip per worker, workers not filling slices", TpuConfig(12, "4x4"),
+       WithResource("TPU", 1), "num_workers",
+       "(v6e-16: 4 hosts x 4 workers of 1 TPU = 16)"},
+      {"TPU per worker not dividing the slice (Ray's message)",
+       TpuConfig(5, "4x4"), WithResource("TPU", 3), "resources_per_worker",
+       "The requested resources per worker (3 TPU devices) do not divide "
+       "evenly into the TPU devices available per slice (16). This "
+       "configuration results in an uneven distribution of workers across "
+       "slices, which is not supported."},
+      {"fractional chips per worker", TpuConfig(32, "4x4"),
+       WithResource("TPU", 0.5), "resources_per_worker",
+       "a worker's TPU must be whole chips"},
       {"unknown strategy", CpuConfig(2),
        [](ScalingConfig& c) { c.placement_strategy = "pack"; },
        "placement_strategy", "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"},
@@ -309,6 +323,159 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
     EXPECT_EQ(message.rfind(absl::StrCat("scaling_config.", c.field), 0), 0u)
         << message;
     EXPECT_NE(message.find(c.expect), std::string::npos) << message;
+  }
+}
+
+TEST(PlanScalingConfigTest, SeveralWorkersPerHostFollowRaysFormula) {
+  struct Case {
+    const char* name;
+    ScalingConfig config;
+    double tpu_per_worker;
+    int num_slices;
+    int workers_per_host;
+    int64_t tpu_per_host;  // units
+  };
+  const Case cases[] = {
+      // The one-process-per-chip config of issue 13.
+      {"v6e 4x4, TPU:1 x 16", TpuConfig(16, "4x4"), 1, 1, 4, 4},
+      // Ray's own test: TPU:1 workers on two v4-16 slices.
+      {"v4 2x2x2 x 2, TPU:1 x 16", TpuConfig(16, "2x2x2", "TPU-V4"), 1, 2, 4,
+       4},
+      {"v6e 4x4, TPU:2 x 8", TpuConfig(8, "4x4"), 2, 1, 2, 4},
+      {"v6e 2x4 single host, TPU:1 x 8", TpuConfig(8, "2x4"), 1, 1, 8, 8},
+      {"default: one worker per host", TpuConfig(8, "4x4"), 0, 2, 1, 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ScalingConfig config = c.config;
+    if (c.tpu_per_worker > 0) {
+      config.resources_per_worker["TPU"] = c.tpu_per_worker;
+      config.resources_per_worker["CPU"] = 2;
+    }
+    auto plan = PlanScalingConfig(config, Limits());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->request.slice.has_value());
+    EXPECT_EQ(plan->num_slices, c.num_slices);
+    EXPECT_EQ(plan->request.slice->num_slices, c.num_slices);
+    EXPECT_EQ(plan->workers_per_host, c.workers_per_host);
+    EXPECT_EQ(plan->request.slice->resources_per_host.at("TPU"),
+              c.tpu_per_host * kUnit);
+    if (c.tpu_per_worker > 0) {
+      // The host bundle carries every worker's resources.
+      EXPECT_EQ(plan->request.slice->resources_per_host.at("CPU"),
+                2 * c.workers_per_host * kUnit);
+    }
+  }
+}
+
+TEST(BuildWorkersTest, OneProcessPerChipGetsLibtpuMultiProcessEnv) {
+  ScalingConfig config = TpuConfig(16, "4x4");
+  config.resources_per_worker["TPU"] = 1;
+  auto plan = PlanScalingConfig(config, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<Worker> workers = BuildWorkers(*plan, Placed(4), {"s-a"});
+  ASSERT_EQ(workers.size(), 16u);
+  std::set<std::pair<std::string, std::string>> chips;  // (node, chip)
+  for (int r = 0; r < 16; ++r) {
+    SCOPED_TRACE(r);
+    const Worker& w = workers[r];
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.node_id, "n" + std::to_string(r / 4));  // host-major
+    EXPECT_EQ(w.tpu_worker_id, r / 4);
+    EXPECT_EQ(w.env.at("JAX_PROCESS_ID"), std::to_string(r));
+    EXPECT_EQ(w.env.at("JAX_NUM_PROCESSES"), "16");
+    EXPECT_EQ(w.env.at("TPU_WORKER_ID"), std::to_string(r / 4));
+    EXPECT_EQ(w.env.at("TPU_VISIBLE_CHIPS"), std::to_string(r % 4));
+    EXPECT_EQ(w.env.at("TPU_CHIPS_PER_PROCESS_BOUNDS"), "1,1,1");
+    // Host grid 2,2,1 x processes of a host 2,2,1.
+    EXPECT_EQ(w.env.at("TPU_PROCESS_BOUNDS"), "4,4,1");
+    EXPECT_EQ(w.env.at("CLOUD_TPU_TASK_ID"), std::to_string(r));
+    EXPECT_EQ(w.env.at("TPU_PROCESS_PORT"), std::to_string(8477 + r % 4));
+    EXPECT_TRUE(chips.emplace(w.node_id, w.env.at("TPU_VISIBLE_CHIPS")).second)
+        << "a chip given twice";
+  }
+  EXPECT_EQ(workers[5].env.at("TPU_PROCESS_ADDRESSES"),
+            "10.0.0.0:8477,10.0.0.0:8478,10.0.0.0:8479,10.0.0.0:8480,"
+            "10.0.0.1:8477,10.0.0.1:8478,10.0.0.1:8479,10.0.0.1:8480,"
+            "10.0.0.2:8477,10.0.0.2:8478,10.0.0.2:8479,10.0.0.2:8480,"
+            "10.0.0.3:8477,10.0.0.3:8478,10.0.0.3:8479,10.0.0.3:8480");
+}
+
+TEST(BuildWorkersTest, TwoChipsPerProcessTakeASubBoxOfTheHost) {
+  ScalingConfig config = TpuConfig(8, "4x4");
+  config.resources_per_worker["TPU"] = 2;
+  auto plan = PlanScalingConfig(config, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<Worker> workers = BuildWorkers(*plan, Placed(4), {"s-a"});
+  ASSERT_EQ(workers.size(), 8u);
+  EXPECT_EQ(workers[2].node_id, "n1");
+  EXPECT_EQ(workers[3].env.at("TPU_VISIBLE_CHIPS"), "2,3");
+  EXPECT_EQ(workers[3].env.at("TPU_CHIPS_PER_PROCESS_BOUNDS"), "2,1,1");
+  EXPECT_EQ(workers[3].env.at("TPU_PROCESS_BOUNDS"), "2,4,1");
+  EXPECT_EQ(workers[3].env.at("CLOUD_TPU_TASK_ID"), "3");
+  // One worker per host keeps the single-process env.
+  auto whole = PlanScalingConfig(TpuConfig(4, "4x4"), Limits());
+  ASSERT_TRUE(whole.ok());
+  const std::vector<Worker> one = BuildWorkers(*whole, Placed(4), {"s-a"});
+  EXPECT_EQ(one[1].env.count("TPU_VISIBLE_CHIPS"), 0u);
+}
+
+// Seeded: random shapes, TPU per worker and slice counts. No chip is given
+// twice, every worker's chips are inside its host, ranks follow worker ids.
+TEST(BuildWorkersTest, PropertyChipsDisjointInsideHostsRanksByWorkerId) {
+  struct Shape {
+    const char* accel;
+    const char* topology;
+    int chips_per_host;
+  };
+  const Shape shapes[] = {{"TPU-V6E", "4x4", 4},      {"TPU-V6E", "8x8", 4},
+                          {"TPU-V6E", "2x4", 8},      {"TPU-V4", "2x2x2", 4},
+                          {"TPU-V4", "2x2x4", 4},     {"TPU-V5P", "4x4x4", 4},
+                          {"TPU-V5LITEPOD", "2x2", 4}};
+  std::mt19937 rng(20261123);
+  for (int round = 0; round < 200; ++round) {
+    const Shape& shape = shapes[rng() % std::size(shapes)];
+    const int divisors[] = {1, 2, 4, 8};
+    int tpw = divisors[rng() % 4];
+    while (shape.chips_per_host % tpw != 0) tpw /= 2;
+    auto resolved = scheduler::ResolveTpuShape(
+        *scheduler::ParseTpuGeneration(shape.accel), shape.topology);
+    ASSERT_TRUE(resolved.ok());
+    const int hosts = static_cast<int>(resolved->hosts);
+    const int per_slice = hosts * (shape.chips_per_host / tpw);
+    const int num_slices = 1 + static_cast<int>(rng() % 3);
+    ScalingConfig config =
+        TpuConfig(per_slice * num_slices, shape.topology, shape.accel);
+    config.resources_per_worker["TPU"] = tpw;
+    SCOPED_TRACE(absl::StrCat(shape.accel, " ", shape.topology, " TPU:", tpw,
+                              " x", config.num_workers));
+    auto plan = PlanScalingConfig(config, Limits());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::vector<Worker> workers =
+        BuildWorkers(*plan, Placed(hosts * num_slices),
+                     std::vector<std::string>(num_slices, "s"));
+    ASSERT_EQ(static_cast<int>(workers.size()), config.num_workers);
+    std::set<std::pair<std::string, int>> taken;
+    int last_host = -1;
+    for (const Worker& w : workers) {
+      const int host = w.slice_index * hosts + w.tpu_worker_id;
+      EXPECT_GE(host, last_host) << "ranks follow worker ids";
+      last_host = host;
+      EXPECT_EQ(w.node_id, "n" + std::to_string(host));
+      std::vector<std::string> chips = {"0"};
+      if (plan->workers_per_host > 1) {
+        chips = absl::StrSplit(w.env.at("TPU_VISIBLE_CHIPS"), ',');
+      }
+      EXPECT_EQ(static_cast<int>(chips.size()) * plan->workers_per_host,
+                plan->workers_per_host > 1 ? shape.chips_per_host : 1);
+      for (const std::string& c : chips) {
+        const int chip = std::stoi(c);
+        EXPECT_GE(chip, 0);
+        EXPECT_LT(chip, shape.chips_per_host);
+        EXPECT_TRUE(taken.emplace(w.node_id, chip).second)
+            << w.node_id << " chip " << chip << " given twice";
+      }
+    }
   }
 }
 
