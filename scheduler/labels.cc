@@ -78,8 +78,9 @@ absl::Status KeyError(absl::string_view key, absl::string_view why) {
 
 absl::Status ValueError(absl::string_view key, absl::string_view value,
                         absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "invalid label value ", Quote(value), " for key ", Quote(key), ": ", why));
+  return absl::InvalidArgumentError(absl::StrCat("invalid label value ",
+                                                 Quote(value), " for key ",
+                                                 Quote(key), ": ", why));
 }
 
 std::string TermToString(const SelectorTerm& term) {
@@ -112,8 +113,8 @@ absl::StatusOr<SelectorTerm> ParseTerm(const std::string& key,
     term.op = negated ? SelectorOp::kNotIn : SelectorOp::kIn;
     if (absl::StripAsciiWhitespace(rest).empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "label selector for key ", Quote(key), ": ", negated ? "!in()" : "in()",
-          " needs at least one value"));
+          "label selector for key ", Quote(key), ": ",
+          negated ? "!in()" : "in()", " needs at least one value"));
     }
     for (absl::string_view v : absl::StrSplit(rest, ',')) {
       v = absl::StripAsciiWhitespace(v);

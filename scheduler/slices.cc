@@ -36,7 +36,8 @@ int64_t TpuAmount(const Node& node) {
 struct ShapeCheck {
   std::string pod_type;
   int64_t hosts = 0;
-  int64_t chips = -1;  // -1 when unknown
+  int64_t chips = -1;    // -1 when unknown
+  int max_per_chip = 1;  // TPU resources a chip may count for
   std::string problem;
 };
 
@@ -60,6 +61,7 @@ ShapeCheck CheckShape(const std::string& accelerator_type,
   out.pod_type = shape->pod_type;
   out.hosts = shape->hosts;
   out.chips = shape->chips;
+  out.max_per_chip = MaxTpuResourcePerChip(*generation);
   return out;
 }
 
@@ -110,9 +112,11 @@ WorkerLayout LayOutWorkers(const std::vector<const Node*>& hosts,
   return out;
 }
 
-// Hosts that are not ALIVE, and chips that do not add up to the shape's.
+// Hosts that are not ALIVE, and chips that do not add up to the shape's
+// (times a per-chip count the generation allows, e.g. 2 on v7x).
 std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
-                                      int64_t expected_chips) {
+                                      int64_t expected_chips,
+                                      int max_per_chip) {
   std::vector<std::string> problems;
   int64_t chips = 0;
   for (const Node* host : hosts) {
@@ -122,10 +126,14 @@ std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
     }
     chips += TpuAmount(*host);
   }
-  if (expected_chips >= 0 && chips != expected_chips * kResourceScale) {
-    problems.push_back(absl::StrCat("TPU chips add up to ",
-                                    FromFixedPoint(chips), ", expected ",
-                                    expected_chips));
+  bool adds_up = false;
+  for (int m = 1; m <= max_per_chip; ++m) {
+    adds_up |= chips == expected_chips * m * kResourceScale;
+  }
+  if (expected_chips >= 0 && !adds_up) {
+    problems.push_back(absl::StrCat(
+        "TPU chips add up to ", FromFixedPoint(chips), ", expected ",
+        expected_chips, max_per_chip > 1 ? " (or 2 per chip)" : ""));
   }
   return problems;
 }
@@ -166,7 +174,7 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
       LayOutWorkers(hosts, slice.expected_hosts, default_zero);
   slice.node_ids = std::move(layout.node_ids);
   for (std::string& p : layout.problems) problems.push_back(std::move(p));
-  for (std::string& p : HostProblems(hosts, shape.chips)) {
+  for (std::string& p : HostProblems(hosts, shape.chips, shape.max_per_chip)) {
     problems.push_back(std::move(p));
   }
   slice.intact = problems.empty();

@@ -151,6 +151,14 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
       return absl::InvalidArgumentError(
           absl::StrCat("slice.topology: ", shape.status().message()));
     }
+    if (req.tpu_resource_per_chip < 1 ||
+        req.tpu_resource_per_chip > MaxTpuResourcePerChip(req.generation)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice.tpu_resource_per_chip: must be 1",
+                       MaxTpuResourcePerChip(req.generation) > 1 ? " or 2" : "",
+                       " on ", TpuGenerationName(req.generation), ", got ",
+                       req.tpu_resource_per_chip));
+    }
     const int64_t want = shape->hosts * req.num_slices;
     auto check_count = [&](const std::vector<Bundle>& list,
                            const std::string& field) -> absl::Status {

@@ -53,10 +53,14 @@ struct SliceRequirement {
   TpuGeneration generation = TpuGeneration::kV6e;
   std::string topology;
   int num_slices = 1;
-  // Per host bundle; empty means {"TPU": chips_per_host}.
+  // Per host bundle; empty means {"TPU": chips_per_host *
+  // tpu_resource_per_chip}.
   ResourceSet resources_per_host;
   // Every host of a chosen slice must match.
   LabelSelector selector;
+  // TPU resources one chip counts for (Ray's tpu_resource_per_chip): 1, or
+  // 2 on v7x hosts that advertise each TensorCore as a device.
+  int tpu_resource_per_chip = 1;
 
   friend bool operator==(const SliceRequirement&,
                          const SliceRequirement&) = default;

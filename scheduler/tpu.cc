@@ -177,4 +177,8 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
   return shape;
 }
 
+int MaxTpuResourcePerChip(TpuGeneration generation) {
+  return generation == TpuGeneration::kV7x ? 2 : 1;
+}
+
 }  // namespace sliced::scheduler

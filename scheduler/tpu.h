@@ -44,6 +44,11 @@ struct TpuShape {
   friend bool operator==(const TpuShape&, const TpuShape&) = default;
 };
 
+// The largest TPU resource count per physical chip a host of `generation`
+// may advertise: 2 on v7x (two TensorCores per chip, each its own device
+// under Ray's RAY_TPU_RESOURCE_PER_CHIP=2), 1 elsewhere.
+int MaxTpuResourcePerChip(TpuGeneration generation);
+
 // Resolves and validates a topology for a generation.
 // Returns InvalidArgument naming the topology and the valid set for that
 // generation when it is not a valid slice shape.

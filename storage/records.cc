@@ -1,5 +1,6 @@
 #include "storage/records.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -180,6 +181,9 @@ void RequestToRecord(const scheduler::PlacementRequest& request,
         request.slice->resources_per_host.begin(),
         request.slice->resources_per_host.end());
     SelectorToRecord(request.slice->selector, s->mutable_selector());
+    if (request.slice->tpu_resource_per_chip != 1) {
+      s->set_tpu_resource_per_chip(request.slice->tpu_resource_per_chip);
+    }
   }
   for (const auto& fallback : request.fallbacks) {
     FallbackRecord* f = r.add_fallbacks();
@@ -203,6 +207,8 @@ absl::StatusOr<scheduler::PlacementRequest> RequestFromRecord(
     slice.resources_per_host.insert(r.slice().resources_per_host().begin(),
                                     r.slice().resources_per_host().end());
     ASSIGN_OR_RETURN(slice.selector, FromRecord(r.slice().selector()));
+    slice.tpu_resource_per_chip =
+        std::max(1, r.slice().tpu_resource_per_chip());
     request.slice = std::move(slice);
   }
   for (const FallbackRecord& f : r.fallbacks()) {
@@ -224,6 +230,7 @@ void ScalingConfigToRecord(const server::ScalingConfig& c,
                                               c.resources_per_worker.end());
   out->mutable_label_selector()->insert(c.label_selector.begin(),
                                         c.label_selector.end());
+  out->set_tpu_resource_per_chip(c.tpu_resource_per_chip);
 }
 
 server::ScalingConfig ScalingConfigFromRecord(const ScalingConfigRecord& r) {
@@ -235,7 +242,8 @@ server::ScalingConfig ScalingConfigFromRecord(const ScalingConfigRecord& r) {
       r.accelerator_type(),
       r.placement_strategy(),
       {r.resources_per_worker().begin(), r.resources_per_worker().end()},
-      {r.label_selector().begin(), r.label_selector().end()}};
+      {r.label_selector().begin(), r.label_selector().end()},
+      r.tpu_resource_per_chip()};
 }
 
 absl::Status PgFromRecord(const PlacementGroupRecord& r, PlacementGroup& g) {

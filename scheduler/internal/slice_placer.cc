@@ -20,10 +20,11 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
   const int64_t needed = req.num_slices;
   if (given.empty()) {
     Bundle b;
-    b.resources =
-        req.resources_per_host.empty()
-            ? ResourceSet{{TpuName(), shape_.chips_per_host * kResourceScale}}
-            : req.resources_per_host;
+    b.resources = req.resources_per_host.empty()
+                      ? ResourceSet{{TpuName(), shape_.chips_per_host *
+                                                    req.tpu_resource_per_chip *
+                                                    kResourceScale}}
+                      : req.resources_per_host;
     bundles_.assign(hosts, b);
   } else {
     for (int64_t k = 1; k < needed && rows_ == 1; ++k) {

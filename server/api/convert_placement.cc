@@ -1,5 +1,6 @@
 #include "server/api/convert_placement.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -110,6 +111,12 @@ absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
   ASSIGN_OR_RETURN(slice.resources_per_host,
                    ResourcesFromWire(ToBtree(s.resources_per_host()),
                                      "slice.resources_per_host", limits));
+  if (s.tpu_resource_per_chip() < 0) {
+    return absl::InvalidArgumentError(
+        "slice.tpu_resource_per_chip: `tpu_resource_per_chip` must be a "
+        "positive integer.");
+  }
+  slice.tpu_resource_per_chip = std::max(1, s.tpu_resource_per_chip());
   return slice;
 }
 
@@ -127,7 +134,8 @@ ScalingConfig ScalingConfigFromProto(const v1::ScalingConfig& c) {
                        c.accelerator_type(),
                        c.placement_strategy(),
                        ToBtree(c.resources_per_worker()),
-                       ToBtree(c.label_selector())};
+                       ToBtree(c.label_selector()),
+                       c.tpu_resource_per_chip()};
 }
 
 void ScalingConfigToProto(const ScalingConfig& c, v1::ScalingConfig* out) {
@@ -141,6 +149,7 @@ void ScalingConfigToProto(const ScalingConfig& c, v1::ScalingConfig* out) {
                                               c.resources_per_worker.end());
   out->mutable_label_selector()->insert(c.label_selector.begin(),
                                         c.label_selector.end());
+  out->set_tpu_resource_per_chip(c.tpu_resource_per_chip);
 }
 
 void WorkerToProto(const Worker& w, v1::Worker* out) {
@@ -247,6 +256,8 @@ void PlacementGroupToProto(const PlacementGroupView& view,
         std::string(scheduler::TpuAcceleratorType(slice->generation)));
     out->mutable_slice()->set_topology(slice->topology);
     out->mutable_slice()->set_num_slices(slice->num_slices);
+    out->mutable_slice()->set_tpu_resource_per_chip(
+        slice->tpu_resource_per_chip);
   }
   out->set_job_id(g.job_id);
   out->set_name(g.name);

@@ -30,6 +30,7 @@ bool WorkerPlan(const PlacementGroup& group, ScalingConfigPlan& plan) {
   plan.shape = *shape;
   plan.hosts_per_slice = static_cast<int>(shape->hosts);
   plan.num_slices = slice->num_slices;
+  plan.tpu_resource_per_chip = slice->tpu_resource_per_chip;
   LayoutTpuWorkers(plan);
   return true;
 }
@@ -93,7 +94,8 @@ std::vector<scheduler::Bundle> ExpandSliceBundles(
   host.resources = request.slice->resources_per_host;
   if (host.resources.empty()) {
     host.resources[std::string(scheduler::kResourceTpu)] =
-        shape->chips_per_host * scheduler::kResourceScale;
+        shape->chips_per_host * request.slice->tpu_resource_per_chip *
+        scheduler::kResourceScale;
   }
   host.selector = request.slice->selector;
   return std::vector<scheduler::Bundle>(

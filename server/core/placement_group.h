@@ -55,6 +55,8 @@ struct ScalingConfig {
   std::string placement_strategy;
   absl::btree_map<std::string, double> resources_per_worker;
   absl::btree_map<std::string, std::string> label_selector;
+  // TPU resources one chip counts for; 0 or 1 = one (v7x may use 2).
+  int tpu_resource_per_chip = 0;
 
   friend bool operator==(const ScalingConfig&, const ScalingConfig&) = default;
 };

@@ -234,9 +234,11 @@ absl::Status PlanOneTpuWorker(const ScalingConfig& config, const Limits& limits,
 // host and the host's chips divide evenly among its workers.
 absl::StatusOr<int64_t> TpuPerWorker(const ScalingConfigPlan& plan,
                                      const GivenResources& given) {
-  const int64_t per_host =
-      plan.shape.chips_per_host * scheduler::kResourceScale;
-  const int64_t per_slice = plan.shape.chips * scheduler::kResourceScale;
+  const int64_t per_host = plan.shape.chips_per_host *
+                           plan.tpu_resource_per_chip *
+                           scheduler::kResourceScale;
+  const int64_t per_slice =
+      plan.shape.chips * plan.tpu_resource_per_chip * scheduler::kResourceScale;
   if (!given.given || !given.resources.contains(scheduler::kResourceTpu)) {
     return per_host;
   }
@@ -251,7 +253,7 @@ absl::StatusOr<int64_t> TpuPerWorker(const ScalingConfigPlan& plan,
         absl::StrCat("The requested resources per worker (", devices(tpw),
                      " TPU devices) do not divide evenly into the TPU devices "
                      "available per slice (",
-                     plan.shape.chips,
+                     plan.shape.chips * plan.tpu_resource_per_chip,
                      "). This configuration results in an uneven distribution "
                      "of workers across slices, which is not supported."));
   }
@@ -259,11 +261,10 @@ absl::StatusOr<int64_t> TpuPerWorker(const ScalingConfigPlan& plan,
       tpw % scheduler::kResourceScale != 0) {
     return Invalid(
         "resources_per_worker",
-        absl::StrCat("asks for ", devices(tpw), " TPU chips per worker, but a ",
-                     plan.shape.pod_type, " host has ",
-                     plan.shape.chips_per_host,
-                     ": a worker's TPU must be whole chips that divide one "
-                     "host's chips evenly (a worker never spans hosts)"));
+        absl::StrCat("asks for ", devices(tpw), " TPU per worker, but a ",
+                     plan.shape.pod_type, " host has ", devices(per_host),
+                     ": a worker's TPU must be whole devices that divide one "
+                     "host's evenly (a worker never spans hosts)"));
   }
   return tpw;
 }
@@ -277,9 +278,20 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
   if (!shape.ok()) return Prefixed("topology", shape.status());
   plan.shape = *std::move(shape);
   plan.hosts_per_slice = static_cast<int>(plan.shape.hosts);
+  plan.tpu_resource_per_chip = std::max(1, config.tpu_resource_per_chip);
+  const int max_per_chip = scheduler::MaxTpuResourcePerChip(generation);
+  if (config.tpu_resource_per_chip > max_per_chip) {
+    return Invalid(
+        "tpu_resource_per_chip",
+        absl::StrCat("must be 1", max_per_chip > 1 ? " or 2" : "", " on ",
+                     scheduler::TpuGenerationName(generation), ", got ",
+                     config.tpu_resource_per_chip,
+                     " (2 TPU devices per chip exist on v7x only)"));
+  }
   ASSIGN_OR_RETURN(const int64_t tpw, TpuPerWorker(plan, given));
-  const int workers_per_host = static_cast<int>(
-      plan.shape.chips_per_host * scheduler::kResourceScale / tpw);
+  const int workers_per_host =
+      static_cast<int>(plan.shape.chips_per_host * plan.tpu_resource_per_chip *
+                       scheduler::kResourceScale / tpw);
   const int workers_per_slice = plan.hosts_per_slice * workers_per_host;
   if (num_workers % workers_per_slice != 0) {
     return Invalid(
@@ -310,7 +322,7 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
                    ConvertSelector(config, limits, {}));
   plan.request.slice = scheduler::SliceRequirement{
       plan.shape.generation, plan.shape.topology, plan.num_slices,
-      std::move(per_host), std::move(selector)};
+      std::move(per_host),   std::move(selector), plan.tpu_resource_per_chip};
   LayoutTpuWorkers(plan);
   return absl::OkStatus();
 }
@@ -318,6 +330,10 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
 absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
                                           const Limits& limits,
                                           GivenResources given) {
+  if (config.tpu_resource_per_chip < 0) {
+    return Invalid("tpu_resource_per_chip",
+                   "`tpu_resource_per_chip` must be a positive integer.");
+  }
   ASSIGN_OR_RETURN(scheduler::TpuGeneration generation,
                    TpuGenerationOf(config));
   ScalingConfigPlan plan;
@@ -403,8 +419,10 @@ void LayoutTpuWorkers(ScalingConfigPlan& plan) {
   }
   const int hosts = plan.hosts_per_slice * plan.num_slices;
   plan.workers_per_host = std::max(1, plan.num_workers / hosts);
-  plan.chips_per_worker = std::max<int>(
-      1, static_cast<int>(plan.shape.chips_per_host) / plan.workers_per_host);
+  // Whole chips per worker; 0 when workers share chips (v7x TensorCores).
+  const int chips = static_cast<int>(plan.shape.chips_per_host);
+  plan.chips_per_worker =
+      chips % plan.workers_per_host == 0 ? chips / plan.workers_per_host : 0;
   std::vector<int> dims = plan.shape.dims;
   dims.resize(3, 1);
   if (plan.shape.hosts <= 1) {
@@ -474,7 +492,8 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
     env["TPU_WORKER_ID"] = absl::StrCat(worker_id);
     env["TPU_WORKER_HOSTNAMES"] = absl::StrJoin(slice_hosts, ",");
     env["TPU_NAME"] = slice_name;
-    if (k > 1 && plan.host_box.size() == 3 && plan.host_grid.size() == 3) {
+    if (k > 1 && plan.chips_per_worker > 0 && plan.host_box.size() == 3 &&
+        plan.host_grid.size() == 3) {
       AddProcessEnv(plan, worker_id, rank % k, slice_hosts, env);
     }
     if (plan.num_slices > 1) {

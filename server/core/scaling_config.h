@@ -79,6 +79,7 @@ struct ScalingConfigPlan {
   scheduler::TpuShape shape;
   int hosts_per_slice = 0;
   int num_slices = 0;
+  int tpu_resource_per_chip = 1;
   // Several JAX processes per host (LayoutTpuWorkers):
   int workers_per_host = 1;
   int chips_per_worker = 0;

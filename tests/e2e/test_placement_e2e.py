@@ -96,6 +96,36 @@ class PlacementEndToEnd(unittest.TestCase):
         other = "v6e-b" if name == "v6e-a" else "v6e-a"
         self.assertTrue(slices[other].free)
 
+    def test_v7x_two_tpu_devices_per_chip(self):
+        # Hosts advertising 2 TPU per chip (Ray's RAY_TPU_RESOURCE_PER_CHIP=2).
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        nodes = [P.Node(node_id="x-w%d" % w, address="x-w%d.internal" % w,
+                        labels={"ray.io/accelerator-type": "TPU-V7X",
+                                "ray.io/tpu-topology": "2x2x2",
+                                "ray.io/tpu-slice-name": "x",
+                                "ray.io/tpu-worker-id": str(w)},
+                        resources={"CPU": 100, "TPU": 8}) for w in range(2)]
+        self.register(inv, nodes)
+        slices = inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices
+        self.assertTrue(slices[0].intact, slices[0].reason)
+        config = P.ScalingConfig(num_workers=8, use_tpu=True, topology="2x2x2",
+                                 accelerator_type="tpu7x", tpu_resource_per_chip=2,
+                                 resources_per_worker={"TPU": 2})
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=config, job_id="v7x"), timeout=10)
+        self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+        self.assertEqual(len(pg.workers), 8)
+        self.assertEqual(pg.scaling_config.tpu_resource_per_chip, 2)
+        self.assertEqual([w.env["TPU_VISIBLE_CHIPS"] for w in pg.workers[:4]],
+                         ["0", "1", "2", "3"])
+        with self.assertRaises(grpc.RpcError) as refused:
+            pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+                scaling_config=P.ScalingConfig(
+                    num_workers=4, use_tpu=True, topology="4x4",
+                    accelerator_type="TPU-V6E", tpu_resource_per_chip=2)), timeout=10)
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("tpu_resource_per_chip", refused.exception.details())
+
     def test_two_slice_job_gets_megascale_env(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")
         self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))

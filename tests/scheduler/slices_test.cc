@@ -104,6 +104,25 @@ TEST(DeriveSlicesTest, BrokenSlices) {
   }
 }
 
+// Ray's tpu_resource_per_chip=2: v7x hosts may advertise two TPU devices
+// per chip (one per TensorCore); other generations may not.
+TEST(DeriveSlicesTest, V7xHostsMayCountTwoDevicesPerChip) {
+  std::vector<Node> v7x = Slice("x", "TPU-V7X", "2x2x2");
+  for (Node& h : v7x) h.resources["TPU"] = 8 * kResourceScale;
+  auto slices = DeriveSlices(Pointers(v7x));
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_TRUE(slices[0].intact) << slices[0].reason;
+
+  std::vector<Node> v6e = Slice("s", "TPU-V6E", "4x4");
+  for (Node& h : v6e) h.resources["TPU"] = 8 * kResourceScale;
+  slices = DeriveSlices(Pointers(v6e));
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_FALSE(slices[0].intact);
+  EXPECT_NE(slices[0].reason.find("TPU chips add up to 32, expected 16"),
+            std::string::npos)
+      << slices[0].reason;
+}
+
 TEST(DeriveSlicesTest, MissingHostLeavesAHole) {
   std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");
   nodes.erase(nodes.begin() + 1);

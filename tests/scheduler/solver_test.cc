@@ -211,6 +211,23 @@ TEST(SolverSliceTest, PerHostResourcesAndExplicitBundles) {
   EXPECT_EQ(Solve(*snap, r).outcome, Decision::kInfeasible);
 }
 
+TEST(SolverSliceTest, TwoTpuDevicesPerChipOnV7x) {
+  std::vector<Node> nodes = Slice("x", "TPU-V7X", "2x2x2");
+  for (Node& h : nodes) h.resources["TPU"] = Units(8);  // 2 per chip
+  auto snap = Snap(nodes);
+  PlacementRequest r = SliceRequest(TpuGeneration::kV7x, "2x2x2");
+  r.slice->tpu_resource_per_chip = 2;  // default host bundle {TPU: 8}
+  Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "x-w0,x-w1");
+  // Two per chip is v7x's alone.
+  PlacementRequest v6e = SliceRequest(TpuGeneration::kV6e, "4x4");
+  v6e.slice->tpu_resource_per_chip = 2;
+  EXPECT_NE(ValidateRequest(v6e).message().find(
+                "slice.tpu_resource_per_chip: must be 1 on v6e"),
+            std::string::npos);
+}
+
 TEST(SolverSliceTest, SingleHostSlices) {
   std::vector<Node> nodes = {
       TpuHost("solo-b", "", "TPU-V6E", "2x4", 0, 8, "z1"),

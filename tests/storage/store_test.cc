@@ -53,8 +53,12 @@ server::PlacementGroup FullGroup() {
   g.request.bundles.push_back(
       scheduler::Bundle{{{"CPU", 20000}}, *selector, ""});
   g.request.strategy = scheduler::Strategy::kStrictSpread;
-  g.request.slice = scheduler::SliceRequirement{
-      scheduler::TpuGeneration::kV4, "2x2x2", 2, {{"TPU", 40000}}, *selector};
+  g.request.slice = scheduler::SliceRequirement{scheduler::TpuGeneration::kV7x,
+                                                "2x2x2",
+                                                2,
+                                                {{"TPU", 40000}},
+                                                *selector,
+                                                2};
   g.request.fallbacks.push_back({scheduler::Bundle{{{"CPU", 10000}}, {}, ""}});
   g.bundles.push_back(server::PlacedBundle{{{"CPU", 10000}}, {}, "a"});
   g.slice_names = {"s1", "s2"};
@@ -71,7 +75,8 @@ server::PlacementGroup FullGroup() {
   g.queued_time = absl::FromUnixMillis(1500);
   g.sequence = 42;
   g.scaling_config = server::ScalingConfig{
-      4, true, false, "2x2x2", "TPU-V4", "SPREAD", {{"TPU", 4}}, {{"k", "v"}}};
+      4,        true,         false,        "2x2x2", "TPU-V7X",
+      "SPREAD", {{"TPU", 4}}, {{"k", "v"}}, 2};
   return g;
 }
 

@@ -268,7 +268,7 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
        "slices, which is not supported."},
       {"fractional chips per worker", TpuConfig(32, "4x4"),
        WithResource("TPU", 0.5), "resources_per_worker",
-       "a worker's TPU must be whole chips"},
+       "a worker's TPU must be whole devices"},
       {"unknown strategy", CpuConfig(2),
        [](ScalingConfig& c) { c.placement_strategy = "pack"; },
        "placement_strategy", "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"},
@@ -283,7 +283,7 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
        "resources_per_worker", "every amount is 0"},
       {"more TPU than a host has", TpuConfig(4, "4x4"), WithResource("TPU", 8),
        "resources_per_worker",
-       "asks for 8 TPU chips per worker, but a v6e-16 host has 4"},
+       "asks for 8 TPU per worker, but a v6e-16 host has 4"},
       {"TPU without use_tpu", CpuConfig(2), WithResource("TPU", 4),
        "resources_per_worker",
        "`use_tpu` is False but `TPU` was found in `resources_per_worker`"},
@@ -366,6 +366,55 @@ TEST(PlanScalingConfigTest, SeveralWorkersPerHostFollowRaysFormula) {
                 2 * c.workers_per_host * kUnit);
     }
   }
+}
+
+TEST(PlanScalingConfigTest, TpuResourcePerChipScalesTheSliceAsRayDoes) {
+  // v7x 2x2x2: 8 chips on 2 hosts; with 2 TPU per chip a slice offers 16.
+  ScalingConfig config = TpuConfig(2, "2x2x2", "TPU-V7X");
+  config.tpu_resource_per_chip = 2;
+  auto plan = PlanScalingConfig(config, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->request.slice->tpu_resource_per_chip, 2);
+  EXPECT_EQ(plan->request.slice->resources_per_host.at("TPU"), 8 * kUnit);
+  EXPECT_EQ(plan->workers_per_host, 1);
+
+  config = TpuConfig(16, "2x2x2", "TPU-V7X");
+  config.tpu_resource_per_chip = 2;
+  config.resources_per_worker["TPU"] = 1;  // one TensorCore each
+  plan = PlanScalingConfig(config, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_slices, 1);
+  EXPECT_EQ(plan->workers_per_host, 8);
+  EXPECT_EQ(plan->chips_per_worker, 0);  // workers share chips
+  const std::vector<Worker> workers = BuildWorkers(*plan, Placed(2), {"x"});
+  ASSERT_EQ(workers.size(), 16u);
+  EXPECT_EQ(workers[9].node_id, "n1");
+  EXPECT_EQ(workers[9].env.count("TPU_VISIBLE_CHIPS"), 0u);
+
+  config = TpuConfig(8, "2x2x2", "TPU-V7X");
+  config.tpu_resource_per_chip = 2;
+  config.resources_per_worker["TPU"] = 2;  // one whole chip each
+  plan = PlanScalingConfig(config, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->chips_per_worker, 1);
+  EXPECT_EQ(
+      BuildWorkers(*plan, Placed(2), {"x"})[5].env.at("TPU_VISIBLE_CHIPS"),
+      "1");
+
+  config = TpuConfig(4, "4x4");
+  config.tpu_resource_per_chip = 2;
+  auto v6e = PlanScalingConfig(config, Limits());
+  EXPECT_EQ(v6e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v6e.status().message().find(
+                "scaling_config.tpu_resource_per_chip: must be 1 on v6e"),
+            std::string::npos)
+      << v6e.status();
+  config.tpu_resource_per_chip = -1;
+  auto negative = PlanScalingConfig(config, Limits());
+  EXPECT_NE(negative.status().message().find(
+                "`tpu_resource_per_chip` must be a positive integer."),
+            std::string::npos)
+      << negative.status();
 }
 
 TEST(BuildWorkersTest, OneProcessPerChipGetsLibtpuMultiProcessEnv) {
