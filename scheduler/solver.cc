@@ -46,7 +46,7 @@ class SolveRun {
       return internal::SlicePlacer(snap_, released_).Place(slice, label);
     }
     const internal::GangContext ctx{&snap_, &released_, request_.strategy,
-                                    label};
+                                    label, internal::kNumRanks};
     return internal::PlaceGeneric(ctx, bundles, priority);
   }
 

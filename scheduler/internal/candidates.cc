@@ -54,6 +54,7 @@ int CandidateGroups::GroupFor(const LabelSelector& selector, BundleKind kind,
   Group g;
   g.candidates = bits->second.get();
   g.kind = kind;
+  g.rank_limit = kind == BundleKind::kCpuOnly ? cpu_rank_limit_ : kNumRanks;
   groups_.push_back(g);
   group_of_[key] = static_cast<int>(groups_.size() - 1);
   return static_cast<int>(groups_.size() - 1);
@@ -61,7 +62,7 @@ int CandidateGroups::GroupFor(const LabelSelector& selector, BundleKind kind,
 
 int64_t CandidateGroups::Reach(const Group& g) const {
   int64_t count = 0;
-  for (int r = 0; r < kNumRanks; ++r) {
+  for (int r = 0; r < g.rank_limit; ++r) {
     const CowBitset& ranked = snap_.rank_set(g.kind, r);
     for (size_t w = 0; w < g.candidates->size(); ++w) {
       count += std::popcount(ranked.word(w) & (*g.candidates)[w]);

@@ -46,8 +46,9 @@ struct Cursor {
 struct Group {
   const Bits* candidates = nullptr;
   BundleKind kind = BundleKind::kCpuOnly;
-  Cursor cursor;          // first candidate that may still fit
-  size_t opened_pos = 0;  // PACK: gang nodes already ruled out
+  int rank_limit = kNumRanks;  // ranks at or above are never offered
+  Cursor cursor;               // first candidate that may still fit
+  size_t opened_pos = 0;       // PACK: gang nodes already ruled out
 };
 
 // The candidate groups of one placement of a gang. Steps:
@@ -57,8 +58,12 @@ struct Group {
 //      rank (lower first), node index (= node id) order within a rank.
 class CandidateGroups {
  public:
+  // CPU-only bundles are offered only nodes of rank < `cpu_rank_limit`
+  // (kCpuRankNoFreeTpu keeps them off whole free TPU slices).
   // REQUIRES: `snap` outlives this object.
-  explicit CandidateGroups(const SnapshotState& snap) : snap_(snap) {}
+  explicit CandidateGroups(const SnapshotState& snap,
+                           int cpu_rank_limit = kNumRanks)
+      : snap_(snap), cpu_rank_limit_(cpu_rank_limit) {}
 
   // The index of the group for (selector, kind, resources); creates it the
   // first time. Indexes are dense, in creation order.
@@ -74,7 +79,7 @@ class CandidateGroups {
   std::optional<Cursor> Next(const Group& g, Cursor from) const {
     const size_t words = g.candidates->size();
     Cursor c = from;
-    while (c.rank < kNumRanks) {
+    while (c.rank < g.rank_limit) {
       const CowBitset& ranked = snap_.rank_set(g.kind, c.rank);
       size_t w = c.pos >> 6;
       if (w < words) {
@@ -97,7 +102,7 @@ class CandidateGroups {
 
   // True when node i is a candidate of g with a rank (ALIVE).
   bool Contains(const Group& g, uint32_t i) const {
-    return TestBit(*g.candidates, i) && snap_.Rank(g.kind, i) < kNumRanks;
+    return TestBit(*g.candidates, i) && snap_.Rank(g.kind, i) < g.rank_limit;
   }
 
   // Number of ranked candidates of g (for most-constrained-first ordering).
@@ -105,6 +110,7 @@ class CandidateGroups {
 
  private:
   const SnapshotState& snap_;
+  const int cpu_rank_limit_;
   std::vector<Group> groups_;
   absl::flat_hash_map<std::string, int> group_of_;
   absl::flat_hash_map<std::string, std::unique_ptr<Bits>> bits_cache_;

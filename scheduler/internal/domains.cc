@@ -45,8 +45,11 @@ DomainScore ScorePlacement(const SnapshotState& snap, Strategy strategy,
   return score;
 }
 
-Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
-                     const LabelSelector* priority) {
+namespace {
+
+// PlaceGeneric within ctx's rank limit.
+Attempt PlaceWithin(const GangContext& ctx, const std::vector<Bundle>& bundles,
+                    const LabelSelector* priority) {
   const SnapshotState& snap = *ctx.snap;
   auto score = [&](const Attempt& a) {
     return ScorePlacement(snap, ctx.strategy, bundles, a);
@@ -83,6 +86,47 @@ Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
     }
   }
   return chosen;
+}
+
+bool HasCpuOnly(const std::vector<Bundle>& bundles) {
+  for (const Bundle& b : bundles) {
+    if (KindOf(b.resources) == BundleKind::kCpuOnly) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
+                     const LabelSelector* priority) {
+  if (!HasCpuOnly(bundles) || ctx.cpu_rank_limit < kNumRanks) {
+    return PlaceWithin(ctx, bundles, priority);
+  }
+  // Whole slices stay whole, whatever the strategy: CPU-only bundles first
+  // without any whole free TPU slice, then with free single-host TPU nodes,
+  // and only then anywhere.
+  for (int limit : {kCpuRankNoFreeTpu, kCpuRankNoFreeMultiHost}) {
+    GangContext tier = ctx;
+    tier.cpu_rank_limit = limit;
+    Attempt attempt = PlaceWithin(tier, bundles, priority);
+    if (attempt.placed) return attempt;
+  }
+  Attempt attempt = PlaceWithin(ctx, bundles, priority);
+  if (!attempt.placed) return attempt;
+  int64_t on_free_tpu = 0;
+  for (size_t b = 0; b < bundles.size(); ++b) {
+    const int rank = ctx.snap->Rank(BundleKind::kCpuOnly, attempt.nodes[b]);
+    if (KindOf(bundles[b].resources) == BundleKind::kCpuOnly &&
+        rank >= kCpuRankNoFreeTpu && rank < kNumRanks - 1) {
+      ++on_free_tpu;
+    }
+  }
+  if (on_free_tpu > 0) {
+    absl::StrAppend(&attempt.summary, "; ", on_free_tpu,
+                    " CPU-only bundle(s) on whole free TPU capacity: no other "
+                    "node fits them");
+  }
+  return attempt;
 }
 
 }  // namespace sliced::scheduler::internal

@@ -56,7 +56,7 @@ class GangPlacement {
   GangPlacement(const GangContext& ctx, size_t bundles)
       : ctx_(ctx),
         snap_(*ctx.snap),
-        candidates_(snap_),
+        candidates_(snap_, ctx.cpu_rank_limit),
         overlay_(snap_, ctx.released),
         at_(bundles, -1) {}
 

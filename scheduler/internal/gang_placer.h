@@ -25,6 +25,9 @@ struct GangContext {
   const Released* released = nullptr;  // a re-placed PG's allocations
   Strategy strategy = Strategy::kPack;
   absl::string_view label;  // prefix of diagnosis step names, e.g. "primary: "
+  // CPU-only bundles are offered only nodes of a lower rank (kNumRanks: all;
+  // kCpuRankNoFreeTpu: none of a whole free TPU slice).
+  int cpu_rank_limit = kNumRanks;
 };
 
 // One placement of the gang, every bundle's selector ANDed with `priority`

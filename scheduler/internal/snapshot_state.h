@@ -33,6 +33,10 @@ namespace sliced::scheduler::internal {
 // a TPU bundle).
 enum class BundleKind { kCpuOnly = 0, kTpu = 1 };
 inline constexpr int kNumRanks = 9;  // rank 8: no CPU (TPU) left at all
+// CPU-only ranks below which no whole free TPU slice lies: CPU nodes and
+// TPU nodes of broken slices (0-3); then free single-host TPU nodes (4).
+inline constexpr int kCpuRankNoFreeTpu = 4;
+inline constexpr int kCpuRankNoFreeMultiHost = 5;
 
 class SnapshotState {
  public:

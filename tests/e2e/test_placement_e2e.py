@@ -126,6 +126,19 @@ class PlacementEndToEnd(unittest.TestCase):
         self.assertEqual(refused.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("tpu_resource_per_chip", refused.exception.details())
 
+    def test_cpu_spread_bundles_keep_a_free_slice_whole(self):
+        # Issue 13: four CPU-only SPREAD bundles, one CPU node, a free v6e 4x4.
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + [cpu_node("cpu-0", cpus=16)])
+        pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1}) for _ in range(4)],
+            strategy=P.SPREAD), timeout=10)
+        self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+        self.assertEqual({b.node_id for b in pg.bundles}, {"cpu-0"})
+        got = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED),
+                                     timeout=10)
+        self.assertEqual(got.state, P.CREATED, got.pending_reason)
+
     def test_two_slice_job_gets_megascale_env(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")
         self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))

@@ -298,6 +298,38 @@ TEST(SolverRankTest, BreaksTheSmallestFreeSliceWhenItMust) {
             "z-small-w0");
 }
 
+// Issue 13: four CPU-only SPREAD bundles, one CPU node and a free v6e 4x4
+// slice. Strategies are soft, whole slices are not: they share the CPU node,
+// for every strategy; a free single-host TPU node comes before a slice host;
+// only when nothing else fits do they land on the slice, and say so.
+TEST(SolverRankTest, CpuBundlesKeepWholeFreeSlicesWholeWhateverTheStrategy) {
+  std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");
+  nodes.push_back(CpuNode("cpu", 8));
+  auto snap = Snap(nodes);
+  const std::vector<Bundle> four = {B(Cpu(1)), B(Cpu(1)), B(Cpu(1)), B(Cpu(1))};
+  for (Strategy strategy : {Strategy::kPack, Strategy::kSpread}) {
+    Decision d = Solve(*snap, Generic(strategy, four));
+    ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+    EXPECT_EQ(Nodes(d), "cpu,cpu,cpu,cpu") << StrategyName(strategy);
+  }
+  // STRICT_SPREAD needs 4 distinct nodes: only then are slice hosts used,
+  // and the decision says why.
+  Decision strict = Solve(*snap, Generic(Strategy::kStrictSpread, four));
+  ASSERT_EQ(strict.outcome, Decision::kPlaced);
+  EXPECT_NE(strict.diagnosis.summary.find(
+                "CPU-only bundle(s) on whole free TPU capacity"),
+            std::string::npos)
+      << strict.diagnosis.summary;
+  // A free single-host TPU node is offered before a multi-host slice host.
+  std::vector<Node> more = nodes;
+  Append(more, Slice("one", "TPU-V6E", "2x4"));  // a single-host slice
+  auto snap2 = Snap(more);
+  Decision d =
+      Solve(*snap2, Generic(Strategy::kSpread, {B(Cpu(8)), B(Cpu(8))}));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "cpu,one-w0");
+}
+
 // --- Strategies -------------------------------------------------------------
 
 TEST(SolverStrategyTest, Table) {
