@@ -168,9 +168,12 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      free slice, free single-host slices), then multi-host TPU nodes in
 //      the same order, so hosts of free intact multi-host slices come last
 //      (smallest first). Nodes with no CPU (TPU) left come after all of
-//      these, so scans skip full nodes. So a CPU bundle lands on a TPU node
-//      only when no CPU node fits or its selector asks for TPU nodes, and a
-//      free multi-host slice is broken only when nothing else fits.
+//      these, so scans skip full nodes. A gang with CPU-only bundles is
+//      placed in tiers, whatever its strategy: those bundles first see no
+//      node of a whole free TPU slice, then free single-host TPU nodes too,
+//      then every node. So a CPU bundle lands on a TPU node only when no CPU
+//      node fits or its selector asks for TPU nodes, and a free multi-host
+//      slice is broken only when nothing else fits (the summary says so).
 //   3. Fit the whole gang, bundles largest first (TPU, CPU, memory):
 //      PACK: the whole gang on one node (best fit, as Ray's PACK does,
 //        scanning at most 1,024 candidates) unless that scores worse (see
