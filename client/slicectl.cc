@@ -257,6 +257,12 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
     if (!p.ok()) return Usage(p.status().message());
     priority = *p;
   }
+  if (flags.Has("tpu-resource-per-chip")) {
+    auto per_chip = ParseIntFlag("tpu-resource-per-chip",
+                                 flags.Get("tpu-resource-per-chip"));
+    if (!per_chip.ok()) return Usage(per_chip.status().message());
+    config->set_tpu_resource_per_chip(*per_chip);
+  }
   config->set_num_workers(*workers);
   config->set_use_tpu(flags.Has("use-tpu"));
   config->set_use_gpu(flags.Has("use-gpu"));
@@ -504,7 +510,9 @@ std::vector<Command> PlacementCommands() {
            "--accelerator-type TPU-V6E --placement-strategy SPREAD --wait\n"
            "The server validates with Ray's rules; a rejected config exits 3 "
            "with Ray's message.",
-           {{"num-workers", "N", "number of workers (TPU: one per host)"},
+           {{"num-workers", "N",
+             "number of workers (TPU: one per host unless "
+             "--resources-per-worker TPU=k asks fewer chips)"},
             {"use-tpu", "", "workers use TPUs"},
             {"use-gpu", "", "workers use GPUs"},
             {"topology", "T", "TPU topology, e.g. 4x4 or 2x2x2"},
@@ -519,6 +527,8 @@ std::vector<Command> PlacementCommands() {
             {"name", "NAME", "placement group name"},
             {"request-id", "R", "idempotency key (default: generated)"},
             {"priority", "P", "higher is scheduled first"},
+            {"tpu-resource-per-chip", "K",
+             "TPU devices per chip (default 1; 2 on v7x)"},
             kWaitFlag,
             kWaitTimeoutFlag}),
        CmdSubmit},

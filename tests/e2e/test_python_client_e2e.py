@@ -46,7 +46,7 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertEqual(fields, {
             "num_workers": 1, "use_gpu": False, "resources_per_worker": None,
             "placement_strategy": "PACK", "accelerator_type": None, "use_tpu": False,
-            "topology": None, "label_selector": None})
+            "topology": None, "label_selector": None, "tpu_resource_per_chip": None})
         self.assertEqual(sorted(sliced_client.__all__), sorted(
             ["Bundle", "Client", "DEFAULT_ADDRESS", "Explanation", "Node",
              "PlacementGroup", "ScalingConfig", "SlicedError", "Worker"]))
@@ -171,6 +171,12 @@ class PythonClientEndToEnd(unittest.TestCase):
             (ScalingConfig(num_workers=1, use_tpu=True, use_gpu=True, topology="2x2",
                            accelerator_type="TPU-V6E"),
              "Cannot specify both `use_gpu=True` and `use_tpu=True`"),
+            (ScalingConfig(num_workers=4, use_tpu=True, topology="4x4",
+                           accelerator_type="TPU-V6E", tpu_resource_per_chip=2),
+             "tpu_resource_per_chip: must be 1 on v6e"),
+            (ScalingConfig(num_workers=16, use_tpu=True, topology="4x4",
+                           accelerator_type="TPU-V6E", resources_per_worker={"TPU": 3}),
+             "The requested resources per worker (3 TPU devices) do not divide evenly"),
         ]
         for config, message in cases:
             with self.assertRaises(SlicedError) as err:

@@ -296,6 +296,8 @@ class SlicectlEndToEnd(unittest.TestCase):
              "INVALID_ARGUMENT: ", "Cannot specify both `use_gpu=True` and `use_tpu=True`"),
             (SEED[:2] + ["3"] + SEED[3:], "INVALID_ARGUMENT: ", "num_workers"),
             (SEED + ["--compute-class", "no-such-class"], "", "no-such-class"),
+            (SEED + ["--tpu-resource-per-chip", "2"], "INVALID_ARGUMENT: ",
+             "scaling_config.tpu_resource_per_chip: must be 1 on v6e"),
         ]
         for args, code_name, message in cases:
             r = self.ctl(*args, code=3)

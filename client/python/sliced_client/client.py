@@ -42,8 +42,10 @@ class SlicedError(Exception):
 @dataclasses.dataclass
 class ScalingConfig:
     """Ray Train's ScalingConfig (the fields JaxTrainer uses), same names and
-    defaults. For TPUs each worker is one host of a slice: num_workers must be
-    a multiple of the slice's hosts (4x4 v6e: 4 hosts)."""
+    defaults. For TPUs a worker takes resources_per_worker["TPU"] (default: a
+    whole host's chips), so a host runs chips / TPU-per-worker workers, and
+    num_workers must fill whole slices (4x4 v6e with {"TPU": 1}: 16).
+    tpu_resource_per_chip: TPU devices per chip (None = 1; 2 on v7x only)."""
 
     num_workers: int = 1
     use_gpu: bool = False
@@ -53,6 +55,7 @@ class ScalingConfig:
     use_tpu: bool = False
     topology: Optional[str] = None
     label_selector: Optional[Dict[str, str]] = None
+    tpu_resource_per_chip: Optional[int] = None
 
     def to_proto(self) -> "_pb.ScalingConfig":
         return _pb.ScalingConfig(
@@ -60,12 +63,14 @@ class ScalingConfig:
             topology=self.topology or "", accelerator_type=self.accelerator_type or "",
             placement_strategy=self.placement_strategy or "",
             resources_per_worker=dict(self.resources_per_worker or {}),
-            label_selector=dict(self.label_selector or {}))
+            label_selector=dict(self.label_selector or {}),
+            tpu_resource_per_chip=self.tpu_resource_per_chip or 0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Worker:
-    """One placed worker. rank = slice_index * hosts_per_slice + tpu_worker_id."""
+    """One placed worker. rank = (slice_index * hosts_per_slice + tpu_worker_id)
+    * workers_per_host + its local rank on the host."""
 
     rank: int
     node_id: str
