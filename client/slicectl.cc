@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/quote.h"
 #include "client/slicectl_cli.h"
 #include "client/slicectl_print.h"
 #include "client/sliced_client.h"
@@ -137,6 +138,15 @@ int CmdNodeDrain(Context& ctx, const ParsedFlags& flags) {
             "node ", n.node_id(), " is ", v1::NodeState_Name(n.state()),
             ": it keeps its placements and takes no new ones\n"));
       });
+}
+
+int CmdNodeUndrain(Context& ctx, const ParsedFlags& flags) {
+  return Output(ctx, ctx.client->UndrainNode(flags.args[0]),
+                [&](const v1::Node& n) {
+                  Print(absl::StrCat("node ", n.node_id(), " is ",
+                                     v1::NodeState_Name(n.state()),
+                                     ": it takes new placements again\n"));
+                });
 }
 
 int CmdNodeRemove(Context& ctx, const ParsedFlags& flags) {
@@ -293,9 +303,13 @@ int CmdPgList(Context& ctx, const ParsedFlags& flags) {
             absl::AsciiStrToUpper(flags.Get("state")), &state) ||
         state == v1::PLACEMENT_GROUP_STATE_UNSPECIFIED) {
       return Usage(absl::StrCat(
-          "--state: want PENDING, CREATED, RESCHEDULING, REMOVED or "
-          "INFEASIBLE, got \"",
-          flags.Get("state"), "\""));
+          "--state: want PENDING, CREATED, RESCHEDULING or INFEASIBLE, got ",
+          Quote(flags.Get("state"))));
+    }
+    if (state == v1::REMOVED) {
+      return Usage(
+          "--state: REMOVED groups are not kept (slicectl watch shows "
+          "removals as they happen)");
     }
     request.set_state(state);
   }
@@ -361,6 +375,8 @@ int CmdWatch(Context& ctx, const ParsedFlags& flags) {
               "\n"));
         }
         std::fflush(stdout);
+        // A removed group has no more events: --pg ends there.
+        if (flags.Has("pg") && pg.state() == v1::REMOVED) return false;
         return count == 0 || ++seen < count;
       });
   // --duration ending the watch is the normal way out.
@@ -477,6 +493,11 @@ std::vector<Command> InventoryCommands() {
       {Cmd("node drain", "ID",
            "Drain a node: it keeps its placements and takes no new ones."),
        CmdNodeDrain},
+      {Cmd("node undrain", "ID",
+           "Undrain a node: it takes new placements again.",
+           "A no-op on an ALIVE node; refused (exit 3) for a DEAD one, which "
+           "comes back by heartbeat or re-registration."),
+       CmdNodeUndrain},
       {Cmd("node remove", "ID", "Remove a node from the inventory.",
            "Refused (exit 3) while it holds placement groups, unless --force.",
            {{"force", "",

@@ -302,6 +302,21 @@ class Client:
             if not token:
                 return out
 
+    def drain(self, node_id: str) -> Node:
+        """DRAINING: the node keeps its placements and takes no new ones.
+        SlicedError(FAILED_PRECONDITION) for a DEAD node."""
+        return Node.from_proto(self._call(
+            self._inventory.DrainNode, _pb.DrainNodeRequest(node_id=node_id),
+            retry=True).node)
+
+    def undrain(self, node_id: str) -> Node:
+        """Back ALIVE: the node takes new placements again (a no-op on an
+        ALIVE node). SlicedError(FAILED_PRECONDITION) for a DEAD node, which
+        comes back by heartbeat or re-registration."""
+        return Node.from_proto(self._call(
+            self._inventory.UndrainNode, _pb.UndrainNodeRequest(node_id=node_id),
+            retry=True).node)
+
     # ------------------------------------------------------------ plumbing
 
     def _call(self, method, request, *, retry: bool):
