@@ -25,8 +25,8 @@ import argparse
 import os
 import sys
 
-# The client lives in client/python of this repo; its stubs in build/python
-# (or $SLICED_PY).
+# The client lives in client/python of this repo (its stubs in build/python
+# after the build, or $SLICED_PY); an installed sliced_client works as well.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 os.pardir, "client", "python"))
 

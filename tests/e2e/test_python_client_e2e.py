@@ -2,9 +2,11 @@
 examples/jaxtrainer_example.py against the real daemon."""
 import dataclasses
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -238,6 +240,49 @@ class PythonClientEndToEnd(unittest.TestCase):
                              text=True, timeout=60)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("set SLICED_PY", out.stderr)
+
+    def test_source_tree_import_after_the_readme_build(self):
+        # The README builds into <repo>/build; only that build dir is the default.
+        default = os.path.join(REPO, "build", "python")
+        if os.path.realpath(os.environ["SLICED_PY"]) != os.path.realpath(default):
+            self.skipTest("this build is not <repo>/build")
+        env = {k: v for k, v in os.environ.items() if k not in ("SLICED_PY", "PYTHONPATH")}
+        env["PYTHONPATH"] = os.path.join(REPO, "client", "python")
+        out = subprocess.run(
+            [sys.executable, "-c", "import sliced_client, sliced_client._stubs as s; "
+             "print(s.stub_dir())"], env=env, capture_output=True, text=True, timeout=60,
+            cwd=REPO)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(os.path.realpath(out.stdout.strip()), os.path.realpath(default))
+
+    def test_package_installs_into_a_venv_and_works(self):
+        # A copy of the package and the protos, so the install writes nothing
+        # into the source tree (pip builds in place).
+        tmp = tempfile.TemporaryDirectory(prefix="sliced-pip-")
+        self.addCleanup(tmp.cleanup)
+        repo = os.path.join(tmp.name, "repo")
+        shutil.copytree(os.path.join(REPO, "client", "python"),
+                        os.path.join(repo, "client", "python"),
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        shutil.copytree(os.path.join(REPO, "proto"), os.path.join(repo, "proto"))
+        venv = os.path.join(tmp.name, "venv")
+        env = {k: v for k, v in os.environ.items() if k not in ("SLICED_PY", "PYTHONPATH")}
+        for cmd in ([sys.executable, "-m", "venv", "--system-site-packages", venv],
+                    [os.path.join(venv, "bin", "pip"), "install", "--no-deps",
+                     "--no-build-isolation", "--no-index", os.path.join(repo, "client", "python")]):
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
+                                 cwd=tmp.name)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        d, _ = self.start()
+        code = ("import sliced_client, sliced_client._stubs as s; "
+                "print(s.stub_dir()); "
+                "print(len(sliced_client.Client('127.0.0.1:%d').nodes()))" % d.port)
+        out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", code], env=env,
+                             capture_output=True, text=True, timeout=60, cwd=tmp.name)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        stub_dir, nodes = out.stdout.split()
+        self.assertTrue(stub_dir.startswith(venv), stub_dir)
+        self.assertEqual(nodes, "9")
 
     def test_jaxtrainer_example_runs(self):
         d, client = self.start()
