@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import re
+import signal
 import socket
 import subprocess
 import tempfile
@@ -104,6 +105,7 @@ class SlicectlEndToEnd(unittest.TestCase):
              "want KEY=VALUE"),
             (["submit", "--num-workers", "1", "--wait-timeout", "5s"],
              "--wait-timeout needs --wait"),
+            (["submit", "--num-workers", "1", "--keep"], "--keep needs --wait"),
             (["nodes", "--timeout", "soon"], "--timeout: want a duration"),
             (["nodes", "--selector", "=x"], "want KEY=VALUE"),
             (["pg", "list", "--state", "SLEEPING"], "--state: want PENDING"),
@@ -214,11 +216,18 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertEqual(first.job_id, "job-1")
         self.assertTrue(first.request_id, "a generated request id")
 
-        # The only v6e slice is held: the second waits, and --wait gives up.
-        r = self.ctl(*SEED, "--request-id", "second", "--wait", "--wait-timeout", "1s",
+        # The only v6e slice is held: the second waits, and --wait gives up,
+        # removing the group it made unless --keep.
+        r = self.ctl(*SEED, "--request-id", "gives-up", "--wait", "--wait-timeout", "1s",
                      code=5)
         self.assertIn("still PENDING", r.stderr)
         self.assertIn("v6e-16", r.stderr)
+        gone = re.search(r"removed placement group (pg-\w+) \(--keep keeps it\)", r.stderr)
+        self.assertTrue(gone, r.stderr)
+        self.ctl("pg", "get", gone.group(1), code=3)
+        r = self.ctl(*SEED, "--request-id", "second", "--wait", "--wait-timeout", "1s",
+                     "--keep", code=5)
+        self.assertRegex(r.stderr, r"placement group pg-\w+ stays queued \(--keep\)")
         second = self.json_of(P.PlacementGroup, *SEED, "--request-id", "second")
         self.assertEqual(second.state, P.PENDING)  # the same group: idempotent
         pgs = self.json_of(P.ListPlacementGroupsResponse, "pg", "list").placement_groups
