@@ -23,7 +23,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/quote.h"
 #include "client/slicectl_cli.h"
+#include "client/slicectl_interrupt.h"
 #include "client/slicectl_print.h"
 #include "client/sliced_client.h"
 #include "google/protobuf/util/json_util.h"
@@ -139,6 +141,15 @@ int CmdNodeDrain(Context& ctx, const ParsedFlags& flags) {
       });
 }
 
+int CmdNodeUndrain(Context& ctx, const ParsedFlags& flags) {
+  return Output(ctx, ctx.client->UndrainNode(flags.args[0]),
+                [&](const v1::Node& n) {
+                  Print(absl::StrCat("node ", n.node_id(), " is ",
+                                     v1::NodeState_Name(n.state()),
+                                     ": it takes new placements again\n"));
+                });
+}
+
 int CmdNodeRemove(Context& ctx, const ParsedFlags& flags) {
   return Done(ctx, ctx.client->RemoveNode(flags.args[0], flags.Has("force")),
               absl::StrCat("removed node ", flags.args[0]));
@@ -167,24 +178,44 @@ bool Settled(v1::PlacementGroupState state) {
          state == v1::REMOVED;
 }
 
-// --wait: watches until CREATED (0) or INFEASIBLE (3); --wait-timeout -> 5.
+// What a --wait that gives up does with its group: removes it unless --keep.
+// Returns the sentence that says which group it leaves, or removed.
+std::string GiveUp(Context& ctx, const std::string& id, bool keep) {
+  if (keep) {
+    return absl::StrCat("placement group ", id,
+                        " stays queued (--keep): see `slicectl pg explain ", id,
+                        "`");
+  }
+  absl::Status removed = ctx.client->RemovePlacementGroup(id);
+  if (removed.ok() || removed.code() == absl::StatusCode::kNotFound) {
+    return absl::StrCat("removed placement group ", id, " (--keep keeps it)");
+  }
+  return absl::StrCat("could not remove placement group ", id,
+                      ", it stays queued: ", removed.ToString());
+}
+
+// --wait: watches until CREATED (0) or INFEASIBLE (3). --wait-timeout (5) and
+// Ctrl-C (130) remove the group unless `keep`.
 int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
-                 absl::Duration timeout) {
+                 absl::Duration timeout, bool keep) {
+  const std::string& id = created.placement_group_id();
+  InterruptHandler interrupt([&](int) {
+    std::fprintf(stderr, "slicectl: interrupted; %s\n",
+                 GiveUp(ctx, id, keep).c_str());
+  });
   if (!ctx.json && !Settled(created.state())) {
-    Print(absl::StrCat("submitted ", created.placement_group_id(), " (",
+    Print(absl::StrCat("submitted ", id, " (",
                        v1::PlacementGroupState_Name(created.state()),
                        "); waiting until it is CREATED...\n"));
     std::fflush(stdout);
   }
   absl::StatusOr<v1::PlacementGroup> pg =
-      ctx.client->WaitForPlacementGroup(created.placement_group_id(), timeout);
+      ctx.client->WaitForPlacementGroup(id, timeout);
   if (!pg.ok()) {
     if (pg.status().code() == absl::StatusCode::kDeadlineExceeded) {
       return Fail({kExitWaitTimeout,
-                   absl::StrCat(pg.status().message(),
-                                " (--wait-timeout; it stays queued: see "
-                                "`slicectl pg explain ",
-                                created.placement_group_id(), "`)")});
+                   absl::StrCat(pg.status().message(), " (--wait-timeout); ",
+                                GiveUp(ctx, id, keep))});
     }
     return ServerError(ctx, pg.status());
   }
@@ -213,7 +244,7 @@ int PlacementResult(Context& ctx, const ParsedFlags& flags,
     absl::Duration d = timeout.ok() && *timeout > absl::ZeroDuration()
                            ? *timeout
                            : absl::InfiniteDuration();
-    return WaitAndPrint(ctx, *pg, d);
+    return WaitAndPrint(ctx, *pg, d, flags.Has("keep"));
   }
   if (ctx.json) {
     PrintJson(*pg);
@@ -224,6 +255,9 @@ int PlacementResult(Context& ctx, const ParsedFlags& flags,
 }
 
 absl::Status CheckWaitFlags(const ParsedFlags& flags) {
+  if (flags.Has("keep") && !flags.Has("wait")) {
+    return absl::InvalidArgumentError("--keep needs --wait");
+  }
   if (flags.Has("wait-timeout")) {
     if (!flags.Has("wait")) {
       return absl::InvalidArgumentError("--wait-timeout needs --wait");
@@ -299,9 +333,13 @@ int CmdPgList(Context& ctx, const ParsedFlags& flags) {
             absl::AsciiStrToUpper(flags.Get("state")), &state) ||
         state == v1::PLACEMENT_GROUP_STATE_UNSPECIFIED) {
       return Usage(absl::StrCat(
-          "--state: want PENDING, CREATED, RESCHEDULING, REMOVED or "
-          "INFEASIBLE, got \"",
-          flags.Get("state"), "\""));
+          "--state: want PENDING, CREATED, RESCHEDULING or INFEASIBLE, got ",
+          Quote(flags.Get("state"))));
+    }
+    if (state == v1::REMOVED) {
+      return Usage(
+          "--state: REMOVED groups are not kept (slicectl watch shows "
+          "removals as they happen)");
     }
     request.set_state(state);
   }
@@ -367,6 +405,8 @@ int CmdWatch(Context& ctx, const ParsedFlags& flags) {
               "\n"));
         }
         std::fflush(stdout);
+        // A removed group has no more events: --pg ends there.
+        if (flags.Has("pg") && pg.state() == v1::REMOVED) return false;
         return count == 0 || ++seen < count;
       });
   // --duration ending the watch is the normal way out.
@@ -436,7 +476,10 @@ const FlagSpec kWaitFlag{"wait", "",
                          "watch until CREATED (exit 0) or INFEASIBLE (exit 3)"};
 const FlagSpec kWaitTimeoutFlag{
     "wait-timeout", "D",
-    "give up waiting after D (e.g. 5m; exit 5; default: never)"};
+    "give up waiting after D (e.g. 5m; exit 5; default: never); the group is "
+    "removed unless --keep"};
+const FlagSpec kKeepFlag{
+    "keep", "", "keep the group when --wait gives up (--wait-timeout, Ctrl-C)"};
 
 std::vector<FlagSpec> GlobalFlags() {
   return {
@@ -483,6 +526,11 @@ std::vector<Command> InventoryCommands() {
       {Cmd("node drain", "ID",
            "Drain a node: it keeps its placements and takes no new ones."),
        CmdNodeDrain},
+      {Cmd("node undrain", "ID",
+           "Undrain a node: it takes new placements again.",
+           "A no-op on an ALIVE node; refused (exit 3) for a DEAD one, which "
+           "comes back by heartbeat or re-registration."),
+       CmdNodeUndrain},
       {Cmd("node remove", "ID", "Remove a node from the inventory.",
            "Refused (exit 3) while it holds placement groups, unless --force.",
            {{"force", "",
@@ -530,14 +578,15 @@ std::vector<Command> PlacementCommands() {
             {"tpu-resource-per-chip", "K",
              "TPU devices per chip (default 1; 2 on v7x)"},
             kWaitFlag,
-            kWaitTimeoutFlag}),
+            kWaitTimeoutFlag,
+            kKeepFlag}),
        CmdSubmit},
       {Cmd("pg create", "",
            "Create a placement group from a CreatePlacementGroupRequest JSON "
            "file.",
            "e.g. {\"bundles\": [{\"resources\": {\"CPU\": 4}}], \"strategy\": "
            "\"SPREAD\", \"job_id\": \"job-1\"}",
-           {kFileFlag, kWaitFlag, kWaitTimeoutFlag}),
+           {kFileFlag, kWaitFlag, kWaitTimeoutFlag, kKeepFlag}),
        CmdPgCreate},
       {Cmd("pg list", "", "List placement groups.", "",
            {{"job", "J", "only this job's"},

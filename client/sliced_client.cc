@@ -158,15 +158,33 @@ absl::StatusOr<v1::HeartbeatResponse> SlicedClient::Heartbeat(
       });
 }
 
+namespace {
+
+// The node of a {Node node = 1} reply.
+template <typename Response>
+absl::StatusOr<v1::Node> NodeOf(absl::StatusOr<Response> response) {
+  if (!response.ok()) return response.status();
+  return response->node();
+}
+
+}  // namespace
+
 absl::StatusOr<v1::Node> SlicedClient::DrainNode(absl::string_view node_id) {
   v1::DrainNodeRequest request;
   request.set_node_id(std::string(node_id));
-  absl::StatusOr<v1::DrainNodeResponse> response =
+  return NodeOf(
       Unary<v1::DrainNodeResponse>(kRetry, [&](auto* context, auto* response) {
         return inventory_->DrainNode(context, request, response);
-      });
-  if (!response.ok()) return response.status();
-  return response->node();
+      }));
+}
+
+absl::StatusOr<v1::Node> SlicedClient::UndrainNode(absl::string_view node_id) {
+  v1::UndrainNodeRequest request;
+  request.set_node_id(std::string(node_id));
+  return NodeOf(Unary<v1::UndrainNodeResponse>(
+      kRetry, [&](auto* context, auto* response) {
+        return inventory_->UndrainNode(context, request, response);
+      }));
 }
 
 absl::Status SlicedClient::RemoveNode(absl::string_view node_id, bool force) {

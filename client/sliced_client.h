@@ -5,7 +5,7 @@
 // when a retry cannot do anything twice:
 //   - reads (Get/List/Explain/GetClusterSummary, the opening of a watch);
 //   - upserts whose repetition is harmless (RegisterNodes, DrainNode,
-//     PutComputeClass, Heartbeat);
+//     UndrainNode, PutComputeClass, Heartbeat);
 //   - creates (CreatePlacementGroup, SubmitScalingConfig), because they always
 //     carry a request_id: when the caller gives none, one is generated, so a
 //     retry after a lost reply gets the same placement group back.
@@ -91,6 +91,8 @@ class SlicedClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::Node> DrainNode(absl::string_view node_id);
+  // DRAINING -> ALIVE; FAILED_PRECONDITION for a DEAD node.
+  absl::StatusOr<v1::Node> UndrainNode(absl::string_view node_id);
   // FAILED_PRECONDITION if the node holds placements, unless force.
   absl::Status RemoveNode(absl::string_view node_id, bool force);
   absl::StatusOr<v1::Node> GetNode(absl::string_view node_id);

@@ -16,7 +16,8 @@ Ray Train's JaxTrainer snippet asks for one v6e 4x4 slice (4 hosts, 4 workers):
 
 This script submits the same ScalingConfig to sliced, waits until the slice is
 placed, prints where each worker runs and the env JAX needs there, and then
-releases the placement (as a finished trainer would; --keep keeps it).
+releases the placement (as a finished trainer would; --keep keeps it). A wait
+that times out or is interrupted (Ctrl-C) removes the group too.
 
 Run it against a daemon with the demo fleet registered (see docs/clients.md):
     /usr/bin/python3 examples/jaxtrainer_example.py --address 127.0.0.1:50051
@@ -25,8 +26,8 @@ import argparse
 import os
 import sys
 
-# The client lives in client/python of this repo; its stubs in build/python
-# (or $SLICED_PY).
+# The client lives in client/python of this repo (its stubs in build/python
+# after the build, or $SLICED_PY); an installed sliced_client works as well.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 os.pardir, "client", "python"))
 
@@ -52,17 +53,16 @@ def main():
 
     try:
         with Client(args.address) as client:
-            pg = client.submit(scaling_config, job_id=args.job_id)
-            print("submitted %s: %s %s" % (pg.id, pg.state, pg.pending_reason))
-            pg = client.wait_ready(pg, timeout=args.timeout)
-            print("%s is %s on slice(s) %s" % (pg.id, pg.state, ", ".join(pg.slice_names)))
-            for worker in pg.workers:
-                print("worker %d on %s (%s):" % (worker.rank, worker.node_id, worker.address))
-                for key, value in sorted(worker.env.items()):
-                    print("  %s=%s" % (key, value))
-            if not args.keep:
-                client.remove(pg)
-                print("released %s" % pg.id)
+            # Removed when the block ends, and if the wait times out or is
+            # interrupted (unless --keep).
+            with client.placement(scaling_config, job_id=args.job_id,
+                                  timeout=args.timeout, keep=args.keep) as pg:
+                print("%s is %s on slice(s) %s" % (pg.id, pg.state, ", ".join(pg.slice_names)))
+                for worker in pg.workers:
+                    print("worker %d on %s (%s):" % (worker.rank, worker.node_id, worker.address))
+                    for key, value in sorted(worker.env.items()):
+                        print("  %s=%s" % (key, value))
+            print("kept %s" % pg.id if args.keep else "released %s" % pg.id)
     except SlicedError as e:
         print("jaxtrainer_example: %s" % e, file=sys.stderr)
         return 1

@@ -7,6 +7,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -46,6 +48,11 @@ ABSL_FLAG(
 ABSL_FLAG(int, max_streams, 1000,
           "open WatchPlacementGroups + TailLogs streams; more are "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::string, log_level, "info",
+          "what the daemon logs on stderr: error (failures only), info (also "
+          "node DEAD/ALIVE/DRAINING and placement-group "
+          "placed/queued/rescheduling/removed, one line each), debug (also "
+          "every new reason of a waiting group)");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -85,6 +92,10 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
           absl::StrCat("--", name, " must be >= 1"));
     }
   }
+  auto log_level =
+      sliced::server::Logger::ParseLevel(absl::GetFlag(FLAGS_log_level));
+  if (!log_level.ok()) return log_level.status();
+  options.log_level = *log_level;
   if (options.heartbeat_timeout < absl::ZeroDuration() ||
       options.starvation_bound < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -127,12 +138,27 @@ void ServeUntilStopped(sliced::server::SlicedServer& server,
   server.Shutdown();
 }
 
+// --help and --helpshort list the flags of this file (Abseil's default looks
+// for a file named after the program, sliced.cc, and finds none).
+void ConfigureHelp() {
+  absl::FlagsUsageConfig config;
+  auto ours = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  config.contains_help_flags = ours;
+  config.contains_helpshort_flags = ours;
+  absl::SetFlagsUsageConfig(config);
+  // Abseil prints "<program>: " before this text.
+  absl::SetProgramUsageMessage(
+      "TPU placement scheduler daemon for Ray clusters.\n"
+      "Usage: sliced [--listen=127.0.0.1:50051] [--data_dir=./data] ...\n"
+      "Stops on SIGINT/SIGTERM; SIGHUP reloads --auth_tokens.");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "sliced: TPU placement scheduler daemon for Ray clusters.\n"
-      "Usage: sliced [--listen=127.0.0.1:50051] [--data_dir=./data]");
+  ConfigureHelp();
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with mutex deadlock detection on, which costs a
   // graph update on every lock of every absl::Mutex (gRPC's included). Our

@@ -1,11 +1,20 @@
 #include "server/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -38,7 +47,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
   std::ifstream in(path);
   if (!in) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": can't read ", path));
+        absl::StrCat("--", flag, ": can't read ", Quote(path)));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -49,12 +58,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServerOptions& options) {
   if (options.tls_cert.empty() != options.tls_key.empty()) {
     return absl::InvalidArgumentError(
-        "tls_cert and tls_key: give both or neither");
+        "--tls_cert and --tls_key: give both or neither");
   }
   if (options.tls_cert.empty()) {
     if (!options.tls_client_ca.empty()) {
       return absl::InvalidArgumentError(
-          "tls_client_ca: mutual TLS needs --tls_cert and --tls_key too");
+          "--tls_client_ca: mutual TLS needs --tls_cert and --tls_key too");
     }
     return grpc::InsecureServerCredentials();
   }
@@ -81,6 +90,48 @@ bool IsLoopback(const std::string& listen) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+// Connects to host:port and hangs up at once; errors are ignored.
+void Poke(const std::string& host, int port) {
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) !=
+      0) {
+    return;
+  }
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+    if (connected) break;
+  }
+  freeaddrinfo(found);
+}
+
+// Stops the metrics endpoint. civetweb (under prometheus::Exposer) notices a
+// stop only when its accept poll returns, up to 2 s later, so while it stops
+// on another thread this one wakes it with a connection every 20 ms.
+void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer,
+                 const std::string& listen, int port) {
+  if (exposer == nullptr) return;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  absl::Notification stopped;
+  std::thread stopper([&] {
+    exposer.reset();
+    stopped.Notify();
+  });
+  while (!stopped.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    Poke(host, port);
+  }
+  stopper.join();
+}
+
 }  // namespace
 
 // Construction order is wiring order; members are destroyed in reverse, so
@@ -89,9 +140,11 @@ bool IsLoopback(const std::string& listen) {
 // writes.
 struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
-      : telemetry(options.telemetry_max_age),
+      : log(options.log_level),
+        telemetry(options.telemetry_max_age),
         logs(options.log_lines_per_node),
         streams(options.limits.max_streams) {}
+  Logger log;
   api::Metrics metrics;
   TelemetryStore telemetry;
   LogStore logs;
@@ -107,9 +160,11 @@ struct SlicedServer::Impl {
   std::unique_ptr<api::PlacementService> placement_service;
   std::unique_ptr<api::TelemetryService> telemetry_service;
   bool tls = false;
+  std::shared_ptr<grpc::ServerCredentials> credentials;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<prometheus::Exposer> exposer;
   int port = 0;
+  std::string metrics_listen;
   int metrics_port = 0;
   bool shut_down = false;
 };
@@ -119,13 +174,6 @@ SlicedServer::SlicedServer(std::unique_ptr<Impl> impl)
 
 SlicedServer::~SlicedServer() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
-    const ServerOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<storage::Store> store,
-                   storage::OpenRocksDbStore({.path = options.data_dir}));
-  return StartWithStore(options, std::move(store));
-}
-
 namespace {
 
 absl::Status CheckListen(const ServerOptions& options, bool tls, bool auth) {
@@ -134,7 +182,7 @@ absl::Status CheckListen(const ServerOptions& options, bool tls, bool auth) {
     return absl::OkStatus();
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      "refusing to listen on ", options.listen,
+      "refusing to listen on ", Quote(options.listen),
       " without TLS (--tls_cert/--tls_key) and tokens (--auth_tokens): "
       "anyone on the network could drain nodes and take placements. Listen "
       "on 127.0.0.1, turn both on, or pass --insecure_listen_any"));
@@ -154,14 +202,16 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
   impl.placement = std::make_unique<PlacementManager>(
       impl.coordinator.get(), impl.cluster.get(),
       PlacementManager::Options{.starvation_bound = options.starvation_bound,
-                                .max_pending = options.limits.max_pending_pgs},
+                                .max_pending = options.limits.max_pending_pgs,
+                                .log = &impl.log},
       &impl.metrics);
   impl.cluster->set_observer(impl.placement.get());
   impl.nodes = std::make_unique<NodeManager>(
       impl.coordinator.get(), impl.cluster.get(), impl.placement.get(),
       &impl.logs, &impl.telemetry,
       NodeManager::Options{.heartbeat_timeout = options.heartbeat_timeout,
-                           .lease_check_interval = absl::Seconds(1)});
+                           .lease_check_interval = absl::Seconds(1),
+                           .log = &impl.log});
   impl.telemetry_manager = std::make_unique<TelemetryManager>(
       impl.coordinator.get(), impl.cluster.get(), &impl.telemetry, &impl.logs);
   impl.gate = std::make_unique<api::Gate>(impl.auth.get());
@@ -177,19 +227,39 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
+    const ServerOptions& options) {
+  // A start the flags refuse must leave no database behind: check first.
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<storage::Store> store,
+                   storage::OpenRocksDbStore({.path = options.data_dir}));
+  return Serve(std::move(impl), options, std::move(store));
+}
+
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
     const ServerOptions& options, std::unique_ptr<storage::Store> store) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(options));
+  return Serve(std::move(impl), options, std::move(store));
+}
+
+absl::StatusOr<std::unique_ptr<SlicedServer::Impl>> SlicedServer::Prepare(
+    const ServerOptions& options) {
   if (options.log_lines_per_node < 1) {
-    return absl::InvalidArgumentError("log_lines_per_node: must be >= 1");
+    return absl::InvalidArgumentError("--log_lines_per_node must be >= 1");
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   ServerCredentials(options));
   auto impl = std::make_unique<Impl>(options);
+  ASSIGN_OR_RETURN(impl->credentials, ServerCredentials(options));
   impl->tls = !options.tls_cert.empty();
   if (!options.auth_tokens.empty()) {
     ASSIGN_OR_RETURN(impl->auth, api::Authenticator::Load(options.auth_tokens));
   }
   RETURN_IF_ERROR(CheckListen(options, impl->tls, impl->auth != nullptr));
+  return impl;
+}
+
+absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Serve(
+    std::unique_ptr<Impl> impl, const ServerOptions& options,
+    std::unique_ptr<storage::Store> store) {
   RETURN_IF_ERROR(Wire(*impl, options, std::move(store)));
 
   // The health proto is compiled into this binary so that reflection can
@@ -203,7 +273,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
   // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind the
   // same port and split the clients; a port in use must fail the start.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(options.listen, credentials, &impl->port);
+  builder.AddListeningPort(options.listen, impl->credentials, &impl->port);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.RegisterService(impl->inventory_service.get());
   builder.RegisterService(impl->placement_service.get());
@@ -232,6 +302,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
     }
     impl->exposer->RegisterCollectable(impl->metrics.registry());
     impl->exposer->RegisterCollectable(impl->metrics.state_collector());
+    impl->metrics_listen = options.metrics_listen;
     std::vector<int> ports = impl->exposer->GetListeningPorts();
     impl->metrics_port = ports.empty() ? 0 : ports.front();
   }
@@ -259,10 +330,13 @@ void SlicedServer::Shutdown() {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->shut_down = true;
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
+  // Unary calls finish in milliseconds; watch and tail streams never end on
+  // their own, so they are cancelled once the grace period is over (a longer
+  // one only delays every SIGTERM while a client watches).
   impl_->server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::seconds(5));
+                          std::chrono::milliseconds(200));
   impl_->server->Wait();
-  impl_->exposer.reset();
+  StopExposer(impl_->exposer, impl_->metrics_listen, impl_->metrics_port);
   impl_->nodes.reset();        // stops the lease thread
   impl_->coordinator.reset();  // drains the writer queue
 }

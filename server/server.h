@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/core/limits.h"
+#include "server/core/logger.h"
 #include "storage/store.h"
 
 namespace sliced::server {
@@ -41,6 +42,10 @@ struct ServerOptions {
   // Without TLS and tokens the daemon only listens on loopback, unless this.
   bool insecure_listen_any = false;
   Limits limits;
+  // What the daemon logs on stderr (server/core/logger.h): kError failures
+  // only, kInfo (default) also node and placement-group state changes,
+  // kDebug also every new reason of a waiting group.
+  Logger::Level log_level = Logger::Level::kInfo;
 };
 
 class SlicedServer {
@@ -77,6 +82,14 @@ class SlicedServer {
  private:
   struct Impl;
   explicit SlicedServer(std::unique_ptr<Impl> impl);
+  // Checks the options and loads what they name (TLS files, tokens); touches
+  // no data dir. InvalidArgument / FailedPrecondition name the flag.
+  static absl::StatusOr<std::unique_ptr<Impl>> Prepare(
+      const ServerOptions& options);
+  // Wires the core on `store` and starts serving.
+  static absl::StatusOr<std::unique_ptr<SlicedServer>> Serve(
+      std::unique_ptr<Impl> impl, const ServerOptions& options,
+      std::unique_ptr<storage::Store> store);
   static absl::Status Wire(Impl& impl, const ServerOptions& options,
                            std::unique_ptr<storage::Store> store);
   std::unique_ptr<Impl> impl_;

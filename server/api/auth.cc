@@ -47,7 +47,7 @@ absl::StatusOr<Authenticator::Table> Authenticator::Parse(
   std::ifstream in(path);
   if (!in)
     return absl::NotFoundError(
-        absl::StrCat("auth tokens file ", path, " can't be read"));
+        absl::StrCat("--auth_tokens: can't read ", Quote(path)));
   Table table;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -78,8 +78,8 @@ absl::StatusOr<Authenticator::Table> Authenticator::Parse(
       p.role = Role::kViewer;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, "unknown role '", fields[1],
-                       "'; use admin, scheduler, agent or viewer"));
+          absl::StrCat(where, "unknown role ", Quote(fields[1], '\''),
+                       "; use admin, scheduler, agent or viewer"));
     }
     if (p.role == Role::kAgent) {
       if (fields.size() != 3) {

@@ -214,8 +214,9 @@ absl::StatusOr<PlacementManager::ListFilter> ListFilterFromProto(
       filter.state = PgState::kInfeasible;
       break;
     case v1::REMOVED:
-      filter.state = PgState::kRemoved;  // never live: lists nothing
-      break;
+      return absl::InvalidArgumentError(
+          "state: REMOVED groups are not kept (a removed group is deleted; "
+          "WatchPlacementGroups shows its REMOVED event)");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("state: unknown value ", in.state()));

@@ -14,6 +14,30 @@ namespace sliced::server::api {
 
 using Finish = std::function<void(const absl::Status&)>;
 
+namespace {
+
+// DrainNode and UndrainNode: admits the caller, validates the node id, runs
+// `change` (NodeManager::Drain or ::Undrain) and replies with the node.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* ChangeNodeState(
+    const Gate& gate, NodeManager& nodes, const Limits& limits,
+    grpc::CallbackServerContext* context, Rpc rpc, const Request& request,
+    Response* response,
+    void (NodeManager::*change)(const std::string&, NodeManager::ViewDone)) {
+  return gate.Async(context, rpc, [&](Finish finish) {
+    absl::Status valid = ValidateNodeId(request.node_id(), limits);
+    if (!valid.ok()) return finish(valid);
+    (nodes.*change)(request.node_id(),
+                    [response, finish](absl::StatusOr<NodeView> view) {
+                      if (view.ok())
+                        NodeToProto(*view, response->mutable_node());
+                      finish(view.status());
+                    });
+  });
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
     grpc::CallbackServerContext* context,
     const v1::RegisterNodesRequest* request,
@@ -54,14 +78,15 @@ grpc::ServerUnaryReactor* InventoryService::Heartbeat(
 grpc::ServerUnaryReactor* InventoryService::DrainNode(
     grpc::CallbackServerContext* context, const v1::DrainNodeRequest* request,
     v1::DrainNodeResponse* response) {
-  return gate_->Async(context, Rpc::kDrainNode, [&](Finish finish) {
-    absl::Status valid = ValidateNodeId(request->node_id(), limits_);
-    if (!valid.ok()) return finish(valid);
-    nodes_->Drain(request->node_id(), [response, finish](auto view) {
-      if (view.ok()) NodeToProto(*view, response->mutable_node());
-      finish(view.status());
-    });
-  });
+  return ChangeNodeState(*gate_, *nodes_, limits_, context, Rpc::kDrainNode,
+                         *request, response, &NodeManager::Drain);
+}
+
+grpc::ServerUnaryReactor* InventoryService::UndrainNode(
+    grpc::CallbackServerContext* context, const v1::UndrainNodeRequest* request,
+    v1::UndrainNodeResponse* response) {
+  return ChangeNodeState(*gate_, *nodes_, limits_, context, Rpc::kUndrainNode,
+                         *request, response, &NodeManager::Undrain);
 }
 
 grpc::ServerUnaryReactor* InventoryService::RemoveNode(

@@ -31,6 +31,10 @@ class InventoryService final : public v1::Inventory::CallbackService {
   grpc::ServerUnaryReactor* DrainNode(grpc::CallbackServerContext* context,
                                       const v1::DrainNodeRequest* request,
                                       v1::DrainNodeResponse* response) override;
+  grpc::ServerUnaryReactor* UndrainNode(
+      grpc::CallbackServerContext* context,
+      const v1::UndrainNodeRequest* request,
+      v1::UndrainNodeResponse* response) override;
   grpc::ServerUnaryReactor* RemoveNode(
       grpc::CallbackServerContext* context,
       const v1::RemoveNodeRequest* request,

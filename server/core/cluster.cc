@@ -165,8 +165,11 @@ void Cluster::Install() {
       if (change) {
         changed.push_back(*change);
       } else if (old != state_.pgs.end()) {
+        // The final event: the group as it was, REMOVED; a reason it was
+        // waiting for would be stale now.
         changed.push_back(old->second);
         changed.back().state = PgState::kRemoved;
+        changed.back().reason.clear();
       }
       if (old != state_.pgs.end()) {
         if (!old->second.request_id.empty()) {

@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <utility>
 
@@ -22,6 +21,57 @@ namespace sliced::server {
 namespace {
 
 using scheduler::NodeState;
+
+// The node state changes of one op, logged once the op commits (a failed op
+// changed nothing). Filled by the op's apply and flushed by its done, both on
+// the writer thread, one after the other.
+class NodeChanges {
+ public:
+  explicit NodeChanges(Logger* log) : log_(log) {}
+
+  // Notes `next` when it is new (`old` null) or its state changed: `node
+  // "x" DEAD (was ALIVE): lease expired`.
+  void Note(const NodeEntry* old, const scheduler::Node& next,
+            absl::string_view why) {
+    if (old != nullptr && old->node.state == next.state) return;
+    Add(absl::StrCat(
+        "node ", Quote(next.node_id), " ", scheduler::NodeStateName(next.state),
+        old == nullptr
+            ? ""
+            : absl::StrCat(" (was ", scheduler::NodeStateName(old->node.state),
+                           ")"),
+        ": ", why));
+  }
+  void Add(std::string line) {
+    if (log_ != nullptr) lines_.push_back(std::move(line));
+  }
+  void Flush(const absl::Status& committed) {
+    if (committed.ok()) {
+      for (const std::string& line : lines_) log_->Info(line);
+    }
+    lines_.clear();
+  }
+
+ private:
+  Logger* const log_;
+  std::vector<std::string> lines_;
+};
+
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
+}
+
+// `done`, after logging what `changes` noted if the op committed.
+template <typename Result>
+std::function<void(Result)> LogWhenCommitted(
+    std::shared_ptr<NodeChanges> changes, std::function<void(Result)> done) {
+  return [changes, done = std::move(done)](Result result) {
+    changes->Flush(StatusOf(result));
+    if (done) done(std::forward<Result>(result));
+  };
+}
 
 absl::Status NodeNotFound(absl::string_view id) {
   return absl::NotFoundError(absl::StrCat("node_id: no node ", Quote(id)));
@@ -155,9 +205,11 @@ NodeManager::~NodeManager() {
 // ---------------------------------------------------------------- writes
 
 void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
+  auto changes = std::make_shared<NodeChanges>(options_.log);
   SubmitForValue<std::vector<NodeView>>(
       *coordinator_,
-      [nodes = std::move(nodes)](Txn& txn, std::vector<NodeView>& views) {
+      [nodes = std::move(nodes), changes](Txn& txn,
+                                          std::vector<NodeView>& views) {
         for (const scheduler::Node& node : nodes) {
           NodeEntry entry{node, txn.now()};
           const NodeEntry* old = txn.FindNode(node.node_id);
@@ -166,6 +218,8 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           if (old != nullptr && old->node.state == NodeState::kDraining) {
             entry.node.state = NodeState::kDraining;
           }
+          changes->Note(old, entry.node,
+                        old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);
         }
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
@@ -174,12 +228,13 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
         }
         return absl::OkStatus();
       },
-      std::move(done));
+      LogWhenCommitted(changes, std::move(done)));
 }
 
 void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
+  auto changes = std::make_shared<NodeChanges>(options_.log);
   coordinator_->Submit(WriteOp{
-      [this, beats = std::move(beats)](Txn& txn) {
+      [this, beats = std::move(beats), changes](Txn& txn) {
         std::vector<std::string> lost;
         for (size_t i = 0; i < beats.size(); ++i) {
           const NodeEntry* entry = txn.FindNode(beats[i].node_id);
@@ -198,6 +253,9 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
             txn.TouchNode(next);
             continue;
           }
+          changes->Note(entry, next.node,
+                        beats[i].state ? "reported by its heartbeat"
+                                       : "heartbeat after DEAD");
           txn.PutNode(next);
           if (next.node.state == NodeState::kDead)
             lost.push_back(next.node.node_id);
@@ -205,61 +263,84 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
         return lost.empty() ? absl::OkStatus()
                             : placement_->HandleNodesLost(txn, lost);
       },
-      std::move(done)});
+      LogWhenCommitted(changes, std::move(done))});
 }
 
-void NodeManager::Drain(const std::string& node_id,
-                        std::function<void(absl::StatusOr<NodeView>)> done) {
+void NodeManager::Drain(const std::string& node_id, ViewDone done) {
+  SetDraining(node_id, true, std::move(done));
+}
+
+void NodeManager::Undrain(const std::string& node_id, ViewDone done) {
+  SetDraining(node_id, false, std::move(done));
+}
+
+void NodeManager::SetDraining(const std::string& node_id, bool draining,
+                              ViewDone done) {
+  auto changes = std::make_shared<NodeChanges>(options_.log);
   SubmitForValue<NodeView>(
       *coordinator_,
-      [node_id](Txn& txn, NodeView& view) {
+      [node_id, draining, changes](Txn& txn, NodeView& view) {
         const NodeEntry* entry = txn.FindNode(node_id);
         if (entry == nullptr) return NodeNotFound(node_id);
         if (entry->node.state == NodeState::kDead) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "node_id: node \"", node_id, "\" is DEAD; nothing to drain"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("node_id: node ", Quote(node_id), " is DEAD; ",
+                           draining ? "nothing to drain"
+                                    : "a dead node comes back by heartbeat or "
+                                      "re-registration"));
         }
         NodeEntry next = *entry;
-        next.node.state = NodeState::kDraining;
-        if (entry->node.state != NodeState::kDraining) txn.PutNode(next);
+        next.node.state = draining ? NodeState::kDraining : NodeState::kAlive;
+        // Back ALIVE, PutNode has the queue re-tried in this commit.
+        if (next.node.state != entry->node.state) txn.PutNode(next);
+        changes->Note(entry, next.node, draining ? "DrainNode" : "UndrainNode");
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
         view = ViewOf(next, *snapshot);
         return absl::OkStatus();
       },
-      std::move(done));
+      LogWhenCommitted(changes, std::move(done)));
 }
 
 void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
-  coordinator_->Submit(
-      WriteOp{[this, node_id, force](Txn& txn) {
-                const NodeEntry* entry = txn.FindNode(node_id);
-                if (entry == nullptr) return NodeNotFound(node_id);
-                std::vector<std::string> holders = txn.PgsOnNode(node_id);
-                if (!holders.empty()) {
-                  if (!force) {
-                    return absl::FailedPreconditionError(absl::StrCat(
-                        "node_id: node \"", node_id, "\" holds bundles of ",
-                        holders.size(), " placement group(s) (",
-                        holders.front(), holders.size() > 1 ? ", ..." : "",
-                        "); drain it and remove them first, or pass force"));
-                  }
-                  // Forced: the node is lost; its groups are rescheduled first.
-                  NodeEntry dead = *entry;
-                  dead.node.state = NodeState::kDead;
-                  txn.PutNode(dead);
-                  RETURN_IF_ERROR(placement_->HandleNodesLost(txn, {node_id}));
-                }
-                txn.RemoveNode(node_id);
-                if (logs_ != nullptr) logs_->StageForget(txn, node_id);
-                return absl::OkStatus();
-              },
-              [this, node_id, done = std::move(done)](const absl::Status& s) {
-                if (s.ok()) {
-                  if (logs_ != nullptr) logs_->Forget(node_id);
-                  if (telemetry_ != nullptr) telemetry_->Forget(node_id);
-                }
-                done(s);
-              }});
+  auto changes = std::make_shared<NodeChanges>(options_.log);
+  coordinator_->Submit(WriteOp{
+      [this, node_id, force, changes](Txn& txn) {
+        const NodeEntry* entry = txn.FindNode(node_id);
+        if (entry == nullptr) return NodeNotFound(node_id);
+        std::vector<std::string> holders = txn.PgsOnNode(node_id);
+        if (!holders.empty()) {
+          if (!force) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "node_id: node ", Quote(node_id), " holds bundles of ",
+                holders.size(), " placement group(s) (", holders.front(),
+                holders.size() > 1 ? ", ..." : "",
+                "); drain it and remove them first, or force it "
+                "(slicectl node remove --force; the API's "
+                "force: true)"));
+          }
+          // Forced: the node is lost; its groups are rescheduled first.
+          NodeEntry dead = *entry;
+          dead.node.state = NodeState::kDead;
+          txn.PutNode(dead);
+          RETURN_IF_ERROR(placement_->HandleNodesLost(txn, {node_id}));
+        }
+        changes->Add(absl::StrCat("node ", Quote(node_id), " removed",
+                                  holders.empty()
+                                      ? ""
+                                      : " with force (its groups are "
+                                        "rescheduled)"));
+        txn.RemoveNode(node_id);
+        if (logs_ != nullptr) logs_->StageForget(txn, node_id);
+        return absl::OkStatus();
+      },
+      [this, node_id, changes, done = std::move(done)](const absl::Status& s) {
+        if (s.ok()) {
+          if (logs_ != nullptr) logs_->Forget(node_id);
+          if (telemetry_ != nullptr) telemetry_->Forget(node_id);
+        }
+        changes->Flush(s);
+        done(s);
+      }});
 }
 
 // ---------------------------------------------------------------- reads
@@ -355,9 +436,10 @@ void NodeManager::CheckLeases(Done done) {
     return;
   }
   const size_t n = expired.size();
+  auto changes = std::make_shared<NodeChanges>(options_.log);
   coordinator_->Submit(WriteOp{
       .apply =
-          [this, expired = std::move(expired)](Txn& txn) {
+          [this, expired = std::move(expired), changes](Txn& txn) {
             const absl::Time cutoff = txn.now() - options_.heartbeat_timeout;
             std::vector<std::string> lost;
             for (const std::string& id : expired) {
@@ -369,6 +451,12 @@ void NodeManager::CheckLeases(Done done) {
               }
               NodeEntry dead = *entry;
               dead.node.state = NodeState::kDead;
+              changes->Note(entry, dead.node,
+                            absl::StrCat("lease expired (no heartbeat for ",
+                                         absl::FormatDuration(absl::Trunc(
+                                             txn.now() - entry->last_heartbeat,
+                                             absl::Milliseconds(100))),
+                                         ")"));
               txn.PutNode(dead);
               lost.push_back(id);
             }
@@ -378,13 +466,16 @@ void NodeManager::CheckLeases(Done done) {
       // A failure (storage trouble) changes nothing; the next check, a
       // lease interval later, tries again. Say so rather than stay silent.
       .done =
-          [n, done = std::move(done)](const absl::Status& s) {
-            if (!s.ok()) {
-              std::fprintf(stderr,
-                           "sliced: marking %zu node(s) with expired leases "
-                           "DEAD failed, will retry: %s\n",
-                           n, s.ToString().c_str());
+          [this, n, changes, done = std::move(done)](const absl::Status& s) {
+            if (!s.ok() && options_.log != nullptr) {
+              options_.log->Log(
+                  Logger::Level::kError,
+                  absl::StrCat("marking ", n,
+                               " node(s) with expired leases DEAD failed, "
+                               "will retry: ",
+                               s.ToString()));
             }
+            changes->Flush(s);
             if (done) done(s);
           },
   });

@@ -8,9 +8,9 @@
 //  - Leases: a thread checks every lease_check_interval; nodes whose last
 //    heartbeat is older than heartbeat_timeout turn DEAD in one op, and the
 //    placement manager reschedules their groups in that op.
-//  - Drain keeps placements and takes no new ones; Remove refuses a node
-//    that holds bundles unless forced (then its groups are rescheduled
-//    first) and forgets its logs and telemetry.
+//  - Drain keeps placements and takes no new ones (Undrain ends that);
+//    Remove refuses a node that holds bundles unless forced (then its
+//    groups are rescheduled first) and forgets its logs and telemetry.
 //
 // Thread-safety: public methods from any thread; `done` callbacks run on the
 // coordinator's writer thread after the commit and must not block.
@@ -33,6 +33,7 @@
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
 #include "server/core/limits.h"
+#include "server/core/logger.h"
 
 namespace sliced::server {
 
@@ -85,6 +86,9 @@ class NodeManager {
     absl::Duration heartbeat_timeout = absl::Seconds(10);
     // How often leases are checked. Default 1 s (or timeout/4 if smaller).
     absl::Duration lease_check_interval = absl::Seconds(1);
+    // Where node state changes (and why) are logged after each commit (not
+    // owned); null: nowhere. Default null.
+    Logger* log = nullptr;
   };
 
   // REQUIRES: every pointer outlives the manager; `logs` and `telemetry`
@@ -102,9 +106,14 @@ class NodeManager {
   void Register(std::vector<scheduler::Node> nodes, NodesDone done);
   // NotFound names the first unknown node (nothing is applied).
   void Heartbeat(std::vector<NodeBeat> beats, Done done);
-  // FailedPrecondition for a DEAD node.
-  void Drain(const std::string& node_id,
-             std::function<void(absl::StatusOr<NodeView>)> done);
+  using ViewDone = std::function<void(absl::StatusOr<NodeView>)>;
+  // ALIVE -> DRAINING; a no-op on a draining node. FailedPrecondition for a
+  // DEAD node.
+  void Drain(const std::string& node_id, ViewDone done);
+  // DRAINING -> ALIVE (the pending queue is re-tried in the same commit); a
+  // no-op on an ALIVE node. FailedPrecondition for a DEAD node: it comes
+  // back by heartbeat or re-registration.
+  void Undrain(const std::string& node_id, ViewDone done);
   // FailedPrecondition when it holds bundles and `force` is false.
   void Remove(const std::string& node_id, bool force, Done done);
 
@@ -128,6 +137,8 @@ class NodeManager {
 
  private:
   void LeaseLoop();
+  // Drain (`draining`) or Undrain.
+  void SetDraining(const std::string& node_id, bool draining, ViewDone done);
 
   Coordinator* const coordinator_;
   Cluster* const cluster_;

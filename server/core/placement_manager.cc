@@ -1,5 +1,7 @@
 #include "server/core/placement_manager.h"
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <utility>
 
@@ -26,13 +28,36 @@ absl::Status ClassNotFound(absl::string_view name) {
       absl::StrCat("compute_class: no compute class ", Quote(name)));
 }
 
-bool Waits(const PlacementGroup& g) {
-  return g.state == PgState::kPending || g.state == PgState::kRescheduling;
+// The log line of a group's new state: "placement group pg-1 (job "j")
+// CREATED: placed on slices v6e-a".
+std::string GroupChangeLine(const PlacementGroup& g) {
+  std::string line = absl::StrCat("placement group ", g.id);
+  if (!g.job_id.empty()) absl::StrAppend(&line, " (job ", Quote(g.job_id), ")");
+  absl::StrAppend(&line, " ", PgStateName(g.state));
+  if (g.state == PgState::kCreated) {
+    if (!g.slice_names.empty()) {
+      absl::StrAppend(&line, ": placed on slice(s) ",
+                      absl::StrJoin(g.slice_names, ", "));
+    } else {
+      absl::btree_set<std::string> nodes;
+      for (const PlacedBundle& b : g.bundles) nodes.insert(b.node_id);
+      constexpr size_t kMaxNamed = 8;
+      std::vector<std::string> named(
+          nodes.begin(),
+          std::next(nodes.begin(), std::min(nodes.size(), kMaxNamed)));
+      absl::StrAppend(&line, ": placed on node(s) ", absl::StrJoin(named, ", "),
+                      nodes.size() > kMaxNamed
+                          ? absl::StrCat(", ... (", nodes.size(), " nodes)")
+                          : "");
+    }
+  } else if (!g.reason.empty()) {
+    absl::StrAppend(&line, ": ", g.reason);
+  }
+  return line;
 }
 
-std::string PendingReason(const Decision& d) {
-  return absl::StrCat(scheduler::OutcomeName(d.outcome), ": ",
-                      d.diagnosis.summary);
+bool Waits(const PlacementGroup& g) {
+  return g.state == PgState::kPending || g.state == PgState::kRescheduling;
 }
 
 // The request to solve for `group`: as asked, plus its class's priorities.
@@ -93,7 +118,8 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   if (decisions_ != nullptr) decisions_->OnDecision(d, absl::Now() - start);
   group.update_time = txn.now();
   if (d.outcome != Decision::kPlaced) {
-    group.reason = PendingReason(d);
+    // The state says PENDING or INFEASIBLE; the reason says why.
+    group.reason = d.diagnosis.summary;
     if (group.state == PgState::kPending ||
         group.state == PgState::kInfeasible) {
       group.state = d.outcome == Decision::kInfeasible ? PgState::kInfeasible
@@ -268,12 +294,13 @@ absl::Status PlacementManager::RescheduleLost(
   RETURN_IF_ERROR(txn.ApplyDelta(release));
   g.state = PgState::kRescheduling;
   g.queued_time = g.update_time = txn.now();
+  absl::btree_set<std::string> its_lost;  // of `lost`, the ones it was on
   for (PlacedBundle& b : g.bundles) {
+    if (lost.contains(b.node_id)) its_lost.insert(b.node_id);
     if (g.request.slice || lost.contains(b.node_id)) b.node_id.clear();
   }
   g.slice_names.clear();
-  g.reason =
-      absl::StrCat("RESCHEDULING: lost node(s) ", absl::StrJoin(lost, ", "));
+  g.reason = absl::StrCat("lost node(s) ", absl::StrJoin(its_lost, ", "));
   txn.NotifyIntermediate(g);
   ASSIGN_OR_RETURN(Decision d, TryPlace(txn, g, request));
   (void)d;
@@ -405,12 +432,27 @@ void PlacementManager::Unwatch(Watcher* watcher) {
 
 void PlacementManager::Published(const std::vector<PlacementGroup>& changed,
                                  const scheduler::InventorySnapshot& snapshot) {
+  LogChanges(changed);
   std::vector<PlacementGroupView> views;
   views.reserve(changed.size());
   for (const PlacementGroup& g : changed) views.push_back(ViewOf(g, snapshot));
   absl::MutexLock lock(&watch_mu_);
   for (Watcher* w : watchers_) {
     for (const PlacementGroupView& view : views) w->Deliver(view);
+  }
+}
+
+void PlacementManager::LogChanges(const std::vector<PlacementGroup>& changed) {
+  Logger* log = options_.log;
+  if (log == nullptr || !log->enabled(Logger::Level::kInfo)) return;
+  for (const PlacementGroup& g : changed) {
+    auto [it, fresh] = logged_states_.try_emplace(g.id, g.state);
+    const bool state_changed = fresh || it->second != g.state;
+    it->second = g.state;
+    if (g.state == PgState::kRemoved) logged_states_.erase(it);
+    if (!state_changed && !log->enabled(Logger::Level::kDebug)) continue;
+    log->Log(state_changed ? Logger::Level::kInfo : Logger::Level::kDebug,
+             GroupChangeLine(g));
   }
 }
 

@@ -14,7 +14,9 @@
 //    a slice group is re-placed whole, a plain group re-places only its lost
 //    bundles (the others stay pinned).
 //  - Watchers see the current state of every group, then every change, in
-//    commit order (Cluster::Observer::Published).
+//    commit order (Cluster::Observer::Published). The log (Options::log)
+//    gets one line per state change there: placed, queued, rescheduling,
+//    removed.
 //
 // Thread-safety: the public methods may be called from any thread; the
 // callbacks of Create/Remove/PutClass/DeleteClass run on the coordinator's
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -36,6 +39,7 @@
 #include "scheduler/solver.h"
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
+#include "server/core/logger.h"
 #include "server/core/pg_spec.h"
 
 namespace sliced::server {
@@ -50,6 +54,9 @@ class PlacementManager : public Cluster::Observer {
     // Groups the queue may hold; a create that would wait beyond this is
     // RESOURCE_EXHAUSTED. Default Limits::max_pending_pgs.
     int max_pending = 100000;
+    // Where state changes are logged after each commit (not owned); null:
+    // nowhere. Default null.
+    Logger* log = nullptr;
   };
 
   // Told of every solve (metrics). Called on the writer thread.
@@ -145,11 +152,18 @@ class PlacementManager : public Cluster::Observer {
   std::string BlockedBy(const PlacementGroup& starving) const;
   Explanation ExplainGroup(const ClusterState& state,
                            const PlacementGroup& group) const;
+  // Logs the groups of `changed` whose state differs from the one last
+  // logged (a new reason alone is debug). Writer thread.
+  void LogChanges(const std::vector<PlacementGroup>& changed);
 
   Coordinator* const coordinator_;
   Cluster* const cluster_;
   const Options options_;
   DecisionObserver* const decisions_;
+
+  // The state last logged per live group. Touched only by Published, on the
+  // writer thread.
+  absl::flat_hash_map<std::string, PgState> logged_states_;
 
   absl::Mutex watch_mu_;
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);

@@ -5,6 +5,8 @@ Environment: SLICED_BIN (the daemon) and SLICED_PY (the generated stubs dir)
 are set by CTest; see tests/CMakeLists.txt.
 """
 import os
+import queue
+import re
 import select
 import signal
 import subprocess
@@ -40,6 +42,12 @@ class Daemon:
             [SLICED_BIN, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
              "--data_dir=" + self.data_dir] + self.extra_args,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The daemon logs every state change on stderr: read it all the time,
+        # or a busy test fills the pipe and the daemon blocks on a write.
+        self.stderr_lines = queue.Queue()  # for wait_for_stderr
+        self._stderr_all = []
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
         deadline = time.time() + timeout
         while time.time() < deadline:
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
@@ -54,14 +62,41 @@ class Daemon:
         self.port = int(self.banner.split("serving on ")[1].split(",")[0].rsplit(":", 1)[1])
         return self
 
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self._stderr_all.append(line)
+            self.stderr_lines.put(line)
+
     def stop_and_collect(self, timeout=20):
         """Waits for exit (after a kill or a failed start); returns stderr."""
         try:
-            _, err = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-        return err
+            self.proc.wait()
+        return self.stderr_text()
+
+    def stderr_text(self):
+        """All the daemon wrote on stderr. REQUIRES: it has exited."""
+        self._stderr_reader.join(timeout=20)
+        return "".join(self._stderr_all)
+
+    def wait_for_stderr(self, *patterns, timeout=20):
+        """Reads stderr lines (from the last one read on) until each regex of
+        `patterns` has matched one, in any order: the lines of one commit come
+        in the order the daemon logs them (its groups' changes, then its
+        nodes')."""
+        deadline = time.monotonic() + timeout
+        missing, seen = list(patterns), []
+        while missing:
+            try:
+                line = self.stderr_lines.get(
+                    timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError("no stderr line matching %r in %.0fs; saw %r"
+                                     % (missing, timeout, seen)) from None
+            seen.append(line)
+            missing = [p for p in missing if not re.search(p, line)]
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -96,6 +131,8 @@ class Daemon:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=20)
+        if self.proc:
+            self._stderr_reader.join(timeout=20)
         for stream in (self.proc.stdout, self.proc.stderr) if self.proc else ():
             stream.close()
 

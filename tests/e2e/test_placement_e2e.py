@@ -232,12 +232,19 @@ class PlacementEndToEnd(unittest.TestCase):
         cfg = P.ScalingConfig(num_workers=8, use_tpu=True, topology="4x8", accelerator_type="TPU-V6E")
         pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=cfg), timeout=10)
         self.assertEqual(pg.state, P.INFEASIBLE)
+        # The state says INFEASIBLE; the reason only says why.
+        self.assertTrue(pg.pending_reason.startswith("no v6e-32 slice"), pg.pending_reason)
         seed = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(scaling_config=SEED), timeout=10)
         self.assertEqual(seed.state, P.CREATED)
         with self.assertRaises(grpc.RpcError) as err:
             inv.RemoveNode(P.RemoveNodeRequest(node_id="v6e-a-w1"), timeout=10)
         self.assertEqual(err.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
         self.assertIn(seed.placement_group_id, err.exception.details())
+        self.assertIn("--force", err.exception.details())
+        with self.assertRaises(grpc.RpcError) as err:
+            pl.ListPlacementGroups(P.ListPlacementGroupsRequest(state=P.REMOVED), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("REMOVED groups are not kept", err.exception.details())
         # The inventory gains the shape: the infeasible group is placed.
         self.register(inv, tpu_slice("v6e-big", 8, topology="4x8"))
         got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
@@ -383,6 +390,19 @@ class PlacementEndToEnd(unittest.TestCase):
             bundles=[P.Bundle(resources={"CPU": 1}) for _ in range(2)],
             strategy=P.STRICT_SPREAD), timeout=10)
         self.assertEqual(spread.state, P.PENDING)  # a drained node may come back
+        big = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 8})]), timeout=10)
+        self.assertEqual(big.state, P.PENDING)  # b is full, a drained
+        # Undrained, it takes bundles again: the queue is re-tried at once.
+        node = inv.UndrainNode(P.UndrainNodeRequest(node_id="a"), timeout=10).node
+        self.assertEqual(node.state, P.ALIVE)
+        got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=big.placement_group_id), timeout=10)
+        self.assertEqual(got.state, P.CREATED, got.pending_reason)
+        self.assertEqual([b.node_id for b in got.bundles], ["a"])
+        # A no-op on an ALIVE node.
+        self.assertEqual(inv.UndrainNode(P.UndrainNodeRequest(node_id="a"),
+                                         timeout=10).node.state, P.ALIVE)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,13 @@
 examples/jaxtrainer_example.py against the real daemon."""
 import dataclasses
 import os
+import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -22,6 +26,7 @@ from sliced_client import Client, ScalingConfig, SlicedError  # noqa: E402
 P = sliced_pb2
 SEED = ScalingConfig(use_tpu=True, num_workers=4, topology="4x4",
                      accelerator_type="TPU-V6E", placement_strategy="SPREAD")
+V4 = ScalingConfig(use_tpu=True, num_workers=2, topology="2x2x2", accelerator_type="TPU-V4")
 EXAMPLE = os.path.join(REPO, "examples", "jaxtrainer_example.py")
 
 
@@ -162,6 +167,79 @@ class PythonClientEndToEnd(unittest.TestCase):
             client.nodes({"bad key!": "x"})
         self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
 
+    def test_failed_waits_remove_their_group_unless_kept(self):
+        _, client = self.start()
+        holder = client.submit(SEED, request_id="holder")  # the only v6e slice
+        self.assertEqual(holder.state, "CREATED")
+        with self.assertLogs("sliced_client", "WARNING") as logs:
+            with self.assertRaises(SlicedError) as err:
+                client.submit_and_wait(SEED, timeout=0.5, job_id="late")
+        self.assertEqual(err.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        late = re.search(r"placement group (pg-\w+) is still PENDING", str(err.exception))
+        self.assertTrue(late, str(err.exception))
+        self.assertIn("removed placement group " + late.group(1), logs.output[0])
+        self.assertEqual(client.placement_groups(job_id="late"), [])
+
+        with self.assertLogs("sliced_client", "WARNING") as logs:
+            with self.assertRaises(SlicedError):
+                client.submit_and_wait(SEED, timeout=0.5, job_id="kept", keep=True)
+        kept = client.placement_groups(job_id="kept")
+        self.assertEqual([p.state for p in kept], ["PENDING"])
+        self.assertIn("leaving placement group %s (keep=True)" % kept[0].id, logs.output[0])
+        client.remove(kept[0])
+
+        # The context manager: removed when the block raises, and when it ends.
+        with self.assertLogs("sliced_client", "WARNING") as logs:
+            with self.assertRaises(RuntimeError):
+                with client.placement(V4, job_id="ctx") as pg:
+                    self.assertEqual(pg.state, "CREATED")
+                    raise RuntimeError("boom")
+        self.assertIn("the block raised RuntimeError: boom; removed placement group "
+                      + pg.id, logs.output[0])
+        self.assertEqual(client.placement_groups(job_id="ctx"), [])
+        with client.placement(V4, job_id="ctx") as pg:
+            self.assertEqual(client.get(pg).state, "CREATED")
+        self.assertEqual(client.placement_groups(job_id="ctx"), [])
+
+    def test_ctrl_c_during_a_wait_removes_the_group(self):
+        d, client = self.start()
+        client.submit(SEED, request_id="holder")  # the only v6e slice
+        script = (
+            "import sys; sys.path.insert(0, %r)\n"
+            "from sliced_client import Client, ScalingConfig\n"
+            "client = Client('127.0.0.1:%d')\n"
+            "wait_ready = client.wait_ready\n"
+            "def announced(pg, timeout=None):\n"
+            "    print('waiting', pg.id, flush=True)\n"
+            "    return wait_ready(pg, timeout=timeout)\n"
+            "client.wait_ready = announced\n"
+            "client.submit_and_wait(ScalingConfig(use_tpu=True, num_workers=4, "
+            "topology='4x4', accelerator_type='TPU-V6E'), job_id='interrupted')\n"
+            % (os.path.join(REPO, "client", "python"), d.port))
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.kill)
+        line = proc.stdout.readline()
+        if not line.startswith("waiting pg-"):
+            proc.kill()
+            self.fail(line + "".join(proc.communicate(timeout=60)))
+        pg_id = line.split()[1]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("KeyboardInterrupt", err)
+        self.assertIn("Ctrl-C; removed placement group " + pg_id, err)
+        self.assertEqual(client.placement_groups(job_id="interrupted"), [])
+
+    def test_drain_and_undrain(self):
+        _, client = self.start()
+        self.assertEqual(client.drain("cpu-0").state, "DRAINING")
+        self.assertEqual(client.undrain("cpu-0").state, "ALIVE")
+        self.assertEqual(client.undrain("cpu-0").state, "ALIVE")  # a no-op
+        with self.assertRaises(SlicedError) as err:
+            client.undrain("nope")
+        self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+
     def test_every_error_is_a_sliced_error_with_rays_message(self):
         _, client = self.start()
         cases = [
@@ -244,6 +322,49 @@ class PythonClientEndToEnd(unittest.TestCase):
                              text=True, timeout=60)
         self.assertNotEqual(out.returncode, 0)
         self.assertIn("set SLICED_PY", out.stderr)
+
+    def test_source_tree_import_after_the_readme_build(self):
+        # The README builds into <repo>/build; only that build dir is the default.
+        default = os.path.join(REPO, "build", "python")
+        if os.path.realpath(os.environ["SLICED_PY"]) != os.path.realpath(default):
+            self.skipTest("this build is not <repo>/build")
+        env = {k: v for k, v in os.environ.items() if k not in ("SLICED_PY", "PYTHONPATH")}
+        env["PYTHONPATH"] = os.path.join(REPO, "client", "python")
+        out = subprocess.run(
+            [sys.executable, "-c", "import sliced_client, sliced_client._stubs as s; "
+             "print(s.stub_dir())"], env=env, capture_output=True, text=True, timeout=60,
+            cwd=REPO)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(os.path.realpath(out.stdout.strip()), os.path.realpath(default))
+
+    def test_package_installs_into_a_venv_and_works(self):
+        # A copy of the package and the protos, so the install writes nothing
+        # into the source tree (pip builds in place).
+        tmp = tempfile.TemporaryDirectory(prefix="sliced-pip-")
+        self.addCleanup(tmp.cleanup)
+        repo = os.path.join(tmp.name, "repo")
+        shutil.copytree(os.path.join(REPO, "client", "python"),
+                        os.path.join(repo, "client", "python"),
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        shutil.copytree(os.path.join(REPO, "proto"), os.path.join(repo, "proto"))
+        venv = os.path.join(tmp.name, "venv")
+        env = {k: v for k, v in os.environ.items() if k not in ("SLICED_PY", "PYTHONPATH")}
+        for cmd in ([sys.executable, "-m", "venv", "--system-site-packages", venv],
+                    [os.path.join(venv, "bin", "pip"), "install", "--no-deps",
+                     "--no-build-isolation", "--no-index", os.path.join(repo, "client", "python")]):
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
+                                 cwd=tmp.name)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        d, _ = self.start()
+        code = ("import sliced_client, sliced_client._stubs as s; "
+                "print(s.stub_dir()); "
+                "print(len(sliced_client.Client('127.0.0.1:%d').nodes()))" % d.port)
+        out = subprocess.run([os.path.join(venv, "bin", "python"), "-c", code], env=env,
+                             capture_output=True, text=True, timeout=60, cwd=tmp.name)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        stub_dir, nodes = out.stdout.split()
+        self.assertTrue(stub_dir.startswith(venv), stub_dir)
+        self.assertEqual(nodes, "9")
 
     def test_jaxtrainer_example_runs(self):
         d, client = self.start()

@@ -94,6 +94,8 @@ class SecurityEndToEnd(unittest.TestCase):
                 heartbeats=[node("n1"), node("n2")]), metadata=m, timeout=10), {"admin"}),
             "DrainNode": (lambda m: inv.DrainNode(P.DrainNodeRequest(node_id="n3"), metadata=m,
                                                   timeout=10), {"admin"}),
+            "UndrainNode": (lambda m: inv.UndrainNode(P.UndrainNodeRequest(node_id="n3"),
+                                                      metadata=m, timeout=10), {"admin"}),
             "RemoveNode": (lambda m: inv.RemoveNode(P.RemoveNodeRequest(node_id="zz"), metadata=m,
                                                     timeout=10), {"admin"}),
             "GetNode": (lambda m: inv.GetNode(P.GetNodeRequest(node_id="n1"), metadata=m, timeout=10),
@@ -209,7 +211,7 @@ class SecurityEndToEnd(unittest.TestCase):
                             "--data_dir=" + temp_data_dir(self)],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("refusing to listen on 0.0.0.0:0 without TLS", r.stderr)
+        self.assertIn('refusing to listen on "0.0.0.0:0" without TLS', r.stderr)
 
     def test_bad_token_file_is_refused_at_start(self):
         bad = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "tokens")

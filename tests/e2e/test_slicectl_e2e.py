@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import re
+import signal
 import socket
 import subprocess
 import tempfile
@@ -73,8 +74,8 @@ class SlicectlEndToEnd(unittest.TestCase):
     def test_help_everywhere_and_usage_errors_exit_2(self):
         self.server = "127.0.0.1:%d" % closed_port()  # usage fails before any call
         r = self.ctl("--help")
-        for command in ("nodes", "node get ID", "node drain ID", "node remove ID",
-                        "register", "slices", "submit", "pg create", "pg list",
+        for command in ("nodes", "node get ID", "node drain ID", "node undrain ID",
+                        "node remove ID", "register", "slices", "submit", "pg create", "pg list",
                         "pg get ID", "pg explain ID", "pg remove ID", "watch",
                         "compute-class put", "compute-class list",
                         "compute-class delete NAME", "summary"):
@@ -104,6 +105,7 @@ class SlicectlEndToEnd(unittest.TestCase):
              "want KEY=VALUE"),
             (["submit", "--num-workers", "1", "--wait-timeout", "5s"],
              "--wait-timeout needs --wait"),
+            (["submit", "--num-workers", "1", "--keep"], "--keep needs --wait"),
             (["nodes", "--timeout", "soon"], "--timeout: want a duration"),
             (["nodes", "--selector", "=x"], "want KEY=VALUE"),
             (["pg", "list", "--state", "SLEEPING"], "--state: want PENDING"),
@@ -182,6 +184,10 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertIn("node cpu-0 is DRAINING", r.stdout)
         self.assertEqual(self.json_of(P.Node, "node", "get", "cpu-0").state, P.DRAINING)
         self.assertEqual(self.json_of(P.Node, "node", "drain", "cpu-0").state, P.DRAINING)
+        r = self.ctl("node", "undrain", "cpu-0")
+        self.assertIn("node cpu-0 is ALIVE: it takes new placements again", r.stdout)
+        self.assertEqual(self.json_of(P.Node, "node", "undrain", "cpu-0").state, P.ALIVE)
+        self.assertEqual(self.json_of(P.Node, "node", "drain", "cpu-0").state, P.DRAINING)
         self.assertIn("removed node cpu-0", self.ctl("node", "remove", "cpu-0").stdout)
         self.assertEqual(self.ctl("--json", "node", "remove", "cpu-1").stdout.strip(), "{}")
         r = self.ctl("node", "remove", "cpu-0", code=3)
@@ -210,11 +216,18 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertEqual(first.job_id, "job-1")
         self.assertTrue(first.request_id, "a generated request id")
 
-        # The only v6e slice is held: the second waits, and --wait gives up.
-        r = self.ctl(*SEED, "--request-id", "second", "--wait", "--wait-timeout", "1s",
+        # The only v6e slice is held: the second waits, and --wait gives up,
+        # removing the group it made unless --keep.
+        r = self.ctl(*SEED, "--request-id", "gives-up", "--wait", "--wait-timeout", "1s",
                      code=5)
         self.assertIn("still PENDING", r.stderr)
         self.assertIn("v6e-16", r.stderr)
+        gone = re.search(r"removed placement group (pg-\w+) \(--keep keeps it\)", r.stderr)
+        self.assertTrue(gone, r.stderr)
+        self.ctl("pg", "get", gone.group(1), code=3)
+        r = self.ctl(*SEED, "--request-id", "second", "--wait", "--wait-timeout", "1s",
+                     "--keep", code=5)
+        self.assertRegex(r.stderr, r"placement group pg-\w+ stays queued \(--keep\)")
         second = self.json_of(P.PlacementGroup, *SEED, "--request-id", "second")
         self.assertEqual(second.state, P.PENDING)  # the same group: idempotent
         pgs = self.json_of(P.ListPlacementGroupsResponse, "pg", "list").placement_groups
@@ -282,6 +295,48 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertIn("NOT_FOUND: ", r.stderr)
         r = self.ctl("pg", "remove", first.placement_group_id, code=3)
         self.assertIn("NOT_FOUND: ", r.stderr)
+
+        # watch --pg ends by itself once its group is removed.
+        watcher = subprocess.Popen(
+            [SLICECTL, "--server", self.server, "watch", "--pg", second.placement_group_id],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first_line = watcher.stdout.readline()
+        self.assertEqual(first_line.split()[1:3], [second.placement_group_id, "CREATED"])
+        self.ctl("pg", "remove", second.placement_group_id)
+        out, err = watcher.communicate(timeout=60)
+        self.assertEqual(watcher.returncode, 0, err)
+        self.assertEqual([l.split()[2] for l in out.splitlines()], ["REMOVED"])
+        # Removed groups are not kept, so they cannot be listed.
+        r = self.ctl("pg", "list", "--state", "removed", code=2)
+        self.assertIn("REMOVED groups are not kept", r.stderr)
+
+    def test_ctrl_c_during_wait_removes_the_group_unless_kept(self):
+        self.start()
+        self.register_fleet()
+        self.ctl(*SEED, "--request-id", "holder")  # the only v6e slice
+        for keep in ([], ["--keep"]):
+            proc = subprocess.Popen(
+                [SLICECTL, "--server", self.server, *SEED, "--wait", *keep],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(proc.kill)
+            line = proc.stdout.readline()
+            waiting = re.match(r"submitted (pg-\w+) \(PENDING\); waiting", line)
+            if not waiting:
+                proc.kill()
+                self.fail(line + "".join(proc.communicate(timeout=60)))
+            pg_id = waiting.group(1)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 130, err)
+            if keep:
+                self.assertIn("slicectl: interrupted; placement group %s stays queued "
+                              "(--keep)" % pg_id, err)
+                self.assertEqual(self.json_of(P.PlacementGroup, "pg", "get", pg_id).state,
+                                 P.PENDING)
+            else:
+                self.assertIn("slicectl: interrupted; removed placement group %s "
+                              "(--keep keeps it)" % pg_id, err)
+                self.ctl("pg", "get", pg_id, code=3)
 
     def test_rejected_and_infeasible_submissions_exit_3(self):
         self.start()

@@ -5,9 +5,13 @@
     config = ScalingConfig(use_tpu=True, num_workers=4, topology="4x4",
                            accelerator_type="TPU-V6E", placement_strategy="SPREAD")
     with Client("127.0.0.1:50051") as client:
-        pg = client.wait_ready(client.submit(config, job_id="job-1"), timeout=60)
-        for worker in pg.workers:
-            print(worker.rank, worker.node_id, worker.env["TPU_WORKER_ID"])
+        with client.placement(config, job_id="job-1", timeout=60) as pg:
+            for worker in pg.workers:
+                print(worker.rank, worker.node_id, worker.env["TPU_WORKER_ID"])
+
+placement() removes the group when the block ends, and submit_and_wait() when
+its wait fails (timeout, INFEASIBLE, Ctrl-C), unless keep=True; a warning on
+the "sliced_client" logger names the group either way.
 
 Every error is a SlicedError carrying the gRPC code and the server's message.
 Reads and creates are retried with exponential backoff on UNAVAILABLE; creates
@@ -16,7 +20,9 @@ placement group back. Removes are sent once.
 
 A Client is safe to share between threads (gRPC channels and stubs are).
 """
+import contextlib
 import dataclasses
+import logging
 import time
 import uuid
 from typing import Dict, Iterator, List, Optional, Union
@@ -27,6 +33,7 @@ from sliced_client._stubs import sliced_pb2 as _pb
 from sliced_client._stubs import sliced_pb2_grpc as _pb_grpc
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+_log = logging.getLogger("sliced_client")
 _SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
 
 
@@ -155,6 +162,12 @@ class Explanation:
 PgRef = Union[PlacementGroup, str]
 
 
+def _describe(e: BaseException) -> str:
+    if isinstance(e, KeyboardInterrupt):
+        return "Ctrl-C"
+    return "%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__
+
+
 def _pg_id(pg: PgRef) -> str:
     return pg.id if isinstance(pg, PlacementGroup) else pg
 
@@ -258,6 +271,57 @@ class Client:
                               "placement group %s was removed" % current.id)
         return current
 
+    def submit_and_wait(self, scaling_config: ScalingConfig, *,
+                        timeout: Optional[float] = None, keep: bool = False,
+                        **submit_args) -> PlacementGroup:
+        """submit() then wait_ready(). If the wait fails (timeout, INFEASIBLE,
+        an error, Ctrl-C), the group is removed before the exception goes on,
+        unless `keep`; either way a warning on the "sliced_client" logger names
+        the group and what became of it."""
+        pg = self.submit(scaling_config, **submit_args)
+        try:
+            return self.wait_ready(pg, timeout=timeout)
+        except BaseException as e:
+            self._release(pg.id, keep, "the wait ended with %s" % _describe(e))
+            raise
+
+    @contextlib.contextmanager
+    def placement(self, scaling_config: ScalingConfig, *,
+                  timeout: Optional[float] = None, keep: bool = False,
+                  **submit_args) -> Iterator[PlacementGroup]:
+        """Submits, waits until CREATED, yields the group, and removes it when
+        the block ends (normally, by an exception or Ctrl-C) unless `keep`:
+
+            with client.placement(config, job_id="job-1", timeout=300) as pg:
+                run(pg.workers)
+
+        A failed wait removes the group too (see submit_and_wait)."""
+        pg = self.submit_and_wait(scaling_config, timeout=timeout, keep=keep,
+                                  **submit_args)
+        try:
+            yield pg
+        except BaseException as e:
+            self._release(pg.id, keep, "the block raised %s" % _describe(e))
+            raise
+        if keep:
+            _log.warning("leaving placement group %s (keep=True)", pg.id)
+        else:
+            self.remove(pg)
+
+    def _release(self, pg_id: str, keep: bool, why: str) -> None:
+        """Removes `pg_id` after a failure (unless `keep`) and says so."""
+        if keep:
+            _log.warning("%s; leaving placement group %s (keep=True)", why, pg_id)
+            return
+        try:
+            self.remove(pg_id)
+        except SlicedError as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:
+                _log.warning("%s; could not remove placement group %s, it is left "
+                             "behind: %s", why, pg_id, e)
+                return
+        _log.warning("%s; removed placement group %s", why, pg_id)
+
     def watch(self, job_id: str = "", placement_group_id: str = "",
               timeout: Optional[float] = None) -> Iterator[PlacementGroup]:
         """Yields the matching groups' current state, then every change, until
@@ -306,6 +370,21 @@ class Client:
             token = response.next_page_token
             if not token:
                 return out
+
+    def drain(self, node_id: str) -> Node:
+        """DRAINING: the node keeps its placements and takes no new ones.
+        SlicedError(FAILED_PRECONDITION) for a DEAD node."""
+        return Node.from_proto(self._call(
+            self._inventory.DrainNode, _pb.DrainNodeRequest(node_id=node_id),
+            retry=True).node)
+
+    def undrain(self, node_id: str) -> Node:
+        """Back ALIVE: the node takes new placements again (a no-op on an
+        ALIVE node). SlicedError(FAILED_PRECONDITION) for a DEAD node, which
+        comes back by heartbeat or re-registration."""
+        return Node.from_proto(self._call(
+            self._inventory.UndrainNode, _pb.UndrainNodeRequest(node_id=node_id),
+            retry=True).node)
 
     # ------------------------------------------------------------ plumbing
 

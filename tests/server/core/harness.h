@@ -88,6 +88,12 @@ class Core {
     return WaitStatus(
         [&](auto done) { nodes_->Heartbeat(std::move(beats), done); });
   }
+  absl::StatusOr<NodeView> Drain(const std::string& id) {
+    return Wait<NodeView>([&](auto done) { nodes_->Drain(id, done); });
+  }
+  absl::StatusOr<NodeView> Undrain(const std::string& id) {
+    return Wait<NodeView>([&](auto done) { nodes_->Undrain(id, done); });
+  }
   absl::Status RemoveNode(const std::string& id, bool force) {
     return WaitStatus([&](auto done) { nodes_->Remove(id, force, done); });
   }

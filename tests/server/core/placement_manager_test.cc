@@ -106,7 +106,11 @@ TEST_F(PlacementManagerTest, PlacesAtOnceAndQueuesWhatDoesNotFit) {
   auto waiting = core_->Create(Cpus(1, 4));
   ASSERT_TRUE(waiting.ok());
   EXPECT_EQ(waiting->group.state, PgState::kPending);
-  EXPECT_NE(waiting->group.reason.find("UNSCHEDULABLE"), std::string::npos)
+  // The reason says why; the state alone says PENDING (no "UNSCHEDULABLE: "
+  // prefix that a client would print after the state again).
+  EXPECT_NE(waiting->group.reason.find("CPU"), std::string::npos)
+      << waiting->group.reason;
+  EXPECT_EQ(waiting->group.reason.find("UNSCHEDULABLE"), std::string::npos)
       << waiting->group.reason;
   // Removing the first frees the node; the queue is re-tried in that commit.
   ASSERT_TRUE(core_->Remove(placed->group.id).ok());
@@ -225,7 +229,9 @@ TEST_F(PlacementManagerTest, InfeasibleIsRecheckedWhenTheInventoryGrows) {
   auto tpu = core_->Create(V6eSlices(1));
   ASSERT_TRUE(tpu.ok());
   EXPECT_EQ(tpu->group.state, PgState::kInfeasible);
-  EXPECT_NE(tpu->group.reason.find("INFEASIBLE"), std::string::npos);
+  // The reason says why; the state says INFEASIBLE.
+  EXPECT_NE(tpu->group.reason.find("no v6e-16 slice"), std::string::npos)
+      << tpu->group.reason;
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
   auto placed = core_->placement().Get(tpu->group.id);
   ASSERT_TRUE(placed.ok());
@@ -342,15 +348,22 @@ class Recorder : public PlacementManager::Watcher {
     absl::MutexLock lock(&mu_);
     seen_.push_back(view.group.id + ":" +
                     std::string(PgStateName(view.group.state)));
+    reasons_.push_back(view.group.reason);
   }
   std::vector<std::string> seen() {
     absl::MutexLock lock(&mu_);
     return seen_;
   }
+  // The pending reason of each event, in the order of seen().
+  std::vector<std::string> reasons() {
+    absl::MutexLock lock(&mu_);
+    return reasons_;
+  }
 
  private:
   absl::Mutex mu_;
   std::vector<std::string> seen_;
+  std::vector<std::string> reasons_;
 };
 
 TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
@@ -365,6 +378,58 @@ TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
   EXPECT_EQ(recorder.seen(),
             (std::vector<std::string>{a + ":CREATED", b + ":PENDING",
                                       a + ":REMOVED", b + ":CREATED"}));
+}
+
+TEST_F(PlacementManagerTest, RemovedEventRepeatsNoStaleReason) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  const std::string waiting = Create(Cpus(1, 8));
+  auto view = core_->placement().Get(waiting);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->group.state, PgState::kInfeasible);
+  // The reason says why, without repeating the state.
+  EXPECT_FALSE(view->group.reason.empty());
+  EXPECT_EQ(view->group.reason.find("INFEASIBLE"), std::string::npos)
+      << view->group.reason;
+  Recorder recorder;
+  core_->placement().Watch(&recorder);
+  ASSERT_TRUE(core_->Remove(waiting).ok());
+  core_->placement().Unwatch(&recorder);
+  EXPECT_EQ(recorder.seen(), (std::vector<std::string>{waiting + ":INFEASIBLE",
+                                                       waiting + ":REMOVED"}));
+  EXPECT_EQ(recorder.reasons(),
+            (std::vector<std::string>{view->group.reason, ""}));
+}
+
+TEST_F(PlacementManagerTest, UndrainedNodeTakesTheWaitingGroupsAtOnce) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());
+  auto drained = core_->Drain("c1");
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_EQ(drained->node.state, scheduler::NodeState::kDraining);
+  const std::string spread =
+      Create(Cpus(2, 1, {}, scheduler::Strategy::kStrictSpread));
+  EXPECT_EQ(core_->StateOf(spread), PgState::kPending);
+
+  auto undrained = core_->Undrain("c1");
+  ASSERT_TRUE(undrained.ok()) << undrained.status();
+  EXPECT_EQ(undrained->node.state, scheduler::NodeState::kAlive);
+  // The queue was re-tried in the undrain's commit.
+  EXPECT_EQ(core_->StateOf(spread), PgState::kCreated);
+  // A no-op on an ALIVE node.
+  auto again = core_->Undrain("c1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->node.state, scheduler::NodeState::kAlive);
+  EXPECT_EQ(core_->Undrain("nope").status().code(),
+            absl::StatusCode::kNotFound);
+  // A dead node comes back by heartbeat or re-registration, not undrain.
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead}}).ok());
+  auto dead = core_->Undrain("c2");
+  EXPECT_EQ(dead.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(dead.status().message().find("heartbeat or re-registration"),
+            std::string::npos)
+      << dead.status();
 }
 
 TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
