@@ -83,20 +83,6 @@ absl::Status ValueError(absl::string_view key, absl::string_view value,
                                                  Quote(key), ": ", why));
 }
 
-std::string TermToString(const SelectorTerm& term) {
-  switch (term.op) {
-    case SelectorOp::kEquals:
-      return term.values.empty() ? "" : term.values[0];
-    case SelectorOp::kNotEquals:
-      return absl::StrCat("!", term.values.empty() ? "" : term.values[0]);
-    case SelectorOp::kIn:
-      return absl::StrCat("in(", absl::StrJoin(term.values, ","), ")");
-    case SelectorOp::kNotIn:
-      return absl::StrCat("!in(", absl::StrJoin(term.values, ","), ")");
-  }
-  return "";
-}
-
 absl::StatusOr<SelectorTerm> ParseTerm(const std::string& key,
                                        absl::string_view expr) {
   SelectorTerm term;
@@ -153,6 +139,20 @@ absl::StatusOr<SelectorTerm> ParseTerm(const std::string& key,
 }
 
 }  // namespace
+
+std::string TermToString(const SelectorTerm& term) {
+  switch (term.op) {
+    case SelectorOp::kEquals:
+      return term.values.empty() ? "" : term.values[0];
+    case SelectorOp::kNotEquals:
+      return absl::StrCat("!", term.values.empty() ? "" : term.values[0]);
+    case SelectorOp::kIn:
+      return absl::StrCat("in(", absl::StrJoin(term.values, ","), ")");
+    case SelectorOp::kNotIn:
+      return absl::StrCat("!in(", absl::StrJoin(term.values, ","), ")");
+  }
+  return "";
+}
 
 absl::Status ValidateLabelKey(absl::string_view key) {
   if (key.empty()) return KeyError(key, "must not be empty");

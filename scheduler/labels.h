@@ -60,6 +60,10 @@ absl::StatusOr<LabelSelector> ParseLabelSelector(
 // True when `labels` satisfies every term of `selector`.
 bool Matches(const LabelSelector& selector, const Labels& labels);
 
+// A term's Ray expression, as ParseLabelSelector reads it: "v", "!v",
+// "in(a,b)" or "!in(a,b)".
+std::string TermToString(const SelectorTerm& term);
+
 // Renders a selector back to its wire form (for diagnoses).
 std::string SelectorToString(const LabelSelector& selector);
 

@@ -134,16 +134,26 @@ void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer,
 
 }  // namespace
 
-// Construction order is wiring order; members are destroyed in reverse, so
-// the gRPC server and the exposer stop before the managers, and the
-// coordinator (which drains the writer queue) stops before the state it
-// writes.
+// Construction order is wiring order. Teardown: Shutdown() stops the gRPC
+// server and the exposer, then StopCore() stops the lease thread and the
+// writer; the managers and the state they write go only after that.
 struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
       : log(options.log_level),
         telemetry(options.telemetry_max_age),
         logs(options.log_lines_per_node),
         streams(options.limits.max_streams) {}
+  // Also on a start that fails after Wire (e.g. the port is taken).
+  ~Impl() { StopCore(); }
+
+  // Stops what submits ops (the lease thread), then the writer, which
+  // drains its queue: queued ops and their callbacks still call into the
+  // managers and the cluster, so those are destroyed only after this.
+  void StopCore() {
+    if (nodes != nullptr) nodes->StopLeases();
+    coordinator.reset();
+  }
+
   Logger log;
   api::Metrics metrics;
   TelemetryStore telemetry;
@@ -337,8 +347,7 @@ void SlicedServer::Shutdown() {
                           std::chrono::milliseconds(200));
   impl_->server->Wait();
   StopExposer(impl_->exposer, impl_->metrics_listen, impl_->metrics_port);
-  impl_->nodes.reset();        // stops the lease thread
-  impl_->coordinator.reset();  // drains the writer queue
+  impl_->StopCore();
 }
 
 }  // namespace sliced::server

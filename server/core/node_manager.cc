@@ -194,7 +194,9 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
   }
 }
 
-NodeManager::~NodeManager() {
+NodeManager::~NodeManager() { StopLeases(); }
+
+void NodeManager::StopLeases() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;

@@ -96,8 +96,13 @@ class NodeManager {
   NodeManager(Coordinator* coordinator, Cluster* cluster,
               PlacementManager* placement, LogStore* logs,
               TelemetryStore* telemetry, Options options);
-  // Stops the lease thread.
+  // Stops the lease thread (StopLeases).
   ~NodeManager();
+
+  // Stops and joins the lease thread; no op is submitted after it returns.
+  // Call it before the coordinator stops: the coordinator's drain may still
+  // run this manager's queued ops, so the manager must outlive it.
+  void StopLeases();
 
   using Done = std::function<void(const absl::Status&)>;
   using NodesDone = std::function<void(absl::StatusOr<std::vector<NodeView>>)>;

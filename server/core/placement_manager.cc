@@ -60,12 +60,12 @@ bool Waits(const PlacementGroup& g) {
   return g.state == PgState::kPending || g.state == PgState::kRescheduling;
 }
 
-// The request to solve for `group`: as asked, plus its class's priorities.
-absl::StatusOr<PlacementRequest> WithPriorities(const PlacementGroup& group,
+// `request` plus the priorities of the compute class `name` ("" for none).
+absl::StatusOr<PlacementRequest> WithPriorities(PlacementRequest request,
+                                                absl::string_view name,
                                                 const ComputeClass* cls) {
-  PlacementRequest request = group.request;
-  if (group.compute_class.empty()) return request;
-  if (cls == nullptr) return ClassNotFound(group.compute_class);
+  if (name.empty()) return request;
+  if (cls == nullptr) return ClassNotFound(name);
   request.priorities = cls->priorities;
   return request;
 }
@@ -109,9 +109,8 @@ PlacementManager::PlacementManager(Coordinator* coordinator, Cluster* cluster,
 absl::StatusOr<Decision> PlacementManager::TryPlace(
     Txn& txn, PlacementGroup& group, const PlacementRequest& asked) {
   ASSIGN_OR_RETURN(PlacementRequest request,
-                   WithPriorities(group, txn.FindClass(group.compute_class)));
-  request.bundles = asked.bundles;
-  request.replacing_pg_id = asked.replacing_pg_id;
+                   WithPriorities(asked, group.compute_class,
+                                  txn.FindClass(group.compute_class)));
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
   const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);

@@ -61,7 +61,7 @@ class Core {
   }
 
   ~Core() {
-    nodes_.reset();
+    if (nodes_ != nullptr) nodes_->StopLeases();  // drain while managers live
     coordinator_.reset();
   }
 
