@@ -47,7 +47,7 @@ absl::Status Coordinator::Resync() {
   ASSIGN_OR_RETURN(storage::StoredState stored, store_->Load());
   storage::Mutation repair;
   RETURN_IF_ERROR(machine_->Restore(stored, repair));
-  return store_->Commit(repair);
+  return repair.empty() ? absl::OkStatus() : store_->Commit(repair);
 }
 
 void Coordinator::Submit(WriteOp op) {
@@ -107,8 +107,11 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   }
   machine_->EndGroup(writes);
 
+  // A group that wrote nothing (lease renewals, a queue retry that moved
+  // nothing) has nothing to make durable: no store call.
   const absl::Time commit_start = absl::Now();
-  absl::Status committed = store_->Commit(writes);
+  absl::Status committed =
+      writes.empty() ? absl::OkStatus() : store_->Commit(writes);
   if (options_.observer != nullptr && !writes.empty()) {
     options_.observer->OnCommit(
         absl::Now() - commit_start, static_cast<int64_t>(applied.size()),

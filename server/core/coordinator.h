@@ -6,7 +6,8 @@
 // a Txn that sees the committed state plus the changes of the ops before it
 // in the same group. An op either succeeds (its changes join the group) or
 // fails (its changes vanish; the others go on). The group's writes are
-// committed to the Store in one synced batch; only then does the Machine
+// committed to the Store in one synced batch (none when the group wrote
+// nothing); only then does the Machine
 // install them where readers see them, and only then is any op of the group
 // answered. If the commit fails, every op of the group is answered
 // UNAVAILABLE and nothing is installed (leveldb's "persist the edit, then

@@ -147,9 +147,10 @@ TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
   ASSERT_NE(c, nullptr);
   // Block the writer so that the next ops queue up behind this one.
   absl::Notification release, blocked;
-  c->coordinator().Submit(WriteOp{[&](Txn&) {
+  c->coordinator().Submit(WriteOp{[&](Txn& t) {
                                     blocked.Notify();
                                     release.WaitForNotification();
+                                    t.PutNode(Entry("blocker"));  // a write
                                     return absl::OkStatus();
                                   },
                                   [](const absl::Status&) {}});
