@@ -26,6 +26,7 @@
 #include "base/quote.h"
 #include "client/slicectl_cli.h"
 #include "client/slicectl_interrupt.h"
+#include "client/slicectl_outcome.h"
 #include "client/slicectl_print.h"
 #include "client/sliced_client.h"
 #include "google/protobuf/util/json_util.h"
@@ -35,65 +36,6 @@ namespace {
 
 using client::SlicedClient;
 namespace v1 = ::sliced::v1;
-
-// A command's outcome: an exit code and what to print on stderr.
-struct Failure {
-  int code;
-  std::string message;
-};
-
-int Fail(const Failure& failure) {
-  std::fprintf(stderr, "slicectl: %s\n", failure.message.c_str());
-  return failure.code;
-}
-
-int Usage(absl::string_view message) {
-  return Fail({kExitUsage, std::string(message)});
-}
-
-// A server error -> exit code 3 (rejected) or 4 (unreachable), with the
-// server's code name and message as given.
-int ServerError(const Context& ctx, const absl::Status& status) {
-  const std::string code = absl::StatusCodeToString(status.code());
-  if (status.code() == absl::StatusCode::kUnavailable ||
-      status.code() == absl::StatusCode::kDeadlineExceeded) {
-    return Fail({kExitUnreachable,
-                 absl::StrCat("cannot reach sliced at ", ctx.server, ": ", code,
-                              ": ", status.message(),
-                              "\n  is the daemon running there? Set --server "
-                              "or SLICED_SERVER (host:port).")});
-  }
-  return Fail({kExitRejected, absl::StrCat(code, ": ", status.message())});
-}
-
-// Reads a JSON file into `message` (unknown fields are an error: they are
-// usually a typo). Exit 2 material on failure.
-absl::Status ReadJsonFile(const std::string& path,
-                          google::protobuf::Message* message) {
-  if (path.empty()) {
-    return absl::InvalidArgumentError("-f FILE is required (a JSON file)");
-  }
-  std::stringstream contents;
-  if (path == "-") {
-    contents << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path);
-    if (!in) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read \"", path, "\": ", std::strerror(errno)));
-    }
-    contents << in.rdbuf();
-  }
-  google::protobuf::util::JsonParseOptions options;
-  auto status = google::protobuf::util::JsonStringToMessage(contents.str(),
-                                                            message, options);
-  if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a valid ", message->GetDescriptor()->name(),
-                     " (JSON): ", std::string(status.message())));
-  }
-  return absl::OkStatus();
-}
 
 // --------------------------------------------------------------- commands
 
@@ -171,101 +113,6 @@ int CmdRegister(Context& ctx, const ParsedFlags& flags) {
 int CmdSlices(Context& ctx, const ParsedFlags&) {
   return Output(ctx, ctx.client->ListSlices(),
                 [&](const v1::ListSlicesResponse& r) { PrintSlices(ctx, r); });
-}
-
-bool Settled(v1::PlacementGroupState state) {
-  return state == v1::CREATED || state == v1::INFEASIBLE ||
-         state == v1::REMOVED;
-}
-
-// What a --wait that gives up does with its group: removes it unless --keep.
-// Returns the sentence that says which group it leaves, or removed.
-std::string GiveUp(Context& ctx, const std::string& id, bool keep) {
-  if (keep) {
-    return absl::StrCat("placement group ", id,
-                        " stays queued (--keep): see `slicectl pg explain ", id,
-                        "`");
-  }
-  absl::Status removed = ctx.client->RemovePlacementGroup(id);
-  if (removed.ok() || removed.code() == absl::StatusCode::kNotFound) {
-    return absl::StrCat("removed placement group ", id, " (--keep keeps it)");
-  }
-  return absl::StrCat("could not remove placement group ", id,
-                      ", it stays queued: ", removed.ToString());
-}
-
-// --wait: watches until CREATED (0) or INFEASIBLE (3). --wait-timeout (5) and
-// Ctrl-C (130) remove the group unless `keep`.
-int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
-                 absl::Duration timeout, bool keep) {
-  const std::string& id = created.placement_group_id();
-  InterruptHandler interrupt([&](int) {
-    std::fprintf(stderr, "slicectl: interrupted; %s\n",
-                 GiveUp(ctx, id, keep).c_str());
-  });
-  if (!ctx.json && !Settled(created.state())) {
-    Print(absl::StrCat("submitted ", id, " (",
-                       v1::PlacementGroupState_Name(created.state()),
-                       "); waiting until it is CREATED...\n"));
-    std::fflush(stdout);
-  }
-  absl::StatusOr<v1::PlacementGroup> pg =
-      ctx.client->WaitForPlacementGroup(id, timeout);
-  if (!pg.ok()) {
-    if (pg.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      return Fail({kExitWaitTimeout,
-                   absl::StrCat(pg.status().message(), " (--wait-timeout); ",
-                                GiveUp(ctx, id, keep))});
-    }
-    return ServerError(ctx, pg.status());
-  }
-  if (ctx.json) {
-    PrintJson(*pg);
-  } else {
-    PrintPlacementGroup(ctx, *pg);
-  }
-  if (pg->state() != v1::CREATED) {
-    return Fail({kExitRejected,
-                 absl::StrCat("placement group ", pg->placement_group_id(),
-                              " is ", v1::PlacementGroupState_Name(pg->state()),
-                              pg->pending_reason().empty() ? "" : ": ",
-                              pg->pending_reason())});
-  }
-  return kExitOk;
-}
-
-int PlacementResult(Context& ctx, const ParsedFlags& flags,
-                    const absl::StatusOr<v1::PlacementGroup>& pg) {
-  if (!pg.ok()) return ServerError(ctx, pg.status());
-  if (flags.Has("wait")) {
-    auto timeout =
-        ParseDurationFlag("wait-timeout", flags.Get("wait-timeout", "0"));
-    // Checked before the call; cannot fail here.
-    absl::Duration d = timeout.ok() && *timeout > absl::ZeroDuration()
-                           ? *timeout
-                           : absl::InfiniteDuration();
-    return WaitAndPrint(ctx, *pg, d, flags.Has("keep"));
-  }
-  if (ctx.json) {
-    PrintJson(*pg);
-  } else {
-    PrintPlacementGroup(ctx, *pg);
-  }
-  return kExitOk;
-}
-
-absl::Status CheckWaitFlags(const ParsedFlags& flags) {
-  if (flags.Has("keep") && !flags.Has("wait")) {
-    return absl::InvalidArgumentError("--keep needs --wait");
-  }
-  if (flags.Has("wait-timeout")) {
-    if (!flags.Has("wait")) {
-      return absl::InvalidArgumentError("--wait-timeout needs --wait");
-    }
-    auto d = ParseDurationFlag("wait-timeout", flags.Get("wait-timeout"));
-    if (!d.ok()) return d.status();
-  }
-  return absl::OkStatus();
 }
 
 int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
