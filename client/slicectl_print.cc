@@ -85,7 +85,11 @@ void PrintNodes(const Context& ctx,
                "WORKER", "TIER", "CPU", "TPU", "PGS"});
   for (const v1::Node& n : nodes) {
     table.AddRow(
-        {n.node_id(), State(ctx, v1::NodeState_Name(n.state())),
+        {n.node_id(),
+         // As kubectl's "Ready,SchedulingDisabled".
+         State(ctx, absl::StrCat(
+                        v1::NodeState_Name(n.state()),
+                        n.quarantine_reason().empty() ? "" : ",QUARANTINED")),
          OrDash(n.address()), Label(n, "ray.io/accelerator-type"),
          Label(n, "ray.io/tpu-topology"), Label(n, "ray.io/tpu-slice-name"),
          Label(n, "ray.io/tpu-worker-id"), Label(n, "sliced.io/capacity-tier"),
@@ -102,6 +106,9 @@ void PrintNodes(const Context& ctx,
 void PrintNode(const Context& ctx, const v1::Node& n) {
   Table head({"node", n.node_id()});
   head.AddRow({"state", State(ctx, v1::NodeState_Name(n.state()))});
+  if (!n.quarantine_reason().empty()) {
+    head.AddRow({"quarantined", n.quarantine_reason()});
+  }
   head.AddRow({"address", OrDash(n.address())});
   head.AddRow({"last heartbeat", TimeText(n.last_heartbeat())});
   head.AddRow({"placement groups",

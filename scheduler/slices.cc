@@ -112,17 +112,18 @@ WorkerLayout LayOutWorkers(const std::vector<const Node*>& hosts,
   return out;
 }
 
-// Hosts that are not ALIVE, and chips that do not add up to the shape's
-// (times a per-chip count the generation allows, e.g. 2 on v7x).
+// Hosts that take no placements (not ALIVE, or quarantined), and chips that do
+// not add up to the shape's (times a per-chip count the generation allows, e.g.
+// 2 on v7x).
 std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
                                       int64_t expected_chips,
                                       int max_per_chip) {
   std::vector<std::string> problems;
   int64_t chips = 0;
   for (const Node* host : hosts) {
-    if (host->state != NodeState::kAlive) {
-      problems.push_back(absl::StrCat("node ", host->node_id, " is ",
-                                      NodeStateName(host->state)));
+    if (!TakesPlacements(*host)) {
+      problems.push_back(
+          absl::StrCat("node ", host->node_id, " is ", WhyNoPlacements(*host)));
     }
     chips += TpuAmount(*host);
   }

@@ -109,8 +109,9 @@ struct DiagnosisStep {
 };
 
 struct Diagnosis {
-  // One line, e.g. "0/12 v6e-16 slices free: 9 held, 2 not intact, 1 in zone
-  // us-east5-a excluded by selector".
+  // One line, e.g. "0/12 v6e-16 slices free: 9 held, 2 not intact (s10: node
+  // s10-w3 is DEAD; ...), 1 in zone us-east5-a excluded by selector" (the
+  // first slice that is not intact says why).
   std::string summary;
   std::vector<DiagnosisStep> steps;
 

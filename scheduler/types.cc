@@ -45,4 +45,14 @@ absl::string_view NodeStateName(NodeState state) {
   return "UNKNOWN";
 }
 
+std::string WhyNoPlacements(const Node& node) {
+  if (node.state != NodeState::kAlive) {
+    return std::string(NodeStateName(node.state));
+  }
+  if (!node.quarantine_reason.empty()) {
+    return absl::StrCat("quarantined (", node.quarantine_reason, ")");
+  }
+  return "";
+}
+
 }  // namespace sliced::scheduler

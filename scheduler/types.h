@@ -51,9 +51,22 @@ struct Node {
   Labels labels;
   ResourceSet resources;  // total capacity
   NodeState state = NodeState::kAlive;
+  // Why the node's agent reported the host unhealthy; "" when healthy.
+  // Independent of `state` (the lease): a quarantined node takes no new
+  // placements and its groups are rescheduled, as for a DEAD node.
+  std::string quarantine_reason;
 
   friend bool operator==(const Node&, const Node&) = default;
 };
+
+// ALIVE and not quarantined: the node may take new placements.
+inline bool TakesPlacements(const Node& node) {
+  return node.state == NodeState::kAlive && node.quarantine_reason.empty();
+}
+
+// Why `node` takes no placements, e.g. "DRAINING" or "quarantined (slice
+// error detected)"; "" when it does.
+std::string WhyNoPlacements(const Node& node);
 
 // Ray's default label keys.
 inline constexpr absl::string_view kLabelNodeId = "ray.io/node-id";

@@ -34,6 +34,10 @@ ABSL_FLAG(
     std::string, auth_tokens, "",
     "file of '<token> <role> [<node_id>]' lines (admin, scheduler, agent, "
     "viewer); reloaded on SIGHUP");
+ABSL_FLAG(std::string, agent_token_secret_file, "",
+          "file holding a secret (>= 32 bytes): '<node_id>.<hex "
+          "HMAC-SHA256(secret, node_id)>' is then an agent token for that "
+          "node; reloaded on SIGHUP");
 ABSL_FLAG(bool, insecure_listen_any, false,
           "allow a non-loopback --listen without TLS and tokens");
 ABSL_FLAG(int, max_message_bytes, 16 << 20, "largest request message accepted");
@@ -73,6 +77,8 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  options.agent_token_secret_file =
+      absl::GetFlag(FLAGS_agent_token_secret_file);
   options.insecure_listen_any = absl::GetFlag(FLAGS_insecure_listen_any);
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_nodes_per_batch = absl::GetFlag(FLAGS_max_nodes_per_batch);
@@ -152,7 +158,8 @@ void ConfigureHelp() {
   absl::SetProgramUsageMessage(
       "TPU placement scheduler daemon for Ray clusters.\n"
       "Usage: sliced [--listen=127.0.0.1:50051] [--data_dir=./data] ...\n"
-      "Stops on SIGINT/SIGTERM; SIGHUP reloads --auth_tokens.");
+      "Stops on SIGINT/SIGTERM; SIGHUP reloads --auth_tokens and "
+      "--agent_token_secret_file.");
 }
 
 }  // namespace

@@ -260,8 +260,11 @@ absl::StatusOr<std::unique_ptr<SlicedServer::Impl>> SlicedServer::Prepare(
   auto impl = std::make_unique<Impl>(options);
   ASSIGN_OR_RETURN(impl->credentials, ServerCredentials(options));
   impl->tls = !options.tls_cert.empty();
-  if (!options.auth_tokens.empty()) {
-    ASSIGN_OR_RETURN(impl->auth, api::Authenticator::Load(options.auth_tokens));
+  if (!options.auth_tokens.empty() ||
+      !options.agent_token_secret_file.empty()) {
+    ASSIGN_OR_RETURN(impl->auth,
+                     api::Authenticator::Load(options.auth_tokens,
+                                              options.agent_token_secret_file));
   }
   RETURN_IF_ERROR(CheckListen(options, impl->tls, impl->auth != nullptr));
   return impl;
@@ -325,7 +328,8 @@ bool SlicedServer::auth() const { return impl_->auth != nullptr; }
 
 absl::Status SlicedServer::ReloadAuth() {
   if (impl_->auth == nullptr) {
-    return absl::FailedPreconditionError("no --auth_tokens file to reload");
+    return absl::FailedPreconditionError(
+        "no --auth_tokens or --agent_token_secret_file to reload");
   }
   return impl_->auth->Reload();
 }

@@ -39,6 +39,9 @@ struct ServerOptions {
   std::string tls_client_ca;
   // Bearer tokens and roles (server/api/auth.h); empty: no authentication.
   std::string auth_tokens;
+  // Secret for per-node agent tokens "<node_id>.<hex HMAC-SHA256>"
+  // (server/api/auth.h); turns authentication on too.
+  std::string agent_token_secret_file;
   // Without TLS and tokens the daemon only listens on loopback, unless this.
   bool insecure_listen_any = false;
   Limits limits;

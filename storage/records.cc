@@ -332,6 +332,7 @@ NodeRecord ToRecord(const scheduler::Node& node) {
   r.mutable_labels()->insert(node.labels.begin(), node.labels.end());
   r.mutable_resources()->insert(node.resources.begin(), node.resources.end());
   r.set_state(ToRecord(node.state));
+  r.set_quarantine_reason(node.quarantine_reason);
   return r;
 }
 
@@ -341,6 +342,7 @@ absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& r) {
   node.address = r.address();
   node.labels.insert(r.labels().begin(), r.labels().end());
   node.resources.insert(r.resources().begin(), r.resources().end());
+  node.quarantine_reason = r.quarantine_reason();
   switch (r.state()) {
     case NODE_ALIVE:
       node.state = scheduler::NodeState::kAlive;

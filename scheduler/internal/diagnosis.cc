@@ -23,6 +23,7 @@ struct NodeCounts {
   int64_t matched = 0;
   int64_t dead = 0;
   int64_t draining = 0;
+  int64_t quarantined = 0;
   int64_t in_gang = 0;
   int64_t fit = 0;
   std::vector<int64_t> short_total;
@@ -61,6 +62,10 @@ NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
       }
       if (e.node.state == NodeState::kDraining) {
         ++counts.draining;
+        continue;
+      }
+      if (!e.node.quarantine_reason.empty()) {
+        ++counts.quarantined;
         continue;
       }
       r = 0;
@@ -109,6 +114,8 @@ struct SliceCounts {
   int64_t considered = 0;
   std::array<int64_t, kCountedClasses> of_class = {};
   absl::btree_map<std::string, int64_t> excluded_in_zone;  // zone -> slices
+  // The first slice that is not intact, and why ("v6e-a: node x is DEAD").
+  std::string first_broken;
 
   int64_t of(SliceClass c) const { return of_class[static_cast<int>(c)]; }
   int64_t could_ever() const {
@@ -135,6 +142,9 @@ SliceCounts CountSlices(const SnapshotState& snap,
         ++counts.excluded_in_zone[se.zone];
       } else {
         ++counts.of_class[static_cast<int>(c)];
+      }
+      if (c == SliceClass::kBroken && counts.first_broken.empty()) {
+        counts.first_broken = absl::StrCat(se.info.name, ": ", se.info.reason);
       }
     }
   }
@@ -188,6 +198,7 @@ Failure ExplainBundle(const SnapshotState& snap, const Overlay& overlay,
   }
   tally.Add("DEAD", counts.dead);
   tally.Add("DRAINING", counts.draining);
+  tally.Add("quarantined", counts.quarantined);
   for (size_t r = 0; r < names.size(); ++r) {
     tally.Add(absl::StrCat("insufficient free ", names[r]),
               counts.short_free[r]);
@@ -218,7 +229,14 @@ Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
   step.accepted = counts.of(SliceClass::kFree);
   Tally tally;
   tally.Add("held", counts.of(SliceClass::kHeld));
-  tally.Add("not intact", counts.of(SliceClass::kBroken));
+  // The first broken slice says why, e.g. "not intact (v6e-a: node
+  // v6e-a-w1 is quarantined (slice.error.detected.gauge=1))".
+  tally.Add(counts.first_broken.empty()
+                ? std::string("not intact")
+                : absl::StrCat(
+                      "not intact (", counts.first_broken,
+                      counts.of(SliceClass::kBroken) > 1 ? "; ..." : "", ")"),
+            counts.of(SliceClass::kBroken));
   tally.Add("with hosts too small for the bundles",
             counts.of(SliceClass::kTooSmall));
   for (const auto& [zone, count] : counts.excluded_in_zone) {

@@ -152,8 +152,8 @@ std::optional<Failure> GangPlacement::PlacePinned(
     if (i < 0) {
       failure.infeasible = true;
       why = "is not in the inventory";
-    } else if (snap_.node(i).node.state != NodeState::kAlive) {
-      why = absl::StrCat("is ", NodeStateName(snap_.node(i).node.state));
+    } else if (!TakesPlacements(snap_.node(i).node)) {
+      why = absl::StrCat("is ", WhyNoPlacements(snap_.node(i).node));
     } else if (!Matches(groups.selectors[b], snap_.node(i).node.labels)) {
       why = "no longer matches the selector";
     } else if (!overlay_.Fits(i, bundles[b].resources)) {

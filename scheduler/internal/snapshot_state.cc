@@ -28,7 +28,7 @@ bool SnapshotState::SliceFreeIntact(int32_t s) const {
 
 int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   const NodeEntry& e = node(i);
-  if (e.node.state != NodeState::kAlive) return kNumRanks;
+  if (!TakesPlacements(e.node)) return kNumRanks;
   const bool used = !e.allocations.empty();
   const bool whole = SliceFreeIntact(e.slice);
   // Hosts of free intact multi-host slices come last, smallest slices first

@@ -1,9 +1,14 @@
 #include "server/api/auth.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -40,7 +45,20 @@ absl::string_view AccessName(Access access) {
   return "unknown";
 }
 
+constexpr size_t kMinAgentSecret = 32;
+
 }  // namespace
+
+std::string AgentToken(absl::string_view secret, absl::string_view node_id) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(node_id.data()), node_id.size(),
+       mac, &length);
+  return absl::StrCat(node_id, ".",
+                      absl::BytesToHexString(absl::string_view(
+                          reinterpret_cast<const char*>(mac), length)));
+}
 
 absl::StatusOr<Authenticator::Table> Authenticator::Parse(
     const std::string& path) {
@@ -98,35 +116,88 @@ absl::StatusOr<Authenticator::Table> Authenticator::Parse(
   return table;
 }
 
+absl::StatusOr<std::string> Authenticator::ReadSecret(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("--agent_token_secret_file: can't read ", Quote(path)));
+  }
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string secret(absl::StripAsciiWhitespace(content.str()));
+  if (secret.size() < kMinAgentSecret) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--agent_token_secret_file: ", Quote(path),
+                     " must hold a secret of "
+                     "at least ",
+                     kMinAgentSecret,
+                     " bytes (e.g. `openssl rand -hex 32`), "
+                     "got ",
+                     secret.size()));
+  }
+  return secret;
+}
+
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Load(
-    const std::string& path) {
-  std::unique_ptr<Authenticator> auth(new Authenticator(path));
+    const std::string& tokens_path, const std::string& secret_path) {
+  if (tokens_path.empty() && secret_path.empty()) {
+    return absl::InvalidArgumentError(
+        "give --auth_tokens and/or --agent_token_secret_file");
+  }
+  std::unique_ptr<Authenticator> auth(
+      new Authenticator(tokens_path, secret_path));
   absl::Status loaded = auth->Reload();
   if (!loaded.ok()) return loaded;
   return auth;
 }
 
 absl::Status Authenticator::Reload() {
-  absl::StatusOr<Table> table = Parse(path_);
-  if (!table.ok()) return table.status();
-  auto shared = std::make_shared<const Table>(*std::move(table));
+  auto keys = std::make_shared<Keys>();
+  if (!tokens_path_.empty()) {
+    absl::StatusOr<Table> table = Parse(tokens_path_);
+    if (!table.ok()) return table.status();
+    keys->table = *std::move(table);
+  }
+  if (!secret_path_.empty()) {
+    absl::StatusOr<std::string> secret = ReadSecret(secret_path_);
+    if (!secret.ok()) return secret.status();
+    keys->secret = *std::move(secret);
+  }
   absl::MutexLock lock(&mu_);
-  table_ = std::move(shared);
+  keys_ = std::move(keys);
   return absl::OkStatus();
 }
 
 size_t Authenticator::size() const {
   absl::MutexLock lock(&mu_);
-  return table_->size();
+  return keys_->table.size();
+}
+
+const Principal* Authenticator::Find(const Keys& keys, absl::string_view token,
+                                     Principal* derived) {
+  auto found = keys.table.find(token);
+  if (found != keys.table.end()) return &found->second;
+  if (keys.secret.empty()) return nullptr;
+  const size_t dot = token.rfind('.');
+  if (dot == absl::string_view::npos || dot == 0) return nullptr;
+  const absl::string_view node = token.substr(0, dot);
+  const std::string expected = AgentToken(keys.secret, node);
+  if (expected.size() != token.size() ||
+      CRYPTO_memcmp(expected.data(), token.data(), token.size()) != 0) {
+    return nullptr;
+  }
+  derived->role = Role::kAgent;
+  derived->node_id = std::string(node);
+  return derived;
 }
 
 absl::Status Authenticator::Check(
     const grpc::ServerContextBase& context, Access access,
     const std::vector<std::string>& node_ids) const {
-  std::shared_ptr<const Table> table;
+  std::shared_ptr<const Keys> keys;
   {
     absl::MutexLock lock(&mu_);
-    table = table_;
+    keys = keys_;
   }
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
@@ -139,10 +210,12 @@ absl::Status Authenticator::Check(
     return absl::UnauthenticatedError(
         "authorization metadata must be 'Bearer <token>'");
   }
-  auto found = table->find(absl::StripAsciiWhitespace(value));
-  if (found == table->end())
+  Principal derived;
+  const Principal* principal =
+      Find(*keys, absl::StripAsciiWhitespace(value), &derived);
+  if (principal == nullptr)
     return absl::UnauthenticatedError("unknown bearer token");
-  const Principal& who = found->second;
+  const Principal& who = *principal;
   bool allowed = false;
   switch (access) {
     case Access::kRead:

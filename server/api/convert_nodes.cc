@@ -34,6 +34,37 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
   return ValidateNodes(specs, limits);
 }
 
+namespace {
+
+// At most kMaxHealthProblems non-empty lines of at most kMaxHealthProblem
+// bytes each.
+constexpr int kMaxHealthProblems = 16;
+constexpr size_t kMaxHealthProblem = 256;
+
+absl::StatusOr<std::vector<std::string>> HealthFromProto(
+    const v1::HostHealth& in, int beat) {
+  const std::string where = absl::StrCat("heartbeats[", beat, "].health");
+  if (in.problems_size() > kMaxHealthProblems) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".problems: at most ", kMaxHealthProblems,
+                     " problems, got ", in.problems_size()));
+  }
+  std::vector<std::string> problems;
+  for (int p = 0; p < in.problems_size(); ++p) {
+    const std::string& problem = in.problems(p);
+    if (problem.empty() || problem.size() > kMaxHealthProblem ||
+        problem.find_first_of("\n\r") != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".problems[", p, "]: must be one line of 1..",
+                       kMaxHealthProblem, " bytes, got ", Quote(problem)));
+    }
+    problems.push_back(problem);
+  }
+  return problems;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<NodeBeat>> BeatsFromProto(
     const v1::HeartbeatRequest& request, const Limits& limits) {
   if (request.heartbeats().empty()) {
@@ -65,6 +96,9 @@ absl::StatusOr<std::vector<NodeBeat>> BeatsFromProto(
         return absl::InvalidArgumentError(absl::StrCat(
             "heartbeats[", i, "].state: unknown value ", in.state()));
     }
+    if (in.has_health()) {
+      ASSIGN_OR_RETURN(beat.health, HealthFromProto(in.health(), i));
+    }
   }
   return beats;
 }
@@ -88,6 +122,7 @@ void NodeToProto(const NodeView& view, v1::Node* out) {
   out->mutable_labels()->insert(node.labels.begin(), node.labels.end());
   ResourcesToProto(node.resources, out->mutable_resources());
   out->set_state(NodeStateToProto(node.state));
+  out->set_quarantine_reason(node.quarantine_reason);
   ResourcesToProto(view.available, out->mutable_available());
   out->mutable_placement_group_ids()->Add(view.placement_group_ids.begin(),
                                           view.placement_group_ids.end());

@@ -3,7 +3,9 @@
 //
 //   admin      inventory writes and compute classes, and every read
 //   scheduler  placement groups and ScalingConfigs, and every read
-//   agent      heartbeats, TPU telemetry and logs of its own node only
+//   agent      for its own node only (as Kubernetes' NodeRestriction does
+//              for kubelets): register it, drain it, heartbeat, report
+//              TPU telemetry and logs; not undrain or remove it
 //   viewer     reads (Get/List/Watch/Explain/Tail/Summary)
 //
 // Handlers do not check anything themselves: Gate::Unary / Gate::Async /
@@ -63,9 +65,9 @@ struct RpcRule {
 // Every sliced.v1 method, in proto order.
 inline constexpr RpcRule kRpcRules[] = {
     {Rpc::kRegisterNodes, "sliced.v1.Inventory/RegisterNodes",
-     Access::kInventory},
+     Access::kNodeAgent},
     {Rpc::kHeartbeat, "sliced.v1.Inventory/Heartbeat", Access::kNodeAgent},
-    {Rpc::kDrainNode, "sliced.v1.Inventory/DrainNode", Access::kInventory},
+    {Rpc::kDrainNode, "sliced.v1.Inventory/DrainNode", Access::kNodeAgent},
     {Rpc::kUndrainNode, "sliced.v1.Inventory/UndrainNode", Access::kInventory},
     {Rpc::kRemoveNode, "sliced.v1.Inventory/RemoveNode", Access::kInventory},
     {Rpc::kGetNode, "sliced.v1.Inventory/GetNode", Access::kRead},

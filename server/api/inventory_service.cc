@@ -24,16 +24,19 @@ grpc::ServerUnaryReactor* ChangeNodeState(
     grpc::CallbackServerContext* context, Rpc rpc, const Request& request,
     Response* response,
     void (NodeManager::*change)(const std::string&, NodeManager::ViewDone)) {
-  return gate.Async(context, rpc, [&](Finish finish) {
-    absl::Status valid = ValidateNodeId(request.node_id(), limits);
-    if (!valid.ok()) return finish(valid);
-    (nodes.*change)(request.node_id(),
-                    [response, finish](absl::StatusOr<NodeView> view) {
-                      if (view.ok())
-                        NodeToProto(*view, response->mutable_node());
-                      finish(view.status());
-                    });
-  });
+  return gate.Async(
+      context, rpc,
+      [&](Finish finish) {
+        absl::Status valid = ValidateNodeId(request.node_id(), limits);
+        if (!valid.ok()) return finish(valid);
+        (nodes.*change)(request.node_id(),
+                        [response, finish](absl::StatusOr<NodeView> view) {
+                          if (view.ok())
+                            NodeToProto(*view, response->mutable_node());
+                          finish(view.status());
+                        });
+      },
+      {request.node_id()});
 }
 
 }  // namespace
@@ -42,18 +45,26 @@ grpc::ServerUnaryReactor* InventoryService::RegisterNodes(
     grpc::CallbackServerContext* context,
     const v1::RegisterNodesRequest* request,
     v1::RegisterNodesResponse* response) {
-  return gate_->Async(context, Rpc::kRegisterNodes, [&](Finish finish) {
-    auto nodes = NodesFromProto(*request, limits_);
-    if (!nodes.ok()) return finish(nodes.status());
-    nodes_->Register(*std::move(nodes), [response, finish](auto views) {
-      if (views.ok()) {
-        for (const NodeView& v : *views) {
-          NodeToProto(v, response->add_nodes());
-        }
-      }
-      finish(views.status());
-    });
-  });
+  // An agent token registers its own node only.
+  std::vector<std::string> registering;
+  for (const v1::Node& node : request->nodes()) {
+    registering.push_back(node.node_id());
+  }
+  return gate_->Async(
+      context, Rpc::kRegisterNodes,
+      [&](Finish finish) {
+        auto nodes = NodesFromProto(*request, limits_);
+        if (!nodes.ok()) return finish(nodes.status());
+        nodes_->Register(*std::move(nodes), [response, finish](auto views) {
+          if (views.ok()) {
+            for (const NodeView& v : *views) {
+              NodeToProto(v, response->add_nodes());
+            }
+          }
+          finish(views.status());
+        });
+      },
+      registering);
 }
 
 grpc::ServerUnaryReactor* InventoryService::Heartbeat(

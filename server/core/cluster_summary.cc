@@ -74,8 +74,7 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
       if (zone.empty()) zone = Label(node->labels, scheduler::kLabelZone);
       total += Chips(node->resources);
       auto f = snap.FreeResources(node_id);
-      if (f.ok() && node->state == scheduler::NodeState::kAlive)
-        free += Chips(*f);
+      if (f.ok() && scheduler::TakesPlacements(*node)) free += Chips(*f);
     }
     const bool whole = info.intact && slice.free;
     auto& group =

@@ -9,6 +9,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/quote.h"
 #include "base/status_macros.h"
 #include "server/core/label_translation.h"
@@ -41,6 +42,18 @@ class NodeChanges {
             : absl::StrCat(" (was ", scheduler::NodeStateName(old->node.state),
                            ")"),
         ": ", why));
+  }
+  // Notes a quarantine that begins, ends or changes its reason.
+  void NoteHealth(const scheduler::Node& old, const scheduler::Node& next) {
+    if (old.quarantine_reason == next.quarantine_reason) return;
+    Add(next.quarantine_reason.empty()
+            ? absl::StrCat("node ", Quote(next.node_id),
+                           " healthy again: quarantine lifted")
+            : absl::StrCat("node ", Quote(next.node_id), " quarantined",
+                           old.quarantine_reason.empty()
+                               ? " (its groups are rescheduled)"
+                               : "",
+                           ": ", next.quarantine_reason));
   }
   void Add(std::string line) {
     if (log_ != nullptr) lines_.push_back(std::move(line));
@@ -153,6 +166,15 @@ NodeView ViewOf(const NodeEntry& entry,
 
 }  // namespace
 
+std::string QuarantineReason(const std::vector<std::string>& problems) {
+  std::string reason = absl::StrJoin(problems, "; ");
+  if (reason.size() > kMaxQuarantineReason) {
+    reason.resize(kMaxQuarantineReason - 3);
+    reason += "...";
+  }
+  return reason;
+}
+
 absl::StatusOr<std::vector<scheduler::Node>> ValidateNodes(
     const std::vector<NodeSpec>& nodes, const Limits& limits) {
   if (nodes.empty()) {
@@ -220,6 +242,10 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           if (old != nullptr && old->node.state == NodeState::kDraining) {
             entry.node.state = NodeState::kDraining;
           }
+          // ... and a quarantine: only the agent's health report lifts it.
+          if (old != nullptr) {
+            entry.node.quarantine_reason = old->node.quarantine_reason;
+          }
           changes->Note(old, entry.node,
                         old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);
@@ -251,16 +277,23 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
           next.node.state = beats[i].state.value_or(
               entry->node.state == NodeState::kDead ? NodeState::kAlive
                                                     : entry->node.state);
-          if (next.node.state == entry->node.state) {
+          if (beats[i].health) {
+            next.node.quarantine_reason = QuarantineReason(*beats[i].health);
+          }
+          if (next.node == entry->node) {
             txn.TouchNode(next);
             continue;
           }
           changes->Note(entry, next.node,
                         beats[i].state ? "reported by its heartbeat"
                                        : "heartbeat after DEAD");
+          changes->NoteHealth(entry->node, next.node);
           txn.PutNode(next);
-          if (next.node.state == NodeState::kDead)
-            lost.push_back(next.node.node_id);
+          const bool died = next.node.state == NodeState::kDead &&
+                            entry->node.state != NodeState::kDead;
+          const bool sickened = entry->node.quarantine_reason.empty() &&
+                                !next.node.quarantine_reason.empty();
+          if (died || sickened) lost.push_back(next.node.node_id);
         }
         return lost.empty() ? absl::OkStatus()
                             : placement_->HandleNodesLost(txn, lost);

@@ -3,8 +3,10 @@
 //  - Register: upserts a validated batch (GKE/KubeRay metadata translated
 //    into Ray labels); re-registration keeps a drain, a dead node that
 //    registers is back.
-//  - Heartbeats renew leases (in memory only) and may change a node's state;
-//    a node reported DEAD loses its placements in the same commit.
+//  - Heartbeats renew leases (in memory only) and may change a node's state
+//    or health; a node reported DEAD or unhealthy (quarantined) loses its
+//    placements in the same commit, and a healthy report lifts the
+//    quarantine (re-registration and drains keep it).
 //  - Leases: a thread checks every lease_check_interval; nodes whose last
 //    heartbeat is older than heartbeat_timeout turn DEAD in one op, and the
 //    placement manager reschedules their groups in that op.
@@ -72,11 +74,18 @@ struct SliceView {
 };
 
 // One node's heartbeat; `state` nullopt keeps the state (a dead node that
-// beats is back).
+// beats is back). `health` nullopt keeps the quarantine as it is; problems
+// quarantine the node (its groups are rescheduled), none lift it.
 struct NodeBeat {
   std::string node_id;
   std::optional<scheduler::NodeState> state;
+  std::optional<std::vector<std::string>> health;
 };
+
+// The quarantine reason `problems` make: "" for none, else joined with "; "
+// and cut to kMaxQuarantineReason bytes.
+inline constexpr size_t kMaxQuarantineReason = 1024;
+std::string QuarantineReason(const std::vector<std::string>& problems);
 
 class NodeManager {
  public:

@@ -43,8 +43,8 @@ void Txn::PutNode(const NodeEntry& entry) {
   if (old == nullptr || !(old->node == entry.node)) {
     pending_nodes_.upsert_nodes.push_back(entry.node);
   }
-  // A new or revived node may let pending groups fit.
-  if (old == nullptr || entry.node.state == scheduler::NodeState::kAlive) {
+  // A new, revived or healed node may let pending groups fit.
+  if (old == nullptr || scheduler::TakesPlacements(entry.node)) {
     own_.retry_pending = true;
   }
   own_.nodes[entry.node.node_id] = entry;

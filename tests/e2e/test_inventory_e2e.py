@@ -162,6 +162,40 @@ class InventoryEndToEnd(unittest.TestCase):
             self.assertEqual(inv.GetNode(sliced_pb2.GetNodeRequest(node_id="n1"),
                                          timeout=10).state, sliced_pb2.ALIVE)
 
+    def test_unhealthy_host_is_quarantined_until_healthy_and_across_restart(self):
+        data = temp_data_dir(self)
+        d = self.start(data, "--heartbeat_timeout=0")
+        P = sliced_pb2
+        beat = lambda inv, *problems, health=True: inv.Heartbeat(P.HeartbeatRequest(  # noqa: E731
+            heartbeats=[P.NodeHeartbeat(node_id="v6e-a-w1", health=P.HostHealth(
+                problems=list(problems)) if health else None)]), timeout=10)
+        slice_of = lambda inv: next(s for s in inv.ListSlices(  # noqa: E731
+            P.ListSlicesRequest(), timeout=10).slices if s.name == "v6e-a")
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            inv.RegisterNodes(fleet_request()[0], timeout=10)
+            beat(inv, "slice.error.detected.gauge=1 (libtpu)")
+            node = inv.GetNode(P.GetNodeRequest(node_id="v6e-a-w1"), timeout=10)
+            self.assertEqual(node.state, P.ALIVE)
+            self.assertEqual(node.quarantine_reason, "slice.error.detected.gauge=1 (libtpu)")
+            self.assertFalse(slice_of(inv).intact)
+            self.assertIn("v6e-a-w1 is quarantined (slice.error", slice_of(inv).reason)
+            with self.assertRaises(grpc.RpcError) as err:
+                beat(inv, "two\nlines")
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("heartbeats[0].health.problems[0]", err.exception.details())
+        d.close()
+        d = self.start(data, "--heartbeat_timeout=0")  # stored: still quarantined
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            self.assertFalse(slice_of(inv).intact)
+            beat(inv, health=False)  # no report: no change
+            self.assertFalse(slice_of(inv).intact)
+            beat(inv)  # healthy
+            self.assertEqual(inv.GetNode(P.GetNodeRequest(node_id="v6e-a-w1"),
+                                         timeout=10).quarantine_reason, "")
+            self.assertTrue(slice_of(inv).intact)
+
     def test_sigterm_shuts_down_cleanly(self):
         d = self.start(temp_data_dir(self))
         with d.channel() as ch:

@@ -8,7 +8,7 @@ import unittest
 
 import grpc
 
-from sliced_testlib import Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+from sliced_testlib import SLICED_BIN, Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
 from sliced_ext import health_pb2, health_pb2_grpc
 
 P = sliced_pb2
@@ -85,15 +85,25 @@ class SecurityEndToEnd(unittest.TestCase):
             metadata=md("admin"), timeout=10)
         node = lambda n: P.NodeHeartbeat(node_id=n)
         rpcs = {  # name: (call, roles allowed)
-            "RegisterNodes": (lambda m: inv.RegisterNodes(P.RegisterNodesRequest(nodes=[
-                P.Node(node_id="n3", address="n3", resources={"CPU": 1})]), metadata=m, timeout=10),
-                {"admin"}),
+            "RegisterNodes(other node)": (lambda m: inv.RegisterNodes(P.RegisterNodesRequest(
+                nodes=[P.Node(node_id="n3", address="n3", resources={"CPU": 1})]), metadata=m,
+                timeout=10), {"admin"}),
+            "RegisterNodes(own node)": (lambda m: inv.RegisterNodes(P.RegisterNodesRequest(
+                nodes=[P.Node(node_id="n1", address="n1", resources={"CPU": 4, "TPU": 4})]),
+                metadata=m, timeout=10), {"admin", "agent"}),
+            "RegisterNodes(own and other)": (lambda m: inv.RegisterNodes(P.RegisterNodesRequest(
+                nodes=[P.Node(node_id="n1", address="n1", resources={"CPU": 4, "TPU": 4}),
+                       P.Node(node_id="n3", address="n3", resources={"CPU": 1})]),
+                metadata=m, timeout=10), {"admin"}),
             "Heartbeat(own node)": (lambda m: inv.Heartbeat(P.HeartbeatRequest(
                 heartbeats=[node("n1")]), metadata=m, timeout=10), {"admin", "agent"}),
             "Heartbeat(other node)": (lambda m: inv.Heartbeat(P.HeartbeatRequest(
                 heartbeats=[node("n1"), node("n2")]), metadata=m, timeout=10), {"admin"}),
-            "DrainNode": (lambda m: inv.DrainNode(P.DrainNodeRequest(node_id="n3"), metadata=m,
-                                                  timeout=10), {"admin"}),
+            "DrainNode(other node)": (lambda m: inv.DrainNode(P.DrainNodeRequest(node_id="n3"),
+                                                              metadata=m, timeout=10), {"admin"}),
+            "DrainNode(own node)": (lambda m: inv.DrainNode(P.DrainNodeRequest(node_id="n1"),
+                                                            metadata=m, timeout=10),
+                                    {"admin", "agent"}),
             "UndrainNode": (lambda m: inv.UndrainNode(P.UndrainNodeRequest(node_id="n3"),
                                                       metadata=m, timeout=10), {"admin"}),
             "RemoveNode": (lambda m: inv.RemoveNode(P.RemoveNodeRequest(node_id="zz"), metadata=m,
@@ -167,6 +177,60 @@ class SecurityEndToEnd(unittest.TestCase):
         self.assertEqual(health_pb2_grpc.HealthStub(ch).Check(
             health_pb2.HealthCheckRequest(), timeout=10).status,
             health_pb2.HealthCheckResponse.SERVING)
+
+    def test_derived_agent_tokens(self):
+        # Per-node agent tokens: "<node>.<hex HMAC-SHA256(secret, node)>",
+        # minted with the openssl command docs/agent.md gives.
+        secret = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "agent-secret")
+        with open(secret, "w") as f:
+            f.write("0123456789abcdef0123456789abcdef-sliced\n")
+
+        def mint(node):
+            out = subprocess.run(
+                ["sh", "-c", 'printf %s "$1" | openssl dgst -sha256 -hmac "$(cat "$2")" -r',
+                 "mint", node, secret], check=True, capture_output=True, text=True).stdout
+            return "%s.%s" % (node, out.split()[0])
+
+        d = self.start("--auth_tokens=" + self.tokens_file, "--agent_token_secret_file=" + secret)
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            md = lambda token: [("authorization", "Bearer " + token)]
+            register = lambda node, token: inv.RegisterNodes(P.RegisterNodesRequest(nodes=[
+                P.Node(node_id=node, address=node, resources={"CPU": 8})]),
+                metadata=md(token), timeout=10)
+            register("host-7", mint("host-7"))
+            inv.Heartbeat(P.HeartbeatRequest(heartbeats=[P.NodeHeartbeat(node_id="host-7")]),
+                          metadata=md(mint("host-7")), timeout=10)
+            inv.DrainNode(P.DrainNodeRequest(node_id="host-7"), metadata=md(mint("host-7")),
+                          timeout=10)
+            for call, code in (
+                    (lambda: register("host-8", mint("host-7")), grpc.StatusCode.PERMISSION_DENIED),
+                    (lambda: inv.UndrainNode(P.UndrainNodeRequest(node_id="host-7"),
+                                             metadata=md(mint("host-7")), timeout=10),
+                     grpc.StatusCode.PERMISSION_DENIED),
+                    (lambda: register("host-7", "host-7." + "0" * 64),
+                     grpc.StatusCode.UNAUTHENTICATED),
+                    (lambda: register("host-7", mint("host-7")[:-1]),
+                     grpc.StatusCode.UNAUTHENTICATED),
+                    (lambda: register("host-8", "host-8" + mint("host-7")[6:]),
+                     grpc.StatusCode.UNAUTHENTICATED)):
+                with self.assertRaises(grpc.RpcError) as err:
+                    call()
+                self.assertEqual(err.exception.code(), code)
+            # The token file still works beside the secret.
+            inv.UndrainNode(P.UndrainNodeRequest(node_id="host-7"),
+                            metadata=md(TOKENS["admin"]), timeout=10)
+
+    def test_agent_secret_rules(self):
+        secret = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "short")
+        with open(secret, "w") as f:
+            f.write("too-short\n")
+        proc = subprocess.run([SLICED_BIN, "--data_dir=" + temp_data_dir(self),
+                               "--listen=127.0.0.1:0", "--agent_token_secret_file=" + secret],
+                              capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("--agent_token_secret_file", proc.stderr)
+        self.assertIn("at least 32 bytes", proc.stderr)
 
     def test_tokens_reload_on_sighup(self):
         tokens = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "tokens")

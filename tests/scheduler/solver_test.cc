@@ -131,8 +131,9 @@ TEST(SolverSliceTest, Table) {
        SliceRequest(TpuGeneration::kV6e, "4x4", 2,
                     {{"ray.io/availability-zone", "!in(z2, z3)"}}),
        Decision::kUnschedulable, "",
-       "1/6 v6e-16 slices free, 2 needed: 1 held, 1 not intact, 2 in zone z2 "
-       "excluded by selector, 1 in zone z3 excluded by selector"},
+       "1/6 v6e-16 slices free, 2 needed: 1 held, 1 not intact (c: node c-w2 "
+       "is DEAD), 2 in zone z2 excluded by selector, 1 in zone z3 excluded by "
+       "selector"},
       {"no slice of the shape", SliceRequest(TpuGeneration::kV6e, "8x8"),
        Decision::kInfeasible, "",
        "no v6e-64 slice (v6e 8x8) exists in this inventory"},
@@ -180,8 +181,8 @@ TEST(SolverSliceTest, SummaryReadsLikeTheIssue) {
                                 {{"ray.io/availability-zone", "!us-east5-a"}}));
   EXPECT_EQ(d.outcome, Decision::kUnschedulable);
   EXPECT_EQ(d.diagnosis.summary,
-            "0/12 v6e-16 slices free: 9 held, 2 not intact, 1 in zone "
-            "us-east5-a excluded by selector");
+            "0/12 v6e-16 slices free: 9 held, 2 not intact (s10: node s10-w3 "
+            "is DEAD; ...), 1 in zone us-east5-a excluded by selector");
   ASSERT_EQ(d.diagnosis.steps.size(), 1u);
   EXPECT_EQ(d.diagnosis.steps[0].considered, 12);
 }

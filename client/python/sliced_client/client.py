@@ -131,7 +131,9 @@ class PlacementGroup:
 
 @dataclasses.dataclass(frozen=True)
 class Node:
-    """state: ALIVE, DRAINING or DEAD."""
+    """state: ALIVE, DRAINING or DEAD. quarantine_reason: why the node's
+    agent reported it unhealthy ("" when healthy); a quarantined node takes
+    no placements whatever its state."""
 
     node_id: str
     address: str
@@ -140,13 +142,15 @@ class Node:
     resources: Dict[str, float]
     available: Dict[str, float]
     placement_group_ids: List[str]
+    quarantine_reason: str = ""
 
     @classmethod
     def from_proto(cls, n) -> "Node":
         return cls(node_id=n.node_id, address=n.address,
                    state=_pb.NodeState.Name(n.state), labels=dict(n.labels),
                    resources=dict(n.resources), available=dict(n.available),
-                   placement_group_ids=list(n.placement_group_ids))
+                   placement_group_ids=list(n.placement_group_ids),
+                   quarantine_reason=n.quarantine_reason)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -168,6 +169,56 @@ TEST(NodesFromProtoTest, RejectsDuplicateIdsEmptyAndOversizedBatches) {
                 .message()
                 .find("at most 1 nodes per batch"),
             std::string::npos);
+}
+
+TEST(BeatsFromProtoTest, HealthIsOptionalAndChecked) {
+  v1::HeartbeatRequest request;
+  request.add_heartbeats()->set_node_id("a");  // no health: no change
+  v1::NodeHeartbeat* healthy = request.add_heartbeats();
+  healthy->set_node_id("b");
+  healthy->mutable_health();  // present, empty: healthy
+  v1::NodeHeartbeat* sick = request.add_heartbeats();
+  sick->set_node_id("c");
+  sick->mutable_health()->add_problems("slice.error.detected.gauge=1");
+  auto beats = BeatsFromProto(request, Limits());
+  ASSERT_TRUE(beats.ok()) << beats.status();
+  EXPECT_FALSE((*beats)[0].health.has_value());
+  ASSERT_TRUE((*beats)[1].health.has_value());
+  EXPECT_TRUE((*beats)[1].health->empty());
+  EXPECT_EQ((*beats)[2].health,
+            std::vector<std::string>{"slice.error.detected.gauge=1"});
+
+  for (const std::string& bad :
+       {std::string(), std::string(257, 'x'), std::string("two\nlines")}) {
+    v1::HeartbeatRequest r;
+    v1::NodeHeartbeat* beat = r.add_heartbeats();
+    beat->set_node_id("a");
+    beat->mutable_health()->add_problems(bad);
+    auto out = BeatsFromProto(r, Limits());
+    ASSERT_FALSE(out.ok());
+    EXPECT_NE(out.status().message().find(
+                  "heartbeats[0].health.problems[0]: must be one line"),
+              std::string::npos)
+        << out.status();
+  }
+  v1::HeartbeatRequest many;
+  v1::NodeHeartbeat* beat = many.add_heartbeats();
+  beat->set_node_id("a");
+  for (int i = 0; i < 17; ++i) beat->mutable_health()->add_problems("p");
+  auto out = BeatsFromProto(many, Limits());
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("at most 16 problems"),
+            std::string::npos)
+      << out.status();
+}
+
+TEST(QuarantineReasonTest, JoinsAndBounds) {
+  EXPECT_EQ(QuarantineReason({}), "");
+  EXPECT_EQ(QuarantineReason({"a", "b"}), "a; b");
+  const std::string long_reason =
+      QuarantineReason(std::vector<std::string>(16, std::string(256, 'x')));
+  EXPECT_EQ(long_reason.size(), kMaxQuarantineReason);
+  EXPECT_EQ(long_reason.substr(long_reason.size() - 3), "...");
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "scheduler/labels.h"
@@ -249,10 +251,11 @@ TEST_F(PlacementManagerTest, ASliceGroupThatLosesAHostMovesWhole) {
   ASSERT_TRUE(g.ok());
   const std::string first_slice = g->group.slice_names.at(0);
   const std::string other = first_slice == "s1" ? "s2" : "s1";
-  ASSERT_TRUE(core_
-                  ->Heartbeat({NodeBeat{first_slice + "-w2",
-                                        scheduler::NodeState::kDead}})
-                  .ok());
+  ASSERT_TRUE(
+      core_
+          ->Heartbeat({NodeBeat{first_slice + "-w2",
+                                scheduler::NodeState::kDead, std::nullopt}})
+          .ok());
   auto moved = core_->placement().Get(g->group.id);
   ASSERT_TRUE(moved.ok());
   EXPECT_EQ(moved->group.state, PgState::kCreated);
@@ -264,6 +267,71 @@ TEST_F(PlacementManagerTest, ASliceGroupThatLosesAHostMovesWhole) {
   auto survivor = core_->nodes().Get(first_slice + "-w0");
   ASSERT_TRUE(survivor.ok());
   EXPECT_TRUE(survivor->placement_group_ids.empty());
+}
+
+TEST_F(PlacementManagerTest, AQuarantinedHostMovesItsSliceAndTakesNothing) {
+  Start();
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  auto g = core_->Create(V6eSlices(1));
+  ASSERT_TRUE(g.ok());
+  const std::string first = g->group.slice_names.at(0);
+  const std::string other = first == "s1" ? "s2" : "s1";
+  const std::string sick = first + "-w1";
+  // The agent reports the host unhealthy: the lease stays, the slice moves.
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{
+                      sick, std::nullopt,
+                      std::vector<std::string>{"slice.error.detected.gauge=1",
+                                               "/dev/accel0 held by pid 7"}}})
+                  .ok());
+  auto node = core_->nodes().Get(sick);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->node.state, scheduler::NodeState::kAlive);
+  EXPECT_EQ(node->node.quarantine_reason,
+            "slice.error.detected.gauge=1; /dev/accel0 held by pid 7");
+  auto moved = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->group.state, PgState::kCreated);
+  EXPECT_EQ(moved->group.slice_names, std::vector<std::string>{other});
+  for (const SliceView& slice : core_->nodes().ListSlices()) {
+    if (slice.info.name != first) continue;
+    EXPECT_FALSE(slice.info.intact);
+    EXPECT_NE(slice.info.reason.find("is quarantined (slice.error"),
+              std::string::npos)
+        << slice.info.reason;
+  }
+  // A second slice group waits, and Explain names the quarantine.
+  const std::string waiting = Create(V6eSlices(1));
+  auto why = core_->placement().Explain(waiting);
+  ASSERT_TRUE(why.ok());
+  const std::string said =
+      absl::StrCat(why->summary, "\n", absl::StrJoin(why->details, "\n"));
+  EXPECT_NE(said.find("quarantined"), std::string::npos) << said;
+  // Re-registration and a beat without a health report keep the quarantine;
+  // it is durable.
+  ASSERT_TRUE(core_->Register(Slice(first, "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{sick, std::nullopt, std::nullopt}}).ok());
+  EXPECT_FALSE(core_->nodes().Get(sick)->node.quarantine_reason.empty());
+  auto stored = memory_.Load();
+  ASSERT_TRUE(stored.ok());
+  for (const scheduler::Node& n : stored->nodes) {
+    if (n.node_id == sick) {
+      EXPECT_FALSE(n.quarantine_reason.empty());
+    }
+  }
+  EXPECT_EQ(core_->placement().Get(waiting)->group.state, PgState::kPending);
+  // A healthy report lifts it, and the waiting group is placed at once.
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{sick, std::nullopt,
+                                        std::vector<std::string>{}}})
+                  .ok());
+  EXPECT_TRUE(core_->nodes().Get(sick)->node.quarantine_reason.empty());
+  auto placed = core_->placement().Get(waiting);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->group.state, PgState::kCreated);
+  EXPECT_EQ(placed->group.slice_names, std::vector<std::string>{first});
 }
 
 TEST_F(PlacementManagerTest, APlainGroupReplacesOnlyItsLostBundles) {
@@ -291,8 +359,10 @@ TEST_F(PlacementManagerTest, ALostGroupWithNowhereToGoWaitsAndKeepsSurvivors) {
   auto g =
       core_->Create(Cpus(2, 4, PgOwner{}, scheduler::Strategy::kStrictSpread));
   ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(
-      core_->Heartbeat({NodeBeat{"b", scheduler::NodeState::kDead}}).ok());
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"b", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
   auto waiting = core_->placement().Get(g->group.id);
   ASSERT_TRUE(waiting.ok());
   EXPECT_EQ(waiting->group.state, PgState::kRescheduling);
@@ -300,7 +370,8 @@ TEST_F(PlacementManagerTest, ALostGroupWithNowhereToGoWaitsAndKeepsSurvivors) {
   EXPECT_EQ(waiting->group.bundles[1].node_id, "");
   // The node comes back: the lost bundle is re-placed beside the survivor,
   // which is never held twice.
-  ASSERT_TRUE(core_->Heartbeat({NodeBeat{"b", std::nullopt}}).ok());
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"b", std::nullopt, std::nullopt}}).ok());
   auto back = core_->placement().Get(g->group.id);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->group.state, PgState::kCreated);
@@ -320,7 +391,8 @@ TEST_F(PlacementManagerTest, ExpiredLeasesRescheduleInTheSameCommit) {
   const std::string held = g->group.bundles[0].node_id;
   const std::string spare = held == "a" ? "b" : "a";
   core_->Advance(absl::Seconds(8));
-  ASSERT_TRUE(core_->Heartbeat({NodeBeat{spare, std::nullopt}}).ok());
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{spare, std::nullopt, std::nullopt}}).ok());
   core_->Advance(absl::Seconds(4));  // `held` is 12 s silent, `spare` 4 s
   ASSERT_TRUE(core_->CheckLeases().ok());
   auto dead = core_->nodes().Get(held);
@@ -423,8 +495,10 @@ TEST_F(PlacementManagerTest, UndrainedNodeTakesTheWaitingGroupsAtOnce) {
   EXPECT_EQ(core_->Undrain("nope").status().code(),
             absl::StatusCode::kNotFound);
   // A dead node comes back by heartbeat or re-registration, not undrain.
-  ASSERT_TRUE(
-      core_->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead}}).ok());
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
   auto dead = core_->Undrain("c2");
   EXPECT_EQ(dead.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(dead.status().message().find("heartbeat or re-registration"),
