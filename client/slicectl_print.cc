@@ -23,6 +23,9 @@ void PrintJson(const google::protobuf::Message& message, bool pretty) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = pretty;
+  // Proto field names (placement_group_id), as grpcurl prints them against
+  // sliced and as the Python client names its fields (docs/clients.md).
+  options.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   // add_whitespace ends with a newline; compact output does not.
   if (out.empty() || out.back() != '\n') out.push_back('\n');

@@ -64,6 +64,8 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(pg.state, "CREATED", pg.pending_reason)
             self.assertTrue(pg.ready)
             self.assertEqual(client.submit(SEED, job_id="job-1", request_id="try-1").id, pg.id)
+            # Proto field names, as `slicectl --json` and grpcurl print them.
+            self.assertEqual(dataclasses.asdict(pg)["placement_group_id"], pg.id)
             ready = client.wait_ready(pg, timeout=10)
             self.assertEqual(ready.slice_names, ["v6e-a"])
             self.assertEqual([w.rank for w in ready.workers], [0, 1, 2, 3])

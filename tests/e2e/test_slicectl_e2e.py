@@ -285,6 +285,9 @@ class SlicectlEndToEnd(unittest.TestCase):
         # --json --wait on the now CREATED group prints it at once.
         r = self.ctl("--json", *SEED, "--request-id", "second", "--wait")
         done = json_format.Parse(r.stdout, P.PlacementGroup())
+        # One spelling: proto field names, as grpcurl and the Python client.
+        self.assertIn('"placement_group_id"', r.stdout)
+        self.assertNotIn('"placementGroupId"', r.stdout)
         self.assertEqual(done.placement_group_id, second.placement_group_id)
         self.assertEqual(done.state, P.CREATED)
         self.assertEqual(len(done.workers), 4)

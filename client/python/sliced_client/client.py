@@ -97,9 +97,11 @@ class Bundle:
 
 @dataclasses.dataclass(frozen=True)
 class PlacementGroup:
-    """state: PENDING, CREATED, RESCHEDULING, REMOVED or INFEASIBLE."""
+    """state: PENDING, CREATED, RESCHEDULING, REMOVED or INFEASIBLE. Field
+    names are the proto's (dataclasses.asdict gives what `slicectl --json`
+    and grpcurl print); `id` is short for placement_group_id."""
 
-    id: str
+    placement_group_id: str
     state: str
     pending_reason: str
     workers: List[Worker]
@@ -111,13 +113,18 @@ class PlacementGroup:
     bundles: List[Bundle] = dataclasses.field(default_factory=list)
 
     @property
+    def id(self) -> str:
+        return self.placement_group_id
+
+    @property
     def ready(self) -> bool:
         return self.state == "CREATED"
 
     @classmethod
     def from_proto(cls, pg) -> "PlacementGroup":
         return cls(
-            id=pg.placement_group_id, state=_pb.PlacementGroupState.Name(pg.state),
+            placement_group_id=pg.placement_group_id,
+            state=_pb.PlacementGroupState.Name(pg.state),
             pending_reason=pg.pending_reason,
             workers=[Worker(rank=w.rank, node_id=w.node_id, address=w.address,
                             slice_name=w.slice_name, env=dict(w.env),
