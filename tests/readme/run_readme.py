@@ -3,8 +3,9 @@
 
 Every ```sh block's `$ command` runs, in document order, against one fresh
 daemon, with only the addresses substituted (127.0.0.1:50051 and
-127.0.0.1:9464 become the test daemon's); ```python blocks run with
-/usr/bin/python3. Where the document shows output under a command, the real
+127.0.0.1:9464 become the test daemon's); ```python blocks run with the
+.venv the README's install block made (else /usr/bin/python3 with
+PYTHONPATH=client/python). Where the document shows output under a command, the real
 output must contain it: whitespace is ignored and "..." stands for anything,
 so the shown text is a sequence of fragments that must appear in order.
 
@@ -33,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
 
-from sliced_testlib import REPO, Daemon  # noqa: E402
+from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc  # noqa: E402
 
 STREAM_SECONDS = 3
 COMMAND_TIMEOUT = 120
@@ -161,10 +162,22 @@ class Runner:
     def run_python(self, block):
         where = "%s:%d: python block" % (block.doc, block.line)
         print(where, flush=True)
-        env = dict(self.env, PYTHONPATH=os.path.join(self.scratch, "client", "python"))
-        proc = subprocess.run(["/usr/bin/python3", "-c", self.substitute(block.text)],
-                              cwd=self.scratch, env=env, capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT)
+        # The README's own interpreter: the .venv its install block made
+        # (no PYTHONPATH); before that block, the checkout's client.
+        venv = os.path.join(self.scratch, ".venv", "bin", "python")
+        if os.path.exists(venv):
+            python, env = venv, self.env
+        else:
+            python = "/usr/bin/python3"
+            env = dict(self.env, PYTHONPATH=os.path.join(self.scratch, "client", "python"))
+        try:
+            proc = subprocess.run([python, "-c", self.substitute(block.text)],
+                                  cwd=self.scratch, env=env, capture_output=True, text=True,
+                                  timeout=COMMAND_TIMEOUT)
+        except subprocess.TimeoutExpired as e:
+            self.fail(where, "still running after %d s" % COMMAND_TIMEOUT,
+                      "%s%s" % (e.stdout or "", e.stderr or ""))
+            return
         if proc.returncode != 0:
             self.fail(where, "exit code %d" % proc.returncode, proc.stdout + proc.stderr)
 
@@ -205,6 +218,13 @@ def main():
         for doc in docs:
             for block in blocks_of(os.path.join(REPO, doc)):
                 runner.run(block)
+        # The documents give back what they take: no group is left.
+        with daemon.channel() as ch:
+            left = sliced_pb2_grpc.PlacementStub(ch).ListPlacementGroups(
+                sliced_pb2.ListPlacementGroupsRequest(), timeout=10).placement_groups
+        if left:
+            runner.fail("end of the documents", "groups left behind: %s" % ", ".join(
+                "%s (job %s)" % (g.placement_group_id, g.job_id) for g in left), "")
     finally:
         daemon.close()
         shutil.rmtree(scratch, ignore_errors=True)
