@@ -13,6 +13,13 @@
 //              gang on one node. Ties, which Ray breaks by hash-map order,
 //              are broken at random (seeded). A slice request takes free
 //              intact slices scored by their head node: all equal, so random.
+//   tiered-first-fit  first fit with the node tiers GKE taints give an
+//              operator (issue 13, item 4): a CPU-only gang is fitted on CPU
+//              nodes alone, then CPU + single-host TPU nodes, then anywhere
+//              (the first tier that holds the whole gang wins); the tuning
+//              knobs of TieredOptions order nodes within a tier. Slices and
+//              gangs with TPU bundles as first-fit (see TieredOptions). A
+//              gang mixing CPU-only and TPU bundles is not tiered.
 // The baselines honour selectors, compute-class priorities (first priority
 // that holds the whole gang), PACK / SPREAD, and slice atomicity (free
 // intact slices only, bundle i on worker i).
@@ -37,16 +44,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "bench/gen/fleet.h"
 #include "bench/gen/trace.h"
 #include "scheduler/snapshot.h"
 
 namespace sliced::bench {
 
-enum class PolicyKind { kSliced, kFirstFit, kRandom, kRay };
+enum class PolicyKind { kSliced, kFirstFit, kRandom, kRay, kTieredFirstFit };
 const char* PolicyName(PolicyKind kind);
+// The policies of the default replay and the whole-slice batches.
 inline constexpr PolicyKind kAllPolicies[] = {
     PolicyKind::kSliced, PolicyKind::kFirstFit, PolicyKind::kRandom,
+    PolicyKind::kRay};
+// The policies of the mixed trace (--workload=mixed).
+inline constexpr PolicyKind kMixedPolicies[] = {
+    PolicyKind::kSliced, PolicyKind::kTieredFirstFit, PolicyKind::kFirstFit,
     PolicyKind::kRay};
 
 // Where each bundle of a job goes (node indexes of the snapshot, bundle
@@ -69,6 +82,23 @@ class Policy {
                           const Job& job) = 0;
 };
 std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed);
+
+// The tuning knobs of tiered-first-fit; the defaults are the tuned setting
+// that MakePolicy(kTieredFirstFit) uses (docs/bench.md says how it was
+// tuned). Each is something an operator can configure in kube-scheduler.
+struct TieredOptions {
+  // Within a tier, nodes that already hold allocations (for a TPU host: any
+  // host of its slice) before idle ones: kube-scheduler's MostAllocated
+  // scoring with the TPU resource in it. Default true.
+  bool busy_first = true;
+  // In the multi-host tier, hosts of smaller slices first (preferred node
+  // affinity weighted by node pool). Default true.
+  bool small_slices_first = true;
+  // Gangs with TPU bundles try single-host TPU nodes before hosts of
+  // multi-host slices (node-pool affinity). Default true.
+  bool tpu_single_host_first = true;
+};
+std::unique_ptr<Policy> MakeTieredPolicy(const TieredOptions& options);
 
 // The per-host bundles of a slice job (num_slices x hosts of {TPU: chips per
 // host}); the bundles themselves for other jobs.
@@ -107,10 +137,15 @@ struct SimSample {
 struct SimResult {
   std::string policy;
   double utilization = 0;       // time-weighted TPU, over the arrival window
+  double chip_hours = 0;        // TPU chip-time held over the arrival window
   double cpu_utilization = 0;
   double acceptance = 0;        // accepted / feasible
   int64_t accepted = 0;
   int64_t feasible = 0;
+  WaitStats wait_all;                             // every job
+  double blocked_chips = 0;     // time average: TPU chips of slices that no
+                                // TPU work holds but CPU-only work keeps
+                                // from being whole
   std::map<std::string, WaitStats> wait_by_kind;  // JobKindName
   std::map<std::string, WaitStats> wait_by_size;  // SizeClass
   std::vector<ShapeFragmentation> fragmentation;
@@ -123,6 +158,10 @@ struct SimResult {
 SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
                  const std::vector<bool>& feasible, PolicyKind kind,
                  const SimOptions& options);
+// The same with a given policy; `name` is the result's policy name.
+SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
+                     const std::vector<bool>& feasible, Policy& policy,
+                     absl::string_view name, const SimOptions& options);
 
 // Whether each job fits the empty fleet (sliced's solver on it).
 std::vector<bool> FeasibleJobs(const Fleet& fleet, const std::vector<Job>& jobs);
