@@ -141,13 +141,13 @@ std::string Command(const MixedOptions& o) {
       o.nodes, o.jobs, o.seed, o.seeds, o.tune_seeds, o.load, o.cpu_load);
 }
 
-std::string Markdown(const MixedOptions& o, const std::vector<SeedRun>& runs,
-                     const Tuning& tuning) {
+// The fleet, the trace and the per-seed figures of every policy.
+std::string RunsTable(const MixedOptions& o, const std::vector<SeedRun>& runs) {
   const Workload& w0 = runs.front().workload;
   std::string md = absl::StrFormat(
       "### Mixed trace: multi-host slices, single-host TPU jobs, CPU gangs\n\n"
       "**Command**: `%s` (what `bench/run.sh` runs; `--quick` uses fewer "
-      "seeds). Per seed k a fleet of %d nodes (seed k: about %d multi-host "
+      "seeds). Per seed k a fleet of %d nodes (seed %d: %d TPU chips, %d multi-host "
       "slices — v6e 4x4 and 8x8, v5p 2x2x4, v4 2x4x4 —, %d single-host TPU "
       "nodes — v6e 2x4, v5e 2x2, v5p 2x2x1 — and %d CPU nodes) and a trace of "
       "%d jobs (45 %% CPU gangs of 1–8 × {CPU: 4–32}, PACK or SPREAD, offering "
@@ -156,7 +156,7 @@ std::string Markdown(const MixedOptions& o, const std::vector<SeedRun>& runs,
       "offered TPU load. Chip-time is TPU chip-hours held over the arrival "
       "window; slice acceptance is over multi-host slice jobs (one or two "
       "slices); p99 waits in minutes.\n\n",
-      Command(o), o.nodes, w0.multi_host_slices, w0.single_host_nodes,
+      Command(o), o.nodes, w0.seed, w0.fleet.tpu_chips, w0.multi_host_slices, w0.single_host_nodes,
       w0.fleet.cpu_nodes, o.jobs, o.cpu_load, 100 * o.load);
   md += "| seed | policy | TPU chip-hours | ÷ tiered | slice acceptance | "
         "single-host acceptance | CPU acceptance | p99 wait all / slice / "
@@ -173,7 +173,12 @@ std::string Markdown(const MixedOptions& o, const std::vector<SeedRun>& runs,
           P99Minutes(r, "single-host"), P99Minutes(r, "cpu"), r.blocked_chips);
     }
   }
-  md += "\nAgainst the target of issue 13 (sliced ≥ 1.05 × the tuned "
+  return md;
+}
+
+// Whether sliced met the target on every seed, and the table that says so.
+std::string TargetTable(const std::vector<SeedRun>& runs) {
+  std::string md = "\nAgainst the target of issue 13 (sliced ≥ 1.05 × the tuned "
         "tiered-first-fit's TPU chip-time on every seed, and no lower "
         "slice acceptance):\n\n| seed | sliced ÷ tiered chip-time | slice "
         "acceptance sliced / tiered | met |\n| --- | --- | --- | --- |\n";
@@ -187,6 +192,34 @@ std::string Markdown(const MixedOptions& o, const std::vector<SeedRun>& runs,
                           run.workload.seed, ratio, 100 * sa, 100 * ta,
                           ratio >= 1.05 && sa >= ta - 1e-9 ? "✅" : "❌");
   }
+  return md;
+}
+
+// Where the CPU-only bundles went, all seeds summed.
+std::string CpuTable(const std::vector<SeedRun>& runs) {
+  std::string md =
+      "\nWhere the CPU-only bundles went (all seeds), by the state of the node "
+      "and its slice just before: a bundle on a host of a slice that holds "
+      "TPU work costs nothing now, but keeps the slice from being whole "
+      "after that work ends.\n\n| policy |";
+  for (const char* c : kCpuBundleClasses) md += absl::StrCat(" ", c, " |");
+  md += "\n| --- |";
+  for (int c = 0; c < kNumCpuBundleClasses; ++c) md += " --- |";
+  md += "\n";
+  for (size_t p = 0; p < runs.front().results.size(); ++p) {
+    md += "| " + runs.front().results[p].policy + " |";
+    for (int c = 0; c < kNumCpuBundleClasses; ++c) {
+      int64_t n = 0;
+      for (const SeedRun& run : runs) n += run.results[p].cpu_bundles[c];
+      absl::StrAppendFormat(&md, " %d |", n);
+    }
+    md += "\n";
+  }
+  return md;
+}
+
+std::string TuningTable(const Tuning& tuning) {
+  std::string md;
   absl::StrAppendFormat(
       &md,
       "\nTuning of tiered-first-fit (on other fleets and traces, seeds %s): "
@@ -200,6 +233,11 @@ std::string Markdown(const MixedOptions& o, const std::vector<SeedRun>& runs,
                           v == tuning.best ? " (chosen)" : "", absl::StrJoin(each, ", "));
   }
   return md;
+}
+
+std::string Markdown(const MixedOptions& o, const std::vector<SeedRun>& runs,
+                     const Tuning& tuning) {
+  return RunsTable(o, runs) + TargetTable(runs) + CpuTable(runs) + TuningTable(tuning);
 }
 
 std::string Json(const std::vector<SeedRun>& runs, const Tuning& tuning) {

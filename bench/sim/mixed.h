@@ -26,7 +26,7 @@ struct MixedOptions {
   int seeds = 5;            // runs compared
   int tune_seeds = 3;       // runs used to tune the baseline (other seeds)
   double load = 0.9;        // offered TPU load / fleet chips
-  double cpu_load = 1.0;    // offered CPU-gang load / CPU of the CPU nodes
+  double cpu_load = 1.5;    // offered CPU-gang load / CPU of the CPU nodes
   double cpu_fraction = 0.05;  // share of CPU-only nodes in the fleet
   std::string out_dir = ".";
   bool check = false;       // exit 1 unless every policy placed jobs

@@ -54,6 +54,32 @@ std::shared_ptr<const InventorySnapshot> Commit(
   return *std::move(next);
 }
 
+// TPU chips held on the hosts of slice `s`.
+int64_t TpuHeld(const InventorySnapshot& snap, int32_t s) {
+  int64_t held = 0;
+  for (uint32_t h : snap.slice(s).hosts) {
+    held += Get(snap.node(h).node.resources, "TPU") - Get(snap.node(h).free, "TPU");
+  }
+  return held;
+}
+
+}  // namespace
+
+const char* const kCpuBundleClasses[kNumCpuBundleClasses] = {
+    "CPU node", "single-host, TPU held", "single-host, CPU work only",
+    "free single-host", "multi-host, TPU held", "multi-host, CPU work only",
+    "free multi-host"};
+
+int CpuBundleClass(const InventorySnapshot& snap, uint32_t node) {
+  const InventorySnapshot::NodeEntry& e = snap.node(node);
+  if (!e.tpu || e.slice < 0) return 0;
+  const int base = e.single_host ? 1 : 4;
+  if (snap.slice(e.slice).free()) return base + 2;
+  return TpuHeld(snap, e.slice) > 0 ? base : base + 1;
+}
+
+namespace {
+
 int64_t Sum(const Placement& p, absl::string_view resource) {
   int64_t total = 0;
   for (const ResourceSet& r : p.resources) total += Get(r, resource);
@@ -288,6 +314,10 @@ SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
         failed.insert(signatures[job.id]);
         ++it;
         continue;
+      }
+      for (size_t b = 0; b < p.nodes.size(); ++b) {
+        if (Get(p.resources[b], "TPU") > 0) continue;
+        ++result.cpu_bundles[CpuBundleClass(*snap, p.nodes[b])];
       }
       snap = Commit(*snap, job, p);
       used_chips += Sum(p, "TPU");

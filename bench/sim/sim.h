@@ -83,17 +83,18 @@ class Policy {
 };
 std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed);
 
-// The tuning knobs of tiered-first-fit; the defaults are the tuned setting
-// that MakePolicy(kTieredFirstFit) uses (docs/bench.md says how it was
-// tuned). Each is something an operator can configure in kube-scheduler.
+// The tuning knobs of tiered-first-fit; the defaults are the setting the
+// tuning of `sliced_sim --workload=mixed` chose (only the last knob changed
+// anything measurable; docs/bench.md), which MakePolicy(kTieredFirstFit)
+// uses. Each is something an operator can configure in kube-scheduler.
 struct TieredOptions {
   // Within a tier, nodes that already hold allocations (for a TPU host: any
   // host of its slice) before idle ones: kube-scheduler's MostAllocated
-  // scoring with the TPU resource in it. Default true.
-  bool busy_first = true;
+  // scoring with the TPU resource in it. Default false.
+  bool busy_first = false;
   // In the multi-host tier, hosts of smaller slices first (preferred node
-  // affinity weighted by node pool). Default true.
-  bool small_slices_first = true;
+  // affinity weighted by node pool). Default false.
+  bool small_slices_first = false;
   // Gangs with TPU bundles try single-host TPU nodes before hosts of
   // multi-host slices (node-pool affinity). Default true.
   bool tpu_single_host_first = true;
@@ -126,6 +127,14 @@ struct ShapeFragmentation {
                                 // chips outside whole free slices / free chips
 };
 
+// Where a CPU-only bundle went, by the state of the node (and its slice)
+// before the placement: 0 CPU node; 1-3 single-host TPU node whose slice
+// holds TPU work / only CPU work / nothing; 4-6 the same for a host of a
+// multi-host slice.
+inline constexpr int kNumCpuBundleClasses = 7;
+extern const char* const kCpuBundleClasses[kNumCpuBundleClasses];
+int CpuBundleClass(const scheduler::InventorySnapshot& snap, uint32_t node);
+
 struct SimSample {
   double t_s = 0;
   double utilization = 0;       // held TPU chips / fleet chips
@@ -143,6 +152,7 @@ struct SimResult {
   int64_t accepted = 0;
   int64_t feasible = 0;
   WaitStats wait_all;                             // every job
+  int64_t cpu_bundles[kNumCpuBundleClasses] = {};  // by CpuBundleClass
   double blocked_chips = 0;     // time average: TPU chips of slices that no
                                 // TPU work holds but CPU-only work keeps
                                 // from being whole

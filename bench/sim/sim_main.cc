@@ -56,7 +56,7 @@ ABSL_FLAG(std::string, workload, "default",
           "trace (multi-host slices, single-host TPU jobs, CPU gangs) against "
           "the tuned tiered-first-fit (defaults: 2000 nodes, 6000 jobs, 5 seeds, "
           "quick 2)");
-ABSL_FLAG(double, cpu_load, 1.0,
+ABSL_FLAG(double, cpu_load, 1.5,
           "mixed: offered CPU-gang load / CPU of the CPU-only nodes");
 ABSL_FLAG(int, tune_seeds, 3,
           "mixed: fleets and traces (seeds 1000 + seed, ...) on which "
