@@ -47,6 +47,20 @@ Workload MakeWorkload(const MixedOptions& o, uint64_t seed) {
   return w;
 }
 
+// The what-if row: sliced with CPU-only gangs first kept off multi-host hosts.
+constexpr char kHintName[] = "sliced + CPU hint (what-if)";
+
+SimResult RunHint(const Workload& w) {
+  std::vector<std::string> multi;
+  for (const FleetShape& s : w.fleet.shapes) {
+    if (s.shape.hosts > 1) multi.push_back(s.shape.pod_type);
+  }
+  SimOptions so;
+  so.seed = w.seed;
+  auto policy = MakeSlicedCpuHintPolicy(std::move(multi));
+  return ReplayWith(w.fleet, w.trace, w.feasible, *policy, kHintName, so);
+}
+
 SimResult Run(const Workload& w, PolicyKind kind, const TieredOptions& tiered) {
   SimOptions so;
   so.seed = w.seed;
@@ -277,6 +291,8 @@ int RunMixed(const MixedOptions& o) {
       run.results.push_back(Run(run.workload, kind, tuned));
       sane = sane && run.results.back().accepted > 0;
     }
+    Progress("mixed seed %d: replaying the what-if", o.seed + k);
+    run.results.push_back(RunHint(run.workload));
     runs.push_back(std::move(run));
   }
   Progress("%s", "");

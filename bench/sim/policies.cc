@@ -38,6 +38,35 @@ class SlicedPolicy : public Policy {
   }
 };
 
+bool CpuOnly(const scheduler::PlacementRequest& request);
+
+// A what-if, not a policy anyone configures: sliced, but a gang of CPU-only
+// bundles is first asked with a selector that keeps those bundles off the
+// hosts of multi-host slices (`ray.io/tpu-pod-type` !in(...)); when that
+// does not fit, the plain request. The engine is not changed.
+class SlicedCpuHintPolicy : public Policy {
+ public:
+  explicit SlicedCpuHintPolicy(scheduler::SelectorTerm hint) : hint_(std::move(hint)) {}
+
+  Placement Place(const InventorySnapshot& snapshot, const Job& job) override {
+    if (!job.request.slice && CpuOnly(job.request)) {
+      Job hinted = job;
+      for (scheduler::Bundle& b : hinted.request.bundles) {
+        b.selector.terms.push_back(hint_);
+        std::stable_sort(b.selector.terms.begin(), b.selector.terms.end(),
+                         [](const auto& x, const auto& y) { return x.key < y.key; });
+      }
+      Placement p = plain_.Place(snapshot, hinted);
+      if (!p.nodes.empty()) return p;
+    }
+    return plain_.Place(snapshot, job);
+  }
+
+ private:
+  scheduler::SelectorTerm hint_;
+  SlicedPolicy plain_;
+};
+
 // --- baselines: fitting one generic gang on an ordered list of nodes ----------
 
 // One attempt to fit a generic gang on `order` (the nodes it may use, in
@@ -313,6 +342,14 @@ const char* PolicyName(PolicyKind kind) {
 std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed) {
   if (kind == PolicyKind::kSliced) return std::make_unique<SlicedPolicy>();
   return std::make_unique<BaselinePolicy>(kind, seed);
+}
+
+std::unique_ptr<Policy> MakeSlicedCpuHintPolicy(std::vector<std::string> multi_host_pod_types) {
+  std::sort(multi_host_pod_types.begin(), multi_host_pod_types.end());
+  return std::make_unique<SlicedCpuHintPolicy>(
+      scheduler::SelectorTerm{std::string(scheduler::kLabelTpuPodType),
+                              scheduler::SelectorOp::kNotIn,
+                              std::move(multi_host_pod_types)});
 }
 
 std::unique_ptr<Policy> MakeTieredPolicy(const TieredOptions& options) {

@@ -101,6 +101,13 @@ struct TieredOptions {
 };
 std::unique_ptr<Policy> MakeTieredPolicy(const TieredOptions& options);
 
+// A what-if for the engine's ranks of CPU-only bundles (the engine itself is
+// not changed): sliced, but a CPU-only gang is first asked with a selector
+// keeping it off hosts of the given multi-host pod types (e.g. "v6e-16"),
+// then, if that fails, as it is.
+std::unique_ptr<Policy> MakeSlicedCpuHintPolicy(
+    std::vector<std::string> multi_host_pod_types);
+
 // The per-host bundles of a slice job (num_slices x hosts of {TPU: chips per
 // host}); the bundles themselves for other jobs.
 std::vector<scheduler::Bundle> ExpandBundles(const Job& job);
