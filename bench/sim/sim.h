@@ -84,9 +84,9 @@ class Policy {
 std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed);
 
 // The tuning knobs of tiered-first-fit; the defaults are the setting the
-// tuning of `sliced_sim --workload=mixed` chose (only the last knob changed
-// anything measurable; docs/bench.md), which MakePolicy(kTieredFirstFit)
-// uses. Each is something an operator can configure in kube-scheduler.
+// tuning of `sliced_sim --workload=mixed` chose at its default CPU load
+// (docs/bench.md), which MakePolicy(kTieredFirstFit) uses; the mixed
+// comparison itself uses whatever its tuning picks. Each is something an operator can configure in kube-scheduler.
 struct TieredOptions {
   // Within a tier, nodes that already hold allocations (for a TPU host: any
   // host of its slice) before idle ones: kube-scheduler's MostAllocated
