@@ -11,7 +11,8 @@
 # Markdown from the last run's output, run nothing), --build-dir DIR
 # (default build-bench), JOBS=N in the environment for the build (default 1).
 # Steps: build sliced, sliced_sim and sliced_load (Release); sliced_sim
-# (quality replay, whole-slice batch vs max flow, solver latency 1k-100k);
+# (quality replay, whole-slice batch vs max flow, solver latency 1k-100k;
+# then --workload=mixed: the mixed trace against the tuned tiered-first-fit);
 # sliced_load (throughput vs the health-check ceiling at 16 and 64 clients,
 # RSS per node / per PG, restart at 100k nodes + 50k PGs). Raw output: JSON
 # and the SVG plot in bench/results/ (or the quick dir).
@@ -84,6 +85,8 @@ if [[ $RENDER_ONLY == 0 ]]; then
   SECONDS=0
   echo "== sliced_sim ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_sim" "${MODE[@]}" --out_dir="$OUT" >/dev/null
+  echo "== sliced_sim --workload=mixed ${MODE[*]:-}" >&2
+  "$BUILD/bench/sliced_sim" "${MODE[@]}" --workload=mixed --out_dir="$OUT" >/dev/null
   echo "== sliced_load ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_load" "${MODE[@]}" --daemon="$BUILD/server/sliced" \
     --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" >/dev/null
@@ -117,7 +120,9 @@ load = json.load(open(f"{out}/load.json"))
 sim = json.load(open(f"{out}/sim.json"))
 
 def section(name, title, body):
-    return (f"<!-- bench/run.sh:BEGIN {name} -->\n## {title}\n\n{body.rstrip()}\n"
+    # No title: the body brings its own heading (a ### subsection).
+    heading = f"## {title}\n\n" if title else ""
+    return (f"<!-- bench/run.sh:BEGIN {name} -->\n{heading}{body.rstrip()}\n"
             f"<!-- bench/run.sh:END {name} -->\n")
 
 def median(xs):
@@ -194,12 +199,16 @@ def read(name):
         return "(not run)\n"
 
 quality = read("sim_quality.md").replace("results/quality.svg", f"{rel_out}/quality.svg" if rel_out != "bench/results" else "results/quality.svg")
+mixed = read("sim_mixed.md")
+if not mixed.startswith("###"):
+    mixed = "### Mixed trace (sliced_sim --workload=mixed)\n\n" + mixed
 sections = [
     ("harness", "Harness: summary (bench/run.sh)", summary),
     ("load", "End to end over gRPC (sliced_load)", read("load.md")),
     ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
     ("solver-scaling", "Solver latency on generated fleets (sliced_sim)", read("sim_scaling.md")),
     ("quality", "Placement quality (sliced_sim)", quality),
+    ("quality-mixed", None, mixed),
 ]
 text = open(results).read()
 for name, title, body in sections:

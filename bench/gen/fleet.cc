@@ -2,6 +2,8 @@
 #include "bench/gen/fleet.h"
 
 #include <cstdlib>
+#include <iterator>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +29,13 @@ constexpr CatalogueEntry kCatalogue[] = {
     {TpuGeneration::kV5p, "4x4x4", 6},  {TpuGeneration::kV4, "2x2x2", 4},
     {TpuGeneration::kV4, "2x4x4", 5},   {TpuGeneration::kV7x, "2x2x1", 3},
     {TpuGeneration::kV7x, "2x2x4", 6},  {TpuGeneration::kV7x, "4x4x4", 4},
+};
+// The mixed-trace catalogue (FleetMix::kMixed).
+constexpr CatalogueEntry kMixedCatalogue[] = {
+    {TpuGeneration::kV6e, "4x4", 30},   {TpuGeneration::kV6e, "8x8", 10},
+    {TpuGeneration::kV5p, "2x2x4", 10}, {TpuGeneration::kV4, "2x4x4", 10},
+    {TpuGeneration::kV6e, "2x4", 20},   {TpuGeneration::kV5e, "2x2", 10},
+    {TpuGeneration::kV5p, "2x2x1", 10},
 };
 constexpr double kZoneWeights[] = {0.35, 0.25, 0.25, 0.15};
 constexpr double kTierWeights[] = {0.30, 0.10, 0.35, 0.25};
@@ -57,7 +66,10 @@ Fleet GenerateFleet(const FleetOptions& options) {
   Fleet fleet;
   std::vector<scheduler::TpuShape> shapes;
   std::vector<double> slice_weights;  // host share / hosts: picks slices
-  for (const CatalogueEntry& e : kCatalogue) {
+  const bool mixed = options.mix == FleetMix::kMixed;
+  const auto* first = mixed ? std::begin(kMixedCatalogue) : std::begin(kCatalogue);
+  const auto* last = mixed ? std::end(kMixedCatalogue) : std::end(kCatalogue);
+  for (const CatalogueEntry& e : std::span(first, last)) {
     auto shape = scheduler::ResolveTpuShape(e.generation, e.topology);
     if (!shape.ok()) std::abort();  // the catalogue is constant and valid
     slice_weights.push_back(e.host_share / shape->hosts);

@@ -27,10 +27,21 @@ inline constexpr const char* kZones[] = {"us-east5-a", "us-east5-b",
 inline constexpr const char* kTiers[] = {"spot", "flex-start", "reserved",
                                          "on-demand"};
 
+// Which catalogue of slice shapes the fleet draws from.
+enum class FleetMix {
+  kDefault,  // every generation, single- and multi-host, up to v6e 16x16
+  // The mixed-trace fleet (issue 13, item 4): multi-host slices (v6e 4x4 and
+  // 8x8, v5p 2x2x4, v4 2x4x4; 60 % of the TPU hosts) and single-host TPU
+  // nodes (v6e 2x4, v5e 2x2, v5p 2x2x1; 40 %). Use with a small
+  // cpu_fraction (e.g. 0.05): a few CPU nodes.
+  kMixed,
+};
+
 struct FleetOptions {
   int64_t nodes = 1000;        // total nodes, TPU hosts and CPU nodes
   uint64_t seed = 1;
   double cpu_fraction = 0.15;  // share of CPU-only nodes
+  FleetMix mix = FleetMix::kDefault;
 };
 
 // One slice shape the fleet holds, with how many slices of it.

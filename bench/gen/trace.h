@@ -29,6 +29,7 @@ enum class JobKind {
   kTpuBundles,  // generic {TPU: k} bundles, not slice-aware (Ray users' habit)
   kSlice,       // one whole slice
   kMultiSlice,  // several whole slices of one shape
+  kSingleHost,  // one whole single-host slice (mixed trace only)
 };
 const char* JobKindName(JobKind kind);
 
@@ -49,10 +50,26 @@ struct TraceOptions {
   int64_t jobs = 2000;
   uint64_t seed = 1;
   double load = 0.9;  // offered TPU chip-seconds per second / fleet chips
+  // Mixed trace only: offered CPU of the CPU gangs (core-seconds per second)
+  // / the CPU of the fleet's CPU-only nodes. Above 1 the gangs must spill
+  // onto TPU hosts.
+  double cpu_load = 1.0;
 };
 
 // Generates a trace over `fleet`. Jobs are in arrival order; ids are 0..n-1.
 std::vector<Job> GenerateTrace(const Fleet& fleet, const TraceOptions& options);
+
+// The mixed trace of issue 13, item 4, for a FleetMix::kMixed fleet: 45 %
+// CPU gangs (1-8 x {CPU: 4-32}, PACK or SPREAD, ~20 min), 25 % one
+// single-host slice (~1 h), 5 % generic {TPU: 4, CPU: 8} bundles (1-2, PACK,
+// ~40 min), 22 % one multi-host slice (~2 h), 3 % two multi-host slices
+// (~3 h). Shapes are drawn by the chips the fleet has of them; no selectors
+// or compute classes; priorities 0/1/2 (70/25/5 %). Poisson arrivals at the
+// rate that offers `load` x the chips of the multi-host slices; the
+// durations of the other jobs are scaled (before the clamp to 30 s..48 h)
+// so that single-host jobs offer `load` x the single-host chips and CPU
+// gangs `cpu_load` x the CPU of the CPU-only nodes.
+std::vector<Job> GenerateMixedTrace(const Fleet& fleet, const TraceOptions& options);
 
 // A batch of whole-slice jobs (single and multi-slice, some with a zone
 // selector or the cost-optimized class), all arriving at t = 0, asking for

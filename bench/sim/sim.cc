@@ -9,11 +9,10 @@
 #include <set>
 #include <tuple>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "bench/common/rng.h"
 #include "bench/common/stats.h"
+#include "bench/sim/sim_util.h"
 #include "scheduler/solver.h"
 
 namespace sliced::bench {
@@ -23,214 +22,14 @@ using scheduler::InventorySnapshot;
 using scheduler::LabelSelector;
 using scheduler::ResourceSet;
 
-int64_t Get(const ResourceSet& set, absl::string_view name) {
-  auto it = set.find(name);
-  return it == set.end() ? 0 : it->second;
-}
-
-void AddTo(ResourceSet& into, const ResourceSet& add) {
-  for (const auto& [name, amount] : add) into[name] += amount;
-}
-
-[[noreturn]] void Die(absl::string_view what) {
-  std::fprintf(stderr, "sliced_sim: %.*s\n", static_cast<int>(what.size()),
-               what.data());
-  std::abort();
-}
+using sim_util::Die;
+using sim_util::Get;
 
 std::shared_ptr<const InventorySnapshot> BuildEmpty(const Fleet& fleet) {
   auto snap = InventorySnapshot::Build(fleet.nodes, {});
   if (!snap.ok()) Die(snap.status().ToString());
   return *std::move(snap);
 }
-
-// --- sliced: the real engine -------------------------------------------------
-
-class SlicedPolicy : public Policy {
- public:
-  Placement Place(const InventorySnapshot& snapshot, const Job& job) override {
-    const scheduler::Decision d = scheduler::Solve(snapshot, job.request);
-    if (d.outcome != scheduler::Decision::kPlaced) return {};
-    std::vector<scheduler::Bundle> bundles = ExpandBundles(job);
-    if (d.fallback_index >= 0) bundles = job.request.fallbacks[d.fallback_index];
-    Placement p;
-    for (size_t i = 0; i < d.bundle_nodes.size(); ++i) {
-      p.nodes.push_back(static_cast<uint32_t>(snapshot.NodeIndex(d.bundle_nodes[i])));
-      p.resources.push_back(bundles[i].resources);
-    }
-    return p;
-  }
-};
-
-// --- baselines -----------------------------------------------------------------
-
-class BaselinePolicy : public Policy {
- public:
-  BaselinePolicy(PolicyKind kind, uint64_t seed) : kind_(kind), rng_(seed) {}
-
-  Placement Place(const InventorySnapshot& snapshot, const Job& job) override {
-    std::vector<LabelSelector> priorities = job.request.priorities;
-    if (priorities.empty()) priorities.emplace_back();
-    for (const LabelSelector& priority : priorities) {
-      Placement p = job.request.slice
-                        ? PlaceSlices(snapshot, job, priority)
-                        : PlaceGeneric(snapshot, job, priority);
-      if (!p.nodes.empty()) return p;
-    }
-    return {};
-  }
-
- private:
-  // Whole free intact slices of the job's shape whose hosts all match.
-  Placement PlaceSlices(const InventorySnapshot& snap, const Job& job,
-                        const LabelSelector& priority) {
-    const scheduler::SliceRequirement& req = *job.request.slice;
-    std::vector<uint32_t> candidates;
-    for (const auto& [key, slices] : snap.slices_by_key()) {
-      if (key.generation != req.generation || key.topology != req.topology) continue;
-      for (uint32_t s : slices) {
-        const InventorySnapshot::SliceEntry& e = snap.slice(s);
-        if (!e.info.intact || !e.free()) continue;
-        bool ok = true;
-        for (uint32_t h : e.hosts) {
-          const scheduler::Node& n = snap.node(h).node;
-          ok = ok && n.state == scheduler::NodeState::kAlive &&
-               scheduler::Matches(req.selector, n.labels) &&
-               scheduler::Matches(priority, n.labels);
-        }
-        if (ok) candidates.push_back(s);
-      }
-    }
-    if (static_cast<int>(candidates.size()) < req.num_slices) return {};
-    if (kind_ == PolicyKind::kFirstFit) {
-      std::sort(candidates.begin(), candidates.end());
-    } else {  // random; Ray's scorer ties every free slice, broken at random
-      for (int i = 0; i < req.num_slices; ++i) {
-        std::swap(candidates[i],
-                  candidates[rng_.Int(i, static_cast<int64_t>(candidates.size()) - 1)]);
-      }
-    }
-    const std::vector<scheduler::Bundle> bundles = ExpandBundles(job);
-    Placement p;
-    for (int s = 0; s < req.num_slices; ++s) {
-      for (uint32_t h : snap.slice(candidates[s]).hosts) {
-        p.resources.push_back(bundles[p.nodes.size()].resources);
-        p.nodes.push_back(h);
-      }
-    }
-    return p;
-  }
-
-  Placement PlaceGeneric(const InventorySnapshot& snap, const Job& job,
-                         const LabelSelector& priority) {
-    const std::vector<scheduler::Bundle>& bundles = job.request.bundles;
-    order_.clear();
-    for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
-      const scheduler::Node& n = snap.node(i).node;
-      if (n.state == scheduler::NodeState::kAlive &&
-          scheduler::Matches(priority, n.labels)) {
-        order_.push_back(i);
-      }
-    }
-    if (kind_ == PolicyKind::kRandom) {
-      for (size_t i = order_.size(); i > 1; --i) {
-        std::swap(order_[i - 1], order_[rng_.Int(0, static_cast<int64_t>(i) - 1)]);
-      }
-    }
-    absl::flat_hash_map<uint32_t, ResourceSet> used;
-    auto fits = [&](uint32_t i, const ResourceSet& r, const LabelSelector& sel) {
-      if (!sel.empty() && !scheduler::Matches(sel, snap.node(i).node.labels)) return false;
-      const ResourceSet& free = snap.node(i).free;
-      auto u = used.find(i);
-      for (const auto& [name, amount] : r) {
-        const int64_t held = u == used.end() ? 0 : Get(u->second, name);
-        if (Get(free, name) - held < amount) return false;
-      }
-      return true;
-    };
-    // Ray's LeastResourceScorer: sum over requested resources of the
-    // remaining share after placing; larger is better.
-    auto score = [&](uint32_t i, const ResourceSet& r) {
-      const ResourceSet& free = snap.node(i).free;
-      auto u = used.find(i);
-      double s = 0;
-      for (const auto& [name, amount] : r) {
-        const int64_t avail = Get(free, name) - (u == used.end() ? 0 : Get(u->second, name));
-        if (avail > 0) s += double(avail - amount) / double(avail);
-      }
-      return s;
-    };
-    // The policy's choice among nodes passing `allowed`; -1 when none.
-    auto choose = [&](const ResourceSet& r, const LabelSelector& sel, auto allowed) {
-      int64_t best = -1;
-      double best_score = -1;
-      int ties = 0;
-      for (uint32_t i : order_) {
-        if (!allowed(i) || !fits(i, r, sel)) continue;
-        if (kind_ != PolicyKind::kRay) return int64_t{i};
-        const double s = score(i, r);
-        if (s > best_score + 1e-12) {
-          best = i, best_score = s, ties = 1;
-        } else if (s > best_score - 1e-12 && rng_.Int(0, ties++) == 0) {
-          best = i;
-        }
-      }
-      return best;
-    };
-    const LabelSelector none;
-    Placement p;
-    if (job.request.strategy == scheduler::Strategy::kPack) {
-      ResourceSet sum;
-      bool same_selector = true;
-      for (const auto& b : bundles) {
-        AddTo(sum, b.resources);
-        same_selector = same_selector && b.selector == bundles[0].selector;
-      }
-      if (same_selector) {
-        const int64_t n = choose(sum, bundles[0].selector, [](uint32_t) { return true; });
-        if (n >= 0) {
-          for (const auto& b : bundles) {
-            p.nodes.push_back(static_cast<uint32_t>(n));
-            p.resources.push_back(b.resources);
-          }
-          return p;
-        }
-      }
-    }
-    std::vector<uint32_t> gang;  // nodes this gang uses, in first-use order
-    for (const auto& b : bundles) {
-      int64_t n = -1;
-      const bool pack = job.request.strategy == scheduler::Strategy::kPack;
-      if (pack) {
-        for (uint32_t g : gang) {
-          if (fits(g, b.resources, b.selector)) {
-            n = g;
-            break;
-          }
-        }
-      }
-      if (n < 0) {
-        n = choose(b.resources, b.selector, [&](uint32_t i) {
-          return pack || std::find(gang.begin(), gang.end(), i) == gang.end();
-        });
-      }
-      if (n < 0 && !pack) {
-        n = choose(b.resources, b.selector, [](uint32_t) { return true; });
-      }
-      if (n < 0) return {};
-      const uint32_t node = static_cast<uint32_t>(n);
-      AddTo(used[node], b.resources);
-      if (std::find(gang.begin(), gang.end(), node) == gang.end()) gang.push_back(node);
-      p.nodes.push_back(node);
-      p.resources.push_back(b.resources);
-    }
-    return p;
-  }
-
-  PolicyKind kind_;
-  Rng rng_;
-  std::vector<uint32_t> order_;
-};
 
 std::string PgId(const Job& job) { return absl::StrCat("job-", job.id); }
 
@@ -254,6 +53,32 @@ std::shared_ptr<const InventorySnapshot> Commit(
   if (!next.ok()) Die(absl::StrCat("job ", job.id, ": ", next.status().ToString()));
   return *std::move(next);
 }
+
+// TPU chips held on the hosts of slice `s`.
+int64_t TpuHeld(const InventorySnapshot& snap, int32_t s) {
+  int64_t held = 0;
+  for (uint32_t h : snap.slice(s).hosts) {
+    held += Get(snap.node(h).node.resources, "TPU") - Get(snap.node(h).free, "TPU");
+  }
+  return held;
+}
+
+}  // namespace
+
+const char* const kCpuBundleClasses[kNumCpuBundleClasses] = {
+    "CPU node", "single-host, TPU held", "single-host, CPU work only",
+    "free single-host", "multi-host, TPU held", "multi-host, CPU work only",
+    "free multi-host"};
+
+int CpuBundleClass(const InventorySnapshot& snap, uint32_t node) {
+  const InventorySnapshot::NodeEntry& e = snap.node(node);
+  if (!e.tpu || e.slice < 0) return 0;
+  const int base = e.single_host ? 1 : 4;
+  if (snap.slice(e.slice).free()) return base + 2;
+  return TpuHeld(snap, e.slice) > 0 ? base : base + 1;
+}
+
+namespace {
 
 int64_t Sum(const Placement& p, absl::string_view resource) {
   int64_t total = 0;
@@ -323,16 +148,6 @@ class MaxFlow {
 
 }  // namespace
 
-const char* PolicyName(PolicyKind kind) {
-  switch (kind) {
-    case PolicyKind::kSliced: return "sliced";
-    case PolicyKind::kFirstFit: return "first-fit";
-    case PolicyKind::kRandom: return "random";
-    case PolicyKind::kRay: return "ray-worst-fit";
-  }
-  return "?";
-}
-
 const char* const kSizeClasses[5] = {"0 (CPU)", "1-8 chips", "9-64 chips",
                                      "65-256 chips", ">256 chips"};
 
@@ -342,24 +157,6 @@ const char* SizeClass(const Job& job) {
   if (job.chips <= 64) return kSizeClasses[2];
   if (job.chips <= 256) return kSizeClasses[3];
   return kSizeClasses[4];
-}
-
-std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed) {
-  if (kind == PolicyKind::kSliced) return std::make_unique<SlicedPolicy>();
-  return std::make_unique<BaselinePolicy>(kind, seed);
-}
-
-std::vector<scheduler::Bundle> ExpandBundles(const Job& job) {
-  if (!job.request.slice || !job.request.bundles.empty()) return job.request.bundles;
-  const scheduler::SliceRequirement& req = *job.request.slice;
-  auto shape = scheduler::ResolveTpuShape(req.generation, req.topology);
-  if (!shape.ok()) Die(shape.status().ToString());
-  ResourceSet per_host = req.resources_per_host;
-  if (per_host.empty()) {
-    per_host = {{"TPU", shape->chips / shape->hosts * scheduler::kResourceScale}};
-  }
-  return std::vector<scheduler::Bundle>(req.num_slices * shape->hosts,
-                                        scheduler::Bundle{per_host, {}, ""});
 }
 
 std::vector<bool> FeasibleJobs(const Fleet& fleet, const std::vector<Job>& jobs) {
@@ -376,11 +173,17 @@ std::vector<bool> FeasibleJobs(const Fleet& fleet, const std::vector<Job>& jobs)
 SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
                  const std::vector<bool>& feasible, PolicyKind kind,
                  const SimOptions& options) {
+  auto policy = MakePolicy(kind, options.seed);
+  return ReplayWith(fleet, trace, feasible, *policy, PolicyName(kind), options);
+}
+
+SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
+                     const std::vector<bool>& feasible, Policy& policy,
+                     absl::string_view name, const SimOptions& options) {
   const auto wall_start = std::chrono::steady_clock::now();
   SimResult result;
-  result.policy = PolicyName(kind);
+  result.policy = std::string(name);
   auto snap = BuildEmpty(fleet);
-  auto policy = MakePolicy(kind, options.seed);
 
   int64_t total_cpu = 0;
   for (const auto& n : fleet.nodes) total_cpu += Get(n.resources, "CPU");
@@ -395,7 +198,7 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
   std::priority_queue<Completion, std::vector<Completion>, std::greater<>> running;
   std::vector<Placement> placed(trace.size());
   std::map<std::string, std::vector<double>> waits, size_waits;
-  std::vector<double> window_waits;
+  std::vector<double> window_waits, all_waits;
   double chip_time = 0, cpu_time = 0;
   size_t next_arrival = 0;
   int next_sample = 0;
@@ -412,6 +215,7 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
     double whole_free = 0, stranded = 0;
   };
   std::map<std::string, FragSum> frag;
+  double blocked_sum = 0;  // chips of slices held by CPU-only work alone
   auto sample = [&](double at) {
     SimSample s;
     s.t_s = at - start;
@@ -430,6 +234,9 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
       int64_t chips = 0;
       for (uint32_t h : e.hosts) chips += Get(snap->node(h).free, "TPU");
       free_chips += chips;
+      if (!e.free() && chips == e.shape.chips * scheduler::kResourceScale) {
+        blocked_sum += e.shape.chips;
+      }
       if (e.info.intact && e.free()) {
         ++whole;
         whole_chips += chips;
@@ -502,11 +309,15 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
         continue;
       }
       ++tries;
-      Placement p = policy->Place(*snap, job);
+      Placement p = policy.Place(*snap, job);
       if (p.nodes.empty()) {
         failed.insert(signatures[job.id]);
         ++it;
         continue;
+      }
+      for (size_t b = 0; b < p.nodes.size(); ++b) {
+        if (Get(p.resources[b], "TPU") > 0) continue;
+        ++result.cpu_bundles[CpuBundleClass(*snap, p.nodes[b])];
       }
       snap = Commit(*snap, job, p);
       used_chips += Sum(p, "TPU");
@@ -515,6 +326,7 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
       waits[JobKindName(job.kind)].push_back(wait);
       size_waits[SizeClass(job)].push_back(wait);
       window_waits.push_back(wait);
+      all_waits.push_back(wait);
       running.push({t + job.duration_s, job.id});
       placed[job.id] = std::move(p);
       ++result.accepted;
@@ -527,6 +339,7 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
   }
   const double window = std::max(1e-9, horizon - start);
   result.utilization = chip_time / window / total_chips;
+  result.chip_hours = chip_time / double(scheduler::kResourceScale) / 3600;
   result.cpu_utilization = total_cpu ? cpu_time / window / total_cpu : 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     if (!feasible[i]) continue;
@@ -544,6 +357,9 @@ SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
       s.p99_s = Percentile(w, 0.99);
     }
   }
+  result.blocked_chips = blocked_sum / options.samples;
+  result.wait_all = {result.accepted, result.feasible, Mean(all_waits),
+                     Percentile(all_waits, 0.99)};
   for (const auto& [shape, f] : frag) {
     result.fragmentation.push_back(
         {shape, f.slices, f.whole_free / options.samples, f.stranded / options.samples});

@@ -13,6 +13,13 @@
 //              gang on one node. Ties, which Ray breaks by hash-map order,
 //              are broken at random (seeded). A slice request takes free
 //              intact slices scored by their head node: all equal, so random.
+//   tiered-first-fit  first fit with the node tiers GKE taints give an
+//              operator (issue 13, item 4): a CPU-only gang is fitted on CPU
+//              nodes alone, then CPU + single-host TPU nodes, then anywhere
+//              (the first tier that holds the whole gang wins); the tuning
+//              knobs of TieredOptions order nodes within a tier. Slices and
+//              gangs with TPU bundles as first-fit (see TieredOptions). A
+//              gang mixing CPU-only and TPU bundles is not tiered.
 // The baselines honour selectors, compute-class priorities (first priority
 // that holds the whole gang), PACK / SPREAD, and slice atomicity (free
 // intact slices only, bundle i on worker i).
@@ -37,16 +44,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "bench/gen/fleet.h"
 #include "bench/gen/trace.h"
 #include "scheduler/snapshot.h"
 
 namespace sliced::bench {
 
-enum class PolicyKind { kSliced, kFirstFit, kRandom, kRay };
+enum class PolicyKind { kSliced, kFirstFit, kRandom, kRay, kTieredFirstFit };
 const char* PolicyName(PolicyKind kind);
+// The policies of the default replay and the whole-slice batches.
 inline constexpr PolicyKind kAllPolicies[] = {
     PolicyKind::kSliced, PolicyKind::kFirstFit, PolicyKind::kRandom,
+    PolicyKind::kRay};
+// The policies of the mixed trace (--workload=mixed).
+inline constexpr PolicyKind kMixedPolicies[] = {
+    PolicyKind::kSliced, PolicyKind::kTieredFirstFit, PolicyKind::kFirstFit,
     PolicyKind::kRay};
 
 // Where each bundle of a job goes (node indexes of the snapshot, bundle
@@ -69,6 +82,31 @@ class Policy {
                           const Job& job) = 0;
 };
 std::unique_ptr<Policy> MakePolicy(PolicyKind kind, uint64_t seed);
+
+// The tuning knobs of tiered-first-fit; the defaults are the setting the
+// tuning of `sliced_sim --workload=mixed` chose at its default CPU load
+// (docs/bench.md), which MakePolicy(kTieredFirstFit) uses; the mixed
+// comparison itself uses whatever its tuning picks. Each is something an operator can configure in kube-scheduler.
+struct TieredOptions {
+  // Within a tier, nodes that already hold allocations (for a TPU host: any
+  // host of its slice) before idle ones: kube-scheduler's MostAllocated
+  // scoring with the TPU resource in it. Default false.
+  bool busy_first = false;
+  // In the multi-host tier, hosts of smaller slices first (preferred node
+  // affinity weighted by node pool). Default false.
+  bool small_slices_first = false;
+  // Gangs with TPU bundles try single-host TPU nodes before hosts of
+  // multi-host slices (node-pool affinity). Default true.
+  bool tpu_single_host_first = true;
+};
+std::unique_ptr<Policy> MakeTieredPolicy(const TieredOptions& options);
+
+// A what-if for the engine's ranks of CPU-only bundles (the engine itself is
+// not changed): sliced, but a CPU-only gang is first asked with a selector
+// keeping it off hosts of the given multi-host pod types (e.g. "v6e-16"),
+// then, if that fails, as it is.
+std::unique_ptr<Policy> MakeSlicedCpuHintPolicy(
+    std::vector<std::string> multi_host_pod_types);
 
 // The per-host bundles of a slice job (num_slices x hosts of {TPU: chips per
 // host}); the bundles themselves for other jobs.
@@ -96,6 +134,14 @@ struct ShapeFragmentation {
                                 // chips outside whole free slices / free chips
 };
 
+// Where a CPU-only bundle went, by the state of the node (and its slice)
+// before the placement: 0 CPU node; 1-3 single-host TPU node whose slice
+// holds TPU work / only CPU work / nothing; 4-6 the same for a host of a
+// multi-host slice.
+inline constexpr int kNumCpuBundleClasses = 7;
+extern const char* const kCpuBundleClasses[kNumCpuBundleClasses];
+int CpuBundleClass(const scheduler::InventorySnapshot& snap, uint32_t node);
+
 struct SimSample {
   double t_s = 0;
   double utilization = 0;       // held TPU chips / fleet chips
@@ -107,10 +153,16 @@ struct SimSample {
 struct SimResult {
   std::string policy;
   double utilization = 0;       // time-weighted TPU, over the arrival window
+  double chip_hours = 0;        // TPU chip-time held over the arrival window
   double cpu_utilization = 0;
   double acceptance = 0;        // accepted / feasible
   int64_t accepted = 0;
   int64_t feasible = 0;
+  WaitStats wait_all;                             // every job
+  int64_t cpu_bundles[kNumCpuBundleClasses] = {};  // by CpuBundleClass
+  double blocked_chips = 0;     // time average: TPU chips of slices that no
+                                // TPU work holds but CPU-only work keeps
+                                // from being whole
   std::map<std::string, WaitStats> wait_by_kind;  // JobKindName
   std::map<std::string, WaitStats> wait_by_size;  // SizeClass
   std::vector<ShapeFragmentation> fragmentation;
@@ -123,6 +175,10 @@ struct SimResult {
 SimResult Replay(const Fleet& fleet, const std::vector<Job>& trace,
                  const std::vector<bool>& feasible, PolicyKind kind,
                  const SimOptions& options);
+// The same with a given policy; `name` is the result's policy name.
+SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
+                     const std::vector<bool>& feasible, Policy& policy,
+                     absl::string_view name, const SimOptions& options);
 
 // Whether each job fits the empty fleet (sliced's solver on it).
 std::vector<bool> FeasibleJobs(const Fleet& fleet, const std::vector<Job>& jobs);

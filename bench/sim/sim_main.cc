@@ -3,10 +3,13 @@
 // solver's decision latency from 1k to 100k nodes, all in-process.
 //
 //   sliced_sim [--quick] [--check] --out_dir=DIR
+//   sliced_sim --workload=mixed [--quick] [--check] --out_dir=DIR
 //
 // Writes DIR/sim.json, DIR/quality.svg, and the Markdown sections
 // DIR/sim_quality.md and DIR/sim_scaling.md that bench/run.sh splices into
-// bench/RESULTS.md. Progress goes to stderr when it is a terminal.
+// bench/RESULTS.md. With --workload=mixed it runs only the mixed-trace
+// comparison of issue 13 (bench/sim/mixed.h): DIR/mixed.json and
+// DIR/sim_mixed.md. Progress goes to stderr when it is a terminal.
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +32,7 @@
 #include "bench/common/svg.h"
 #include "bench/gen/fleet.h"
 #include "bench/gen/trace.h"
+#include "bench/sim/mixed.h"
 #include "bench/sim/sim.h"
 #include "scheduler/solver.h"
 
@@ -47,6 +51,16 @@ ABSL_FLAG(std::string, scaling_nodes, "",
           "fleet sizes for solver latency (default 1000,10000,100000; quick "
           "1000,10000)");
 ABSL_FLAG(std::string, out_dir, ".", "where the JSON, SVG and Markdown go");
+ABSL_FLAG(std::string, workload, "default",
+          "default: the replay, batches and solver scaling; mixed: the mixed "
+          "trace (multi-host slices, single-host TPU jobs, CPU gangs) against "
+          "the tuned tiered-first-fit (defaults: 2000 nodes, 6000 jobs, 5 seeds, "
+          "quick 2)");
+ABSL_FLAG(double, cpu_load, 1.5,
+          "mixed: offered CPU-gang load / CPU of the CPU-only nodes");
+ABSL_FLAG(int, tune_seeds, 3,
+          "mixed: fleets and traces (seeds 1000 + seed, ...) on which "
+          "tiered-first-fit's knobs are tuned");
 ABSL_FLAG(bool, check, false,
           "exit 1 unless every policy accepted jobs of every trace and no "
           "batch placed more slices than the max-flow bound");
@@ -185,7 +199,30 @@ bool Sane(const std::vector<std::vector<SimResult>>& seed_results,
   return sane;
 }
 
+// --workload=mixed: the flags that apply, with that workload's defaults.
+int MainMixed() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  MixedOptions o;
+  if (absl::GetFlag(FLAGS_nodes) > 0) o.nodes = absl::GetFlag(FLAGS_nodes);
+  if (absl::GetFlag(FLAGS_jobs) > 0) o.jobs = absl::GetFlag(FLAGS_jobs);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.seeds = absl::GetFlag(FLAGS_replay_seeds) > 0 ? absl::GetFlag(FLAGS_replay_seeds)
+                                                  : (quick ? 2 : 5);
+  o.tune_seeds = quick ? 1 : absl::GetFlag(FLAGS_tune_seeds);
+  o.load = absl::GetFlag(FLAGS_load);
+  o.cpu_load = absl::GetFlag(FLAGS_cpu_load);
+  o.out_dir = absl::GetFlag(FLAGS_out_dir);
+  o.check = absl::GetFlag(FLAGS_check);
+  return RunMixed(o);
+}
+
 int Main() {
+  const std::string workload = absl::GetFlag(FLAGS_workload);
+  if (workload == "mixed") return MainMixed();
+  if (workload != "default") {
+    std::fprintf(stderr, "sliced_sim: unknown --workload '%s'\n", workload.c_str());
+    return 2;
+  }
   const bool quick = absl::GetFlag(FLAGS_quick);
   int64_t nodes = absl::GetFlag(FLAGS_nodes);
   if (nodes == 0) nodes = quick ? 2000 : 10000;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "tests/scheduler/builders.h"
 
 namespace sliced::bench {
 namespace {
@@ -81,6 +82,65 @@ TEST(SimTest, BoundIsExactForUnconstrainedSingleSlices) {
   EXPECT_EQ(cmp.bound_slices, expected);
   EXPECT_EQ(cmp.results[1].policy, "first-fit");
   EXPECT_EQ(cmp.results[1].slices_placed, expected);
+}
+
+// tiered-first-fit on a fleet whose TPU hosts come first in node-id order
+// (so plain first-fit takes them first): the v6e 4x4 slice "a" (hosts
+// a-w0..a-w3, 96 CPU each), the single-host v6e 2x4 node "b-w0" (96 CPU) and
+// the CPU node "z-cpu" (32 CPU).
+class TieredFirstFitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    using scheduler::testing::Slice;
+    for (auto nodes : {Slice("a", "TPU-V6E", "4x4"), Slice("b", "TPU-V6E", "2x4"),
+                       std::vector<scheduler::Node>{scheduler::testing::CpuNode("z-cpu", 32)}}) {
+      fleet_.nodes.insert(fleet_.nodes.end(), nodes.begin(), nodes.end());
+    }
+    auto snap = scheduler::InventorySnapshot::Build(fleet_.nodes, {});
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    snap_ = *std::move(snap);
+  }
+
+  static Job CpuGang(int bundles, double cpu, scheduler::Strategy strategy) {
+    Job job;
+    for (int b = 0; b < bundles; ++b) {
+      job.request.bundles.push_back({{{"CPU", scheduler::testing::Units(cpu)}}, {}, ""});
+    }
+    job.request.strategy = strategy;
+    return job;
+  }
+
+  // The node ids of a placement, bundle order.
+  std::vector<std::string> Nodes(PolicyKind kind, const Job& job) const {
+    std::vector<std::string> ids;
+    for (uint32_t n : MakePolicy(kind, 1)->Place(*snap_, job).nodes) {
+      ids.push_back(snap_->node(n).node.node_id);
+    }
+    return ids;
+  }
+
+  Fleet fleet_;
+  std::shared_ptr<const scheduler::InventorySnapshot> snap_;
+};
+
+TEST_F(TieredFirstFitTest, CpuGangTakesTheCpuNodeBeforeTpuHosts) {
+  using V = std::vector<std::string>;
+  // SPREAD would like two nodes, but the CPU node holds both bundles.
+  const Job gang = CpuGang(2, 8, scheduler::Strategy::kSpread);
+  EXPECT_EQ(Nodes(PolicyKind::kTieredFirstFit, gang), (V{"z-cpu", "z-cpu"}));
+  EXPECT_EQ(Nodes(PolicyKind::kFirstFit, gang), (V{"a-w0", "a-w1"}));
+  const Job pack = CpuGang(3, 8, scheduler::Strategy::kPack);
+  EXPECT_EQ(Nodes(PolicyKind::kTieredFirstFit, pack), (V{"z-cpu", "z-cpu", "z-cpu"}));
+}
+
+TEST_F(TieredFirstFitTest, SingleHostTpuNodeBeforeHostsOfMultiHostSlices) {
+  using V = std::vector<std::string>;
+  // Too big for the CPU node: the single-host node, not a host of "a".
+  EXPECT_EQ(Nodes(PolicyKind::kTieredFirstFit, CpuGang(1, 64, scheduler::Strategy::kPack)),
+            (V{"b-w0"}));
+  // Only the last tier holds three of 64: lower tiers still come first in it.
+  EXPECT_EQ(Nodes(PolicyKind::kTieredFirstFit, CpuGang(3, 64, scheduler::Strategy::kSpread)),
+            (V{"b-w0", "a-w0", "a-w1"}));
 }
 
 }  // namespace
