@@ -113,6 +113,10 @@ class InventorySnapshot {
     std::string tier;
     std::string zone;
     int64_t allocated_hosts = 0;  // hosts holding any allocation
+    // Hosts holding an allocation that asks for TPU, and hosts holding one
+    // that asks none (CPU-only work); a host may count in both.
+    int64_t tpu_held_hosts = 0;
+    int64_t cpu_held_hosts = 0;
     bool free() const { return allocated_hosts == 0; }
   };
   // Slice indexes (ascending) per (generation, topology, tier, zone).

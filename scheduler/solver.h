@@ -163,8 +163,10 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      index, intersected with the snapshot's rank bitsets (ALIVE only).
 //   2. Ranks (lower first). CPU-only bundles: CPU nodes already in use, idle
 //      CPU nodes, TPU nodes whose slice is already broken (used, then idle),
-//      free single-host TPU slices, hosts of free intact multi-host slices
-//      (smallest slices first: <= 4 hosts, <= 16, larger).
+//      free single-host TPU slices, hosts of intact multi-host slices that
+//      only TPU work holds (whole again when it ends, unless a CPU bundle
+//      stays), hosts of free intact multi-host slices (smallest slices
+//      first: <= 4 hosts, <= 16, larger).
 //      TPU bundles: single-host TPU nodes first (used, idle but not a whole
 //      free slice, free single-host slices), then multi-host TPU nodes in
 //      the same order, so hosts of free intact multi-host slices come last
@@ -172,7 +174,7 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      these, so scans skip full nodes. A gang with CPU-only bundles is
 //      placed in tiers, whatever its strategy: those bundles first see no
 //      node of a whole free TPU slice, then free single-host TPU nodes too,
-//      then every node. So a CPU bundle lands on a TPU node only when no CPU
+//      then hosts of slices only TPU work holds, then every node. So a CPU bundle lands on a TPU node only when no CPU
 //      node fits or its selector asks for TPU nodes, and a free multi-host
 //      slice is broken only when nothing else fits (the summary says so).
 //   3. Fit the whole gang, bundles largest first (TPU, CPU, memory):

@@ -104,8 +104,10 @@ Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
   }
   // Whole slices stay whole, whatever the strategy: CPU-only bundles first
   // without any whole free TPU slice, then with free single-host TPU nodes,
-  // and only then anywhere.
-  for (int limit : {kCpuRankNoFreeTpu, kCpuRankNoFreeMultiHost}) {
+  // then with hosts of multi-host slices that only TPU work holds, and only
+  // then anywhere.
+  for (int limit :
+       {kCpuRankNoFreeTpu, kCpuRankNoFreeMultiHost, kCpuRankNoWholeMultiHost}) {
     GangContext tier = ctx;
     tier.cpu_rank_limit = limit;
     Attempt attempt = PlaceWithin(tier, bundles, priority);
@@ -117,7 +119,8 @@ Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
   for (size_t b = 0; b < bundles.size(); ++b) {
     const int rank = ctx.snap->Rank(BundleKind::kCpuOnly, attempt.nodes[b]);
     if (KindOf(bundles[b].resources) == BundleKind::kCpuOnly &&
-        rank >= kCpuRankNoFreeTpu && rank < kNumRanks - 1) {
+        (rank == kCpuRankNoFreeTpu ||
+         (rank >= kCpuRankNoWholeMultiHost && rank < kNumRanks - 1))) {
       ++on_free_tpu;
     }
   }

@@ -33,9 +33,16 @@ int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   const bool whole = SliceFreeIntact(e.slice);
   // Hosts of free intact multi-host slices come last, smallest slices first
   // (<= 4 hosts, <= 16, larger): breaking a small slice costs less.
-  auto whole_multi = [&] {
+  auto whole_multi = [&](int base) {
     const int64_t hosts = slice(e.slice).shape.hosts;
-    return 5 + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
+    return base + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
+  };
+  // An intact multi-host slice that only TPU work holds comes back whole
+  // when that work ends, unless a CPU bundle is left on one of its hosts.
+  auto held_by_tpu_alone = [&] {
+    if (e.single_host || e.slice < 0) return false;
+    const SliceEntry& s = slice(e.slice);
+    return s.info.intact && s.tpu_held_hosts > 0 && s.cpu_held_hosts == 0;
   };
   // A node with nothing left of the bundle kind's main resource comes last
   // (still a candidate: a re-placed PG's own allocations count as free).
@@ -50,13 +57,17 @@ int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   }
   if (kind == BundleKind::kCpuOnly) {
     if (!e.tpu) return used ? 0 : 1;
-    if (!whole) return used ? 2 : 3;
-    return e.single_host ? 4 : whole_multi();
+    if (!whole) {
+      if (held_by_tpu_alone()) return kCpuRankNoFreeMultiHost;
+      return used ? 2 : 3;
+    }
+    return e.single_host ? kCpuRankNoFreeTpu
+                         : whole_multi(kCpuRankNoWholeMultiHost);
   }
   if (!e.tpu) return kNumRanks;
   if (e.single_host) return used ? 0 : (whole ? 2 : 1);
   if (used) return 3;
-  return whole ? whole_multi() : 4;
+  return whole ? whole_multi(5) : 4;
 }
 
 }  // namespace sliced::scheduler::internal

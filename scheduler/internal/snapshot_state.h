@@ -32,11 +32,15 @@ namespace sliced::scheduler::internal {
 // explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
 // a TPU bundle).
 enum class BundleKind { kCpuOnly = 0, kTpu = 1 };
-inline constexpr int kNumRanks = 9;  // rank 8: no CPU (TPU) left at all
-// CPU-only ranks below which no whole free TPU slice lies: CPU nodes and
-// TPU nodes of broken slices (0-3); then free single-host TPU nodes (4).
+inline constexpr int kNumRanks = 10;  // rank 9: no CPU (TPU) left at all
+// CPU-only tiers. Below kCpuRankNoFreeTpu: CPU nodes and TPU nodes of
+// slices already broken (0-3); then free single-host TPU nodes (4); then
+// hosts of an intact multi-host slice held by TPU work alone (5), which is
+// whole again when that work ends unless a CPU bundle stays; then hosts of
+// free intact multi-host slices (6-8).
 inline constexpr int kCpuRankNoFreeTpu = 4;
 inline constexpr int kCpuRankNoFreeMultiHost = 5;
+inline constexpr int kCpuRankNoWholeMultiHost = 6;
 
 class SnapshotState {
  public:

@@ -439,9 +439,16 @@ class SnapshotWriter {
 
   void RecountSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
-    int64_t allocated = 0;
+    int64_t allocated = 0, tpu_held = 0, cpu_held = 0;
     for (uint32_t h : old.hosts) {
-      if (!st_.node(h).allocations.empty()) ++allocated;
+      const std::vector<Allocation>& held = st_.node(h).allocations;
+      if (!held.empty()) ++allocated;
+      bool tpu = false, cpu = false;
+      for (const Allocation& a : held) {
+        (a.resources.contains(kResourceTpu) ? tpu : cpu) = true;
+      }
+      tpu_held += tpu ? 1 : 0;
+      cpu_held += cpu ? 1 : 0;
     }
     const uint32_t w0 = old.hosts.empty() ? 0 : old.hosts[0];
     auto label = [&](absl::string_view key) -> std::string {
@@ -451,12 +458,15 @@ class SnapshotWriter {
     };
     std::string tier = label(kLabelCapacityTier);
     std::string zone = label(kLabelZone);
-    if (allocated == old.allocated_hosts && tier == old.tier &&
+    if (allocated == old.allocated_hosts && tpu_held == old.tpu_held_hosts &&
+        cpu_held == old.cpu_held_hosts && tier == old.tier &&
         zone == old.zone) {
       return;
     }
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     se.allocated_hosts = allocated;
+    se.tpu_held_hosts = tpu_held;
+    se.cpu_held_hosts = cpu_held;
     se.tier = std::move(tier);
     se.zone = std::move(zone);
   }

@@ -118,15 +118,17 @@ TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
   // Ranks: cpu1 used CPU node ranks first for CPU bundles.
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu1")), 0);
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("cpu2")), 1);
-  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w0")), 3);
+  // b is held by TPU work alone: after free single-host nodes (whole again
+  // when that work ends); a is free and whole: after that.
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w0")), 5);
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("solo")), 4);
-  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("a-w0")), 5);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("a-w0")), 6);
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("cpu1")), kNumRanks);
   // b-w2's 4 chips are all held: it ranks last for TPU bundles, but a CPU
-  // bundle may still use it (a held slice, so rank 2).
+  // bundle may still use it (a slice only TPU work holds, so rank 5).
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("b-w2")),
             kNumRanks - 1);
-  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w2")), 2);
+  EXPECT_EQ(StateOf(s).Rank(BundleKind::kCpuOnly, s.NodeIndex("b-w2")), 5);
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("solo")), 2);
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("a-w0")), 5);
 }
@@ -188,7 +190,7 @@ TEST(SnapshotTest, SliceBecomesHeldAndFreeAgain) {
   EXPECT_FALSE(held->GetSlice("a")->free);
   EXPECT_TRUE(snap->GetSlice("a")->free);  // the source is unchanged
   EXPECT_EQ(StateOf(*held).Rank(BundleKind::kCpuOnly, held->NodeIndex("a-w0")),
-            3);
+            5);  // held by TPU work alone
   SnapshotDelta release;
   release.release_pg_ids = {"pg"};
   auto freed = *held->Apply(release);

@@ -270,14 +270,18 @@ TEST(SolverRankTest, Table) {
        cluster(true, false, false), B(Tpu(1)), "h-w0"},
       {"CPU bundle stays off TPU nodes", cluster(true, true, true), B(Cpu(4)),
        "cpu"},
-      {"CPU bundle goes to a broken slice (its busy host first)",
-       cluster(false, true, true), B(Cpu(4)), "h-w2"},
+      {"CPU bundle: a free single-host node before a slice only TPU work "
+       "holds (whole again when that work ends)",
+       cluster(false, true, true), B(Cpu(4)), "solo"},
+      {"CPU bundle goes to a slice only TPU work holds "
+       "before breaking a free one",
+       cluster(false, false, true), B(Cpu(4)), "h-w0"},
       {"CPU bundle: a free single-host slice before a free multi-host one",
        cluster(false, true, false), B(Cpu(4)), "solo"},
       {"CPU bundle too big for the CPU node", cluster(true, true, true),
-       B(Cpu(16)), "h-w2"},
+       B(Cpu(16)), "solo"},
       {"CPU bundle with a TPU selector", cluster(true, true, true),
-       B(Cpu(1), {{"ray.io/accelerator-type", "TPU-V6E"}}), "h-w2"},
+       B(Cpu(1), {{"ray.io/accelerator-type", "TPU-V6E"}}), "solo"},
       {"TPU bundle: free single-host slice before breaking a multi-host one",
        cluster(true, true, false), B(Tpu(1)), "solo"},
   };
@@ -329,6 +333,33 @@ TEST(SolverRankTest, CpuBundlesKeepWholeFreeSlicesWholeWhateverTheStrategy) {
       Solve(*snap2, Generic(Strategy::kSpread, {B(Cpu(8)), B(Cpu(8))}));
   ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
   EXPECT_EQ(Nodes(d), "cpu,one-w0");
+}
+
+// A slice that only TPU work holds is whole again when that work ends: a
+// spilled CPU bundle goes to a free single-host TPU node first (sliced_sim's
+// mixed trace, bench/RESULTS.md). Once CPU work already sits on the slice,
+// more of it costs nothing there, and the busy slice host comes first.
+TEST(SolverRankTest, CpuBundlesLeaveSlicesThatOnlyTpuWorkHolds) {
+  std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");
+  Append(nodes, Slice("one", "TPU-V6E", "2x4"));  // a single-host slice
+  std::vector<Allocation> tpu_job;
+  for (int w = 0; w < 4; ++w) {
+    tpu_job.push_back({"slice-job", w, absl::StrCat("s-w", w), Tpu(4)});
+  }
+  auto held = Snap(nodes, tpu_job);
+  Decision d = Solve(*held, Generic(Strategy::kPack, {B(Cpu(1))}));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "one-w0");
+  EXPECT_EQ(d.diagnosis.summary.find("whole free TPU capacity"),
+            std::string::npos)
+      << d.diagnosis.summary;
+
+  std::vector<Allocation> mixed = tpu_job;
+  mixed.push_back({"cpu-job", 0, "s-w2", Cpu(1)});
+  auto broken = Snap(nodes, mixed);
+  Decision d2 = Solve(*broken, Generic(Strategy::kPack, {B(Cpu(1))}));
+  ASSERT_EQ(d2.outcome, Decision::kPlaced) << d2.diagnosis.summary;
+  EXPECT_EQ(Nodes(d2), "s-w2");
 }
 
 // --- Strategies -------------------------------------------------------------
