@@ -198,10 +198,12 @@ class LogBuffer:
         about dropped lines first, if any were."""
         out = list(self._head(MAX_BATCH))
         if self._dropped_unreported:
+            # Dated just before the oldest line kept: where the gap is.
+            when = (out[0].time - 1e-6) if out else (time.time() if now is None else now)
             out.insert(0, Line("sliced-agent: dropped %d log lines (buffer of %d full while "
                                "the daemon was unreachable)" % (self._dropped_unreported,
                                                                self.capacity), "WARNING",
-                               time.time() if now is None else now))
+                               when))
             out = out[:MAX_BATCH]
         return out
 
