@@ -3,7 +3,6 @@
 (`python3 -m sliced_agent`) on them, and a daemon on a port that survives
 its restarts. Everything binds 127.0.0.1."""
 import os
-import queue
 import re
 import signal
 import socket
@@ -71,8 +70,9 @@ class Agent:
     """One `python3 -m sliced_agent` process; its stderr is read all the time."""
 
     def __init__(self, test, server, sim_host, *args, env=None, guard=False):
-        self.lines = queue.Queue()
         self.all = []
+        self._cursor = 0
+        self._cond = threading.Condition()
         full_env = {k: v for k, v in os.environ.items()
                     if not k.startswith("TPU_") and k != "GCE_METADATA_HOST"}
         full_env.update(PYTHONPATH=CLIENT_DIR, **(sim_host.env if sim_host else {}))
@@ -88,20 +88,26 @@ class Agent:
 
     def _read(self):
         for line in self.proc.stderr:
-            self.all.append(line)
-            self.lines.put(line)
+            with self._cond:
+                self.all.append(line)
+                self._cond.notify_all()
+
+    def mark(self):
+        """From now on, wait_for() looks only at lines printed after this."""
+        with self._cond:
+            self._cursor = len(self.all)
 
     def wait_for(self, pattern, timeout=20):
-        """Reads stderr lines up to one matching `pattern`; returns it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
+        """The first stderr line since the last mark() (or the start) that
+        matches `pattern`, waiting for it up to `timeout` seconds."""
+        def found():
+            return next((line for line in self.all[self._cursor:]
+                         if re.search(pattern, line)), None)
+        with self._cond:
+            if not self._cond.wait_for(found, timeout):
                 raise AssertionError("agent printed no line matching %r in %.0fs:\n%s"
-                                     % (pattern, timeout, "".join(self.all))) from None
-            if re.search(pattern, line):
-                return line
+                                     % (pattern, timeout, "".join(self.all)))
+            return found()
 
     def text(self):
         return "".join(self.all)

@@ -55,14 +55,17 @@ class AgentLeaseEndToEnd(unittest.TestCase):
         data = temp_data_dir(self)
         d = start_daemon(self, data)
         agents = self.start_fleet(d)
+        for a in agents:
+            a.mark()
         d.kill9()
         for a in agents:
             a.wait_for("heartbeat failed .*UNAVAILABLE")
+            a.mark()
         time.sleep(1)  # a short outage, as a daemon restart is
         d2 = start_daemon(self, data, d.port)
         for a in agents:
-            a.wait_for("registered")  # again: the daemon may have lost it
             a.wait_for("daemon answers again")
+            a.wait_for("registered")  # again: the daemon may have lost it
         wait_states(d2.port, dict.fromkeys(NODES, "ALIVE"))
         with Client("127.0.0.1:%d" % d2.port) as client:
             for n in NODES:  # heartbeats reached the new process

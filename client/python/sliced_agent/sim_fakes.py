@@ -125,12 +125,15 @@ class _Quiet(http.server.BaseHTTPRequestHandler):
         pass
 
     def reply(self, code: int, body: bytes, headers=()):
-        self.send_response(code)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(code)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the agent went away (a hanging GET when it stopped)
 
 
 class _HttpFake:
