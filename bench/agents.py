@@ -68,37 +68,31 @@ def start_daemon(args, port, metrics_port, data):
 
 def measure_outage(args, procs, port, metrics_port, client):
     """SIGKILLs the daemon, restarts it after --outage s on the same port and
-    data, and measures how the agents come back: seconds until every node is
-    ALIVE with a heartbeat to the new process, and the busiest second of
-    heartbeats in the first 20 s."""
+    data, and measures how the agents come back over the next 20 s: when the
+    last agent logged "daemon answers again" (its first answered heartbeat),
+    the busiest second of heartbeats, and the fewest nodes ALIVE."""
     procs[-1].kill()
     procs[-1].wait()
     time.sleep(args.outage)
     procs.append(start_daemon(args, port, metrics_port, args.data))
-    t0, last, peak = time.monotonic(), 0.0, 0.0
-    back = None
-    while time.monotonic() - t0 < 20 or back is None:
+    restarted, t0, last, peak, min_alive = time.time(), time.monotonic(), 0.0, 0.0, args.agents
+    while time.monotonic() - t0 < 20:
         time.sleep(1)
         now = heartbeats(metrics_port)
         peak, last = max(peak, now - last), now
-        if back is None and beaten_since_restart(port) == args.agents:
-            back = time.monotonic() - t0
-        if time.monotonic() - t0 > 120:
-            break
-    return {"outage_s": args.outage,
-            "all_alive_after_restart_s": round(back, 1) if back else None,
-            "peak_heartbeats_per_s_after_restart": peak}
-
-
-def beaten_since_restart(port):
-    """Nodes ALIVE with a heartbeat seen by this daemon process (a restarted
-    daemon loads nodes without last_heartbeat until they beat again)."""
-    import grpc
-    from sliced_client._stubs import sliced_pb2, sliced_pb2_grpc
-    with grpc.insecure_channel("127.0.0.1:%d" % port) as channel:
-        nodes = sliced_pb2_grpc.InventoryStub(channel).ListNodes(
-            sliced_pb2.ListNodesRequest(page_size=5000), timeout=30).nodes
-    return sum(n.state == sliced_pb2.ALIVE and n.HasField("last_heartbeat") for n in nodes)
+        min_alive = min(min_alive, alive(client)[0])
+    back = []
+    with open(args.fleet_log) as f:
+        for line in f:
+            if "daemon answers again" in line:
+                when = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + \
+                    int(line[20:23]) / 1000
+                if when >= restarted - 1:
+                    back.append(when - restarted)
+    return {"outage_s": args.outage, "agents_back": len(back),
+            "last_agent_back_after_s": round(max(back), 1) if back else None,
+            "median_agent_back_after_s": round(sorted(back)[len(back) // 2], 1) if back else None,
+            "peak_heartbeats_per_s_after_restart": peak, "alive_min_after_restart": min_alive}
 
 
 def alive(client):
@@ -111,6 +105,7 @@ def run(args):
     tmp = tempfile.mkdtemp(prefix="sliced-bench-agents-")
     port, metrics_port = free_port(), free_port()
     args.data = os.path.join(tmp, "data")
+    args.fleet_log = os.path.join(tmp, "fleet.log")
     daemon = start_daemon(args, port, metrics_port, args.data)
     procs = [daemon]
     try:
@@ -123,7 +118,7 @@ def run(args):
              "--source", "device-plugin", "--shared_plugin", "--log_rate", "0.2",
              "--workers", str(args.workers), "--dir", os.path.join(tmp, "hosts"), "--",
              "--metrics_interval", "10", "--health_interval", "10", "--log_interval", "2"],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "fleet.log"), "w"))
+            env=env, stdout=subprocess.DEVNULL, stderr=open(args.fleet_log, "w"))
         procs.insert(0, fleet)
         client = Client("127.0.0.1:%d" % port, timeout=30)
         start = time.monotonic()
@@ -161,7 +156,10 @@ def run(args):
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("SLICED_BENCH_KEEP"):
+            print("kept", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def record(result, command):
@@ -181,13 +179,15 @@ def record(result, command):
             result["heartbeats_per_s"], result["daemon_cpu_pct"], result["daemon_rss_mib"],
             result["agents_cpu_pct"], result["agents_rss_mib"], result["ramp_s"]), ""]
     if "outage_s" in result:
-        lines += ["Then the daemon was SIGKILLed and restarted %.0f s later on the same data: "
-                  "every node had heartbeated the new process %s s after its start (no manual "
-                  "step); the "
-                  "busiest second of heartbeats in the next 20 s: %.0f (steady: %.0f/s)."
-                  % (result["outage_s"], result["all_alive_after_restart_s"],
-                     result["peak_heartbeats_per_s_after_restart"],
-                     result["heartbeats_per_s"]), ""]
+        lines += ["Then the daemon was SIGKILLed and restarted %.0f s later on the same data. "
+                  "%d agents logged their first answered heartbeat after the restart, the "
+                  "median %s s and the last %s s after it (full-jitter backoff, capped at half "
+                  "the lease); the busiest second had %.0f heartbeats (steady: %.0f/s); "
+                  "fewest nodes ALIVE in the 20 s after: %d. No manual step."
+                  % (result["outage_s"], result["agents_back"],
+                     result["median_agent_back_after_s"], result["last_agent_back_after_s"],
+                     result["peak_heartbeats_per_s_after_restart"], result["heartbeats_per_s"],
+                     result["alive_min_after_restart"]), ""]
     with open(os.path.join(REPO, "bench", "RESULTS.md"), "a") as f:
         f.write("\n".join(lines))
 

@@ -3,7 +3,7 @@ drain, as tasks for a Runner (runner.py).
 
     beat            register if needed, then Heartbeat(node, health) every
                     lease/3; on failure back off with full jitter (capped at
-                    half the lease) and register again once the daemon
+                    a quarter of the lease) and register again once the daemon
                     answers (a restarted daemon, or NOT_FOUND)
     report_metrics  every --metrics_interval: the first source with chips
                     (device plugin, then libtpu) -> ReportTpuMetrics;
@@ -54,7 +54,7 @@ class AgentOptions:
     health_interval: float = 10.0
     log_buffer_lines: int = 10000
     backoff_base: float = 0.5
-    backoff_cap: Optional[float] = None  # None: half the lease
+    backoff_cap: Optional[float] = None  # None: a quarter of the lease
     root: str = "/"
 
 
@@ -95,7 +95,7 @@ class Agent:
         self.buffer = LogBuffer(self.options.log_buffer_lines)
         self._rng = rng or random.Random()
         self._backoff = Backoff(self.options.backoff_base,
-                                self.options.backoff_cap or DEFAULT_LEASE / 2, self._rng)
+                                self.options.backoff_cap or DEFAULT_LEASE / 4, self._rng)
         self.lease = DEFAULT_LEASE
         self.registered = False
         self.health: Optional[List[str]] = None  # None until the first check
@@ -157,7 +157,7 @@ class Agent:
                       self._backoff.failures)
         self._backoff.reset()
         self.lease = lease if lease > 0 else DEFAULT_LEASE
-        self._backoff.cap = self.options.backoff_cap or max(self._backoff.base, self.lease / 2)
+        self._backoff.cap = self.options.backoff_cap or max(self._backoff.base, self.lease / 4)
         self._state("daemon", "ok", "heartbeating every %.1fs (lease %.1fs)"
                     % (self.lease / 3, self.lease))
         return jittered(self.lease / 3, self._rng, 0.05)

@@ -54,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
     a("--log_buffer_lines", type=int, default=10000,
       help="log lines kept while the daemon is unreachable")
     a("--backoff_cap", type=float, default=None,
-      help="longest wait between failed heartbeats (default: half the lease)")
+      help="longest wait between failed heartbeats (default: a quarter of the lease)")
     a("--metrics_port", type=int, default=9465, help="the agent's /metrics (0: off)")
     a("--metrics_address", default="127.0.0.1")
     a("--verbose", action="store_true")
@@ -100,8 +100,16 @@ def build(args, env: Mapping[str, str], metrics: AgentMetrics,
     facts = detect(DetectOptions(root=args.root, node_id=args.node_id, address=args.address,
                                  cpu=args.cpu, memory_bytes=args.memory_bytes,
                                  labels=labels(args.label)), env, metadata)
+    # gRPC's own reconnect backoff grows to 120 s: after an outage of a few
+    # seconds a channel stayed down 10-20 s after the daemon was back (nodes
+    # went DEAD; bench/agents.py --outage). Capped at 4 s (+20 % gRPC jitter),
+    # within the default 10 s lease; all three are needed, max alone is not
+    # honoured. The heartbeat loop's full jitter spreads the agents.
+    options = [("grpc.initial_reconnect_backoff_ms", 1000),
+               ("grpc.min_reconnect_backoff_ms", 2000),
+               ("grpc.max_reconnect_backoff_ms", 4000)] + list(client_options or [])
     client = Client(args.server, timeout=5.0, max_attempts=1, credentials=credentials(args),
-                    token=token(args), options=client_options)
+                    token=token(args), options=options)
     sources = []
     if facts.is_tpu:
         plugin = args.device_plugin or env.get("TPU_DEVICE_PLUGIN_ADDR", "")
