@@ -172,7 +172,7 @@ def record(result, command):
         "10 s), lease %d s, so a heartbeat per agent every %.1f s."
         % (command, time.strftime("%Y-%m-%d"), result["lease_s"], result["lease_s"] / 3), "",
         "| agents | ALIVE at the end (min during) | heartbeats/s | daemon CPU | daemon RSS "
-        "| agents' process CPU, RSS | all ALIVE after |",
+        "| agents' process CPU, RSS | all ALIVE after the start |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         "| %d | %d (%d) | %.1f | %.1f %% | %.1f MiB | %.1f %%, %.1f MiB | %.1f s |" % (
             result["agents"], result["alive_end"], result["alive_min"],
@@ -181,8 +181,8 @@ def record(result, command):
     if "outage_s" in result:
         lines += ["Then the daemon was SIGKILLed and restarted %.0f s later on the same data. "
                   "%d agents logged their first answered heartbeat after the restart, the "
-                  "median %s s and the last %s s after it (full-jitter backoff, capped at half "
-                  "the lease); the busiest second had %.0f heartbeats (steady: %.0f/s); "
+                  "median %s s and the last %s s after it (full-jitter backoff, capped at a "
+                  "quarter of the lease; gRPC reconnects within 4 s); the busiest second had %.0f heartbeats (steady: %.0f/s); "
                   "fewest nodes ALIVE in the 20 s after: %d. No manual step."
                   % (result["outage_s"], result["agents_back"],
                      result["median_agent_back_after_s"], result["last_agent_back_after_s"],

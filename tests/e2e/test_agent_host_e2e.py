@@ -125,17 +125,22 @@ class AgentHostEndToEnd(unittest.TestCase):
 
     def test_tls_and_tokens_as_the_client_takes_them(self):
         from test_slicectl_e2e import start_secure_daemon
-        d, pki, token_files = start_secure_daemon(self, mutual_tls=False)
+        d, pki, token_files = start_secure_daemon(self, mutual_tls=True)
         h = host(self, base_dir(self), "sim-v6e-0-w0", "v6e", "2x2", "sim-v6e-0", 0)
         server = "127.0.0.1:%d" % d.port
-        agent = Agent(self, server, h, "--tls_ca", pki["ca.pem"],
-                      "--token_file", token_files["admin"])
+        tls = ["--tls_ca", pki["ca.pem"], "--tls_cert", pki["client.pem"],
+               "--tls_key", pki["client.key"]]
+        agent = Agent(self, server, h, *tls, "--token_file", token_files["admin"])
         agent.wait_for("heartbeating every")
         h.write_log("hello")
         agent.wait_for("shipping libtpu logs")
         # The agent token of start_secure_daemon speaks for node "n1".
         n1 = Agent(self, server, host(self, base_dir(self), "n1"), "--node_id", "n1",
-                   "--tls_ca", pki["ca.pem"], "--token_file", token_files["agent"])
+                   *tls, "--token_file", token_files["agent"])
+        # Without the client certificate the handshake fails: no heartbeat.
+        Agent(self, server, host(self, base_dir(self), "n2"), "--node_id", "n2",
+              "--tls_ca", pki["ca.pem"], "--token_file", token_files["admin"]).wait_for(
+            "heartbeat failed \\(UNAVAILABLE")
         line = n1.wait_for("heartbeat failed|heartbeating every")
         if "PERMISSION_DENIED" in line:
             self.skipTest("this daemon lets no agent token register its node (the daemon "
