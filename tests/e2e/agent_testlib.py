@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.request
 
 from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, wait_until

@@ -12,7 +12,7 @@ import time
 import unittest
 
 from agent_testlib import (CLIENT_DIR, GUARD, Agent, FakeMetadata, base_dir, free_port, host,
-                           node_states, start_daemon, wait_states, wait_until)
+                           start_daemon, wait_states, wait_until)
 from sliced_testlib import Daemon, temp_data_dir
 from sliced_client import Client
 
@@ -170,7 +170,8 @@ class AgentHostEndToEnd(unittest.TestCase):
         other = Agent(self, "127.0.0.1:%d" % d.port, h, "--node_id", "someone-else",
                       "--token", token)
         other.wait_for("PERMISSION_DENIED")
-        self.assertEqual(node_states(d.port).get(h.name), "DRAINING")
+        with Client("127.0.0.1:%d" % d.port, token=token) as client:  # reads: any token
+            self.assertEqual(client.node(h.name).state, "DRAINING")
 
 
 if __name__ == "__main__":
