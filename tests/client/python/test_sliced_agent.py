@@ -9,7 +9,14 @@ import threading
 import time
 import unittest
 
+import grpc
+from concurrent import futures
+from prometheus_client import CollectorRegistry
+
 from sliced_agent import health, host, logtail, tpu_metrics
+from sliced_agent._stubs import sliced_pb2, sliced_pb2_grpc
+from sliced_agent.agent import Agent, AgentMetrics, AgentOptions
+from sliced_client import Client
 from sliced_agent.backoff import Backoff, jittered
 from sliced_agent.host import DetectOptions, HostError, detect
 from sliced_agent.metadata import GCE_DEFAULT_HOST, find_metadata
@@ -358,6 +365,104 @@ class HealthTest(unittest.TestCase):
             "slice.error.detected.gauge=1 (libtpu)",
             "/dev/accel1 held by pid 4242 (python3), which no placement owns",
             "/dev/vfio/0 held by pid 4242 (python3), which no placement owns"])
+
+
+class FakeInventory(sliced_pb2_grpc.InventoryServicer):
+    """Records what an agent sends; `heartbeat_errors` are raised first."""
+
+    def __init__(self):
+        self.registered, self.beats, self.drained = [], [], []
+        self.heartbeat_errors = []
+        self.placement_group_ids = []
+
+    def RegisterNodes(self, request, context):
+        self.registered.extend(request.nodes)
+        return sliced_pb2.RegisterNodesResponse(nodes=request.nodes)
+
+    def Heartbeat(self, request, context):
+        if self.heartbeat_errors:
+            context.abort(self.heartbeat_errors.pop(0), "injected")
+        self.beats.extend(request.heartbeats)
+        return sliced_pb2.HeartbeatResponse(lease_seconds=6)
+
+    def GetNode(self, request, context):
+        return sliced_pb2.Node(node_id=request.node_id,
+                               placement_group_ids=self.placement_group_ids)
+
+    def DrainNode(self, request, context):
+        self.drained.append(request.node_id)
+        return sliced_pb2.DrainNodeResponse(node=sliced_pb2.Node(node_id=request.node_id))
+
+
+class AgentWireTest(unittest.TestCase):
+    """What the agent puts on the wire (the contract with the daemon), against
+    a fake Inventory service."""
+
+    def setUp(self):
+        self.fake = FakeInventory()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        sliced_pb2_grpc.add_InventoryServicer_to_server(self.fake, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, 0)
+        self.root = tmpdir(self)
+        facts = detect(DetectOptions(root=self.root, cpu=8, memory_bytes=1e9), V6E_W2, None)
+        client = Client("127.0.0.1:%d" % port, max_attempts=1, timeout=5)
+        self.addCleanup(client.close)
+        self.agent = Agent(facts, client, AgentMetrics(CollectorRegistry()),
+                           AgentOptions(root=self.root), rng=random.Random(1))
+
+    def test_register_heartbeat_and_health(self):
+        with self.assertLogs("sliced_agent", "INFO"):
+            delay = self.agent.beat()
+        self.assertTrue(1.9 <= delay <= 2.1, delay)  # lease 6 s / 3
+        (node,) = self.fake.registered
+        self.assertEqual((node.node_id, node.address), ("slice-a-w2", "h2"))
+        self.assertEqual(node.labels["sliced.io/tpu-host-coords"], "0-1-0")
+        self.assertEqual(node.resources["TPU"], 4)
+        self.assertFalse(self.fake.beats[-1].HasField("health"))  # not checked yet: absent
+        self.agent.check_health()
+        self.agent.beat()
+        self.assertTrue(self.fake.beats[-1].HasField("health"))  # checked, healthy: empty
+        self.assertEqual(list(self.fake.beats[-1].health.problems), [])
+        fd = os.path.join(self.root, "proc", "99", "fd")
+        os.makedirs(fd)
+        os.symlink("/dev/accel2", os.path.join(fd, "5"))
+        self.fake.placement_group_ids = ["pg-1"]  # owned: not a problem
+        self.agent.check_health()
+        self.agent.beat()
+        self.assertEqual(list(self.fake.beats[-1].health.problems), [])
+        self.fake.placement_group_ids = []
+        with self.assertLogs("sliced_agent", "WARNING"):
+            self.agent.check_health()
+        self.agent.beat()
+        self.assertEqual(list(self.fake.beats[-1].health.problems),
+                         ["/dev/accel2 held by pid 99 (?), which no placement owns"])
+
+    def test_not_found_and_unavailable(self):
+        self.agent.beat()
+        self.fake.heartbeat_errors = [grpc.StatusCode.NOT_FOUND]
+        with self.assertLogs("sliced_agent", "WARNING") as logs:
+            self.assertEqual(self.agent.beat(), 0.0)  # register again at once
+        self.assertIn("registering again", logs.output[0])
+        self.agent.beat()
+        self.assertEqual(len(self.fake.registered), 2)
+        self.fake.heartbeat_errors = [grpc.StatusCode.UNAVAILABLE] * 6
+        with self.assertLogs("sliced_agent", "WARNING") as logs:
+            delays = [self.agent.beat() for _ in range(6)]
+        self.assertEqual(len(logs.output), 1)  # one line per state change
+        self.assertTrue(all(0 <= d <= 1.5 for d in delays), delays)  # cap: lease 6 s / 4
+        with self.assertLogs("sliced_agent", "INFO") as logs:
+            self.agent.beat()
+        self.assertIn("daemon answers again after 6 failed heartbeats", "".join(logs.output))
+        # Every try after a failure registers first (an idempotent upsert;
+        # the fake failed only heartbeats): 2 before, 5 retries, the success.
+        self.assertEqual(len(self.fake.registered), 8)
+
+    def test_drain(self):
+        with self.assertLogs("sliced_agent", "INFO"):
+            self.assertTrue(self.agent.drain("SIGUSR1"))
+        self.assertEqual(self.fake.drained, ["slice-a-w2"])
 
 
 class RunnerTest(unittest.TestCase):
