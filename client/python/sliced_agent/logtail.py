@@ -4,7 +4,9 @@ LogTailer reads every regular file in a directory ($TPU_LOG_DIR, default
 /tmp/tpu_logs; symlinks such as glog's `<program>.INFO` are skipped, they
 name a file already read). Files are followed by inode with the file kept
 open, so a rotated (renamed or deleted) file is read to its end before it is
-let go; within one poll, older files (by mtime) are read first. A file that
+let go; within one poll, older files (by mtime) are read first. Beyond
+max_open files, the least recently written are closed and reopened at their
+offset when they grow (a directory of old rotated logs holds no fds). A file that
 shrinks was truncated: it is read again from its start. A line without its
 newline yet waits for it (or for its file to go away).
 
@@ -76,14 +78,22 @@ class _File:
         self.skip_first = offset > 0  # started mid-file: the first line is a fragment
 
 
+_NOTHING = _File("", None, 0)  # a parked file that did not grow
+
+
 class LogTailer:
-    def __init__(self, directory: str, initial_bytes: int = 64 * 1024):
+    def __init__(self, directory: str, initial_bytes: int = 64 * 1024, max_open: int = 64):
         """initial_bytes: of a file already there at the first poll, only
         its last initial_bytes are read (files that appear later are read
-        whole)."""
+        whole). max_open: beyond this many files, the least recently
+        written are closed ("parked" with their offset) and reopened if they
+        grow; a parked file deleted before it grows loses nothing it had
+        when parked."""
         self.directory = directory
         self.initial_bytes = initial_bytes
+        self.max_open = max(1, max_open)
         self._files: Dict[int, _File] = {}
+        self._parked: Dict[int, _File] = {}  # handle closed
         self._first_poll = True
 
     def close(self) -> None:
@@ -96,24 +106,63 @@ class LogTailer:
         now = time.time() if now is None else now
         present = self._scan()
         out: List[Line] = []
-        gone = [ino for ino in self._files if ino not in present]
-        for ino in gone:  # rotated away: read to the end, flush, let go
-            f = self._files.pop(ino)
+        for ino in [ino for ino in self._files if ino not in present]:
+            f = self._files.pop(ino)  # rotated away: read to the end, flush, let go
             out.extend(self._read(f, now, final=True))
             f.handle.close()
-        for ino, (path, _) in sorted(present.items(), key=lambda kv: (kv[1][1], kv[0])):
-            f = self._files.get(ino)
-            if f is None:
-                f = self._open(path, ino)
-                if f is None:
-                    continue
+        for ino in [ino for ino in self._parked if ino not in present]:
+            out.extend(self._flush(self._parked.pop(ino), now))
+        for ino, (path, _, size) in sorted(present.items(), key=lambda kv: (kv[1][1], kv[0])):
+            f = self._files.get(ino) or self._unpark(ino, path, size) or self._open(path, ino)
+            if f is None or f is _NOTHING:
+                continue
             f.path = path
             out.extend(self._read(f, now, final=False))
+        self._park_idle(present)
         self._first_poll = False
         return out
 
+    def _unpark(self, ino: int, path: str, size: int) -> Optional[_File]:
+        """A parked file again, if it grew (else _NOTHING: nothing to read)."""
+        f = self._parked.get(ino)
+        if f is None:
+            return None
+        if size <= f.offset:
+            return _NOTHING
+        try:
+            handle = open(path, "rb")
+        except OSError:
+            return _NOTHING
+        if os.fstat(handle.fileno()).st_ino != ino:  # replaced since the scan
+            handle.close()
+            return _NOTHING
+        f.handle = handle
+        del self._parked[ino]
+        self._files[ino] = f
+        return f
+
+    def _park_idle(self, present) -> None:
+        extra = len(self._files) - self.max_open
+        if extra <= 0:
+            return
+        by_age = sorted(self._files, key=lambda ino: present.get(ino, ("", 0.0, 0))[1])
+        for ino in by_age[:extra]:
+            f = self._files.pop(ino)
+            f.handle.close()
+            self._parked[ino] = f
+
+    def _flush(self, f: "_File", now: float) -> List[Line]:
+        """The partial line of a file that went away while parked."""
+        if not f.partial:
+            return []
+        text = f.partial.decode("utf-8", "replace")
+        f.partial = b""
+        parsed = parse_glog(text, now)
+        return [Line(clip(text), parsed[0] if parsed else f.severity,
+                     parsed[1] if parsed else now, f.path)]
+
     def _scan(self) -> Dict[int, tuple]:
-        """inode -> (path, mtime) of the directory's regular files."""
+        """inode -> (path, mtime, size) of the directory's regular files."""
         present = {}
         try:
             entries = list(os.scandir(self.directory))
@@ -126,7 +175,7 @@ class LogTailer:
                 st = e.stat()
             except OSError:
                 continue
-            present[st.st_ino] = (e.path, st.st_mtime)
+            present[st.st_ino] = (e.path, st.st_mtime, st.st_size)
         return present
 
     def _open(self, path: str, ino: int) -> Optional[_File]:

@@ -301,6 +301,28 @@ class LogTailerTest(unittest.TestCase):
         _, when = logtail.parse_glog("I1231 23:00:00.000000 1 a.cc:1] x", jan)
         self.assertEqual(time.localtime(when).tm_year, 2026)
 
+    def test_idle_files_beyond_max_open_are_parked_and_reopened(self):
+        tailer = logtail.LogTailer(self.dir, max_open=2)
+        self.addCleanup(tailer.close)
+        for i in range(5):
+            self.write("f%d.log" % i, "a%d\n" % i)
+            os.utime(os.path.join(self.dir, "f%d.log" % i), (1000 + i, 1000 + i))
+        self.assertEqual(sorted(line.text for line in tailer.poll()),
+                         ["a%d" % i for i in range(5)])
+        self.assertEqual(len(tailer._files), 2)  # the two newest stay open
+        self.write("f0.log", "b0\npart")  # a parked one grows: reopened at its offset
+        self.assertEqual([line.text for line in tailer.poll()], ["b0"])
+        self.assertEqual(len(tailer._files), 2)
+        self.write("f0.log", "ial\n")
+        os.utime(os.path.join(self.dir, "f0.log"), (900, 900))  # oldest: parked again
+        self.assertEqual([line.text for line in tailer.poll()], ["partial"])
+        self.write("f1.log", "c1\nlast")
+        os.utime(os.path.join(self.dir, "f1.log"), (800, 800))
+        self.assertEqual([line.text for line in tailer.poll()], ["c1"])
+        os.unlink(os.path.join(self.dir, "f1.log"))  # parked with "last" pending
+        self.assertEqual([line.text for line in tailer.poll()], ["last"])
+        self.assertEqual([line.text for line in tailer.poll()], [])
+
     def test_long_lines_are_clipped(self):
         self.write("l.log", "é" * 5000 + "\n")
         (line,) = self.tailer.poll()
