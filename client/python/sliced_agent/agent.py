@@ -185,10 +185,12 @@ class Agent:
         try:
             self.client.report_tpu_metrics([to_proto(self.node_id, sample)])
             self.metrics.metric_reports.labels("OK").inc()
+            self._state("report", "ok", "TPU metrics reported")
         except SlicedError as e:
             self.metrics.metric_reports.labels(e.code.name).inc()
             if e.code == grpc.StatusCode.INVALID_ARGUMENT:
-                _log.warning("%s: metrics rejected: %s", self.node_id, e)
+                self._state("report", "rejected", "TPU metrics rejected: %s" % e,
+                            logging.WARNING)
         return jittered(self.options.metrics_interval, self._rng)
 
     # ------------------------------------------------------------ logs
