@@ -145,7 +145,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("sliced-agent: %s" % e, file=sys.stderr)
         return 2
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.metrics_address)
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_address)
+        except OSError as e:
+            print("sliced-agent: --metrics_port %d on %s: %s (0 turns it off)"
+                  % (args.metrics_port, args.metrics_address, e), file=sys.stderr)
+            return 2
     stop = threading.Event()
     runner = Runner(workers=len(agent.tasks()) + 1)
     for name, task in agent.tasks():
