@@ -367,6 +367,16 @@ class PythonClientEndToEnd(unittest.TestCase):
         stub_dir, nodes = out.stdout.split()
         self.assertTrue(stub_dir.startswith(venv), stub_dir)
         self.assertEqual(nodes, "9")
+        # The node agent comes in the same distribution, its libtpu stubs too.
+        for cmd in ([os.path.join(venv, "bin", "python"), "-m", "sliced_agent", "--help"],
+                    [os.path.join(venv, "bin", "sliced-agent"), "--help"],
+                    [os.path.join(venv, "bin", "python"), "-c",
+                     "import sliced_agent.tpu_metrics, sliced_libtpu.tpu_metric_service_pb2"]):
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60,
+                                 cwd=tmp.name)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            if "--help" in cmd:
+                self.assertIn("--token_file", out.stdout)
 
     def test_jaxtrainer_example_runs(self):
         d, client = self.start()

@@ -189,21 +189,24 @@ class Client:
     def __init__(self, address: str = DEFAULT_ADDRESS, *, timeout: float = 10.0,
                  max_attempts: int = 4,
                  credentials: Optional[grpc.ChannelCredentials] = None,
-                 token: Optional[str] = None):
+                 token: Optional[str] = None,
+                 options: Optional[List[tuple]] = None):
         """timeout: seconds per call, retries included. max_attempts: tries per
         retryable call. credentials: grpc.ssl_channel_credentials(...) for TLS;
         None for plaintext. token: a bearer token sent on every call
-        (`authorization: Bearer <token>`) when the daemon runs with tokens."""
+        (`authorization: Bearer <token>`) when the daemon runs with tokens.
+        options: gRPC channel arguments."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.address = address
         self._timeout = timeout
         self._max_attempts = max_attempts
         self._metadata = (("authorization", "Bearer " + token),) if token else None
-        self._channel = (grpc.secure_channel(address, credentials) if credentials
-                         else grpc.insecure_channel(address))
+        self._channel = (grpc.secure_channel(address, credentials, options=options)
+                         if credentials else grpc.insecure_channel(address, options=options))
         self._inventory = _pb_grpc.InventoryStub(self._channel)
         self._placement = _pb_grpc.PlacementStub(self._channel)
+        self._telemetry = _pb_grpc.TelemetryStub(self._channel)
 
     def __enter__(self) -> "Client":
         return self
@@ -396,6 +399,41 @@ class Client:
         return Node.from_proto(self._call(
             self._inventory.UndrainNode, _pb.UndrainNodeRequest(node_id=node_id),
             retry=True).node)
+
+    def node(self, node_id: str) -> Node:
+        """One node; SlicedError(NOT_FOUND) if there is none."""
+        return Node.from_proto(self._call(
+            self._inventory.GetNode, _pb.GetNodeRequest(node_id=node_id), retry=True))
+
+    # ------------------------------------------------------------ node agents
+    # What sliced_agent calls, with sliced.v1 messages; sent once (the agent
+    # has its own backoff).
+
+    def register(self, nodes: List["_pb.Node"]) -> List[Node]:
+        """Upserts nodes (RegisterNodes); returns them as stored."""
+        response = self._call(self._inventory.RegisterNodes,
+                              _pb.RegisterNodesRequest(nodes=nodes), retry=False)
+        return [Node.from_proto(n) for n in response.nodes]
+
+    def heartbeat(self, node_id: str, health: Optional[List[str]] = None,
+                  state: str = "") -> float:
+        """Renews the node's lease; returns the lease in seconds. health:
+        None = no report, [] = healthy, else the problems (quarantine)."""
+        beat = _pb.NodeHeartbeat(node_id=node_id,
+                                 state=_pb.NodeState.Value(state) if state else 0)
+        if health is not None:
+            beat.health.problems.extend(health)
+            beat.health.SetInParent()
+        return self._call(self._inventory.Heartbeat,
+                          _pb.HeartbeatRequest(heartbeats=[beat]), retry=False).lease_seconds
+
+    def report_tpu_metrics(self, nodes: List["_pb.NodeTpuMetrics"]) -> None:
+        self._call(self._telemetry.ReportTpuMetrics,
+                   _pb.ReportTpuMetricsRequest(nodes=nodes), retry=False)
+
+    def append_logs(self, node_id: str, lines: List["_pb.LogLine"]) -> None:
+        self._call(self._telemetry.AppendLogs,
+                   _pb.AppendLogsRequest(node_id=node_id, lines=lines), retry=False)
 
     # ------------------------------------------------------------ plumbing
 

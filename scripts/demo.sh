@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The demo: the daemon (as scripts/run.sh starts it) plus a simulated fleet of
+# node agents in one process (python3 -m sliced_agent.sim): a v6e 4x4 slice
+# (4 hosts, metrics from a fake libtpu), a v4 2x2x2 slice (2 hosts, metrics
+# from a fake GKE device plugin) and 2 CPU nodes, all heartbeating, with
+# live TPU series and libtpu log lines. Everything on 127.0.0.1; Ctrl-C
+# stops both. Extra arguments go to the daemon.
+#   SLICED_DEMO_SKIP_BUILD=1   don't install/build (already built)
+#   SLICED_LISTEN, SLICED_METRICS_LISTEN, SLICED_DEMO_DATA   where to serve/keep data
+#   SLICED_BIN, SLICECTL_BIN, SLICED_PY   another build's daemon, slicectl and stubs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${SLICED_DEMO_SKIP_BUILD:-}" != 1 ]; then
+  scripts/install-deps.sh
+  scripts/build.sh
+fi
+LISTEN=${SLICED_LISTEN:-127.0.0.1:50051}
+METRICS=${SLICED_METRICS_LISTEN:-127.0.0.1:9464}
+DATA=${SLICED_DEMO_DATA:-./data-demo}
+SLICED_BIN=${SLICED_BIN:-build/server/sliced}
+SLICECTL_BIN=${SLICECTL_BIN:-build/client/slicectl}
+export SLICED_PY=${SLICED_PY:-build/python}
+PIDS=()
+stop() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait; }
+trap stop EXIT
+trap 'exit 0' INT TERM
+
+"$SLICED_BIN" --data_dir="$DATA" --listen="$LISTEN" --metrics_listen="$METRICS" "$@" &
+PIDS+=($!)
+for _ in $(seq 100); do  # up to 20 s for the daemon to answer
+  if "$SLICECTL_BIN" --server "$LISTEN" nodes >/dev/null 2>&1; then break; fi
+  sleep 0.2
+done
+PYTHONPATH=client/python /usr/bin/python3 -m sliced_agent.sim \
+  --server "$LISTEN" --slices v6e:4x4:1,v4:2x2x2:1 --cpu_nodes 2 &
+PIDS+=($!)
+cat <<MSG
+demo: daemon on $LISTEN (metrics http://$METRICS/metrics), 8 simulated agents.
+  $SLICECTL_BIN --server $LISTEN nodes      # all ALIVE
+  $SLICECTL_BIN --server $LISTEN slices
+  curl -s http://$METRICS/metrics | grep sliced_tpu_
+  python3 examples/jaxtrainer_example.py --address $LISTEN
+Ctrl-C stops it.
+MSG
+wait -n
