@@ -14,10 +14,17 @@ std::vector<NodeTpuMetrics> MetricsFromProto(
     NodeTpuMetrics& node = out.emplace_back();
     node.node_id = in.node_id();
     for (const v1::ChipMetrics& c : in.chips()) {
-      node.chips.push_back(
-          ChipMetrics{c.chip_index(), c.tensorcore_utilization(),
-                      c.duty_cycle(), c.hbm_used_bytes(), c.hbm_total_bytes(),
-                      c.memory_bandwidth_utilization()});
+      ChipMetrics& chip = node.chips.emplace_back();
+      chip.chip_index = c.chip_index();
+      // Unset stays unset: no series, rather than a 0 that reads as idle.
+      if (c.has_tensorcore_utilization())
+        chip.tensorcore_utilization = c.tensorcore_utilization();
+      if (c.has_duty_cycle()) chip.duty_cycle = c.duty_cycle();
+      if (c.has_hbm_used_bytes()) chip.hbm_used_bytes = c.hbm_used_bytes();
+      if (c.has_hbm_total_bytes()) chip.hbm_total_bytes = c.hbm_total_bytes();
+      if (c.has_memory_bandwidth_utilization()) {
+        chip.memory_bandwidth_utilization = c.memory_bandwidth_utilization();
+      }
     }
   }
   return out;

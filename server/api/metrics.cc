@@ -131,11 +131,15 @@ void AddChipFamilies(const TelemetryStore& telemetry, absl::Time now,
           {"slice", it->second.slice},
           {"accelerator_type", it->second.accelerator},
           {"chip", absl::StrCat(c.chip_index)}};
-      util.Add(labels, c.tensorcore_utilization);
-      duty.Add(labels, c.duty_cycle);
-      hbm_used.Add(labels, c.hbm_used_bytes);
-      hbm_total.Add(labels, c.hbm_total_bytes);
-      bw.Add(labels, c.memory_bandwidth_utilization);
+      // A value the agent did not send has no series (not a 0).
+      for (auto [family, value] :
+           {std::pair{&util, c.tensorcore_utilization},
+            std::pair{&duty, c.duty_cycle},
+            std::pair{&hbm_used, c.hbm_used_bytes},
+            std::pair{&hbm_total, c.hbm_total_bytes},
+            std::pair{&bw, c.memory_bandwidth_utilization}}) {
+        if (value) family->Add(labels, *value);
+      }
     }
   }
   for (GaugeFamily* f : {&util, &duty, &hbm_used, &hbm_total, &bw}) {

@@ -5,6 +5,7 @@
 #ifndef SLICED_SERVER_CORE_TELEMETRY_H_
 #define SLICED_SERVER_CORE_TELEMETRY_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,14 +27,15 @@ struct LogLine {
   friend bool operator==(const LogLine&, const LogLine&) = default;
 };
 
-// One TPU chip's counters, as the GKE device plugin / libtpu report them.
+// One TPU chip's counters, as the GKE device plugin / libtpu report them;
+// nullopt where the agent could not read one (no series is exported for it).
 struct ChipMetrics {
   int chip_index = 0;
-  double tensorcore_utilization = 0;  // 0..100 %
-  double duty_cycle = 0;              // 0..100 %
-  double hbm_used_bytes = 0;
-  double hbm_total_bytes = 0;
-  double memory_bandwidth_utilization = 0;  // 0..100 %
+  std::optional<double> tensorcore_utilization;  // 0..100 %
+  std::optional<double> duty_cycle;              // 0..100 %
+  std::optional<double> hbm_used_bytes;
+  std::optional<double> hbm_total_bytes;
+  std::optional<double> memory_bandwidth_utilization;  // 0..100 %
 
   friend bool operator==(const ChipMetrics&, const ChipMetrics&) = default;
 };

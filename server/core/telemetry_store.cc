@@ -28,22 +28,25 @@ absl::Status CheckChip(const ChipMetrics& chip, const std::string& where) {
         std::pair{chip.duty_cycle, "duty_cycle"},
         std::pair{chip.memory_bandwidth_utilization,
                   "memory_bandwidth_utilization"}}) {
-    absl::Status s = CheckPercent(value, absl::StrCat(where, ".", name));
+    if (!value) continue;
+    absl::Status s = CheckPercent(*value, absl::StrCat(where, ".", name));
     if (!s.ok()) return s;
   }
   for (const auto& [value, name] :
        {std::pair{chip.hbm_used_bytes, "hbm_used_bytes"},
         std::pair{chip.hbm_total_bytes, "hbm_total_bytes"}}) {
-    if (!std::isfinite(value) || value < 0 || value > 1e15) {
+    if (!value) continue;
+    if (!std::isfinite(*value) || *value < 0 || *value > 1e15) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ".", name, ": must be finite, >= 0 and <= 1e15 bytes, got ",
-          value));
+          *value));
     }
   }
-  if (chip.hbm_used_bytes > chip.hbm_total_bytes) {
+  if (chip.hbm_used_bytes && chip.hbm_total_bytes &&
+      *chip.hbm_used_bytes > *chip.hbm_total_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ".hbm_used_bytes: exceeds hbm_total_bytes (",
-                     chip.hbm_used_bytes, " > ", chip.hbm_total_bytes, ")"));
+                     *chip.hbm_used_bytes, " > ", *chip.hbm_total_bytes, ")"));
   }
   return absl::OkStatus();
 }

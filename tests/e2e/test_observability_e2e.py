@@ -85,6 +85,15 @@ class ObservabilityEndToEnd(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as err:
             self.report(tel, "ghost")
         self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        # A value the agent could not read is unset: no series, never a 0.
+        tel.ReportTpuMetrics(P.ReportTpuMetricsRequest(nodes=[P.NodeTpuMetrics(
+            node_id="v6e-a-w1", chips=[P.ChipMetrics(chip_index=2, duty_cycle=0)])]),
+            timeout=10)
+        text = self.scrape()
+        w1 = 'node="v6e-a-w1",slice="v6e-a",accelerator_type="TPU-V6E",chip="2"'
+        self.assertIn('sliced_tpu_duty_cycle_percent{%s} 0' % w1, text)
+        self.assertNotIn('sliced_tpu_tensorcore_utilization_percent{%s}' % w1, text)
+        self.assertNotIn('sliced_tpu_hbm_used_bytes{%s}' % w1, text)
         self.report(tel, "v6e-a-w0")
         self.assertIn('node="v6e-a-w0"', self.scrape())
         inv.RemoveNode(P.RemoveNodeRequest(node_id="v6e-a-w0"), timeout=10)
