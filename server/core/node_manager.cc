@@ -246,6 +246,12 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           if (old != nullptr) {
             entry.node.quarantine_reason = old->node.quarantine_reason;
           }
+          // The same node again (an agent retrying, or coming back after a
+          // daemon restart) only renews its lease: nothing to store.
+          if (old != nullptr && old->node == entry.node) {
+            txn.TouchNode(entry);
+            continue;
+          }
           changes->Note(old, entry.node,
                         old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);

@@ -111,11 +111,10 @@ class AgentHostEndToEnd(unittest.TestCase):
                     "(python3), which no placement owns")
         agent.wait_for("unhealthy: " + problems.replace("(", r"\(").replace(")", r"\)"))
         with Client("127.0.0.1:%d" % d.port) as client:
-            time.sleep(1.5)  # two heartbeats carry it
-            if not client.node(h.name).quarantine_reason:
-                self.skipTest("this daemon ignores NodeHeartbeat.health (the daemon side of "
-                              "quarantine, #14, is not merged yet)")
-            self.assertIn("held by pid 4242", client.node(h.name).quarantine_reason)
+            # The next heartbeat carries it: the daemon quarantines the node.
+            wait_until(lambda: client.node(h.name).quarantine_reason, 10,
+                       "the node to be quarantined")
+            self.assertEqual(client.node(h.name).quarantine_reason, problems)
             os.unlink(os.path.join(h.root, "proc", "4242", "fd", "3"))
             h.waves.set_error("slice.error.detected.gauge", 0)
             agent.mark()
@@ -141,26 +140,20 @@ class AgentHostEndToEnd(unittest.TestCase):
         Agent(self, server, host(self, base_dir(self), "n2"), "--node_id", "n2",
               "--tls_ca", pki["ca.pem"], "--token_file", token_files["admin"]).wait_for(
             "heartbeat failed \\(UNAVAILABLE")
-        line = n1.wait_for("heartbeat failed|heartbeating every")
-        if "PERMISSION_DENIED" in line:
-            self.skipTest("this daemon lets no agent token register its node (the daemon "
-                          "side of #14 is not merged yet): %s" % line.strip())
+        # An agent token registers and heartbeats its own node (NodeRestriction).
+        n1.wait_for("heartbeating every")
 
     def test_per_node_hmac_tokens(self):
         secret = os.path.join(base_dir(self), "secret")
         with open(secret, "wb") as f:
-            f.write(b"s3cret-for-the-test")
+            f.write(b"s3cret-for-the-test-0123456789abcdef")
         d = Daemon(temp_data_dir(self), "--heartbeat_timeout=2s",
                    "--agent_token_secret_file=" + secret)
         self.addCleanup(d.close)
-        try:
-            d.start()
-        except RuntimeError as e:
-            if "agent_token_secret_file" in str(e):
-                self.skipTest("this daemon has no --agent_token_secret_file yet (#14)")
-            raise
+        d.start()
         h = host(self, base_dir(self), "sim-v6e-0-w0", "v6e", "2x2", "sim-v6e-0", 0)
-        token = "%s.%s" % (h.name, hmac.new(b"s3cret-for-the-test", h.name.encode(),
+        token = "%s.%s" % (h.name, hmac.new(b"s3cret-for-the-test-0123456789abcdef",
+                                            h.name.encode(),
                                             hashlib.sha256).hexdigest())
         agent = Agent(self, "127.0.0.1:%d" % d.port, h, "--token", token)
         agent.wait_for("heartbeating every")

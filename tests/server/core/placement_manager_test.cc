@@ -334,6 +334,20 @@ TEST_F(PlacementManagerTest, AQuarantinedHostMovesItsSliceAndTakesNothing) {
   EXPECT_EQ(placed->group.slice_names, std::vector<std::string>{first});
 }
 
+// An agent that re-registers its unchanged node (a retry, or after a daemon
+// restart) renews the lease and writes nothing: with every write failing,
+// it still succeeds; a changed node does write.
+TEST_F(PlacementManagerTest, RegisteringAnUnchangedNodeWritesNothing) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  core_->faults().FailWrites(1000);
+  EXPECT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  EXPECT_EQ(core_->Register({CpuNode("c1", 16)}).code(),
+            absl::StatusCode::kUnavailable);
+  core_->faults().FailWrites(0);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 16)}).ok());
+}
+
 TEST_F(PlacementManagerTest, APlainGroupReplacesOnlyItsLostBundles) {
   Start();
   ASSERT_TRUE(
