@@ -121,13 +121,18 @@ class AgentTelemetryEndToEnd(unittest.TestCase):
             return (re.search(r"^sliced_agent_log_buffer_lines %d\.0$" % lines, text, re.M)
                     and re.search(r"^sliced_agent_log_lines_dropped_total %d\.0$" % dropped,
                                   text, re.M))
-        for outage, (count, kept) in enumerate([(30, 30), (100, 40)]):
+        # Outage 0 lasts 30 s (the figure: the agent's reconnect and
+        # heartbeat backoff must come back after it) and fits the buffer;
+        # outage 1 overflows it.
+        for outage, (count, kept, seconds) in enumerate([(30, 30, 30), (100, 40, 0)]):
             d.kill9()
+            down = time.monotonic()
             for i in range(count):
                 h.write_log("outage %d line %d" % (outage, i))
             # The agent has read them all into its buffer (its own gauges say so).
             wait_until(lambda: buffered(kept, 60 if outage else 0), 20,
                        "%d lines buffered" % kept)
+            time.sleep(max(0.0, seconds - (time.monotonic() - down)))  # the outage itself
             d = start_daemon(self, data, d.port)
             last = ("outage %d line %d" % (outage, count - 1), "INFO")
             got = wait_until(lambda: (lambda t: last in t and t)(texts(d.port, h.name)), 20,
