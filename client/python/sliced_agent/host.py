@@ -11,8 +11,10 @@ where there are none (a test host) the count the accelerator type implies.
 A bad value raises HostError naming where it came from.
 
 Chip coordinates, for the host's position label, come from SLICED_CHIP_COORDS
-("x,y,z;x,y,z;..." one per local chip); libtpu has no public call for them
-that this agent could rely on (docs/agent.md). Without them: no label. The
+("x,y,z;x,y,z;..." one per local chip) when set, else from libtpu's SDK when
+it is installed: libtpu.sdk.slice.get_chip_coordinates(), one mapping per
+chip with hostname(), chip_index() and coordinates(), the call Ray's
+ray.util.tpu makes for sub-slices (ray #66029). Without either: no label. The
 label's value is "x-y-z": Kubernetes label values (which the daemon enforces)
 allow no commas.
 
@@ -204,6 +206,30 @@ def parse_chip_coords(value: str, source: str) -> Tuple[Tuple[int, int, int], ..
     return tuple(out)
 
 
+def libtpu_chip_coords(names: List[str], chips: int) -> Tuple[Tuple[int, int, int], ...]:
+    """This host's chip coordinates from libtpu's SDK, or () without libtpu.
+    The mappings whose hostname() is one of `names` are this host's; when no
+    hostname matches, all of them are, if there are exactly `chips` (a
+    per-host answer). Otherwise () rather than a guess. Raises HostError
+    when the SDK answers something that is not coordinates."""
+    try:
+        from libtpu import sdk  # type: ignore[import-not-found]
+    except ImportError:
+        return ()
+    source = "libtpu.sdk.slice.get_chip_coordinates()"
+    try:
+        mappings = list(sdk.slice.get_chip_coordinates())
+        mine = [m for m in mappings if m.hostname() in names]
+        if not mine and len(mappings) == chips:
+            mine = mappings
+        coords = [tuple(int(v) for v in m.coordinates()) for m in mine]
+    except Exception as e:  # the SDK's own errors: no TPU attached, ...
+        raise HostError(source, "failed: %s" % e) from e
+    if any(len(c) not in (2, 3) or min(c) < 0 for c in coords):
+        raise HostError(source, "invalid chip coordinates %r" % coords)
+    return tuple(tuple(list(c) + [0] * (3 - len(c))) for c in coords)
+
+
 def count_tpu_devices(root: str) -> int:
     """/dev/accel<N> files, else PCI devices of vendor 0x1ae0 (vfio); 0 if none."""
     accel = [p for p in glob.glob(os.path.join(root, "dev", "accel*"))
@@ -263,15 +289,16 @@ def detect(options: DetectOptions, env: Mapping[str, str],
     worker_id = int(worker or 0)
     name, _ = facts.get("TPU_NAME", "instance-id")
     hostnames = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
-    coords_env = env.get("SLICED_CHIP_COORDS", "").strip()
-    coords = parse_chip_coords(coords_env, "SLICED_CHIP_COORDS") if coords_env else ()
     node_id = options.node_id or ("%s-w%d" % (name, worker_id) if name else hostname)
     address = options.address or (hostnames[worker_id].strip()
                                    if worker_id < len(hostnames) else hostname)
+    chips = count_tpu_devices(options.root) or per_host
+    coords_env = env.get("SLICED_CHIP_COORDS", "").strip()
+    coords = (parse_chip_coords(coords_env, "SLICED_CHIP_COORDS") if coords_env
+              else libtpu_chip_coords([hostname, address], chips))
     return HostFacts(node_id=node_id, address=address, accelerator_type=ray_type,
                      pod_type=accel.lower().replace("v5e-", "v5litepod-"), topology=topology,
-                     slice_name=name, worker_id=worker_id,
-                     chips=count_tpu_devices(options.root) or per_host,
+                     slice_name=name, worker_id=worker_id, chips=chips,
                      chip_coords=coords, **base)
 
 

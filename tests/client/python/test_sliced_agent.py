@@ -73,7 +73,61 @@ class BackoffTest(unittest.TestCase):
         self.assertGreater(max(values) - min(values), 1)
 
 
+class FakeLibtpuSdk:
+    """`libtpu` as far as libtpu_chip_coords uses it: sdk.slice.get_chip_coordinates()
+    (libtpu itself is not installable here)."""
+
+    class Mapping:
+        def __init__(self, hostname, index, coords):
+            self._h, self._i, self._c = hostname, index, coords
+
+        def hostname(self):
+            return self._h
+
+        def chip_index(self):
+            return self._i
+
+        def coordinates(self):
+            return self._c
+
+    def __init__(self, mappings):
+        import types
+        self.module = types.ModuleType("libtpu")
+        self.module.sdk = types.SimpleNamespace(slice=types.SimpleNamespace(
+            get_chip_coordinates=lambda: [self.Mapping(*m) for m in mappings]))
+
+    def install(self, test):
+        import sys
+        old = sys.modules.get("libtpu")
+        sys.modules["libtpu"] = self.module
+        test.addCleanup(lambda: sys.modules.pop("libtpu") if old is None
+                        else sys.modules.__setitem__("libtpu", old))
+
+
 class HostTest(unittest.TestCase):
+    def test_positions_from_libtpus_sdk(self):
+        root = tmpdir(self)
+        no_env = {k: v for k, v in V6E_W2.items() if k != "SLICED_CHIP_COORDS"}
+        # The whole slice's mappings: this host's are the ones named h2.
+        FakeLibtpuSdk([("h%d" % (2 * (y // 2) + x // 2), 0, [x, y, 0])
+                       for x in range(4) for y in range(4)]).install(self)
+        facts = detect(DetectOptions(root=root), no_env, None)
+        self.assertEqual(facts.labels()[host.LABEL_HOST_COORDS], "0-1-0")
+        # SLICED_CHIP_COORDS overrides it.
+        self.assertEqual(detect(DetectOptions(root=root), dict(
+            no_env, SLICED_CHIP_COORDS="2,0,0;3,0,0;2,1,0;3,1,0"), None).host_coords(), (1, 0, 0))
+        # Unnamed mappings count only when they are exactly this host's chips.
+        FakeLibtpuSdk([("", i, [2 + i % 2, 2 + i // 2]) for i in range(4)]).install(self)
+        self.assertEqual(detect(DetectOptions(root=root), no_env, None).host_coords(),
+                         (1, 1, 0))
+        FakeLibtpuSdk([("", i, [i % 4, i // 4]) for i in range(16)]).install(self)
+        self.assertIsNone(detect(DetectOptions(root=root), no_env, None).host_coords())
+        FakeLibtpuSdk([("h2", 0, [-1, 0, 0])]).install(self)
+        with self.assertRaises(HostError) as err:
+            detect(DetectOptions(root=root), no_env, None)
+        self.assertIn("libtpu.sdk.slice.get_chip_coordinates()", str(err.exception))
+
+
     def test_tpu_host_from_the_environment(self):
         root = tmpdir(self)
         facts = detect(DetectOptions(root=root, cpu=8, memory_bytes=1e9), V6E_W2, None)
