@@ -126,14 +126,10 @@ absl::StatusOr<std::string> Authenticator::ReadSecret(const std::string& path) {
   content << in.rdbuf();
   std::string secret(absl::StripAsciiWhitespace(content.str()));
   if (secret.size() < kMinAgentSecret) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--agent_token_secret_file: ", Quote(path),
-                     " must hold a secret of "
-                     "at least ",
-                     kMinAgentSecret,
-                     " bytes (e.g. `openssl rand -hex 32`), "
-                     "got ",
-                     secret.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--agent_token_secret_file: ", Quote(path), " must hold a secret of ",
+        "at least ", kMinAgentSecret, " bytes (e.g. `openssl rand -hex 32`), ",
+        "got ", secret.size()));
   }
   return secret;
 }

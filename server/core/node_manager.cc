@@ -169,7 +169,11 @@ NodeView ViewOf(const NodeEntry& entry,
 std::string QuarantineReason(const std::vector<std::string>& problems) {
   std::string reason = absl::StrJoin(problems, "; ");
   if (reason.size() > kMaxQuarantineReason) {
-    reason.resize(kMaxQuarantineReason - 3);
+    // Cut on a UTF-8 character boundary: the reason is a proto string.
+    size_t cut = kMaxQuarantineReason - 3;
+    while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xC0) == 0x80)
+      --cut;
+    reason.resize(cut);
     reason += "...";
   }
   return reason;

@@ -83,7 +83,8 @@ struct NodeBeat {
 };
 
 // The quarantine reason `problems` make: "" for none, else joined with "; "
-// and cut to kMaxQuarantineReason bytes.
+// and cut to at most kMaxQuarantineReason bytes (on a UTF-8 boundary, then
+// "...").
 inline constexpr size_t kMaxQuarantineReason = 1024;
 std::string QuarantineReason(const std::vector<std::string>& problems);
 

@@ -219,6 +219,13 @@ TEST(QuarantineReasonTest, JoinsAndBounds) {
       QuarantineReason(std::vector<std::string>(16, std::string(256, 'x')));
   EXPECT_EQ(long_reason.size(), kMaxQuarantineReason);
   EXPECT_EQ(long_reason.substr(long_reason.size() - 3), "...");
+  // A cut never splits a UTF-8 character ("é" is 2 bytes).
+  std::string accents;
+  for (int i = 0; i < 600; ++i) accents += "\xc3\xa9";
+  const std::string cut = QuarantineReason({accents});
+  EXPECT_LE(cut.size(), kMaxQuarantineReason);
+  EXPECT_EQ(cut.substr(0, cut.size() - 3).size() % 2, 0u);
+  EXPECT_NE(static_cast<unsigned char>(cut[cut.size() - 4]), 0xc3);
 }
 
 }  // namespace
