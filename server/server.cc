@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -186,6 +187,19 @@ SlicedServer::~SlicedServer() { Shutdown(); }
 
 namespace {
 
+// The outermost directory of `dir` (itself or an ancestor) that does not
+// exist yet; empty when `dir` exists.
+std::filesystem::path FirstMissingDirectory(const std::string& dir) {
+  std::filesystem::path missing;
+  std::error_code error;
+  for (std::filesystem::path p = std::filesystem::absolute(dir, error);
+       !p.empty() && !std::filesystem::exists(p, error); p = p.parent_path()) {
+    missing = p;
+    if (p == p.parent_path()) break;
+  }
+  return missing;
+}
+
 absl::Status CheckListen(const ServerOptions& options, bool tls, bool auth) {
   if (IsLoopback(options.listen) || options.insecure_listen_any ||
       (tls && auth)) {
@@ -241,9 +255,20 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
     const ServerOptions& options) {
   // A start the flags refuse must leave no database behind: check first.
   ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(options));
-  ASSIGN_OR_RETURN(std::unique_ptr<storage::Store> store,
-                   storage::OpenRocksDbStore({.path = options.data_dir}));
-  return Serve(std::move(impl), options, std::move(store));
+  // A start that fails later (a port in use) removes the directories it
+  // created, and never one that was there before.
+  const std::filesystem::path created = FirstMissingDirectory(options.data_dir);
+  absl::StatusOr<std::unique_ptr<SlicedServer>> server =
+      [&]() -> absl::StatusOr<std::unique_ptr<SlicedServer>> {
+    ASSIGN_OR_RETURN(std::unique_ptr<storage::Store> store,
+                     storage::OpenRocksDbStore({.path = options.data_dir}));
+    return Serve(std::move(impl), options, std::move(store));
+  }();
+  if (!server.ok() && !created.empty()) {
+    std::error_code ignored;  // best effort: the start failed anyway
+    std::filesystem::remove_all(created, ignored);
+  }
+  return server;
 }
 
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(

@@ -134,12 +134,22 @@ class InventoryEndToEnd(unittest.TestCase):
         # clients with the first.
         first = self.start(temp_data_dir(self))
         address = "127.0.0.1:%d" % first.port
-        second = Daemon(temp_data_dir(self), "--listen=" + address)
+        second_dir = temp_data_dir(self)
+        second = Daemon(second_dir, "--listen=" + address)
         self.addCleanup(second.close)
         with self.assertRaises(RuntimeError) as err:
             second.start()
         self.assertIn("cannot listen on " + address, str(err.exception))
         self.assertEqual(second.proc.returncode, 1)
+        # A refused start leaves nothing behind: not even the data dir it made.
+        self.assertFalse(os.path.exists(second_dir), second_dir)
+        # ... and never removes one that was there: the first daemon's dir,
+        # given to a third daemon refused for the same port.
+        third = Daemon(first.data_dir, "--listen=" + address)
+        self.addCleanup(third.close)
+        with self.assertRaises(RuntimeError):
+            third.start()
+        self.assertTrue(os.path.isdir(first.data_dir))
         with first.channel() as ch:
             self.assertEqual(health_pb2_grpc.HealthStub(ch).Check(
                 health_pb2.HealthCheckRequest(), timeout=10).status,
