@@ -4,9 +4,12 @@
 #include <utility>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/quote.h"
 
 namespace sliced::scheduler {
 namespace {
@@ -36,8 +39,9 @@ int64_t TpuAmount(const Node& node) {
 struct ShapeCheck {
   std::string pod_type;
   int64_t hosts = 0;
-  int64_t chips = -1;    // -1 when unknown
-  int max_per_chip = 1;  // TPU resources a chip may count for
+  int64_t chips = -1;          // -1 when unknown
+  int max_per_chip = 1;        // TPU resources a chip may count for
+  std::vector<int> host_grid;  // {x, y, z}; empty when unknown
   std::string problem;
 };
 
@@ -62,7 +66,44 @@ ShapeCheck CheckShape(const std::string& accelerator_type,
   out.hosts = shape->hosts;
   out.chips = shape->chips;
   out.max_per_chip = MaxTpuResourcePerChip(*generation);
+  out.host_grid = shape->host_grid;
   return out;
+}
+
+// Each laid-out host's position from its coordinate label; a slice where
+// every expected host reports a distinct valid one has known positions.
+// Adds a problem per invalid value and per cell two hosts claim.
+void PlaceHosts(const std::vector<const Node*>& hosts, const ShapeCheck& shape,
+                SliceInfo& slice, std::vector<std::string>& problems) {
+  absl::flat_hash_map<std::string, const Node*> by_id;
+  for (const Node* host : hosts) by_id[host->node_id] = host;
+  absl::btree_map<std::array<int, 3>, std::string> taken;
+  int64_t known = 0;
+  for (const std::string& id : slice.node_ids) {
+    std::string& position = slice.host_positions.emplace_back();
+    auto host = by_id.find(id);
+    if (host == by_id.end() || shape.host_grid.empty()) continue;
+    auto label = host->second->labels.find(kLabelTpuHostCoords);
+    if (label == host->second->labels.end()) continue;
+    absl::StatusOr<std::array<int, 3>> cell =
+        ParseHostCoords(label->second, shape.host_grid);
+    if (!cell.ok()) {
+      problems.push_back(absl::StrCat("node ", id, ": ", kLabelTpuHostCoords,
+                                      " ", cell.status().message()));
+      continue;
+    }
+    position = absl::StrJoin(*cell, "-");
+    auto [it, fresh] = taken.try_emplace(*cell, id);
+    if (!fresh) {
+      problems.push_back(absl::StrCat("nodes ", it->second, " and ", id,
+                                      " both report position ", position, " (",
+                                      kLabelTpuHostCoords, ")"));
+      continue;
+    }
+    ++known;
+  }
+  slice.positions_assumed =
+      known != slice.expected_hosts || slice.expected_hosts == 0;
 }
 
 // Hosts placed by worker id: node_ids[w] is worker w ("" when missing),
@@ -175,6 +216,7 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
       LayOutWorkers(hosts, slice.expected_hosts, default_zero);
   slice.node_ids = std::move(layout.node_ids);
   for (std::string& p : layout.problems) problems.push_back(std::move(p));
+  PlaceHosts(hosts, shape, slice, problems);
   for (std::string& p : HostProblems(hosts, shape.chips, shape.max_per_chip)) {
     problems.push_back(std::move(p));
   }
@@ -184,6 +226,29 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
 }
 
 }  // namespace
+
+absl::StatusOr<std::array<int, 3>> ParseHostCoords(
+    absl::string_view value, const std::vector<int>& grid) {
+  std::vector<absl::string_view> parts = absl::StrSplit(value, '-');
+  std::array<int, 3> cell = {0, 0, 0};
+  bool ok = parts.size() == 2 || parts.size() == 3;
+  for (size_t d = 0; ok && d < parts.size(); ++d) {
+    ok = absl::SimpleAtoi(parts[d], &cell[d]) && cell[d] >= 0;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Quote(value),
+        " is not a position: expected x-y-z (non-negative integers)"));
+  }
+  for (int d = 0; d < 3; ++d) {
+    if (cell[d] >= grid[d]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Quote(value), " is outside the slice's ",
+                       absl::StrJoin(grid, "x"), " host grid"));
+    }
+  }
+  return cell;
+}
 
 bool IsSingleHostTpuNode(const Node& node) {
   auto generation = ParseTpuGeneration(LabelOr(node, kLabelAcceleratorType));

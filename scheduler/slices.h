@@ -5,10 +5,13 @@
 #ifndef SLICED_SCHEDULER_SLICES_H_
 #define SLICED_SCHEDULER_SLICES_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "scheduler/tpu.h"
 #include "scheduler/types.h"
 
@@ -25,6 +28,13 @@ struct SliceInfo {
   // or "" when that worker is missing; nodes with out-of-range or duplicate
   // worker ids are appended after the expected positions.
   std::vector<std::string> node_ids;
+  // Each host's position in the slice's host grid, "x-y-z", aligned with
+  // node_ids ("" where unknown), from kLabelTpuHostCoords.
+  std::vector<std::string> host_positions;
+  // True unless every expected host reports a valid, distinct position:
+  // worker-id order then stands in for the physical one (GKE and KubeRay
+  // number workers in pod creation order, ray #66029).
+  bool positions_assumed = true;
   bool intact = false;
   // Why the slice is not intact, e.g. "missing worker 2 of 4",
   // "duplicate worker id 1 (nodes a, b)", "node h3 is DEAD",
@@ -45,6 +55,13 @@ struct SliceInfo {
 // (v5e/v6e 1x1, 2x2, 2x4; v4/v5p/v7x 2x2x1) and no slice-name label is its own
 // slice, named after its node id, worker 0.
 std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes);
+
+// Parses a kLabelTpuHostCoords value ("x-y-z", or "x-y" for z = 0) and
+// checks it lies in `grid` ({x, y, z} hosts; REQUIRES: 3 entries).
+// InvalidArgument says which rule
+// it breaks.
+absl::StatusOr<std::array<int, 3>> ParseHostCoords(
+    absl::string_view value, const std::vector<int>& grid);
 
 // True when the node's accelerator-type and topology labels resolve to a
 // single-host slice shape.

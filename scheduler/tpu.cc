@@ -171,6 +171,12 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
       generation == TpuGeneration::kV5e || generation == TpuGeneration::kV6e;
   shape.chips_per_host = (lite && shape.chips <= 8) ? shape.chips : 4;
   shape.hosts = std::max<int64_t>(1, shape.chips / shape.chips_per_host);
+  std::vector<int> dims3 = shape.dims;
+  dims3.resize(3, 1);
+  shape.host_box = shape.hosts <= 1 ? dims3 : std::vector<int>{2, 2, 1};
+  for (int d = 0; d < 3; ++d) {
+    shape.host_grid.push_back(std::max(1, dims3[d] / shape.host_box[d]));
+  }
   shape.cores_per_chip = lite ? 1 : 2;
   shape.pod_type = absl::StrCat(TpuGenerationName(generation), "-",
                                 shape.chips * shape.cores_per_chip);

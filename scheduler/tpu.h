@@ -40,6 +40,11 @@ struct TpuShape {
   int64_t hosts = 0;           // max(1, chips / chips_per_host)
   int64_t cores_per_chip = 0;
   std::string pod_type;  // "<gen>-<chips * cores_per_chip>", e.g. v6e-16
+  // Chips of one host as a box {x, y, z}: 2x2x1 on every multi-host shape,
+  // the whole slice on a single-host one; and the slice's hosts as a grid
+  // {x, y, z} (dims / host_box), e.g. v6e 4x4 -> {2, 2, 1}.
+  std::vector<int> host_box;
+  std::vector<int> host_grid;
 
   friend bool operator==(const TpuShape&, const TpuShape&) = default;
 };

@@ -83,6 +83,11 @@ inline constexpr absl::string_view kLabelTpuPodType = "ray.io/tpu-pod-type";
 // sliced's own: spot, flex-start, reserved or on-demand.
 inline constexpr absl::string_view kLabelCapacityTier =
     "sliced.io/capacity-tier";
+// sliced's own: a TPU host's position in its slice's host grid, "x-y-z"
+// (its lowest chip coordinate / the host's chip box), set by the node agent
+// from libtpu's chip coordinates.
+inline constexpr absl::string_view kLabelTpuHostCoords =
+    "sliced.io/tpu-host-coords";
 
 // Resource names.
 inline constexpr absl::string_view kResourceCpu = "CPU";

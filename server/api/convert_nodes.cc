@@ -142,6 +142,14 @@ void SliceToProto(const SliceView& view, v1::Slice* out) {
   out->set_free(view.free);
   out->set_reason(info.reason);
   out->set_expected_hosts(info.expected_hosts);
+  // Left out when no host reports a position (a list of "" says nothing).
+  for (const std::string& position : info.host_positions) {
+    if (position.empty()) continue;
+    out->mutable_host_positions()->Add(info.host_positions.begin(),
+                                       info.host_positions.end());
+    break;
+  }
+  out->set_positions_assumed(info.positions_assumed);
   out->mutable_placement_group_ids()->Add(view.placement_group_ids.begin(),
                                           view.placement_group_ids.end());
 }

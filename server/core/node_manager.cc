@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -121,6 +122,28 @@ absl::StatusOr<scheduler::Labels> NodeLabels(const NodeSpec& in,
   return labels;
 }
 
+// A position label must be x-y-z inside the host grid of the node's own
+// slice shape (any non-negative x-y-z when the shape is unknown). Two hosts
+// claiming one cell is not refused here: the second may be the fix of the
+// first; the slice is not intact until they differ, and says why.
+absl::Status CheckHostCoords(const scheduler::Labels& labels) {
+  auto coords = labels.find(scheduler::kLabelTpuHostCoords);
+  if (coords == labels.end()) return absl::OkStatus();
+  std::vector<int> grid(3, std::numeric_limits<int>::max());
+  auto label = [&](absl::string_view key) {
+    auto it = labels.find(key);
+    return it == labels.end() ? std::string() : it->second;
+  };
+  auto generation =
+      scheduler::ParseTpuGeneration(label(scheduler::kLabelAcceleratorType));
+  if (generation.ok()) {
+    auto shape = scheduler::ResolveTpuShape(
+        *generation, label(scheduler::kLabelTpuTopology));
+    if (shape.ok()) grid = shape->host_grid;
+  }
+  return scheduler::ParseHostCoords(coords->second, grid).status();
+}
+
 absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
                                              const std::string& where,
                                              const Limits& limits) {
@@ -131,6 +154,10 @@ absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
   node.node_id = in.node_id;
   node.address = in.address;
   ASSIGN_OR_RETURN(node.labels, NodeLabels(in, where, limits));
+  RETURN_IF_ERROR(WithFieldPrefix(
+      absl::StrCat(where, ": labels[",
+                   Quote(std::string(scheduler::kLabelTpuHostCoords)), "]"),
+      CheckHostCoords(node.labels)));
   ASSIGN_OR_RETURN(
       node.resources,
       ResourcesFromWire(in.resources, absl::StrCat(where, ": resources"),

@@ -423,17 +423,8 @@ void LayoutTpuWorkers(ScalingConfigPlan& plan) {
   const int chips = static_cast<int>(plan.shape.chips_per_host);
   plan.chips_per_worker =
       chips % plan.workers_per_host == 0 ? chips / plan.workers_per_host : 0;
-  std::vector<int> dims = plan.shape.dims;
-  dims.resize(3, 1);
-  if (plan.shape.hosts <= 1) {
-    plan.host_box = dims;  // the whole slice on one host
-  } else {
-    plan.host_box = {2, 2, 1};  // every multi-host generation: 4 chips
-  }
-  plan.host_grid.resize(3);
-  for (int d = 0; d < 3; ++d) {
-    plan.host_grid[d] = std::max(1, dims[d] / plan.host_box[d]);
-  }
+  plan.host_box = plan.shape.host_box;
+  plan.host_grid = plan.shape.host_grid;
 }
 
 std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,

@@ -206,6 +206,32 @@ class InventoryEndToEnd(unittest.TestCase):
                                          timeout=10).quarantine_reason, "")
             self.assertTrue(slice_of(inv).intact)
 
+    def test_host_positions_from_the_agents_label(self):
+        d = self.start(temp_data_dir(self), "--heartbeat_timeout=0")
+        P = sliced_pb2
+        # Worker ids in pod creation order; positions from the label.
+        cells = ["1-1-0", "0-0-0", "1-0-0", "0-1-0"]
+        host = lambda w, cell: P.Node(  # noqa: E731
+            node_id="h%d" % w, address="10.0.0.%d" % w, resources={"TPU": 4, "CPU": 8},
+            labels={"ray.io/accelerator-type": "TPU-V6E", "ray.io/tpu-topology": "4x4",
+                    "ray.io/tpu-slice-name": "s", "ray.io/tpu-worker-id": str(w),
+                    "sliced.io/tpu-host-coords": cell})
+        with d.channel() as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            with self.assertRaises(grpc.RpcError) as err:
+                inv.RegisterNodes(P.RegisterNodesRequest(nodes=[host(0, "2-0-0")]), timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn('nodes[0] (node_id "h0"): labels["sliced.io/tpu-host-coords"]: '
+                          '"2-0-0" is outside the slice\'s 2x2x1 host grid',
+                          err.exception.details())
+            inv.RegisterNodes(P.RegisterNodesRequest(
+                nodes=[host(w, cells[w]) for w in range(4)]), timeout=10)
+            s = inv.ListSlices(P.ListSlicesRequest(), timeout=10).slices[0]
+            self.assertTrue(s.intact, s.reason)
+            self.assertFalse(s.positions_assumed)
+            self.assertEqual(list(s.node_ids), ["h0", "h1", "h2", "h3"])
+            self.assertEqual(list(s.host_positions), cells)
+
     def test_sigterm_shuts_down_cleanly(self):
         d = self.start(temp_data_dir(self))
         with d.channel() as ch:

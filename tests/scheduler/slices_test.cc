@@ -1,7 +1,9 @@
 #include "scheduler/slices.h"
 
+#include <array>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/scheduler/builders.h"
@@ -121,6 +123,71 @@ TEST(DeriveSlicesTest, V7xHostsMayCountTwoDevicesPerChip) {
   EXPECT_NE(slices[0].reason.find("TPU chips add up to 32, expected 16"),
             std::string::npos)
       << slices[0].reason;
+}
+
+// Positions come from sliced.io/tpu-host-coords; without it on every host,
+// worker-id order is assumed. Worker ids follow pod creation on GKE, so they
+// need not match the positions.
+TEST(DeriveSlicesTest, HostPositionsFromTheCoordinateLabel) {
+  std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");  // a 2x2x1 grid
+  auto derive = [&] {
+    auto slices = DeriveSlices(Pointers(nodes));
+    EXPECT_EQ(slices.size(), 1u);
+    return slices[0];
+  };
+  SliceInfo assumed = derive();
+  EXPECT_TRUE(assumed.intact);
+  EXPECT_TRUE(assumed.positions_assumed);
+  EXPECT_EQ(assumed.host_positions, std::vector<std::string>(4, ""));
+
+  const char* cells[] = {"1-1-0", "0-0-0", "1-0-0", "0-1"};
+  for (int w = 0; w < 4; ++w) {
+    nodes[w].labels[std::string(kLabelTpuHostCoords)] = cells[w];
+  }
+  SliceInfo known = derive();
+  EXPECT_TRUE(known.intact) << known.reason;
+  EXPECT_FALSE(known.positions_assumed);
+  EXPECT_EQ(known.host_positions,
+            (std::vector<std::string>{"1-1-0", "0-0-0", "1-0-0", "0-1-0"}));
+
+  nodes[3].labels[std::string(kLabelTpuHostCoords)] = "1-1-0";  // s-w0's cell
+  SliceInfo twice = derive();
+  EXPECT_FALSE(twice.intact);
+  EXPECT_TRUE(twice.positions_assumed);
+  EXPECT_NE(twice.reason.find("nodes s-w0 and s-w3 both report position 1-1-0"),
+            std::string::npos)
+      << twice.reason;
+
+  nodes[3].labels[std::string(kLabelTpuHostCoords)] = "2-0-0";
+  SliceInfo outside = derive();
+  EXPECT_FALSE(outside.intact);
+  EXPECT_NE(
+      outside.reason.find("node s-w3: sliced.io/tpu-host-coords \"2-0-0\" "
+                          "is outside the slice's 2x2x1 host grid"),
+      std::string::npos)
+      << outside.reason;
+
+  nodes[3].labels.erase(std::string(kLabelTpuHostCoords));  // one unknown
+  SliceInfo partial = derive();
+  EXPECT_TRUE(partial.intact) << partial.reason;
+  EXPECT_TRUE(partial.positions_assumed);
+}
+
+TEST(ParseHostCoordsTest, FormatAndGrid) {
+  const std::vector<int> grid = {1, 1, 4};  // v4 2x2x4
+  EXPECT_EQ(*ParseHostCoords("0-0-3", grid), (std::array<int, 3>{0, 0, 3}));
+  EXPECT_EQ(*ParseHostCoords("0-0", grid), (std::array<int, 3>{0, 0, 0}));
+  for (const char* bad : {"", "0,0,0", "0-0-0-0", "a-0-0", "-1-0-0", "0-0-"}) {
+    EXPECT_NE(
+        ParseHostCoords(bad, grid).status().message().find("is not a position"),
+        std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(ParseHostCoords("0-0-4", grid)
+                .status()
+                .message()
+                .find("outside the slice's 1x1x4 host grid"),
+            std::string::npos);
 }
 
 TEST(DeriveSlicesTest, MissingHostLeavesAHole) {

@@ -1,6 +1,7 @@
 #include "scheduler/tpu.h"
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -84,6 +85,27 @@ TEST(ResolveTpuShapeTest, ValidShapes) {
     EXPECT_EQ(shape->hosts, c.hosts) << c.topology;
     EXPECT_EQ(shape->chips_per_host, c.chips_per_host) << c.topology;
     EXPECT_EQ(shape->pod_type, c.pod_type) << c.topology;
+  }
+}
+
+TEST(ResolveTpuShapeTest, HostBoxAndGrid) {
+  struct Case {
+    TpuGeneration generation;
+    const char* topology;
+    std::vector<int> box, grid;
+  };
+  const Case cases[] = {
+      {TpuGeneration::kV6e, "4x4", {2, 2, 1}, {2, 2, 1}},
+      {TpuGeneration::kV6e, "2x4", {2, 4, 1}, {1, 1, 1}},
+      {TpuGeneration::kV4, "2x2x4", {2, 2, 1}, {1, 1, 4}},
+      {TpuGeneration::kV5p, "4x4x4", {2, 2, 1}, {2, 2, 4}},
+      {TpuGeneration::kV5p, "2x2x1", {2, 2, 1}, {1, 1, 1}},
+  };
+  for (const Case& c : cases) {
+    auto shape = ResolveTpuShape(c.generation, c.topology);
+    ASSERT_TRUE(shape.ok()) << c.topology;
+    EXPECT_EQ(shape->host_box, c.box) << c.topology;
+    EXPECT_EQ(shape->host_grid, c.grid) << c.topology;
   }
 }
 

@@ -53,6 +53,18 @@ TEST(NodesFromProtoTest, RejectsBadInputNamingNodeFieldAndRule) {
       {"bad label key",
        [](v1::Node& n) { (*n.mutable_labels())["-bad"] = "x"; },
        "labels[\"-bad\"]"},
+      {"position not x-y-z",
+       [](v1::Node& n) {
+         (*n.mutable_labels())["sliced.io/tpu-host-coords"] = "1.0.0";
+       },
+       "labels[\"sliced.io/tpu-host-coords\"]: \"1.0.0\" is not a position"},
+      {"position outside its slice's host grid",
+       [](v1::Node& n) {
+         (*n.mutable_labels())["ray.io/accelerator-type"] = "TPU-V6E";
+         (*n.mutable_labels())["ray.io/tpu-topology"] = "4x4";
+         (*n.mutable_labels())["sliced.io/tpu-host-coords"] = "2-0-0";
+       },
+       "\"2-0-0\" is outside the slice's 2x2x1 host grid"},
       {"long label value",
        [&](v1::Node& n) { (*n.mutable_labels())["k"] = long_value; },
        "labels[\"k\"] value"},
