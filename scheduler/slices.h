@@ -58,8 +58,7 @@ std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes);
 
 // Parses a kLabelTpuHostCoords value ("x-y-z", or "x-y" for z = 0) and
 // checks it lies in `grid` ({x, y, z} hosts; REQUIRES: 3 entries).
-// InvalidArgument says which rule
-// it breaks.
+// InvalidArgument says which rule it breaks.
 absl::StatusOr<std::array<int, 3>> ParseHostCoords(
     absl::string_view value, const std::vector<int>& grid);
 
