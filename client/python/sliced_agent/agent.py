@@ -201,7 +201,7 @@ class Agent:
             self.metrics.log_dropped.inc(dropped)
             _log.warning("%s: dropped %d log lines (buffer of %d full)", self.node_id,
                          dropped, self.buffer.capacity)
-        while len(self.buffer) or self.buffer.batch():
+        while self.buffer.pending():
             batch = self.buffer.batch()
             lines = [sliced_pb2.LogLine(time=_timestamp(line.time), text=line.text,
                                         severity=SEVERITY.get(line.severity, 0))

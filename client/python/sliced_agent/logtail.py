@@ -219,6 +219,10 @@ class LogTailer:
         return lines
 
 
+# The `file` of the buffer's own drop notice (a file name no tailed line has).
+_DROP_NOTICE = "<sliced-agent: dropped lines>"
+
+
 class LogBuffer:
     """Lines waiting to be shipped, at most `capacity` (oldest dropped)."""
 
@@ -230,6 +234,10 @@ class LogBuffer:
 
     def __len__(self) -> int:
         return len(self._lines)
+
+    def pending(self) -> bool:
+        """True while a batch() would send something: lines, or a drop notice."""
+        return bool(self._lines) or self._dropped_unreported > 0
 
     def extend(self, lines: List[Line]) -> int:
         """Adds lines; returns how many old ones were dropped to fit."""
@@ -249,18 +257,16 @@ class LogBuffer:
         if self._dropped_unreported:
             # Dated just before the oldest line kept: where the gap is.
             when = (out[0].time - 1e-6) if out else (time.time() if now is None else now)
-            out.insert(0, Line("sliced-agent: dropped %d log lines (buffer of %d full while "
-                               "the daemon was unreachable)" % (self._dropped_unreported,
-                                                               self.capacity), "WARNING",
-                               when))
-            out = out[:MAX_BATCH]
+            notice = Line("sliced-agent: dropped %d log lines (buffer of %d full while the "
+                          "daemon was unreachable)" % (self._dropped_unreported, self.capacity),
+                          "WARNING", when, _DROP_NOTICE)
+            out = [notice] + out[:MAX_BATCH - 1]
         return out
 
     def commit(self, batch: List[Line]) -> None:
         """Removes a batch returned by batch() that was sent."""
         n = len(batch)
-        if self._dropped_unreported and batch and batch[0].file == "" and \
-                batch[0].text.startswith("sliced-agent: dropped"):
+        if batch and batch[0].file == _DROP_NOTICE:
             self._dropped_unreported = 0
             n -= 1
         for _ in range(min(n, len(self._lines))):
