@@ -95,7 +95,8 @@ absl::StatusOr<std::optional<std::string>> UpgradeRecord(
                                          &UpgradeComputeClassV1);
     case Table::kNodes:
     case Table::kLogs:
-      return std::nullopt;  // unchanged in version 2
+    case Table::kCounters:
+      return std::nullopt;  // unchanged in version 2 (counters are newer)
   }
   return std::nullopt;
 }

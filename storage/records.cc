@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "scheduler/labels.h"
@@ -491,6 +492,14 @@ absl::Status AddRecord(Table table, const std::string& key,
       state.logs.emplace_back(key, *std::move(line));
       return absl::OkStatus();
     }
+    case Table::kCounters:
+      // Unknown keys are a newer binary's counters: not ours to read.
+      if (key == kCounterNextPgSequence &&
+          !absl::SimpleAtoi(value, &state.next_pg_sequence)) {
+        return absl::DataLossError(
+            absl::StrCat("stored record counters/", key, ": not a number"));
+      }
+      return absl::OkStatus();
   }
   return absl::InternalError("unknown table");
 }

@@ -41,7 +41,8 @@ namespace {
 constexpr absl::string_view kMetaFamily = "meta";
 constexpr char kSchemaKey[] = "schema_version";
 constexpr Table kTables[] = {Table::kNodes, Table::kPlacementGroups,
-                             Table::kComputeClasses, Table::kLogs};
+                             Table::kComputeClasses, Table::kLogs,
+                             Table::kCounters};
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context) {
   if (s.ok()) return absl::OkStatus();

@@ -19,6 +19,8 @@ absl::string_view TableName(Table table) {
       return "compute_classes";
     case Table::kLogs:
       return "logs";
+    case Table::kCounters:
+      return "counters";
   }
   return "unknown";
 }
@@ -58,18 +60,22 @@ void Mutation::PutLog(absl::string_view key, const server::LogLine& line) {
 void Mutation::DeleteLog(absl::string_view key) {
   writes_.push_back(Delete(Table::kLogs, key));
 }
+void Mutation::PutNextPgSequence(uint64_t next) {
+  writes_.push_back({Table::kCounters, std::string(kCounterNextPgSequence),
+                     absl::StrCat(next), false});
+}
 void Mutation::Append(const Mutation& other) {
   writes_.insert(writes_.end(), other.writes_.begin(), other.writes_.end());
 }
 
 struct MemoryStore::Tables {
-  std::array<std::map<std::string, std::string>, 4> by_table;
+  std::array<std::map<std::string, std::string>, kNumTables> by_table;
 };
 
 absl::StatusOr<StoredState> MemoryStore::Load() {
   StoredState state;
   if (tables_ == nullptr) return state;
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < kNumTables; ++t) {
     for (const auto& [key, value] : tables_->by_table[t]) {
       absl::Status added = AddRecord(static_cast<Table>(t), key, value, state);
       if (!added.ok()) return added;

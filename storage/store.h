@@ -35,7 +35,19 @@ namespace sliced::storage {
 // (storage/migrations.h).
 inline constexpr int64_t kSchemaVersion = 2;
 
-enum class Table { kNodes, kPlacementGroups, kComputeClasses, kLogs };
+// kCounters holds counters that must outlive the records that used them (the
+// next placement-group sequence, so that a restart never hands out the id of
+// a group removed before it).
+enum class Table {
+  kNodes,
+  kPlacementGroups,
+  kComputeClasses,
+  kLogs,
+  kCounters
+};
+inline constexpr int kNumTables = 5;
+// kCounters' key for the next placement-group sequence (decimal).
+inline constexpr absl::string_view kCounterNextPgSequence = "next_pg_sequence";
 
 absl::string_view TableName(Table table);
 
@@ -57,6 +69,8 @@ class Mutation {
   void DeleteComputeClass(absl::string_view name);
   void PutLog(absl::string_view key, const server::LogLine& line);
   void DeleteLog(absl::string_view key);
+  // The next placement-group sequence to hand out (a high-water mark).
+  void PutNextPgSequence(uint64_t next);
 
   // Appends `other`'s writes after this one's.
   void Append(const Mutation& other);
@@ -76,6 +90,9 @@ struct StoredState {
   std::vector<server::PlacementGroup> placement_groups;
   std::vector<server::ComputeClass> compute_classes;
   std::vector<std::pair<std::string, server::LogLine>> logs;  // key, line
+  // The stored high-water mark; 0 when none was written (data from before
+  // it existed: the largest stored sequence + 1 stands in).
+  uint64_t next_pg_sequence = 0;
 };
 
 class Store {

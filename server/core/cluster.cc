@@ -65,6 +65,9 @@ absl::StatusOr<ClusterState> Cluster::Build(
     if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
     state.pgs[pg.id] = pg;
   }
+  // The stored high-water mark outlives removed groups: their ids are never
+  // handed out again after a restart.
+  state.next_sequence = std::max(state.next_sequence, stored.next_pg_sequence);
   for (const ComputeClass& cls : stored.compute_classes) {
     state.classes[cls.name] = cls;
   }

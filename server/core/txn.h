@@ -137,7 +137,12 @@ class Txn {
   absl::Status ApplyDelta(const scheduler::SnapshotDelta& delta);
 
   // ---- Queue bookkeeping
-  uint64_t NextSequence() { return own_.next_sequence++; }
+  // A fresh placement-group sequence; the new high-water mark is written in
+  // the same commit, so a restart never reuses it.
+  uint64_t NextSequence() {
+    mutation_.PutNextPgSequence(own_.next_sequence + 1);
+    return own_.next_sequence++;
+  }
   void RequestPendingRetry() { own_.retry_pending = true; }
   // Whether this op or an earlier one of the group may have freed capacity.
   bool PendingRetryRequested() const {

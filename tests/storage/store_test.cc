@@ -165,6 +165,16 @@ TEST_P(StoreConformanceTest, LaterWritesInOneMutationWin) {
   EXPECT_EQ(state->nodes[0].resources.at("CPU"), 20000);
 }
 
+TEST_P(StoreConformanceTest, CountersRoundTripAndTheLastWriteWins) {
+  auto store = Open();
+  EXPECT_EQ(store->Load()->next_pg_sequence, 0u);  // none written yet
+  Mutation m;
+  m.PutNextPgSequence(7);
+  m.PutNextPgSequence(9);
+  ASSERT_TRUE(store->Commit(m).ok());
+  EXPECT_EQ(store->Load()->next_pg_sequence, 9u);
+}
+
 TEST_P(StoreConformanceTest, DeleteOfMissingKeyIsNoOp) {
   auto store = Open();
   Mutation m;

@@ -212,6 +212,23 @@ TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
   EXPECT_NE(fresh->group.id, first->group.id);
 }
 
+// Found by the crash-loop test: the newest groups removed, then a restart,
+// and the next create got a removed group's id. The high-water mark is
+// stored with each create, so ids are never handed out twice.
+TEST_F(PlacementManagerTest, ARestartNeverReusesTheIdOfARemovedGroup) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  auto kept = core_->Create(Cpus(1, 1));
+  auto removed = core_->Create(Cpus(1, 1));
+  ASSERT_TRUE(kept.ok() && removed.ok());
+  ASSERT_TRUE(core_->Remove(removed->group.id).ok());
+  Restart();
+  auto next = core_->Create(Cpus(1, 1));
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(next->group.id, removed->group.id);
+  EXPECT_GT(next->group.id, removed->group.id);  // fixed-width hex ids
+}
+
 TEST_F(PlacementManagerTest, AFullQueueRefusesGroupsThatWouldWait) {
   Start(Options(absl::ZeroDuration(), 2));
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
