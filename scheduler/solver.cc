@@ -19,6 +19,7 @@
 #include "scheduler/internal/slice_placer.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
+#include "scheduler/internal/topology.h"
 
 namespace sliced::scheduler {
 namespace {
@@ -28,7 +29,8 @@ using internal::Attempt;
 // Runs the attempts of one request. Steps, per attempt:
 //   1. Slice requests: SliceRequest + SlicePlacer (slice_placer.h).
 //   2. Generic requests: PlaceGeneric (domains.h), which calls the gang
-//      placer (gang_placer.h) per domain.
+//      placer (gang_placer.h) per domain; with label domains PlaceTopology
+//      (topology.h) around it.
 class SolveRun {
  public:
   // REQUIRES: ValidateRequest(request) is OK; both outlive the run.
@@ -47,6 +49,10 @@ class SolveRun {
     }
     const internal::GangContext ctx{&snap_, &released_, request_.strategy,
                                     label, internal::kNumRanks};
+    if (!request_.topology.empty()) {
+      return internal::PlaceTopology(ctx, bundles, priority,
+                                     request_.topology);
+    }
     return internal::PlaceGeneric(ctx, bundles, priority);
   }
 
@@ -95,6 +101,70 @@ absl::Status ValidateBundles(const std::vector<Bundle>& bundles,
   return absl::OkStatus();
 }
 
+bool IsSpread(Strategy s) {
+  return s == Strategy::kSpread || s == Strategy::kStrictSpread;
+}
+
+// The levels alone (labels, strategies, group sizes >= 0).
+absl::Status ValidateTopologyLevels(const std::vector<TopologyLevel>& levels) {
+  if (levels.size() > kMaxTopologyLevels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology_strategy: at most ", kMaxTopologyLevels,
+                     " levels, got ", levels.size()));
+  }
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const TopologyLevel& level = levels[i];
+    const std::string field = absl::StrCat("topology_strategy[", i, "]");
+    if (level.label == kLabelNodeId) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".label: ", kLabelNodeId,
+          " is the node level; give its strategy as the group's strategy"));
+    }
+    absl::Status s = ValidateLabelKey(level.label);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".label: ", s.message()));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (levels[j].label == level.label) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".label: \"", level.label,
+                         "\" is already level ", j));
+      }
+    }
+    if (level.bundles_per_domain < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".bundles_per_domain: must be >= 0, got ",
+                       level.bundles_per_domain));
+    }
+    if (level.bundles_per_domain > 0 && IsSpread(level.strategy)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".bundles_per_domain: only with PACK or STRICT_PACK (",
+          StrategyName(level.strategy), " puts every bundle in its own domain)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Every level's bundles_per_domain divides the bundles of each domain above
+// it, for a list of `count` bundles.
+absl::Status ValidateTopologyGroups(const std::vector<TopologyLevel>& levels,
+                                    size_t count, absl::string_view list) {
+  size_t above = count;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const int k = levels[i].bundles_per_domain;
+    if (k > 0 && above % static_cast<size_t>(k) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "topology_strategy[", i, "].bundles_per_domain: ", k,
+          " does not divide the ", above, " bundles of each domain above it (",
+          list, ")"));
+    }
+    if (k > 0) above = static_cast<size_t>(k);
+    if (IsSpread(levels[i].strategy)) above = 1;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view StrategyName(Strategy strategy) {
@@ -139,6 +209,23 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
     }
     s = ValidateBundles(request.fallbacks[f], field, slice);
     if (!s.ok()) return s;
+  }
+  if (!request.topology.empty()) {
+    if (slice) {
+      return absl::InvalidArgumentError(
+          "topology_strategy: not allowed with a slice requirement (a slice "
+          "request already keeps each slice whole and its slices apart)");
+    }
+    s = ValidateTopologyLevels(request.topology);
+    if (!s.ok()) return s;
+    s = ValidateTopologyGroups(request.topology, request.bundles.size(),
+                               "bundles");
+    if (!s.ok()) return s;
+    for (size_t f = 0; f < request.fallbacks.size(); ++f) {
+      s = ValidateTopologyGroups(request.topology, request.fallbacks[f].size(),
+                                 absl::StrCat("fallbacks[", f, "]"));
+      if (!s.ok()) return s;
+    }
   }
   if (slice) {
     const SliceRequirement& req = *request.slice;

@@ -66,12 +66,40 @@ struct SliceRequirement {
                          const SliceRequirement&) = default;
 };
 
+// One level of a label-domain gang (Ray's topology_strategy), outer level
+// first. Within each domain of the level above (the whole cluster for the
+// first), the bundles share values of `label`, any values, as `strategy`
+// says:
+//   STRICT_PACK: all of them one value; with bundles_per_domain = k, each
+//     consecutive group of k bundles one value, and no two groups the same
+//     (a domain is a unit, like a slice: 4 groups of 4 = 4 domains).
+//   STRICT_SPREAD: every bundle a distinct value.
+//   PACK / SPREAD: the STRICT_ rule when it can be met, else the level is
+//     dropped (the gang may span values).
+// Nodes without the label are in no domain. A domain is chosen best-fit
+// (the least free of the group's main resource that still holds it; ties by
+// value). For ray.io/tpu-slice-name only intact slices are domains. The
+// node level (Ray's "ray.io/node-id") is PlacementRequest::strategy.
+struct TopologyLevel {
+  std::string label;
+  Strategy strategy = Strategy::kStrictPack;
+  int bundles_per_domain = 0;  // 0: all bundles of the domain above
+
+  friend bool operator==(const TopologyLevel&, const TopologyLevel&) = default;
+};
+
+// At most this many topology levels per request.
+inline constexpr size_t kMaxTopologyLevels = 4;
+
 struct PlacementRequest {
   // With a slice requirement: one bundle per host, slice-major (bundle
   // s * hosts + i lands on worker i of the s-th chosen slice); when empty the
   // solver expands them from resources_per_host.
   std::vector<Bundle> bundles;
   Strategy strategy = Strategy::kPack;  // ignored with a slice requirement
+  // Label domains, outer first (TopologyLevel); empty: none. Not with a
+  // slice requirement. Apply to every bundle list (fallbacks too).
+  std::vector<TopologyLevel> topology;
   std::optional<SliceRequirement> slice;
   // Alternative bundle lists, tried in order only when the primary cannot be
   // placed (Ray's fallback_strategy). With a slice requirement each list is
@@ -139,7 +167,11 @@ absl::string_view OutcomeName(Decision::Outcome outcome);
 // Checks a request's shape: at least one bundle (or a slice requirement),
 // non-negative resources, no empty bundle, a valid slice topology,
 // num_slices >= 1, slice bundle counts of num_slices * hosts, no pinned
-// bundles with a slice requirement. Returns InvalidArgument naming the field.
+// bundles with a slice requirement; topology levels: at most
+// kMaxTopologyLevels, valid distinct labels other than ray.io/node-id, no
+// slice requirement, bundles_per_domain >= 0, only with (STRICT_)PACK, and
+// dividing the bundles of each domain above in every bundle list. Returns
+// InvalidArgument naming the field.
 absl::Status ValidateRequest(const PlacementRequest& request);
 
 // Decides where `request` goes. An invalid request (see ValidateRequest) is
@@ -196,6 +228,12 @@ absl::Status ValidateRequest(const PlacementRequest& request);
 //      node), zones spanned, idle nodes opened, sum of ranks; ties keep the
 //      cluster-wide placement, then the first zone by name.
 //   Pinned bundles are placed first, on their node.
+//  Label-domain gangs (request.topology): level by level, outer first,
+//  each group of bundles tries the domains of its level best-fit (least
+//  free of its main resource first, at most 64 per group), and inside a
+//  domain the next level; the innermost places the group by steps 1-4 with
+//  the chosen values ANDed into every selector. All groups or none; a
+//  group with a pinned bundle keeps its pinned node's domain.
 //  On failure, a diagnosis step counts what was ruled out and why.
 Decision Solve(const InventorySnapshot& snapshot,
                const PlacementRequest& request);
