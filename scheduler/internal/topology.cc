@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,9 +140,17 @@ class TopologyPlacer {
   bool PlaceGroups(const std::vector<Group>& groups, const LabelSelector& scope,
                    size_t level) {
     const TopologyLevel& lv = levels_[level];
+    // Domains of groups with a pinned bundle (re-placing lost bundles) are
+    // theirs: no other group takes them.
+    std::vector<std::optional<std::string>> pinned(groups.size());
     absl::flat_hash_set<std::string> used;
     for (size_t g = 0; g < groups.size(); ++g) {
-      const Scan scan = ScanDomains(groups[g], scope, level, used);
+      pinned[g] = PinnedValue(groups[g], lv.label);
+      if (pinned[g].has_value()) used.insert(*pinned[g]);
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (pinned[g].has_value()) used.erase(*pinned[g]);
+      const Scan scan = ScanDomains(groups[g], scope, level, used, pinned[g]);
       if (level == 0 && IsStrict(lv.strategy) && !scan.pinned &&
           static_cast<size_t>(scan.big_enough) < groups.size()) {
         infeasible_ = true;  // too few domains could ever hold the groups
@@ -182,31 +191,37 @@ class TopologyPlacer {
     return true;
   }
 
-  // Step 2 of topology.h for one group.
+  // The value of `label` on the node of the group's first pinned bundle
+  // ("" when that node is unknown or lacks it); nullopt without pins.
+  std::optional<std::string> PinnedValue(const Group& group,
+                                         const std::string& label) const {
+    for (size_t b : group) {
+      if (bundles_[b].pinned_node_id.empty()) continue;
+      const int64_t i = snap_.NodeIndex(bundles_[b].pinned_node_id);
+      if (i < 0) return std::string();
+      auto it = snap_.node(i).node.labels.find(label);
+      return it == snap_.node(i).node.labels.end() ? std::string() : it->second;
+    }
+    return std::nullopt;
+  }
+
+  // Step 2 of topology.h for one group; `used`: values it may not take.
   Scan ScanDomains(const Group& group, const LabelSelector& scope,
-                   size_t level, const absl::flat_hash_set<std::string>& used) {
+                   size_t level, const absl::flat_hash_set<std::string>& used,
+                   const std::optional<std::string>& pinned_value) {
     const TopologyLevel& lv = levels_[level];
     LevelStats& stats = stats_[level];
     Scan scan;
     ResourceSet need;
-    std::string pinned_value;
-    bool& pinned = scan.pinned;
     for (size_t b : group) {
       for (const auto& [name, amount] : bundles_[b].resources) {
         if (amount > 0) need[name] += amount;
       }
-      if (!bundles_[b].pinned_node_id.empty() && !pinned) {
-        pinned = true;
-        const int64_t i = snap_.NodeIndex(bundles_[b].pinned_node_id);
-        if (i >= 0) {
-          auto it = snap_.node(i).node.labels.find(lv.label);
-          if (it != snap_.node(i).node.labels.end()) pinned_value = it->second;
-        }
-      }
     }
+    const bool pinned = scan.pinned = pinned_value.has_value();
     const std::string main = MainResource(need);
     auto index = snap_.label_index().find(lv.label);
-    if (index == snap_.label_index().end() || (pinned && pinned_value.empty())) {
+    if (index == snap_.label_index().end() || (pinned && pinned_value->empty())) {
       const std::string reason =
           pinned ? absl::StrCat("pinned node without ", lv.label)
                  : absl::StrCat("no node labelled ", lv.label);
@@ -221,7 +236,7 @@ class TopologyPlacer {
     const Overlay overlay(snap_, &adjusted_);
     std::vector<std::pair<int64_t, std::string>> fitting;
     for (const auto& [value, posting] : *index->second) {
-      if (pinned && value != pinned_value) continue;
+      if (pinned && value != *pinned_value) continue;
       ++scan.considered;
       ++stats.considered;
       ResourceSet total, free;

@@ -256,6 +256,29 @@ TEST(TopologyTest, PinnedBundlesKeepTheirGroupsDomain) {
             absl::btree_set<std::string>{"nvl-a"});
 }
 
+TEST(TopologyTest, ALostGroupNeverTakesTheDomainOfAGroupThatStays) {
+  std::vector<Node> nodes;
+  AddDomain(nodes, "a", 2);  // group 1 stays here; the best fit for 2 x 8
+  AddDomain(nodes, "b", 4);
+  AddDomain(nodes, "d", 2);  // group 0 was here; both nodes died
+  for (Node& n : nodes) {
+    if (n.labels[kGpuDomain] == "d") n.state = NodeState::kDead;
+  }
+  auto snap = Snap(nodes, {{"pg-1", 0, "d-0", Gpu(8)},
+                           {"pg-1", 1, "d-1", Gpu(8)},
+                           {"pg-1", 2, "a-0", Gpu(8)},
+                           {"pg-1", 3, "a-1", Gpu(8)}});
+  PlacementRequest r =
+      Gang(4, Gpu(8), {{kGpuDomain, Strategy::kStrictPack, 2}});
+  r.replacing_pg_id = "pg-1";
+  r.bundles[2].pinned_node_id = "a-0";
+  r.bundles[3].pinned_node_id = "a-1";
+  const Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(ValuesOf(*snap, d, kGpuDomain),
+            (std::vector<std::string>{"b", "b", "a", "a"}));
+}
+
 TEST(TopologyTest, SoftPackSpansDomainsOnlyWhenNoneHoldsTheGang) {
   std::vector<Node> nodes;
   AddDomain(nodes, "nvl-a", 2);
