@@ -197,6 +197,17 @@ void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
   if (!pg.name().empty()) head.AddRow({"name", pg.name()});
   head.AddRow({"request id", OrDash(pg.request_id())});
   head.AddRow({"strategy", v1::PlacementStrategy_Name(pg.strategy())});
+  if (pg.topology_strategy_size() > 0) {
+    std::vector<std::string> levels;
+    for (const v1::TopologyLevel& t : pg.topology_strategy()) {
+      levels.push_back(absl::StrCat(
+          t.label(), " ", v1::PlacementStrategy_Name(t.strategy()),
+          t.bundles_per_domain() > 0
+              ? absl::StrCat(" per ", t.bundles_per_domain(), " bundles")
+              : ""));
+    }
+    head.AddRow({"topology", absl::StrJoin(levels, " > ")});
+  }
   if (!pg.compute_class().empty()) {
     head.AddRow(
         {"compute class", absl::StrCat(pg.compute_class(), " (priority ",

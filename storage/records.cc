@@ -186,6 +186,12 @@ void RequestToRecord(const scheduler::PlacementRequest& request,
       s->set_tpu_resource_per_chip(request.slice->tpu_resource_per_chip);
     }
   }
+  for (const scheduler::TopologyLevel& level : request.topology) {
+    TopologyLevelRecord* t = r.add_topology();
+    t->set_label(level.label);
+    t->set_strategy(ToRecord(level.strategy));
+    t->set_bundles_per_domain(level.bundles_per_domain);
+  }
   for (const auto& fallback : request.fallbacks) {
     FallbackRecord* f = r.add_fallbacks();
     for (const scheduler::Bundle& b : fallback) {
@@ -211,6 +217,13 @@ absl::StatusOr<scheduler::PlacementRequest> RequestFromRecord(
     slice.tpu_resource_per_chip =
         std::max(1, r.slice().tpu_resource_per_chip());
     request.slice = std::move(slice);
+  }
+  for (const TopologyLevelRecord& t : r.topology()) {
+    scheduler::TopologyLevel level;
+    level.label = t.label();
+    ASSIGN_OR_RETURN(level.strategy, FromRecord(t.strategy()));
+    level.bundles_per_domain = t.bundles_per_domain();
+    request.topology.push_back(std::move(level));
   }
   for (const FallbackRecord& f : r.fallbacks()) {
     ASSIGN_OR_RETURN(auto bundles, BundlesFromRecords(f.bundles()));

@@ -162,6 +162,52 @@ void WorkerToProto(const Worker& w, v1::Worker* out) {
   out->mutable_env()->insert(w.env.begin(), w.env.end());
 }
 
+// topology_strategy: the label levels, and the node level ("ray.io/node-id",
+// last) as the request's strategy. As in Ray, `strategy` and
+// `topology_strategy` are not given together.
+absl::Status TopologyFromProto(const v1::CreatePlacementGroupRequest& in,
+                               PlacementRequest& request) {
+  const int n = in.topology_strategy_size();
+  if (n == 0) return absl::OkStatus();
+  if (in.strategy() != v1::PLACEMENT_STRATEGY_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy: `strategy` and `topology_strategy` cannot both be "
+        "specified; give the node level as topology_strategy {\"label\": \"",
+        scheduler::kLabelNodeId, "\", \"strategy\": ...}"));
+  }
+  for (int i = 0; i < n; ++i) {
+    const v1::TopologyLevel& in_level = in.topology_strategy(i);
+    const std::string field = absl::StrCat("topology_strategy[", i, "]");
+    if (in_level.strategy() == v1::PLACEMENT_STRATEGY_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field,
+          ".strategy: required (PACK, SPREAD, STRICT_PACK or STRICT_SPREAD)"));
+    }
+    absl::StatusOr<scheduler::Strategy> strategy =
+        StrategyFromProto(in_level.strategy());
+    if (!strategy.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".", strategy.status().message()));
+    }
+    if (in_level.label() == scheduler::kLabelNodeId) {
+      if (i != n - 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".label: ", scheduler::kLabelNodeId,
+            " is the innermost level and must come last"));
+      }
+      if (in_level.bundles_per_domain() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".bundles_per_domain: not allowed on the node level"));
+      }
+      request.strategy = *strategy;
+      continue;
+    }
+    request.topology.push_back(
+        {in_level.label(), *strategy, in_level.bundles_per_domain()});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PgSpec> PgSpecFromProto(
@@ -170,6 +216,7 @@ absl::StatusOr<PgSpec> PgSpecFromProto(
   ASSIGN_OR_RETURN(request.bundles,
                    BundlesFromProto(in.bundles(), "bundles", limits));
   ASSIGN_OR_RETURN(request.strategy, StrategyFromProto(in.strategy()));
+  RETURN_IF_ERROR(TopologyFromProto(in, request));
   if (in.has_slice()) {
     ASSIGN_OR_RETURN(request.slice, SliceFromProto(in.slice(), limits));
   } else if (request.bundles.empty()) {
@@ -252,6 +299,12 @@ void PlacementGroupToProto(const PlacementGroupView& view,
     bundle->set_node_id(b.node_id);
   }
   out->set_strategy(StrategyToProto(g.request.strategy));
+  for (const scheduler::TopologyLevel& level : g.request.topology) {
+    v1::TopologyLevel* t = out->add_topology_strategy();
+    t->set_label(level.label);
+    t->set_strategy(StrategyToProto(level.strategy));
+    t->set_bundles_per_domain(level.bundles_per_domain);
+  }
   if (const auto& slice = g.request.slice) {
     out->mutable_slice()->set_accelerator_type(
         std::string(scheduler::TpuAcceleratorType(slice->generation)));

@@ -60,6 +60,9 @@ server::PlacementGroup FullGroup() {
                                                 *selector,
                                                 2};
   g.request.fallbacks.push_back({scheduler::Bundle{{{"CPU", 10000}}, {}, ""}});
+  g.request.topology = {
+      {"ray.io/gpu-domain", scheduler::Strategy::kStrictPack, 2},
+      {"ray.io/availability-zone", scheduler::Strategy::kSpread, 0}};
   g.bundles.push_back(server::PlacedBundle{{{"CPU", 10000}}, {}, "a"});
   g.slice_names = {"s1", "s2"};
   g.job_id = "job";

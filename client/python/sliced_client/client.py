@@ -179,6 +179,33 @@ def _describe(e: BaseException) -> str:
     return "%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__
 
 
+_NODE_LEVEL = "ray.io/node-id"
+_PER_DOMAIN = "bundles_per_domain"
+
+
+def _topology_levels(levels: List[Dict[str, Union[str, int]]]) -> list:
+    """Ray's topology_strategy (a list of {label: strategy} dicts, outer first)
+    as TopologyLevel messages: each dict's labels in order, then the node
+    level last."""
+    out, node = [], []
+    for i, level in enumerate(levels):
+        if not isinstance(level, dict):
+            raise ValueError("topology_strategy[%d] must be a dict of label -> strategy, "
+                             "got %r" % (i, level))
+        per_domain = level.get(_PER_DOMAIN, 0)
+        for label, strategy in level.items():
+            if label == _PER_DOMAIN:
+                continue
+            if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+                raise ValueError("topology_strategy[%d][%r] must be PACK, SPREAD, STRICT_PACK "
+                                 "or STRICT_SPREAD, got %r" % (i, label, strategy))
+            message = _pb.TopologyLevel(
+                label=label, strategy=_pb.PlacementStrategy.Value(strategy),
+                bundles_per_domain=0 if label == _NODE_LEVEL else int(per_domain))
+            (node if label == _NODE_LEVEL else out).append(message)
+    return out + node
+
+
 def _pg_id(pg: PgRef) -> str:
     return pg.id if isinstance(pg, PlacementGroup) else pg
 
@@ -231,6 +258,41 @@ class Client:
             compute_class=compute_class, priority=priority)
         return PlacementGroup.from_proto(
             self._call(self._placement.SubmitScalingConfig, request, retry=True))
+
+    def create_placement_group(
+            self, bundles: List[Dict[str, float]], strategy: Optional[str] = None, *,
+            topology_strategy: Optional[List[Dict[str, Union[str, int]]]] = None,
+            bundle_label_selector: Optional[List[Dict[str, str]]] = None,
+            job_id: str = "", name: str = "", compute_class: str = "",
+            request_id: Optional[str] = None, priority: int = 0) -> PlacementGroup:
+        """Ray's placement_group(): one resource dict per bundle, strategy
+        PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD, and optionally one
+        label selector per bundle. topology_strategy takes Ray's shape, a list
+        of levels, outer first, each {label: strategy}, e.g.
+        [{"ray.io/node-id": "STRICT_SPREAD", "ray.io/gpu-domain": "STRICT_PACK"}]
+        (all bundles in one GPU domain, on distinct nodes); "ray.io/node-id" is
+        the node level, and a level's "bundles_per_domain": k puts each
+        consecutive group of k bundles in its own domain (sliced's extension,
+        e.g. one TPU slice per group). As in Ray, strategy and
+        topology_strategy are not given together. Returns the group (CREATED,
+        PENDING or INFEASIBLE); the same request_id returns the same group."""
+        if strategy is not None and topology_strategy is not None:
+            raise ValueError(
+                "`strategy` and `topology_strategy` cannot both be specified. Pass "
+                "node-level packing via `topology_strategy['ray.io/node-id']`.")
+        selectors = bundle_label_selector or [{}] * len(bundles)
+        if len(selectors) != len(bundles):
+            raise ValueError("bundle_label_selector needs one selector per bundle "
+                             "(%d bundles, %d selectors)" % (len(bundles), len(selectors)))
+        request = _pb.CreatePlacementGroupRequest(
+            bundles=[_pb.Bundle(resources=dict(b), label_selector=dict(sel))
+                     for b, sel in zip(bundles, selectors)],
+            strategy=_pb.PlacementStrategy.Value(strategy) if strategy else 0,
+            topology_strategy=_topology_levels(topology_strategy or []),
+            job_id=job_id, name=name, compute_class=compute_class, priority=priority,
+            request_id=request_id or "req-" + uuid.uuid4().hex)
+        return PlacementGroup.from_proto(
+            self._call(self._placement.CreatePlacementGroup, request, retry=True))
 
     def get(self, pg: PgRef) -> PlacementGroup:
         """The group's current state; SlicedError(NOT_FOUND) if there is none."""
