@@ -144,6 +144,11 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
     if (!per_chip.ok()) return Usage(per_chip.status().message());
     config->set_tpu_resource_per_chip(*per_chip);
   }
+  if (flags.Has("allow-subslice") && flags.Has("no-subslice")) {
+    return Usage("submit: --allow-subslice and --no-subslice contradict");
+  }
+  if (flags.Has("allow-subslice")) config->set_allow_subslice(true);
+  if (flags.Has("no-subslice")) config->set_allow_subslice(false);
   config->set_num_workers(*workers);
   config->set_use_tpu(flags.Has("use-tpu"));
   config->set_use_gpu(flags.Has("use-gpu"));
@@ -422,6 +427,10 @@ std::vector<Command> PlacementCommands() {
             {"name", "NAME", "placement group name"},
             {"request-id", "R", "idempotency key (default: generated)"},
             {"priority", "P", "higher is scheduled first"},
+            {"allow-subslice", "",
+             "may carve each slice out of a larger intact slice (default: "
+             "only when no slice of the exact shape exists)"},
+            {"no-subslice", "", "whole slices of the exact shape only"},
             {"tpu-resource-per-chip", "K",
              "TPU devices per chip (default 1; 2 on v7x)"},
             kWaitFlag,

@@ -134,6 +134,7 @@ void PrintNode(const Context& ctx, const v1::Node& n) {
 
 std::string SliceState(const v1::Slice& s) {
   if (!s.intact()) return "broken";
+  if (s.subslices_size() > 0) return "carved";
   return s.free() ? "free" : "held";
 }
 
@@ -171,6 +172,13 @@ void PrintSlices(const Context& ctx, const v1::ListSlicesResponse& response) {
                     OrDash(s->reason())});
     }
     Print(table.Render(ctx.color, "  "));
+    for (const v1::Slice* s : slices) {
+      if (s->subslices_size() == 0) continue;
+      Print(absl::StrCat("  ", s->name(), " carved: ",
+                         absl::StrJoin(s->subslices(), ", "),
+                         "; largest free box: ",
+                         OrDash(s->largest_free_subslice()), "\n"));
+    }
   }
 }
 
@@ -319,6 +327,17 @@ void PrintSummary(const Context& ctx, const v1::GetClusterSummaryResponse& r) {
     head.AddRow({"pending shapes", absl::StrJoin(r.pending_shapes(), ", ")});
   }
   head.AddRow({"fragmentation", Num(r.fragmentation())});
+  std::vector<std::string> carvable;
+  for (const v1::FreeSubslices& f : r.free_subslices()) {
+    if (f.free() == 0) continue;
+    carvable.push_back(
+        absl::StrCat(f.accelerator_type(), " ", f.topology(), " x", f.free()));
+  }
+  if (!carvable.empty()) {
+    head.AddRow({"free sub-slices", absl::StrJoin(carvable, ", ")});
+    head.AddRow(
+        {"sub-slice fragmentation", Num(r.subslice_fragmentation())});
+  }
   Print(head.Render(ctx.color));
   Table table(
       {"ACCELERATOR", "TOPOLOGY", "TIER", "ZONE", "FREE_SLICES", "FREE_CHIPS"});

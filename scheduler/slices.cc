@@ -166,6 +166,11 @@ std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
       problems.push_back(
           absl::StrCat("node ", host->node_id, " is ", WhyNoPlacements(*host)));
     }
+    const absl::string_view partition = LabelOr(*host, kLabelTpuPartitionState);
+    if (!partition.empty() && partition != "HEALTHY") {
+      problems.push_back(absl::StrCat("node ", host->node_id,
+                                      "'s partition is ", partition));
+    }
     chips += TpuAmount(*host);
   }
   bool adds_up = false;
@@ -282,6 +287,18 @@ std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes) {
     slices.push_back(CheckSlice(name, std::move(group.first), group.second));
   }
   return slices;
+}
+
+std::string FormatSubsliceName(absl::string_view parent,
+                               absl::string_view topology,
+                               const std::array<int, 3>& origin) {
+  return absl::StrCat(parent, "/", topology, "@", origin[0], "-", origin[1],
+                      "-", origin[2]);
+}
+
+absl::string_view ParentSliceName(absl::string_view name) {
+  const size_t slash = name.find('/');
+  return slash == absl::string_view::npos ? name : name.substr(0, slash);
 }
 
 }  // namespace sliced::scheduler

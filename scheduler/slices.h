@@ -62,6 +62,17 @@ std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes);
 absl::StatusOr<std::array<int, 3>> ParseHostCoords(
     absl::string_view value, const std::vector<int>& grid);
 
+// The name of a sub-slice carved out of slice `parent` (issue 16):
+// "<parent>/<topology>@<x>-<y>-<z>", the origin being the sub-slice's first
+// host in the parent's host grid, e.g. "pod-a/2x2x2@0-0-2".
+std::string FormatSubsliceName(absl::string_view parent,
+                               absl::string_view topology,
+                               const std::array<int, 3>& origin);
+
+// The slice a (sub-)slice name belongs to: the part before '/', else the
+// name itself.
+absl::string_view ParentSliceName(absl::string_view name);
+
 // True when the node's accelerator-type and topology labels resolve to a
 // single-host slice shape.
 bool IsSingleHostTpuNode(const Node& node);

@@ -181,6 +181,18 @@ absl::string_view StrategyName(Strategy strategy) {
   return "UNKNOWN";
 }
 
+absl::string_view SubslicingName(Subslicing subslicing) {
+  switch (subslicing) {
+    case Subslicing::kNever:
+      return "NEVER";
+    case Subslicing::kIfNoExactShape:
+      return "IF_NO_EXACT_SHAPE";
+    case Subslicing::kAllowed:
+      return "ALLOWED";
+  }
+  return "UNKNOWN";
+}
+
 absl::string_view OutcomeName(Decision::Outcome outcome) {
   switch (outcome) {
     case Decision::kPlaced:

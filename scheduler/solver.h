@@ -48,7 +48,18 @@ struct Bundle {
   friend bool operator==(const Bundle&, const Bundle&) = default;
 };
 
-// Ray's SlicePlacementGroup: num_slices whole free intact slices of one shape.
+// Whether a slice request may be carved out of a larger slice (issue 16).
+enum class Subslicing {
+  kNever,           // whole free slices of the exact shape only
+  kIfNoExactShape,  // carve only when no slice of the exact shape exists
+  kAllowed,         // whole free slices of the shape first, then carve
+};
+
+absl::string_view SubslicingName(Subslicing subslicing);
+
+// Ray's SlicePlacementGroup: num_slices whole free intact slices of one shape,
+// or (subslicing) aligned sub-boxes of larger intact slices of the same
+// generation: see CarveSlices() in scheduler/internal/carver.h.
 struct SliceRequirement {
   TpuGeneration generation = TpuGeneration::kV6e;
   std::string topology;
@@ -61,6 +72,7 @@ struct SliceRequirement {
   // TPU resources one chip counts for (Ray's tpu_resource_per_chip): 1, or
   // 2 on v7x hosts that advertise each TensorCore as a device.
   int tpu_resource_per_chip = 1;
+  Subslicing subslicing = Subslicing::kNever;
 
   friend bool operator==(const SliceRequirement&,
                          const SliceRequirement&) = default;

@@ -88,6 +88,16 @@ inline constexpr absl::string_view kLabelCapacityTier =
 // from libtpu's chip coordinates.
 inline constexpr absl::string_view kLabelTpuHostCoords =
     "sliced.io/tpu-host-coords";
+// sliced's own (TPU7x dynamic slicing, issue 16): the physical block a
+// sub-block (a 4x4x4 cube of 16 hosts) belongs to, from GKE's
+// cloud.google.com/gce-topology-block; cubes of one block can be stitched
+// into a larger slice.
+inline constexpr absl::string_view kLabelTpuBlock = "sliced.io/tpu-block";
+// sliced's own: the health of the host's partition (GKE's
+// cloud.google.com/gke-tpu-partition-<shape>-state); a slice with a host
+// whose partition is not HEALTHY is not intact.
+inline constexpr absl::string_view kLabelTpuPartitionState =
+    "sliced.io/tpu-partition-state";
 
 // Resource names.
 inline constexpr absl::string_view kResourceCpu = "CPU";

@@ -57,6 +57,10 @@ ABSL_FLAG(std::string, log_level, "info",
           "node DEAD/ALIVE/DRAINING and placement-group "
           "placed/queued/rescheduling/removed, one line each), debug (also "
           "every new reason of a waiting group)");
+ABSL_FLAG(bool, subslicing, true,
+          "let slice requests that allow it be placed on aligned sub-boxes "
+          "of larger intact slices (sub-slices); false: whole slices of the "
+          "exact shape only, whatever the request says");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -71,6 +75,7 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.starvation_bound = absl::GetFlag(FLAGS_starvation_bound);
+  options.subslicing = absl::GetFlag(FLAGS_subslicing);
   options.telemetry_max_age = absl::GetFlag(FLAGS_telemetry_max_age);
   options.log_lines_per_node = absl::GetFlag(FLAGS_log_lines_per_node);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);

@@ -227,7 +227,8 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
       impl.coordinator.get(), impl.cluster.get(),
       PlacementManager::Options{.starvation_bound = options.starvation_bound,
                                 .max_pending = options.limits.max_pending_pgs,
-                                .log = &impl.log},
+                                .log = &impl.log,
+                                .subslicing = options.subslicing},
       &impl.metrics);
   impl.cluster->set_observer(impl.placement.get());
   impl.nodes = std::make_unique<NodeManager>(

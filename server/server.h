@@ -28,6 +28,9 @@ struct ServerOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // A group pending this long blocks later ones until placed; 0 disables.
   absl::Duration starvation_bound = absl::Minutes(5);
+  // Slice requests may be carved out of larger slices when they allow it;
+  // false: never (--subslicing).
+  bool subslicing = true;
   // TPU telemetry older than this is dropped from /metrics.
   absl::Duration telemetry_max_age = absl::Seconds(60);
   // libtpu log lines kept per node (a ring).

@@ -1,6 +1,7 @@
 #include "storage/records.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -58,6 +59,18 @@ absl::StatusOr<PgState> FromRecord(PgStateRecord state) {
     default:
       return absl::DataLossError(absl::StrCat("unknown state ", state));
   }
+}
+
+absl::StatusOr<scheduler::Subslicing> SubslicingFromRecord(int32_t value) {
+  switch (value) {
+    case 0:
+      return scheduler::Subslicing::kNever;
+    case 1:
+      return scheduler::Subslicing::kIfNoExactShape;
+    case 2:
+      return scheduler::Subslicing::kAllowed;
+  }
+  return absl::DataLossError(absl::StrCat("unknown subslicing ", value));
 }
 
 StrategyRecord ToRecord(scheduler::Strategy strategy) {
@@ -182,6 +195,7 @@ void RequestToRecord(const scheduler::PlacementRequest& request,
         request.slice->resources_per_host.begin(),
         request.slice->resources_per_host.end());
     SelectorToRecord(request.slice->selector, s->mutable_selector());
+    s->set_subslicing(static_cast<int32_t>(request.slice->subslicing));
     if (request.slice->tpu_resource_per_chip != 1) {
       s->set_tpu_resource_per_chip(request.slice->tpu_resource_per_chip);
     }
@@ -216,6 +230,8 @@ absl::StatusOr<scheduler::PlacementRequest> RequestFromRecord(
     ASSIGN_OR_RETURN(slice.selector, FromRecord(r.slice().selector()));
     slice.tpu_resource_per_chip =
         std::max(1, r.slice().tpu_resource_per_chip());
+    ASSIGN_OR_RETURN(slice.subslicing,
+                     SubslicingFromRecord(r.slice().subslicing()));
     request.slice = std::move(slice);
   }
   for (const TopologyLevelRecord& t : r.topology()) {
@@ -245,6 +261,9 @@ void ScalingConfigToRecord(const server::ScalingConfig& c,
   out->mutable_label_selector()->insert(c.label_selector.begin(),
                                         c.label_selector.end());
   out->set_tpu_resource_per_chip(c.tpu_resource_per_chip);
+  if (c.allow_subslice.has_value()) {
+    out->set_allow_subslice(*c.allow_subslice);
+  }
 }
 
 server::ScalingConfig ScalingConfigFromRecord(const ScalingConfigRecord& r) {
@@ -257,7 +276,9 @@ server::ScalingConfig ScalingConfigFromRecord(const ScalingConfigRecord& r) {
       r.placement_strategy(),
       {r.resources_per_worker().begin(), r.resources_per_worker().end()},
       {r.label_selector().begin(), r.label_selector().end()},
-      r.tpu_resource_per_chip()};
+      r.tpu_resource_per_chip(),
+      r.has_allow_subslice() ? std::optional<bool>(r.allow_subslice())
+                             : std::nullopt};
 }
 
 absl::Status PgFromRecord(const PlacementGroupRecord& r, PlacementGroup& g) {

@@ -216,6 +216,7 @@ SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
   };
   std::map<std::string, FragSum> frag;
   double blocked_sum = 0;  // chips of slices held by CPU-only work alone
+  double probe_sum = 0;
   auto sample = [&](double at) {
     SimSample s;
     s.t_s = at - start;
@@ -225,6 +226,7 @@ SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
     s.mean_wait_s = Mean(window_waits);
     window_waits.clear();
     result.series.push_back(s);
+    if (options.probe) probe_sum += options.probe(*snap);
     std::map<std::string, std::tuple<int64_t, int64_t, int64_t, int64_t>> now;
     for (uint32_t i = 0; i < snap->num_slices(); ++i) {
       const InventorySnapshot::SliceEntry& e = snap->slice(i);
@@ -358,6 +360,7 @@ SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
     }
   }
   result.blocked_chips = blocked_sum / options.samples;
+  result.probe_mean = probe_sum / options.samples;
   result.wait_all = {result.accepted, result.feasible, Mean(all_waits),
                      Percentile(all_waits, 0.99)};
   for (const auto& [shape, f] : frag) {

@@ -39,6 +39,7 @@
 #define SLICED_BENCH_SIM_SIM_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -117,6 +118,10 @@ struct SimOptions {
   int scan_limit = 0;             // queue entries tried per pass; 0: all
   int samples = 120;              // points of the time series
   uint64_t seed = 1;              // random tie breaks
+  // Measured on the snapshot at every sample and averaged into
+  // SimResult::probe_mean (e.g. the largest free aligned box); none when
+  // empty.
+  std::function<double(const scheduler::InventorySnapshot&)> probe;
 };
 
 struct WaitStats {
@@ -168,6 +173,7 @@ struct SimResult {
   std::vector<ShapeFragmentation> fragmentation;
   std::vector<SimSample> series;
   double wall_s = 0;            // real time the replay took
+  double probe_mean = 0;        // SimOptions::probe over the samples
 };
 
 // Replays `trace` on `fleet` under `kind`. `feasible[i]` says whether job i

@@ -4,12 +4,15 @@
 //
 //   sliced_sim [--quick] [--check] --out_dir=DIR
 //   sliced_sim --workload=mixed [--quick] [--check] --out_dir=DIR
+//   sliced_sim --workload=subslice [--quick] [--check] [--pods=N] --out_dir=DIR
 //
 // Writes DIR/sim.json, DIR/quality.svg, and the Markdown sections
 // DIR/sim_quality.md and DIR/sim_scaling.md that bench/run.sh splices into
 // bench/RESULTS.md. With --workload=mixed it runs only the mixed-trace
 // comparison of issue 13 (bench/sim/mixed.h): DIR/mixed.json and
-// DIR/sim_mixed.md. Progress goes to stderr when it is a terminal.
+// DIR/sim_mixed.md; with --workload=subslice the sub-slice comparison of
+// issue 16 (bench/sim/subslice.h): DIR/subslice.json and
+// DIR/sim_subslice.md. Progress goes to stderr when it is a terminal.
 #include <unistd.h>
 
 #include <chrono>
@@ -34,6 +37,7 @@
 #include "bench/gen/trace.h"
 #include "bench/sim/mixed.h"
 #include "bench/sim/sim.h"
+#include "bench/sim/subslice.h"
 #include "scheduler/solver.h"
 
 ABSL_FLAG(bool, quick, false, "small fleet and trace, 1k and 10k scaling only");
@@ -55,12 +59,16 @@ ABSL_FLAG(std::string, workload, "default",
           "default: the replay, batches and solver scaling; mixed: the mixed "
           "trace (multi-host slices, single-host TPU jobs, CPU gangs) against "
           "the tuned tiered-first-fit (defaults: 2000 nodes, 6000 jobs, 5 seeds, "
-          "quick 2)");
+          "quick 2); subslice: sub-slices of v5p/v7x 4x4x4 pods against "
+          "first-fit carving (defaults: 64 pods, 4000 jobs, 3 seeds; quick 16, "
+          "800, 1)");
 ABSL_FLAG(double, cpu_load, 1.5,
           "mixed: offered CPU-gang load / CPU of the CPU-only nodes");
 ABSL_FLAG(int, tune_seeds, 3,
           "mixed: fleets and traces (seeds 1000 + seed, ...) on which "
           "tiered-first-fit's knobs are tuned");
+ABSL_FLAG(int64_t, pods, 0,
+          "--workload=subslice: 4x4x4 pods per seed (default 64; quick 16)");
 ABSL_FLAG(bool, check, false,
           "exit 1 unless every policy accepted jobs of every trace and no "
           "batch placed more slices than the max-flow bound");
@@ -216,9 +224,28 @@ int MainMixed() {
   return RunMixed(o);
 }
 
+// --workload=subslice: the flags that apply, with that workload's defaults.
+int MainSubslice() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  SubsliceOptions o;
+  o.pods = absl::GetFlag(FLAGS_pods) > 0 ? absl::GetFlag(FLAGS_pods)
+                                         : (quick ? 16 : 64);
+  o.jobs = absl::GetFlag(FLAGS_jobs) > 0 ? absl::GetFlag(FLAGS_jobs)
+                                         : (quick ? 800 : 4000);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.seeds = absl::GetFlag(FLAGS_replay_seeds) > 0
+                ? absl::GetFlag(FLAGS_replay_seeds)
+                : (quick ? 1 : 3);
+  o.load = absl::GetFlag(FLAGS_load);
+  o.out_dir = absl::GetFlag(FLAGS_out_dir);
+  o.check = absl::GetFlag(FLAGS_check);
+  return RunSubslice(o);
+}
+
 int Main() {
   const std::string workload = absl::GetFlag(FLAGS_workload);
   if (workload == "mixed") return MainMixed();
+  if (workload == "subslice") return MainSubslice();
   if (workload != "default") {
     std::fprintf(stderr, "sliced_sim: unknown --workload '%s'\n", workload.c_str());
     return 2;

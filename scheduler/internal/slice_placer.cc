@@ -4,11 +4,14 @@
 #include "scheduler/internal/slice_placer.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "scheduler/internal/carver.h"
 #include "scheduler/internal/diagnosis.h"
+#include "scheduler/internal/stitcher.h"
 
 namespace sliced::scheduler::internal {
 
@@ -78,7 +81,36 @@ Attempt SlicePlacer::Place(const SliceRequest& request,
   if (static_cast<int64_t>(chosen.size()) == request.needed()) {
     return Placed(request, chosen);
   }
-  return Attempt::Failed(ExplainSlices(snap_, request, label));
+  Failure whole = ExplainSlices(snap_, request, label);
+  const bool stitch = Stitchable(request.shape());
+  if (!stitch && !MayCarve(request)) {
+    return Attempt::Failed(std::move(whole));
+  }
+  Attempt carved = stitch ? StitchSlices(snap_, released_, request, label)
+                          : CarveSlices(snap_, released_, request, label);
+  if (carved.placed) return carved;
+  // Both explanations: the whole slices first, then the sub-slices (or the
+  // stitching).
+  carved.summary = absl::StrCat(whole.summary, "; ", carved.summary);
+  carved.infeasible = carved.infeasible && whole.infeasible;
+  carved.steps.insert(carved.steps.begin(),
+                      std::make_move_iterator(whole.steps.begin()),
+                      std::make_move_iterator(whole.steps.end()));
+  return carved;
+}
+
+bool SlicePlacer::MayCarve(const SliceRequest& request) const {
+  switch (request.requirement().subslicing) {
+    case Subslicing::kNever:
+      return false;
+    case Subslicing::kAllowed:
+      return true;
+    case Subslicing::kIfNoExactShape: {
+      auto it = snap_.slices_by_key().lower_bound(request.FirstKey());
+      return it == snap_.slices_by_key().end() || !request.SameShape(it->first);
+    }
+  }
+  return false;
 }
 
 SlicePlacer::ZonePools SlicePlacer::FreePools(

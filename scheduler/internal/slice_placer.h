@@ -86,8 +86,12 @@ class SliceRequest {
 //      name) order whose every host matches the selectors and has room for
 //      its bundle (bundle s * hosts + i on worker i). A multi-slice request
 //      that no zone holds whole takes slices across zones in that order.
+//   4. Larger TPU7x shapes made of whole 4x4x4 cubes: when those fail,
+//      StitchSlices() (stitcher.h), whatever the request's subslicing.
+//      Other shapes, when those fail and the request's subslicing allows
+//      it: CarveSlices() (carver.h).
 //   On failure, ExplainSlices() (diagnosis.h) explains every slice of the
-//   shape.
+//   shape (and the carver why no sub-slice fits).
 class SlicePlacer {
  public:
   // REQUIRES: `snap` and `released` outlive the placer.
@@ -107,6 +111,9 @@ class SlicePlacer {
   using ZonePools = absl::btree_map<std::string, ZonePool>;
   using ZoneOrder = std::vector<std::pair<std::string, const ZonePool*>>;
 
+  // Whether the request's subslicing lets it carve (for kIfNoExactShape:
+  // the inventory has no slice of the exact shape at all).
+  bool MayCarve(const SliceRequest& request) const;
   ZonePools FreePools(const SliceRequest& request) const;
   static ZoneOrder OrderZones(const ZonePools& pools, int64_t needed);
   std::vector<uint32_t> Choose(const SliceRequest& request,

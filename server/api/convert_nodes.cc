@@ -152,6 +152,10 @@ void SliceToProto(const SliceView& view, v1::Slice* out) {
   out->set_positions_assumed(info.positions_assumed);
   out->mutable_placement_group_ids()->Add(view.placement_group_ids.begin(),
                                           view.placement_group_ids.end());
+  out->mutable_subslices()->Add(view.subslices.begin(), view.subslices.end());
+  out->mutable_free_subslices()->insert(view.capacity.free_boxes.begin(),
+                                        view.capacity.free_boxes.end());
+  out->set_largest_free_subslice(view.capacity.largest_free);
 }
 
 absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in) {

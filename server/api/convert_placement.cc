@@ -1,6 +1,7 @@
 #include "server/api/convert_placement.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,6 +118,8 @@ absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
         "positive integer.");
   }
   slice.tpu_resource_per_chip = std::max(1, s.tpu_resource_per_chip());
+  slice.subslicing = s.allow_subslice() ? scheduler::Subslicing::kAllowed
+                                        : scheduler::Subslicing::kNever;
   return slice;
 }
 
@@ -135,7 +138,10 @@ ScalingConfig ScalingConfigFromProto(const v1::ScalingConfig& c) {
                        c.placement_strategy(),
                        ToBtree(c.resources_per_worker()),
                        ToBtree(c.label_selector()),
-                       c.tpu_resource_per_chip()};
+                       c.tpu_resource_per_chip(),
+                       c.has_allow_subslice()
+                           ? std::optional<bool>(c.allow_subslice())
+                           : std::nullopt};
 }
 
 void ScalingConfigToProto(const ScalingConfig& c, v1::ScalingConfig* out) {
@@ -150,6 +156,7 @@ void ScalingConfigToProto(const ScalingConfig& c, v1::ScalingConfig* out) {
   out->mutable_label_selector()->insert(c.label_selector.begin(),
                                         c.label_selector.end());
   out->set_tpu_resource_per_chip(c.tpu_resource_per_chip);
+  if (c.allow_subslice.has_value()) out->set_allow_subslice(*c.allow_subslice);
 }
 
 void WorkerToProto(const Worker& w, v1::Worker* out) {
@@ -312,6 +319,8 @@ void PlacementGroupToProto(const PlacementGroupView& view,
     out->mutable_slice()->set_num_slices(slice->num_slices);
     out->mutable_slice()->set_tpu_resource_per_chip(
         slice->tpu_resource_per_chip);
+    out->mutable_slice()->set_allow_subslice(
+        slice->subslicing != scheduler::Subslicing::kNever);
   }
   out->set_job_id(g.job_id);
   out->set_name(g.name);

@@ -117,6 +117,13 @@ void SummaryToProto(const ClusterSummary& s,
   out->mutable_pending_shapes()->Assign(s.pending_shapes.begin(),
                                         s.pending_shapes.end());
   out->set_fragmentation(s.fragmentation);
+  for (const auto& [key, free] : s.free_subslices) {
+    v1::FreeSubslices* row = out->add_free_subslices();
+    row->set_accelerator_type(key.first);
+    row->set_topology(key.second);
+    row->set_free(free);
+  }
+  out->set_subslice_fragmentation(s.subslice_fragmentation);
 }
 
 }  // namespace sliced::server::api

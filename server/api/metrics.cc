@@ -110,6 +110,26 @@ void AddSummaryFamilies(const ClusterSummary& summary,
              value);
   }
   out.push_back(frag.Take());
+  GaugeFamily subslices(
+      "sliced_free_subslices",
+      "Sub-slices of a shape that could be carved now (free aligned boxes "
+      "of intact larger slices)");
+  for (const auto& [shape, count] : summary.free_subslices) {
+    subslices.Add({{"accelerator_type", Or(shape.first, "none")},
+                   {"topology", Or(shape.second, "none")}},
+                  count);
+  }
+  out.push_back(subslices.Take());
+  GaugeFamily sub_frag(
+      "sliced_subslice_fragmentation_ratio",
+      "Share of free TPU chips of a shape outside each slice's largest free "
+      "aligned box");
+  for (const auto& [shape, value] : summary.subslice_fragmentation_by_shape) {
+    sub_frag.Add({{"accelerator_type", Or(shape.first, "none")},
+                  {"topology", Or(shape.second, "none")}},
+                 value);
+  }
+  out.push_back(sub_frag.Take());
 }
 
 // Per-chip TPU telemetry of the nodes still in the inventory.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "scheduler/subslices.h"
 #include "scheduler/tpu.h"
 
 namespace sliced::server {
@@ -62,6 +63,8 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
       whole_and_free_chips;  // per shape: chips in whole free slices, free
                              // chips
+  std::map<std::pair<std::string, std::string>, int64_t> boxed_chips;
+  // per shape: chips in each slice's largest free aligned box
   for (const scheduler::SliceState& slice : snap.ListSlices()) {
     const scheduler::SliceInfo& info = slice.info;
     std::string tier, zone;
@@ -87,6 +90,20 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
         whole_and_free_chips[{info.accelerator_type, info.topology}];
     whole_chips += whole ? free : 0;
     free_chips += free;
+    int64_t& boxed = boxed_chips[{info.accelerator_type, info.topology}];
+    const scheduler::SubsliceCapacity capacity =
+        scheduler::FreeSubslices(snap, info.name);
+    for (const auto& [topology, count] : capacity.free_boxes) {
+      out.free_subslices[{info.accelerator_type, topology}] += count;
+    }
+    auto generation = scheduler::ParseTpuGeneration(info.accelerator_type);
+    if (whole) {
+      boxed += free;
+    } else if (!capacity.largest_free.empty() && generation.ok()) {
+      auto largest =
+          scheduler::ResolveTpuShape(*generation, capacity.largest_free);
+      if (largest.ok()) boxed += largest->chips;
+    }
   }
   int64_t all_whole = 0, all_free = 0;
   for (const auto& [shape, counts] : whole_and_free_chips) {
@@ -98,6 +115,15 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   }
   out.fragmentation =
       all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_whole) / all_free;
+  int64_t all_boxed = 0;
+  for (const auto& [shape, counts] : whole_and_free_chips) {
+    const int64_t free = counts.second, boxed = boxed_chips[shape];
+    out.subslice_fragmentation_by_shape[shape] =
+        free == 0 ? 0.0 : 1.0 - static_cast<double>(boxed) / free;
+    all_boxed += boxed;
+  }
+  out.subslice_fragmentation =
+      all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_boxed) / all_free;
 
   std::map<std::string, int64_t> shapes;
   for (const auto& [prio, seq, id] : state.queue) {

@@ -36,6 +36,15 @@ struct ClusterSummary {
   // chips are 0. `fragmentation` is the same over every slice.
   std::map<std::pair<std::string, std::string>, double> fragmentation_by_shape;
   double fragmentation = 0;
+  // Sub-slices (issue 16): per (accelerator type, topology), free aligned
+  // boxes over every intact slice (scheduler/subslices.h); and per parent
+  // (accelerator type, topology), the share of free chips outside each
+  // slice's largest free aligned box (or the whole slice, when free), with
+  // `subslice_fragmentation` the same over every slice.
+  std::map<std::pair<std::string, std::string>, int64_t> free_subslices;
+  std::map<std::pair<std::string, std::string>, double>
+      subslice_fragmentation_by_shape;
+  double subslice_fragmentation = 0;
   std::map<std::string, int64_t> nodes_by_state;  // "ALIVE", ...
   int64_t pending = 0;  // PENDING + RESCHEDULING groups
   double oldest_pending_seconds = 0;

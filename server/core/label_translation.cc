@@ -1,11 +1,13 @@
 #include "server/core/label_translation.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/quote.h"
+#include "scheduler/slices.h"
 #include "scheduler/tpu.h"
 
 namespace sliced::server {
@@ -22,6 +24,11 @@ constexpr absl::string_view kGkeFlexStart = "cloud.google.com/gke-flex-start";
 constexpr absl::string_view kGkeReservation =
     "cloud.google.com/reservation-name";
 constexpr absl::string_view kGkeNodePool = "cloud.google.com/gke-nodepool";
+constexpr absl::string_view kGkeBlock = "cloud.google.com/gce-topology-block";
+// TPU7x dynamic slicing: cloud.google.com/gke-tpu-partition-<topology>-id
+// and -state name the partition (sub-block) a node is in and its health.
+constexpr absl::string_view kGkePartitionPrefix =
+    "cloud.google.com/gke-tpu-partition-";
 constexpr absl::string_view kK8sZone = "topology.kubernetes.io/zone";
 constexpr absl::string_view kK8sRegion = "topology.kubernetes.io/region";
 
@@ -129,6 +136,41 @@ void DerivePodType(Labels& out) {
     out[std::string(scheduler::kLabelTpuPodType)] = shape->pod_type;
 }
 
+// Dynamic slicing (TPU7x): the node's partition of its own topology is its
+// slice, and the partition's state says whether that slice is usable.
+void DerivePartition(const Labels& labels, Labels& derived) {
+  const std::string* topology = Find(labels, kGkeTopology);
+  if (topology == nullptr) return;
+  const std::string prefix = absl::StrCat(kGkePartitionPrefix, *topology);
+  if (const std::string* id = Find(labels, prefix + "-id")) {
+    // TPU_NAME, when given, names the slice instead.
+    derived.emplace(std::string(scheduler::kLabelTpuSliceName), *id);
+  }
+  if (const std::string* state = Find(labels, prefix + "-state")) {
+    derived[std::string(scheduler::kLabelTpuPartitionState)] = *state;
+  }
+}
+
+// A worker id from the host's position when nothing else gives one (dynamic
+// slicing nodes carry no TPU_WORKER_ID): its linear place in the host grid,
+// x fastest.
+void DeriveWorkerId(Labels& out) {
+  if (Find(out, scheduler::kLabelTpuWorkerId) != nullptr) return;
+  const std::string* coords = Find(out, scheduler::kLabelTpuHostCoords);
+  const std::string* accel = Find(out, scheduler::kLabelAcceleratorType);
+  const std::string* topo = Find(out, scheduler::kLabelTpuTopology);
+  if (coords == nullptr || accel == nullptr || topo == nullptr) return;
+  auto generation = scheduler::ParseTpuGeneration(*accel);
+  if (!generation.ok()) return;
+  auto shape = scheduler::ResolveTpuShape(*generation, *topo);
+  if (!shape.ok()) return;
+  auto at = scheduler::ParseHostCoords(*coords, shape->host_grid);
+  if (!at.ok()) return;
+  const std::vector<int>& grid = shape->host_grid;
+  out[std::string(scheduler::kLabelTpuWorkerId)] =
+      absl::StrCat((*at)[0] + grid[0] * ((*at)[1] + grid[1] * (*at)[2]));
+}
+
 }  // namespace
 
 absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
@@ -146,11 +188,13 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
                   scheduler::kLabelTpuPodType},
         std::pair{kK8sZone, scheduler::kLabelZone},
         std::pair{kK8sRegion, scheduler::kLabelRegion},
-        std::pair{kGkeNodePool, scheduler::kLabelNodeGroup}}) {
+        std::pair{kGkeNodePool, scheduler::kLabelNodeGroup},
+        std::pair{kGkeBlock, scheduler::kLabelTpuBlock}}) {
     if (const std::string* v = Find(labels, from)) {
       derived[std::string(to)] = *v;
     }
   }
+  DerivePartition(labels, derived);
   derived[std::string(scheduler::kLabelCapacityTier)] = Tier(labels);
 
   Labels out = labels;  // explicit labels win: insert() keeps existing keys
@@ -158,6 +202,7 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
   absl::Status market = DeriveMarketType(labels, out);
   if (!market.ok()) return market;
   DerivePodType(out);
+  DeriveWorkerId(out);
   return out;
 }
 

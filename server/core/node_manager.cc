@@ -460,7 +460,7 @@ std::vector<SliceView> NodeManager::ListSlices() const {
       SliceView& view = out.emplace_back();
       view.info = slice.info;
       view.free = slice.info.intact && slice.free;
-      absl::btree_set<std::string> holders;
+      absl::btree_set<std::string> holders, subslices;
       for (const std::string& id : slice.info.node_ids) {
         const int64_t index = s.snapshot->NodeIndex(id);
         if (index < 0) continue;
@@ -468,7 +468,19 @@ std::vector<SliceView> NodeManager::ListSlices() const {
           holders.insert(a.pg_id);
         }
       }
+      for (const std::string& pg_id : holders) {
+        auto pg = s.pgs.find(pg_id);
+        if (pg == s.pgs.end()) continue;
+        for (const std::string& name : pg->second.slice_names) {
+          if (name != slice.info.name &&
+              scheduler::ParentSliceName(name) == slice.info.name) {
+            subslices.insert(name);
+          }
+        }
+      }
       view.placement_group_ids.assign(holders.begin(), holders.end());
+      view.subslices.assign(subslices.begin(), subslices.end());
+      view.capacity = scheduler::FreeSubslices(*s.snapshot, slice.info.name);
     }
     return out;
   });

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "scheduler/labels.h"
 #include "scheduler/slices.h"
+#include "scheduler/subslices.h"
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
 #include "server/core/limits.h"
@@ -71,6 +72,8 @@ struct SliceView {
   scheduler::SliceInfo info;
   bool free = false;  // intact and no bundle on any host
   std::vector<std::string> placement_group_ids;  // sorted
+  std::vector<std::string> subslices;  // carved out of it and held, sorted
+  scheduler::SubsliceCapacity capacity;  // what could be carved now
 };
 
 // One node's heartbeat; `state` nullopt keeps the state (a dead node that

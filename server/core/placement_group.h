@@ -57,6 +57,9 @@ struct ScalingConfig {
   absl::btree_map<std::string, std::string> label_selector;
   // TPU resources one chip counts for; 0 or 1 = one (v7x may use 2).
   int tpu_resource_per_chip = 0;
+  // Sub-slices: true allowed, false never, unset only when no slice of the
+  // exact shape exists (scheduler::Subslicing).
+  std::optional<bool> allow_subslice;
 
   friend bool operator==(const ScalingConfig&, const ScalingConfig&) = default;
 };

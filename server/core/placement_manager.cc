@@ -111,6 +111,9 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   ASSIGN_OR_RETURN(PlacementRequest request,
                    WithPriorities(asked, group.compute_class,
                                   txn.FindClass(group.compute_class)));
+  if (!options_.subslicing && request.slice.has_value()) {
+    request.slice->subslicing = scheduler::Subslicing::kNever;
+  }
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
   const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);

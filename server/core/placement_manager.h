@@ -57,6 +57,8 @@ class PlacementManager : public Cluster::Observer {
     // Where state changes are logged after each commit (not owned); null:
     // nowhere. Default null.
     Logger* log = nullptr;
+    // False: slice requests are never carved, whatever they allow.
+    bool subslicing = true;
   };
 
   // Told of every solve (metrics). Called on the writer thread.

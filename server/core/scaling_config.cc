@@ -15,6 +15,7 @@
 #include "base/quote.h"
 #include "base/status_macros.h"
 #include "scheduler/labels.h"
+#include "scheduler/slices.h"
 #include "scheduler/types.h"
 #include "server/core/validation.h"
 
@@ -321,8 +322,16 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
   ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
                    ConvertSelector(config, limits, {}));
   plan.request.slice = scheduler::SliceRequirement{
-      plan.shape.generation, plan.shape.topology, plan.num_slices,
-      std::move(per_host),   std::move(selector), plan.tpu_resource_per_chip};
+      plan.shape.generation,
+      plan.shape.topology,
+      plan.num_slices,
+      std::move(per_host),
+      std::move(selector),
+      plan.tpu_resource_per_chip,
+      !config.allow_subslice.has_value()
+          ? scheduler::Subslicing::kIfNoExactShape
+          : *config.allow_subslice ? scheduler::Subslicing::kAllowed
+                                   : scheduler::Subslicing::kNever};
   LayoutTpuWorkers(plan);
   return absl::OkStatus();
 }
@@ -483,6 +492,15 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
     env["TPU_WORKER_ID"] = absl::StrCat(worker_id);
     env["TPU_WORKER_HOSTNAMES"] = absl::StrJoin(slice_hosts, ",");
     env["TPU_NAME"] = slice_name;
+    if (scheduler::ParentSliceName(slice_name) != slice_name) {
+      // A sub-slice: libtpu takes its shape from here, not from the
+      // metadata server, which describes the parent.
+      env["TPU_SKIP_MDS_QUERY"] = "true";
+      env["TPU_ACCELERATOR_TYPE"] = plan.shape.pod_type;
+      env["TPU_TOPOLOGY"] = plan.shape.topology;
+      env["TPU_HOST_BOUNDS"] = absl::StrJoin(plan.shape.host_grid, ",");
+      env["TPU_CHIPS_PER_HOST_BOUNDS"] = absl::StrJoin(plan.shape.host_box, ",");
+    }
     if (k > 1 && plan.chips_per_worker > 0 && plan.host_box.size() == 3 &&
         plan.host_grid.size() == 3) {
       AddProcessEnv(plan, worker_id, rank % k, slice_hosts, env);

@@ -117,6 +117,11 @@ struct PlacedNode {
 //    TPU_WORKER_HOSTNAMES  that slice's host addresses in worker-id order,
 //                          comma-separated
 //    TPU_NAME              the slice name
+//  and on a sub-slice ("<parent>/<topology>@<x>-<y>-<z>"), as GKE sets them
+//  for sub-slice requests (the metadata server describes the parent):
+//    TPU_SKIP_MDS_QUERY "true", TPU_ACCELERATOR_TYPE (e.g. v5p-16),
+//    TPU_TOPOLOGY (e.g. 2x2x2), TPU_HOST_BOUNDS (the sub-slice's host
+//    grid, e.g. "1,1,2"), TPU_CHIPS_PER_HOST_BOUNDS ("2,2,1")
 //  and with num_slices > 1 (Ray's get_tpu_coordinator_env_vars):
 //    MEGASCALE_COORDINATOR_ADDRESS  address of slice 0 worker 0, no port
 //    MEGASCALE_PORT                 "8081" (kMegascalePort)

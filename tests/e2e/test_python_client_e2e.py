@@ -51,7 +51,9 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertEqual(fields, {
             "num_workers": 1, "use_gpu": False, "resources_per_worker": None,
             "placement_strategy": "PACK", "accelerator_type": None, "use_tpu": False,
-            "topology": None, "label_selector": None, "tpu_resource_per_chip": None})
+            "topology": None, "label_selector": None, "tpu_resource_per_chip": None,
+            # sliced's own (sub-slices): None = only when the exact shape is missing.
+            "allow_subslice": None})
         self.assertEqual(sorted(sliced_client.__all__), sorted(
             ["Bundle", "Client", "DEFAULT_ADDRESS", "Explanation", "Node",
              "PlacementGroup", "ScalingConfig", "SlicedError", "Worker"]))

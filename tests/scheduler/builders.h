@@ -4,10 +4,13 @@
 #ifndef SLICED_TESTS_SCHEDULER_BUILDERS_H_
 #define SLICED_TESTS_SCHEDULER_BUILDERS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "scheduler/snapshot.h"
 #include "scheduler/tpu.h"
 #include "scheduler/types.h"
 
@@ -66,6 +69,16 @@ inline std::vector<Node> Slice(const std::string& slice,
         kResourceScale;
   }
   return hosts;
+}
+
+// A snapshot of `nodes` holding `allocations`; a failed build fails the
+// test.
+inline std::shared_ptr<const InventorySnapshot> Snap(
+    std::vector<Node> nodes, std::vector<Allocation> allocations = {}) {
+  auto snap =
+      InventorySnapshot::Build(std::move(nodes), std::move(allocations));
+  EXPECT_TRUE(snap.ok()) << snap.status();
+  return *snap;
 }
 
 inline std::vector<const Node*> Pointers(const std::vector<Node>& nodes) {

@@ -13,6 +13,7 @@ namespace {
 
 using ::sliced::scheduler::testing::CpuNode;
 using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::Snap;
 using ::sliced::scheduler::testing::TpuHost;
 using ::sliced::scheduler::testing::Units;
 
@@ -27,14 +28,6 @@ Bundle B(ResourceSet resources, const Wire& selector = {},
 
 ResourceSet Cpu(double n) { return {{"CPU", Units(n)}}; }
 ResourceSet Tpu(double n) { return {{"TPU", Units(n)}}; }
-
-std::shared_ptr<const InventorySnapshot> Snap(
-    std::vector<Node> nodes, std::vector<Allocation> allocations = {}) {
-  auto snap =
-      InventorySnapshot::Build(std::move(nodes), std::move(allocations));
-  EXPECT_TRUE(snap.ok()) << snap.status();
-  return *snap;
-}
 
 void Append(std::vector<Node>& to, const std::vector<Node>& more) {
   to.insert(to.end(), more.begin(), more.end());

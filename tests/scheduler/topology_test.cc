@@ -14,6 +14,7 @@ namespace {
 
 using ::sliced::scheduler::testing::CpuNode;
 using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::Snap;
 using ::sliced::scheduler::testing::Units;
 
 constexpr char kGpuDomain[] = "ray.io/gpu-domain";
@@ -36,14 +37,6 @@ void AddDomain(std::vector<Node>& nodes, const std::string& domain, int count,
   for (int i = 0; i < count; ++i) {
     nodes.push_back(GpuNode(absl::StrCat(domain, "-", i), domain, zone));
   }
-}
-
-std::shared_ptr<const InventorySnapshot> Snap(
-    std::vector<Node> nodes, std::vector<Allocation> allocations = {}) {
-  auto snap =
-      InventorySnapshot::Build(std::move(nodes), std::move(allocations));
-  EXPECT_TRUE(snap.ok()) << snap.status();
-  return *snap;
 }
 
 PlacementRequest Gang(int bundles, const ResourceSet& each,

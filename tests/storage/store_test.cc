@@ -58,7 +58,8 @@ server::PlacementGroup FullGroup() {
                                                 2,
                                                 {{"TPU", 40000}},
                                                 *selector,
-                                                2};
+                                                2,
+                                                scheduler::Subslicing::kAllowed};
   g.request.fallbacks.push_back({scheduler::Bundle{{{"CPU", 10000}}, {}, ""}});
   g.request.topology = {
       {"ray.io/gpu-domain", scheduler::Strategy::kStrictPack, 2},
@@ -79,7 +80,7 @@ server::PlacementGroup FullGroup() {
   g.sequence = 42;
   g.scaling_config = server::ScalingConfig{
       4,        true,         false,        "2x2x2", "TPU-V7X",
-      "SPREAD", {{"TPU", 4}}, {{"k", "v"}}, 2};
+      "SPREAD", {{"TPU", 4}}, {{"k", "v"}}, 2,      false};
   return g;
 }
 

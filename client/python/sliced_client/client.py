@@ -52,7 +52,10 @@ class ScalingConfig:
     defaults. For TPUs a worker takes resources_per_worker["TPU"] (default: a
     whole host's chips), so a host runs chips / TPU-per-worker workers, and
     num_workers must fill whole slices (4x4 v6e with {"TPU": 1}: 16).
-    tpu_resource_per_chip: TPU devices per chip (None = 1; 2 on v7x only)."""
+    tpu_resource_per_chip: TPU devices per chip (None = 1; 2 on v7x only).
+    allow_subslice (sliced's): True lets each slice be carved out of a larger
+    intact slice of the generation, False never; None (default) only when the
+    cluster has no slice of the exact shape."""
 
     num_workers: int = 1
     use_gpu: bool = False
@@ -63,9 +66,11 @@ class ScalingConfig:
     topology: Optional[str] = None
     label_selector: Optional[Dict[str, str]] = None
     tpu_resource_per_chip: Optional[int] = None
+    allow_subslice: Optional[bool] = None
 
     def to_proto(self) -> "_pb.ScalingConfig":
-        return _pb.ScalingConfig(
+        extra = {} if self.allow_subslice is None else {"allow_subslice": self.allow_subslice}
+        return _pb.ScalingConfig(**extra,
             num_workers=self.num_workers, use_gpu=self.use_gpu, use_tpu=self.use_tpu,
             topology=self.topology or "", accelerator_type=self.accelerator_type or "",
             placement_strategy=self.placement_strategy or "",

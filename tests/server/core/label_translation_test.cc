@@ -110,6 +110,28 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
       {"explicit spot market implies spot tier",
        {{"ray.io/market-type", "spot"}},
        {{"sliced.io/capacity-tier", "spot"}}},
+      {"TPU7x dynamic slicing: the partition is the slice, the host's "
+       "position its worker id",
+       {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"},
+        {"cloud.google.com/gke-tpu-topology", "4x4x4"},
+        {"cloud.google.com/gce-topology-block", "block-7"},
+        {"cloud.google.com/gce-topology-subblock", "sb-3"},
+        {"cloud.google.com/gke-tpu-partition-4x4x4-id", "p-3a"},
+        {"cloud.google.com/gke-tpu-partition-4x4x4-state", "DEGRADED"},
+        {"sliced.io/tpu-host-coords", "1-0-2"}},
+       {{"ray.io/accelerator-type", "TPU-V7X"},
+        {"ray.io/tpu-slice-name", "p-3a"},
+        {"sliced.io/tpu-block", "block-7"},
+        {"sliced.io/tpu-partition-state", "DEGRADED"},
+        {"ray.io/tpu-worker-id", "9"}}},
+      {"TPU_NAME and TPU_WORKER_ID win over the partition and position",
+       {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"},
+        {"cloud.google.com/gke-tpu-topology", "4x4x4"},
+        {"cloud.google.com/gke-tpu-partition-4x4x4-id", "p-3a"},
+        {"sliced.io/tpu-host-coords", "1-0-2"},
+        {"TPU_NAME", "named"},
+        {"TPU_WORKER_ID", "4"}},
+       {{"ray.io/tpu-slice-name", "named"}, {"ray.io/tpu-worker-id", "4"}}},
   };
   for (const Case& c : cases) {
     auto out = TranslateNodeLabels("n1", c.in);

@@ -42,7 +42,8 @@ PgSpec Cpus(int n, double cpu, PgOwner owner = {},
 PgSpec V6eSlices(int num_slices, PgOwner owner = {}) {
   scheduler::PlacementRequest r;
   r.slice = scheduler::SliceRequirement{
-      scheduler::TpuGeneration::kV6e, "4x4", num_slices, {}, {}, 1};
+      scheduler::TpuGeneration::kV6e, "4x4", num_slices, {}, {}, 1,
+      scheduler::Subslicing::kNever};
   auto spec = NewPgSpec(std::move(r), owner, Limits());
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;

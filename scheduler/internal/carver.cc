@@ -1,0 +1,299 @@
+// The carver; see carver.h.
+//
+// Thread-safety: a Carver lives inside one CarveSlices() call.
+#include "scheduler/internal/carver.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "scheduler/internal/resources.h"
+#include "scheduler/slices.h"
+
+namespace sliced::scheduler::internal {
+namespace {
+
+using Grid = std::array<int, 3>;
+
+Grid GridOf(const std::vector<int>& v) {
+  return {v.size() > 0 ? v[0] : 1, v.size() > 1 ? v[1] : 1,
+          v.size() > 2 ? v[2] : 1};
+}
+
+int Cell(const Grid& grid, int x, int y, int z) {
+  return x + grid[0] * (y + grid[1] * z);
+}
+
+// One candidate sub-slice.
+struct Box {
+  uint32_t slice = 0;
+  Grid origin{};
+  std::vector<uint32_t> nodes;  // node indexes, physical order (x fastest)
+  // Ordering key (carver.h): class, parent hosts, free block it splits,
+  // slice index, origin cell.
+  std::tuple<int, int64_t, int64_t, uint32_t, int> key;
+};
+
+class Carver {
+ public:
+  Carver(const SnapshotState& snap, const Released& released,
+         const SliceRequest& request)
+      : snap_(snap),
+        request_(request),
+        overlay_(snap, &released),
+        box_(GridOf(request.shape().host_grid)) {}
+
+  Attempt Run(absl::string_view label) {
+    std::vector<Box> chosen;
+    for (int64_t k = 0; k < request_.needed(); ++k) {
+      rejected_.clear();
+      considered_ = 0;
+      std::optional<Box> best = Best(k);
+      if (!best.has_value()) return Failed(label);
+      for (size_t w = 0; w < best->nodes.size(); ++w) {
+        overlay_.Take(best->nodes[w], request_.resources(k, w));
+      }
+      chosen.push_back(std::move(*best));
+    }
+    Attempt out;
+    out.placed = true;
+    std::vector<std::string> names;
+    for (const Box& box : chosen) {
+      const InventorySnapshot::SliceEntry& se = snap_.slice(box.slice);
+      out.slices.push_back(
+          se.shape.topology == request_.shape().topology
+              ? se.info.name
+              : FormatSubsliceName(se.info.name, request_.shape().topology,
+                                   box.origin));
+      out.nodes.insert(out.nodes.end(), box.nodes.begin(), box.nodes.end());
+    }
+    out.summary = absl::StrCat("placed ", request_.needed(), " ",
+                               request_.shape().pod_type, " sub-slice",
+                               request_.needed() == 1 ? "" : "s", ": ",
+                               absl::StrJoin(out.slices, ", "));
+    return out;
+  }
+
+ private:
+  // The best box for the k-th slice, counting what is ruled out.
+  std::optional<Box> Best(int64_t k) {
+    std::optional<Box> best;
+    const TpuGeneration gen = request_.requirement().generation;
+    for (auto it = snap_.slices_by_key().lower_bound(SliceKey{gen, "", "", ""});
+         it != snap_.slices_by_key().end() && it->first.generation == gen;
+         ++it) {
+      auto parent = ResolveTpuShape(gen, it->first.topology);
+      if (!parent.ok() || !CanCarve(*parent, request_.shape())) {
+        rejected_["too small or other hosts"] += it->second.size();
+        considered_ += it->second.size();
+        continue;
+      }
+      big_enough_ += static_cast<int64_t>(it->second.size());
+      if (!request_.KeyMatches(it->first)) {
+        rejected_["tier or zone excluded by selector"] += it->second.size();
+        considered_ += it->second.size();
+        continue;
+      }
+      for (uint32_t s : it->second) {
+        ++considered_;
+        const InventorySnapshot::SliceEntry& se = snap_.slice(s);
+        if (!se.info.intact || !se.shape_known) {
+          ++rejected_["not intact"];
+          continue;
+        }
+        if (!BestIn(s, k, best)) ++rejected_["no free aligned box"];
+      }
+    }
+    return best;
+  }
+
+  // Offers every free aligned box of slice s to `best`; false when none.
+  bool BestIn(uint32_t s, int64_t k, std::optional<Box>& best) {
+    const InventorySnapshot::SliceEntry& se = snap_.slice(s);
+    const Grid grid = GridOf(se.shape.host_grid);
+    const std::vector<int32_t> cells = HostCells(se);
+    // Hosts holding TPU work (another group's, or a box chosen before).
+    std::vector<char> used(cells.size(), 0);
+    int64_t used_count = 0;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (cells[c] < 0) continue;
+      const uint32_t h = se.hosts[cells[c]];
+      if (overlay_.Free(h, TpuName()) <
+          Amount(snap_.node(h).node.resources, TpuName())) {
+        used[c] = 1;
+        ++used_count;
+      }
+    }
+    const bool exact = se.shape.topology == request_.shape().topology;
+    if (exact) {
+      // A whole slice keeps its worker-id order, as the whole-slice path
+      // gives it.
+      if (used_count > 0) return false;
+      Box box;
+      for (size_t w = 0; w < se.hosts.size(); ++w) {
+        const uint32_t h = se.hosts[w];
+        if (!HostTakes(h, k, static_cast<int64_t>(w))) return false;
+        box.nodes.push_back(h);
+      }
+      box.slice = s;
+      box.key = {0, se.shape.hosts, 0, s, 0};
+      if (!best.has_value() || box.key < best->key) best = std::move(box);
+      return true;
+    }
+    const int cls = used_count > 0 ? 1 : 2;
+    bool any = false;
+    for (int oz = 0; oz + box_[2] <= grid[2]; oz += box_[2]) {
+      for (int oy = 0; oy + box_[1] <= grid[1]; oy += box_[1]) {
+        for (int ox = 0; ox + box_[0] <= grid[0]; ox += box_[0]) {
+          Box box;
+          if (!Fits(se, grid, cells, used, {ox, oy, oz}, k, box.nodes)) {
+            continue;
+          }
+          any = true;
+          box.slice = s;
+          box.origin = {ox, oy, oz};
+          box.key = {cls, se.shape.hosts, FreeBlock(grid, used, box.origin),
+                     s, Cell(grid, ox, oy, oz)};
+          if (!best.has_value() || box.key < best->key) best = std::move(box);
+        }
+      }
+    }
+    return any;
+  }
+
+  // Whether the box at `origin` has a free host with room on every cell;
+  // fills `nodes` in physical order.
+  bool Fits(const InventorySnapshot::SliceEntry& se, const Grid& grid,
+            const std::vector<int32_t>& cells, const std::vector<char>& used,
+            const Grid& origin, int64_t k, std::vector<uint32_t>& nodes) const {
+    nodes.clear();
+    for (int z = 0; z < box_[2]; ++z) {
+      for (int y = 0; y < box_[1]; ++y) {
+        for (int x = 0; x < box_[0]; ++x) {
+          const int c = Cell(grid, origin[0] + x, origin[1] + y, origin[2] + z);
+          if (cells[c] < 0 || used[c]) return false;
+          const uint32_t h = se.hosts[cells[c]];
+          if (!HostTakes(h, k, static_cast<int64_t>(nodes.size()))) {
+            return false;
+          }
+          nodes.push_back(h);
+        }
+      }
+    }
+    return true;
+  }
+
+  // Whether host h can be worker w of the k-th sub-slice.
+  bool HostTakes(uint32_t h, int64_t k, int64_t w) const {
+    const Node& node = snap_.node(h).node;
+    return TakesPlacements(node) && request_.HostMatches(node.labels, k, w) &&
+           overlay_.Fits(h, request_.resources(k, w));
+  }
+
+  // Buddy style: the hosts of the largest free aligned block holding the
+  // box at `origin`, growing the box by doubling z, then y, then x (the
+  // order of the valid shapes: 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4) up to the
+  // grid. Carving the box splits that block, so the smaller the better.
+  int64_t FreeBlock(const Grid& grid, const std::vector<char>& used,
+                    const Grid& origin) const {
+    Grid dims = box_;
+    int64_t free_hosts = int64_t{dims[0]} * dims[1] * dims[2];
+    for (int axis : {2, 1, 0}) {
+      while (dims[axis] < grid[axis]) {
+        Grid next = dims;
+        next[axis] = std::min(grid[axis], 2 * dims[axis]);
+        Grid lo;
+        for (int a = 0; a < 3; ++a) lo[a] = origin[a] / next[a] * next[a];
+        for (int z = lo[2]; z < std::min(grid[2], lo[2] + next[2]); ++z) {
+          for (int y = lo[1]; y < std::min(grid[1], lo[1] + next[1]); ++y) {
+            for (int x = lo[0]; x < std::min(grid[0], lo[0] + next[0]); ++x) {
+              if (used[Cell(grid, x, y, z)]) return free_hosts;
+            }
+          }
+        }
+        dims = next;
+        free_hosts = int64_t{dims[0]} * dims[1] * dims[2];
+      }
+    }
+    return free_hosts;
+  }
+
+  Attempt Failed(absl::string_view label) const {
+    const TpuShape& shape = request_.shape();
+    Failure failure;
+    std::vector<std::string> parts;
+    for (const auto& [reason, count] : rejected_) {
+      parts.push_back(absl::StrCat(count, " ", reason));
+    }
+    failure.summary = absl::StrCat(
+        "No subslice of '", shape.topology,
+        "' is schedulable across any of the candidate parent topologies: ",
+        considered_, " ", TpuGenerationName(shape.generation), " slice",
+        considered_ == 1 ? "" : "s", " considered",
+        parts.empty() ? "" : ", ", absl::StrJoin(parts, ", "));
+    failure.infeasible = big_enough_ == 0;
+    DiagnosisStep step;
+    step.step = absl::StrCat(label, "sub-slices ", shape.topology, " (",
+                             shape.pod_type, ") from larger slices");
+    step.considered = considered_;
+    for (const auto& [reason, count] : rejected_) {
+      step.rejected.push_back({reason, count});
+    }
+    failure.steps.push_back(std::move(step));
+    return Attempt::Failed(std::move(failure));
+  }
+
+  const SnapshotState& snap_;
+  const SliceRequest& request_;
+  Overlay overlay_;
+  const Grid box_;  // the request's host grid
+  absl::btree_map<std::string, int64_t> rejected_;
+  int64_t considered_ = 0;
+  int64_t big_enough_ = 0;
+};
+
+}  // namespace
+
+std::vector<int32_t> HostCells(const InventorySnapshot::SliceEntry& se) {
+  const Grid grid = GridOf(se.shape.host_grid);
+  std::vector<int32_t> cells(static_cast<size_t>(grid[0]) * grid[1] * grid[2],
+                             -1);
+  for (size_t w = 0; w < se.hosts.size(); ++w) {
+    int c = static_cast<int>(w);
+    if (!se.info.positions_assumed && w < se.info.host_positions.size()) {
+      auto at = ParseHostCoords(se.info.host_positions[w], se.shape.host_grid);
+      if (!at.ok()) continue;
+      c = Cell(grid, (*at)[0], (*at)[1], (*at)[2]);
+    }
+    if (c < static_cast<int>(cells.size())) cells[c] = static_cast<int32_t>(w);
+  }
+  return cells;
+}
+
+bool CanCarve(const TpuShape& parent, const TpuShape& request) {
+  if (parent.generation != request.generation ||
+      parent.chips_per_host != request.chips_per_host ||
+      parent.host_box != request.host_box) {
+    return false;
+  }
+  const Grid p = GridOf(parent.host_grid), r = GridOf(request.host_grid);
+  for (int a = 0; a < 3; ++a) {
+    if (r[a] > p[a]) return false;
+  }
+  return true;
+}
+
+Attempt CarveSlices(const SnapshotState& snap, const Released& released,
+                    const SliceRequest& request, absl::string_view label) {
+  return Carver(snap, released, request).Run(label);
+}
+
+}  // namespace sliced::scheduler::internal

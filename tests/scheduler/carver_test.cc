@@ -1,0 +1,250 @@
+// Sub-slices (SliceRequirement::subslicing): aligned boxes of larger intact
+// slices, physical worker order, the carving preference order, the
+// subslicing modes, diagnosis, and a property test over carving sequences.
+#include <array>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "scheduler/slices.h"
+#include "scheduler/solver.h"
+#include "scheduler/subslices.h"
+#include "tests/scheduler/builders.h"
+
+namespace sliced::scheduler {
+namespace {
+
+using ::sliced::scheduler::testing::Slice;
+using ::sliced::scheduler::testing::Snap;
+using ::sliced::scheduler::testing::Units;
+
+// Host w of a v5p 4x4x4 pod (host grid 2x2x4) sits at position `coords[w]`.
+std::vector<Node> Pod(const std::string& name,
+                      const std::vector<std::string>& coords = {}) {
+  std::vector<Node> hosts = Slice(name, "TPU-V5P", "4x4x4");
+  for (size_t w = 0; w < coords.size(); ++w) {
+    hosts[w].labels[std::string(kLabelTpuHostCoords)] = coords[w];
+  }
+  return hosts;
+}
+
+PlacementRequest Carve(const std::string& topology, int num_slices = 1,
+                       Subslicing mode = Subslicing::kAllowed) {
+  PlacementRequest r;
+  SliceRequirement s;
+  s.generation = TpuGeneration::kV5p;
+  s.topology = topology;
+  s.num_slices = num_slices;
+  s.subslicing = mode;
+  r.slice = s;
+  return r;
+}
+
+// Allocations holding every bundle of `d` for group `pg`.
+std::vector<Allocation> Hold(const Decision& d, const std::string& pg,
+                             int64_t tpu = 4) {
+  std::vector<Allocation> out;
+  for (size_t b = 0; b < d.bundle_nodes.size(); ++b) {
+    out.push_back({pg, static_cast<int>(b), d.bundle_nodes[b],
+                   {{"TPU", Units(static_cast<double>(tpu))}}});
+  }
+  return out;
+}
+
+TEST(CarverTest, SubSliceOfAPodInPhysicalOrder) {
+  auto snap = Snap(Pod("pod"));
+  const Decision d = Solve(*snap, Carve("2x2x2"));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"pod/2x2x2@0-0-0"});
+  // Positions assumed: worker w at cell w (x fastest): cells 0 and 4 are
+  // (0,0,0) and (0,0,1).
+  EXPECT_EQ(d.bundle_nodes, (std::vector<std::string>{"pod-w0", "pod-w4"}));
+}
+
+TEST(CarverTest, ReportedPositionsNotWorkerIdsOrderTheSubSlice) {
+  // Workers numbered in reverse of their physical place.
+  std::vector<std::string> coords;
+  for (int w = 0; w < 16; ++w) {
+    const int c = 15 - w;
+    coords.push_back(absl::StrCat(c % 2, "-", (c / 2) % 2, "-", c / 4));
+  }
+  auto snap = Snap(Pod("pod", coords));
+  const Decision d = Solve(*snap, Carve("2x2x2"));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  // Cell 0 (0,0,0) is worker 15, cell 4 (0,0,1) worker 11.
+  EXPECT_EQ(d.bundle_nodes, (std::vector<std::string>{"pod-w15", "pod-w11"}));
+}
+
+TEST(CarverTest, SplitsTheSmallestFreeBlockBuddyStyle) {
+  // One host busy at (0,0,2): a single-host sub-slice takes its buddy
+  // (0,0,3), whose free block is that one host, not (0,0,0), which would
+  // split a free 2x2x4 half of the pod.
+  auto snap = Snap(Pod("pod"), {{"pg-x", 0, "pod-w8", {{"TPU", Units(4)}}}});
+  const Decision d = Solve(*snap, Carve("2x2x1"));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"pod/2x2x1@0-0-3"});
+  EXPECT_EQ(d.bundle_nodes, std::vector<std::string>{"pod-w12"});
+  // A 2x2x2 next: the free 1x1x2 column above (0,0,0) is the smallest free
+  // block that holds it.
+  auto more = Snap(Pod("pod"), {{"pg-x", 0, "pod-w8", {{"TPU", Units(4)}}},
+                                {"pg-y", 0, "pod-w12", {{"TPU", Units(4)}}}});
+  const Decision two = Solve(*more, Carve("2x2x2"));
+  ASSERT_EQ(two.outcome, Decision::kPlaced) << two.diagnosis.summary;
+  EXPECT_EQ(two.slice_names, std::vector<std::string>{"pod/2x2x2@0-0-0"});
+}
+
+TEST(CarverTest, PreferenceOrder) {
+  std::vector<Node> nodes = Pod("big");
+  for (const Node& n : Slice("mid", "TPU-V5P", "2x2x4")) nodes.push_back(n);
+  for (const Node& n : Slice("exact", "TPU-V5P", "2x2x2")) nodes.push_back(n);
+  // 1. a whole free slice of the exact shape, worker-id order.
+  auto snap = Snap(nodes);
+  Decision d = Solve(*snap, Carve("2x2x2"));
+  ASSERT_EQ(d.outcome, Decision::kPlaced);
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"exact"});
+  // 2. the smaller parent when both are untouched.
+  snap = Snap(nodes, Hold(d, "pg-exact"));
+  Decision second = Solve(*snap, Carve("2x2x2"));
+  ASSERT_EQ(second.outcome, Decision::kPlaced);
+  EXPECT_EQ(second.slice_names, std::vector<std::string>{"mid/2x2x2@0-0-0"});
+  // 3. a parent already carved before an untouched one, even a bigger one.
+  std::vector<Allocation> held = Hold(d, "pg-exact");
+  held.push_back({"pg-big", 0, "big-w0", {{"TPU", Units(4)}}});
+  snap = Snap(nodes, held);
+  Decision third = Solve(*snap, Carve("2x2x2"));
+  ASSERT_EQ(third.outcome, Decision::kPlaced);
+  EXPECT_EQ(ParentSliceName(third.slice_names[0]), "big");
+}
+
+TEST(CarverTest, WholeRequestsNeverTakeACarvedParent) {
+  auto snap = Snap(Pod("pod"));
+  const Decision sub = Solve(*snap, Carve("2x2x2"));
+  ASSERT_EQ(sub.outcome, Decision::kPlaced);
+  auto carved = Snap(Pod("pod"), Hold(sub, "pg-sub"));
+  const Decision whole = Solve(*carved, Carve("4x4x4"));
+  EXPECT_EQ(whole.outcome, Decision::kUnschedulable) << whole.diagnosis.summary;
+}
+
+TEST(CarverTest, SubslicingModes) {
+  std::vector<Node> nodes = Pod("pod");
+  auto snap = Snap(nodes);
+  // Never: the exact shape does not exist.
+  const Decision never = Solve(*snap, Carve("2x2x2", 1, Subslicing::kNever));
+  EXPECT_EQ(never.outcome, Decision::kInfeasible);
+  // If no exact shape: none exists, so carve.
+  const Decision carve =
+      Solve(*snap, Carve("2x2x2", 1, Subslicing::kIfNoExactShape));
+  EXPECT_EQ(carve.outcome, Decision::kPlaced) << carve.diagnosis.summary;
+  // A busy 2x2x2 slice exists: wait for it rather than carve.
+  std::vector<Node> with_exact = nodes;
+  for (const Node& n : Slice("exact", "TPU-V5P", "2x2x2")) {
+    with_exact.push_back(n);
+  }
+  auto busy = Snap(with_exact, {{"pg-e", 0, "exact-w0", {{"TPU", Units(4)}}},
+                                {"pg-e", 1, "exact-w1", {{"TPU", Units(4)}}}});
+  EXPECT_EQ(
+      Solve(*busy, Carve("2x2x2", 1, Subslicing::kIfNoExactShape)).outcome,
+      Decision::kUnschedulable);
+  EXPECT_EQ(Solve(*busy, Carve("2x2x2", 1, Subslicing::kAllowed)).outcome,
+            Decision::kPlaced);
+}
+
+TEST(CarverTest, MultiSliceIsAllOrNothing) {
+  auto snap = Snap(Pod("pod"));
+  const Decision eight = Solve(*snap, Carve("2x2x2", 8));
+  ASSERT_EQ(eight.outcome, Decision::kPlaced) << eight.diagnosis.summary;
+  EXPECT_EQ(absl::btree_set<std::string>(eight.bundle_nodes.begin(),
+                                         eight.bundle_nodes.end())
+                .size(),
+            16u);
+  const Decision nine = Solve(*snap, Carve("2x2x2", 9));
+  EXPECT_NE(nine.outcome, Decision::kPlaced);
+}
+
+TEST(CarverTest, ExplainsWithRaysMessageAndCountsParents) {
+  std::vector<Node> nodes = Pod("pod");
+  nodes[5].state = NodeState::kDead;
+  for (const Node& n : Slice("small", "TPU-V5P", "2x2x1")) nodes.push_back(n);
+  auto snap = Snap(nodes);
+  const Decision d = Solve(*snap, Carve("2x2x2"));
+  EXPECT_EQ(d.outcome, Decision::kUnschedulable);
+  EXPECT_NE(d.diagnosis.summary.find(
+                "No subslice of '2x2x2' is schedulable across any of the "
+                "candidate parent topologies: 2 v5p slices considered, 1 not "
+                "intact, 1 too small or other hosts"),
+            std::string::npos)
+      << d.diagnosis.summary;
+  // Nothing of the generation could ever hold it: infeasible.
+  auto small = Snap(Slice("small", "TPU-V5P", "2x2x1"));
+  EXPECT_EQ(Solve(*small, Carve("2x2x2")).outcome, Decision::kInfeasible);
+}
+
+TEST(FreeSubslicesTest, CountsFreeAlignedBoxesPerShape) {
+  auto free_pod = Snap(Pod("pod"));
+  SubsliceCapacity all = FreeSubslices(*free_pod, "pod");
+  EXPECT_EQ(all.free_boxes,
+            (absl::btree_map<std::string, int64_t>{
+                {"2x2x1", 16}, {"2x2x2", 8}, {"2x2x4", 4}, {"2x4x4", 2}}));
+  EXPECT_EQ(all.largest_free, "2x4x4");
+  // One host busy at (0,0,0): one box of each size fewer.
+  auto busy = Snap(Pod("pod"), {{"pg-x", 0, "pod-w0", {{"TPU", Units(4)}}}});
+  SubsliceCapacity some = FreeSubslices(*busy, "pod");
+  EXPECT_EQ(some.free_boxes,
+            (absl::btree_map<std::string, int64_t>{
+                {"2x2x1", 15}, {"2x2x2", 7}, {"2x2x4", 3}, {"2x4x4", 1}}));
+  EXPECT_TRUE(FreeSubslices(*busy, "nope").free_boxes.empty());
+}
+
+// Carving until nothing fits, with random shapes: no host twice, every
+// sub-slice an aligned box of its parent's grid, whole requests never on a
+// carved parent.
+TEST(CarverPropertyTest, RandomCarvingSequences) {
+  const std::vector<std::string> shapes = {"2x2x1", "2x2x2", "2x2x4", "2x4x4",
+                                           "4x4x4"};
+  for (int seed = 1; seed <= 20; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<Node> nodes = Pod("p1");
+    for (const Node& n : Pod("p2")) nodes.push_back(n);
+    std::vector<Allocation> held;
+    absl::btree_set<std::string> carved_parents;
+    for (int step = 0; step < 30; ++step) {
+      auto snap = Snap(nodes, held);
+      const std::string topology = shapes[rng() % shapes.size()];
+      const Decision d = Solve(*snap, Carve(topology));
+      if (d.outcome != Decision::kPlaced) continue;
+      ASSERT_EQ(d.slice_names.size(), 1u);
+      const std::string parent(ParentSliceName(d.slice_names[0]));
+      if (topology == "4x4x4") {
+        EXPECT_FALSE(carved_parents.contains(parent)) << seed << " " << step;
+        EXPECT_EQ(d.slice_names[0], parent);
+      }
+      if (d.slice_names[0] != parent) {
+        // "<parent>/<topology>@x-y-z": the origin is a multiple of the box.
+        const auto shape = ResolveTpuShape(TpuGeneration::kV5p, topology);
+        const std::string at = d.slice_names[0].substr(
+            d.slice_names[0].find('@') + 1);
+        const std::vector<std::string> xyz = absl::StrSplit(at, '-');
+        ASSERT_EQ(xyz.size(), 3u);
+        for (int a = 0; a < 3; ++a) {
+          EXPECT_EQ(std::stoi(xyz[a]) % shape->host_grid[a], 0)
+              << d.slice_names[0];
+        }
+      }
+      carved_parents.insert(parent);
+      const std::string pg = absl::StrCat("pg-", step);
+      for (const Allocation& a : Hold(d, pg)) held.push_back(a);
+      absl::btree_set<std::string> hosts;
+      for (const Allocation& a : held) {
+        EXPECT_TRUE(hosts.insert(a.node_id).second)
+            << "host " << a.node_id << " held twice, seed " << seed;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sliced::scheduler
