@@ -1,0 +1,78 @@
+// The daemon's HTTP port (--metrics_listen): Prometheus text on /metrics, the
+// web view's static page on /ui, and its read-only JSON API on /api/v1/...
+// (server/api/web_api.h). One CivetWeb server (the library prometheus-cpp
+// brings; it parses HTTP and speaks TLS), in place of prometheus::Exposer,
+// which cannot serve other paths.
+//
+//  - /metrics: what prometheus::Exposer served, byte for byte: the
+//    exposer_* families, then every collectable's, in prometheus-cpp's text
+//    format; gzip when the client accepts it. Open, as before.
+//  - /ui (and /ui/<asset>): the page, compiled into the binary; open (it
+//    holds no data).
+//  - /api/v1/...: GET only (anything else is 405: nothing changes through
+//    this port). With tokens configured, the caller needs any role's token
+//    (a read, as gRPC's) as `Authorization: Bearer <token>` or the cookie
+//    `sliced_token`: 401 without one or with an unknown one. Without
+//    tokens, only loopback peers are answered (403 otherwise), as the gRPC
+//    port only listens on loopback without them.
+//  - TLS: when `tls_cert`/`tls_key` are set, the port speaks HTTPS only,
+//    with the daemon's certificate; `tls_client_ca` requires client
+//    certificates, as on gRPC.
+//
+// Thread-safe; handlers run on CivetWeb's worker threads.
+#ifndef SLICED_SERVER_API_HTTP_SERVER_H_
+#define SLICED_SERVER_API_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "prometheus/collectable.h"
+#include "server/api/auth.h"
+#include "server/api/web_api.h"
+
+struct mg_context;
+
+namespace sliced::server::api {
+
+class HttpServer {
+ public:
+  struct Options {
+    // host:port; port 0 picks a free one.
+    std::string listen;
+    // PEM files; both empty for plain HTTP.
+    std::string tls_cert;
+    std::string tls_key;
+    std::string tls_client_ca;
+    // Null: no tokens (loopback peers only for /api/v1).
+    const Authenticator* auth = nullptr;
+    // Worker threads. Default 4.
+    int threads = 4;
+  };
+
+  // Binds and starts serving. Unavailable with CivetWeb's reason when the
+  // address can't be bound (in use, not host:port) or TLS can't start.
+  // REQUIRES: `api`, `options.auth` and the collectables outlive the
+  // server.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const Options& options,
+      std::vector<std::shared_ptr<prometheus::Collectable>> collectables,
+      const WebApi* api);
+
+  // Stops accepting, finishes the requests in flight.
+  ~HttpServer();
+
+  int port() const { return port_; }
+
+  struct Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace sliced::server::api
+
+#endif  // SLICED_SERVER_API_HTTP_SERVER_H_
