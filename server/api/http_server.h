@@ -1,12 +1,14 @@
 // The daemon's HTTP port (--metrics_listen): Prometheus text on /metrics, the
 // web view's static page on /ui, and its read-only JSON API on /api/v1/...
-// (server/api/web_api.h). One CivetWeb server (the library prometheus-cpp
-// brings; it parses HTTP and speaks TLS), in place of prometheus::Exposer,
-// which cannot serve other paths.
+// (server/api/web_api.h). One cpp-httplib server (Debian's
+// libcpp-httplib-dev: it parses HTTP and speaks TLS through OpenSSL), in
+// place of prometheus::Exposer, which cannot serve other paths. (Debian's
+// CivetWeb, under the Exposer, loads OpenSSL 1.1 symbols at run time and
+// crashes on the first HTTPS request with OpenSSL 3.)
 //
-//  - /metrics: what prometheus::Exposer served, byte for byte: the
-//    exposer_* families, then every collectable's, in prometheus-cpp's text
-//    format; gzip when the client accepts it. Open, as before.
+//  - /metrics: the text prometheus::Exposer served: the exposer_* families,
+//    then every collectable's, in prometheus-cpp's text format; compressed
+//    when the client accepts it. Open, as before.
 //  - /ui (and /ui/<asset>): the page, compiled into the binary; open (it
 //    holds no data).
 //  - /api/v1/...: GET only (anything else is 405: nothing changes through
@@ -19,7 +21,7 @@
 //    with the daemon's certificate; `tls_client_ca` requires client
 //    certificates, as on gRPC.
 //
-// Thread-safe; handlers run on CivetWeb's worker threads.
+// Thread-safe; handlers run on cpp-httplib's worker threads.
 #ifndef SLICED_SERVER_API_HTTP_SERVER_H_
 #define SLICED_SERVER_API_HTTP_SERVER_H_
 
@@ -31,8 +33,6 @@
 #include "prometheus/collectable.h"
 #include "server/api/auth.h"
 #include "server/api/web_api.h"
-
-struct mg_context;
 
 namespace sliced::server::api {
 
@@ -47,12 +47,11 @@ class HttpServer {
     std::string tls_client_ca;
     // Null: no tokens (loopback peers only for /api/v1).
     const Authenticator* auth = nullptr;
-    // Worker threads. Default 4.
-    int threads = 4;
   };
 
-  // Binds and starts serving. Unavailable with CivetWeb's reason when the
-  // address can't be bound (in use, not host:port) or TLS can't start.
+  // Binds and starts serving. InvalidArgument when `listen` is not
+  // host:port; Unavailable when it can't be bound (in use) or the TLS files
+  // can't be loaded.
   // REQUIRES: `api`, `options.auth` and the collectables outlive the
   // server.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
@@ -68,9 +67,9 @@ class HttpServer {
   struct Impl;
 
  private:
-  explicit HttpServer(std::unique_ptr<Impl> impl);
+  HttpServer(std::unique_ptr<Impl> impl, int port);
   std::unique_ptr<Impl> impl_;
-  int port_ = 0;
+  const int port_;
 };
 
 }  // namespace sliced::server::api

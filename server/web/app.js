@@ -104,7 +104,8 @@ document.getElementById("login").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const token = document.getElementById("token").value.trim();
   const secure = location.protocol === "https:" ? "; Secure" : "";
-  document.cookie = "sliced_token=" + encodeURIComponent(token) +
+  // Tokens are printable without spaces or ";" (the tokens file's format).
+  document.cookie = "sliced_token=" + token +
       "; path=/api/v1; SameSite=Strict" + secure;
   showLogin(false);
   poll();
