@@ -7,7 +7,6 @@ created (no reload), a pending group's reason in the queue, a host's TPU
 series and a group's workers, and "disconnected" when the daemon goes.
 Screenshots are kept under $SLICED_ARTIFACTS/web_ui (the build dir's
 test-artifacts/ under ctest)."""
-import json
 import os
 import signal
 import subprocess
@@ -15,11 +14,10 @@ import sys
 import tempfile
 import unittest
 
-import grpc
 
 from agent_testlib import CLIENT_DIR, wait_states
 from cdp import Browser, chromium_binary
-from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+from sliced_testlib import Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
 
 V6E = ["sim-v6e-0-w%d" % w for w in range(4)]
 V4 = ["sim-v4-0-w0", "sim-v4-0-w1"]
