@@ -213,6 +213,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // A kept-alive connection holds one of the server's worker threads until
+  // it idles out; pages poll every 3 s, so idle connections go after 1 s
+  // and open pages never starve /metrics of workers.
+  server.set_keep_alive_timeout(1);
   Impl* self = impl.get();
   server.Get("/metrics", [self](const httplib::Request&,
                                 httplib::Response& response) {

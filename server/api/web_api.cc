@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "scheduler/labels.h"
+#include "scheduler/snapshot.h"
 #include "server/api/convert_common.h"
 #include "server/api/convert_nodes.h"
 #include "server/api/convert_placement.h"
@@ -150,10 +152,11 @@ absl::StatusOr<std::string> WebApi::Summary() const {
 
 absl::StatusOr<std::string> WebApi::SliceGroups() const {
   v1::ListSliceGroupsResponse out;
-  std::vector<SliceGroupRow> rows = cluster_->Read([&](const ClusterState& s) {
-    out.set_total_nodes(static_cast<int64_t>(s.nodes.size()));
-    return server::SliceGroups(s);
-  });
+  // The pass runs on the immutable snapshot, outside the cluster's lock.
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
+      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+  out.set_total_nodes(static_cast<int64_t>(snapshot->num_nodes()));
+  std::vector<SliceGroupRow> rows = server::SliceGroups(*snapshot);
   for (const SliceGroupRow& row : rows) {
     v1::SliceGroup* g = out.add_groups();
     g->set_accelerator_type(row.accelerator_type);
@@ -190,8 +193,21 @@ absl::StatusOr<std::string> WebApi::Slices(const Params& params) const {
                    IntParam(params, "page_size", options_.default_page_size,
                             options_.max_slice_page_size));
   const std::string after = Param(params, "page_token");
-  SliceMapPage page = cluster_->Read([&](const ClusterState& s) {
-    return SliceMap(s, filter, after, static_cast<int>(page_size));
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
+      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+  SliceMapPage page =
+      SliceMap(*snapshot, filter, after, static_cast<int>(page_size));
+  // The holders' jobs, for this page only (a group removed since: "").
+  absl::flat_hash_map<std::string, std::string> jobs;
+  for (const SliceRow& row : page.slices) {
+    for (const std::string& id : row.pg_ids) jobs[id];
+  }
+  cluster_->Read([&](const ClusterState& s) {
+    for (auto& [id, job] : jobs) {
+      auto g = s.pgs.find(id);
+      if (g != s.pgs.end()) job = g->second.job_id;
+    }
+    return 0;
   });
   v1::ListSliceMapResponse out;
   out.set_total(page.total);
@@ -211,8 +227,10 @@ absl::StatusOr<std::string> WebApi::Slices(const Params& params) const {
       h->set_position(cell.position);
       if (!cell.node_id.empty()) h->set_state(NodeStateToProto(cell.state));
       h->set_quarantine_reason(cell.quarantine_reason);
-      for (const std::string& id : cell.pg_ids) h->add_placement_group_ids(id);
-      for (const std::string& id : cell.job_ids) h->add_job_ids(id);
+      for (const std::string& id : cell.pg_ids) {
+        h->add_placement_group_ids(id);
+        h->add_job_ids(jobs[id]);
+      }
     }
   }
   return ToJson(out);
@@ -224,6 +242,13 @@ absl::StatusOr<std::string> WebApi::Queue(const Params& params) const {
   ASSIGN_OR_RETURN(int64_t page_size,
                    IntParam(params, "page_size", options_.default_page_size,
                             options_.max_queue_page_size));
+  const std::string explain_param = Param(params, "explain");
+  if (!explain_param.empty() && explain_param != "true" &&
+      explain_param != "false") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "explain: must be true or false, got ", Quote(explain_param)));
+  }
+  const bool explain = explain_param == "true";
   QueuePage page = cluster_->Read([&](const ClusterState& s) {
     return server::Queue(s, offset, static_cast<int>(page_size));
   });
@@ -240,13 +265,16 @@ absl::StatusOr<std::string> WebApi::Queue(const Params& params) const {
     v1::QueueEntry* e = out.add_entries();
     e->set_position(position++);
     e->set_age_seconds(absl::ToDoubleSeconds(now - group.queued_time));
-    // Explain may find the group gone (removed since): say so, keep going.
-    absl::StatusOr<PlacementManager::Explanation> why =
-        placement_->Explain(group.id);
-    if (why.ok()) {
-      ExplanationToProto(*why, e->mutable_explain());
-    } else {
-      e->mutable_explain()->set_summary(std::string(why.status().message()));
+    if (explain) {
+      // Explain may find the group gone (removed since): say so, go on.
+      absl::StatusOr<PlacementManager::Explanation> why =
+          placement_->Explain(group.id);
+      if (why.ok()) {
+        ExplanationToProto(*why, e->mutable_explain());
+      } else {
+        e->mutable_explain()->set_summary(
+            std::string(why.status().message()));
+      }
     }
     auto cls = classes.find(group.compute_class);
     if (!group.compute_class.empty() && cls != classes.end()) {

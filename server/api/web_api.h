@@ -9,8 +9,12 @@
 //   GET slice_groups                   ListSliceGroupsResponse
 //   GET slices?accelerator_type=&topology=&tier=&zone=&status=
 //              &page_size=&page_token= ListSliceMapResponse (<= 500 a page)
-//   GET queue?offset=&page_size=       ListQueueResponse, with Explain
-//                                      (<= 200 a page)
+//   GET queue?offset=&page_size=&explain=
+//                                      ListQueueResponse (<= 200 a page);
+//                                      each group's reason is the engine's
+//                                      diagnosis at its last try;
+//                                      explain=true re-runs Explain for each
+//                                      (a solve each: ms at 100k nodes)
 //   GET placement_groups/<id>          PlacementGroupDetail
 //   GET nodes/<id>                     NodeDetail (telemetry series, logs)
 //

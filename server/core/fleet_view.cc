@@ -7,7 +7,6 @@
 #include "absl/strings/str_join.h"
 #include "scheduler/snapshot.h"
 #include "scheduler/tpu.h"
-#include "server/core/cluster_summary.h"
 
 namespace sliced::server {
 namespace {
@@ -54,11 +53,13 @@ absl::string_view SliceStatusName(SliceStatus status) {
   return "unknown";
 }
 
-std::vector<SliceGroupRow> SliceGroups(const ClusterState& state) {
-  const InventorySnapshot& snap = *state.snapshot;
+std::vector<SliceGroupRow> SliceGroups(const InventorySnapshot& snap) {
   std::map<std::tuple<std::string, std::string, std::string, std::string>,
            SliceGroupRow>
       rows;
+  // Per shape: free chips in whole free slices, and all free chips.
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
+      shape_chips;
   for (uint32_t s = 0; s < snap.num_slices(); ++s) {
     const InventorySnapshot::SliceEntry& slice = snap.slice(s);
     SliceGroupRow& row = rows[{slice.info.accelerator_type,
@@ -73,7 +74,8 @@ std::vector<SliceGroupRow> SliceGroups(const ClusterState& state) {
                                               : slice.info.expected_hosts;
     }
     ++row.total;
-    switch (StatusOf(slice)) {
+    const SliceStatus status = StatusOf(slice);
+    switch (status) {
       case SliceStatus::kFree:
         ++row.free;
         break;
@@ -87,28 +89,31 @@ std::vector<SliceGroupRow> SliceGroups(const ClusterState& state) {
         ++row.broken;
         break;
     }
+    int64_t free = 0;
     for (uint32_t host : slice.hosts) {
       const InventorySnapshot::NodeEntry& node = snap.node(host);
       row.total_chips += Chips(node.node.resources);
-      if (scheduler::TakesPlacements(node.node)) row.free_chips += Chips(node.free);
+      if (scheduler::TakesPlacements(node.node)) free += Chips(node.free);
     }
+    row.free_chips += free;
+    auto& [whole, all] =
+        shape_chips[{slice.info.accelerator_type, slice.info.topology}];
+    whole += status == SliceStatus::kFree ? free : 0;
+    all += free;
   }
-  // One fragmentation definition: the summary's.
-  const ClusterSummary summary = Summarize(state, absl::UnixEpoch());
   std::vector<SliceGroupRow> out;
   out.reserve(rows.size());
   for (auto& [key, row] : rows) {
-    auto f = summary.fragmentation_by_shape.find(
-        {row.accelerator_type, row.topology});
-    if (f != summary.fragmentation_by_shape.end()) row.fragmentation = f->second;
+    const auto [whole, all] = shape_chips[{row.accelerator_type, row.topology}];
+    row.fragmentation =
+        all == 0 ? 0.0 : 1.0 - static_cast<double>(whole) / all;
     out.push_back(std::move(row));
   }
   return out;
 }
 
-SliceMapPage SliceMap(const ClusterState& state, const SliceFilter& filter,
+SliceMapPage SliceMap(const InventorySnapshot& snap, const SliceFilter& filter,
                       absl::string_view after, int limit) {
-  const InventorySnapshot& snap = *state.snapshot;
   SliceMapPage page;
   for (uint32_t s = 0; s < snap.num_slices(); ++s) {
     const InventorySnapshot::SliceEntry& slice = snap.slice(s);
@@ -141,12 +146,8 @@ SliceMapPage SliceMap(const ClusterState& state, const SliceFilter& filter,
       cell.quarantine_reason = node.node.quarantine_reason;
       absl::btree_set<std::string> pgs;
       for (const auto& a : node.allocations) pgs.insert(a.pg_id);
-      for (const std::string& pg : pgs) {
-        cell.pg_ids.push_back(pg);
-        auto g = state.pgs.find(pg);
-        cell.job_ids.push_back(g == state.pgs.end() ? "" : g->second.job_id);
-        holders.insert(pg);
-      }
+      cell.pg_ids.assign(pgs.begin(), pgs.end());
+      holders.insert(pgs.begin(), pgs.end());
     }
     row.pg_ids.assign(holders.begin(), holders.end());
   }

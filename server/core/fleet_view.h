@@ -1,11 +1,13 @@
 // What the web view reads (docs/ui.md): the slice map aggregated per shape
 // and zone, one page of slices with each host's state and holders, and one
-// page of the queue in order. Pure functions of the committed state; the
-// callers run them under Cluster::Read.
+// page of the queue in order. Pure functions: SliceGroups and SliceMap read
+// an immutable snapshot (callers take it under Cluster::Read and let the
+// lock go before the pass, so a page never holds up a commit); Queue reads
+// the committed state under Cluster::Read.
 //
 // Scale: SliceGroups is one pass over the slices (no per-host copies);
-// SliceMapPage and QueuePage copy only the page they return, so the web
-// view never builds 100k host cells at once.
+// SliceMap and Queue copy only the page they return, so the web view never
+// builds 100k host cells at once.
 //
 // Thread-safe (pure).
 #ifndef SLICED_SERVER_CORE_FLEET_VIEW_H_
@@ -18,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "scheduler/slices.h"
+#include "scheduler/snapshot.h"
 #include "scheduler/types.h"
 #include "server/core/placement_group.h"
 #include "server/core/txn.h"
@@ -41,13 +44,15 @@ struct SliceGroupRow {
   int64_t hosts_per_slice = 0;
   int64_t total = 0, free = 0, held = 0, partial = 0, broken = 0;
   int64_t total_chips = 0, free_chips = 0;
-  // The shape's fragmentation as Summarize computes it (per accelerator
-  // type and topology, over every tier and zone).
+  // The shape's fragmentation, as Summarize defines it (per accelerator
+  // type and topology, over every tier and zone): the share of the shape's
+  // free chips that are not in a whole free slice.
   double fragmentation = 0;
 };
 
 // Every slice group, sorted by (accelerator type, topology, tier, zone).
-std::vector<SliceGroupRow> SliceGroups(const ClusterState& state);
+std::vector<SliceGroupRow> SliceGroups(
+    const scheduler::InventorySnapshot& snapshot);
 
 struct SliceFilter {
   // "" matches any; set fields must all match.
@@ -63,8 +68,7 @@ struct HostCell {
   std::string position;
   scheduler::NodeState state = scheduler::NodeState::kAlive;
   std::string quarantine_reason;
-  std::vector<std::string> pg_ids;   // groups holding it, sorted
-  std::vector<std::string> job_ids;  // their job ids, same order
+  std::vector<std::string> pg_ids;  // groups holding it, sorted
 };
 
 struct SliceRow {
@@ -85,8 +89,9 @@ struct SliceMapPage {
 
 // The slices matching `filter` with names after `after`, at most `limit`
 // (REQUIRES: > 0), in name order.
-SliceMapPage SliceMap(const ClusterState& state, const SliceFilter& filter,
-                      absl::string_view after, int limit);
+SliceMapPage SliceMap(const scheduler::InventorySnapshot& snapshot,
+                      const SliceFilter& filter, absl::string_view after,
+                      int limit);
 
 struct QueuePage {
   std::vector<PlacementGroup> groups;  // in queue order

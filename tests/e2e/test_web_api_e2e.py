@@ -93,6 +93,8 @@ class WebApiEndToEnd(PkiAndTokens, unittest.TestCase):
 
         status, queue = self.api(d, "queue")
         self.assertEqual((status, queue["total"]), (200, "1"))
+        self.assertNotIn("explain", queue["entries"][0])
+        status, queue = self.api(d, "queue?explain=true")
         entry = queue["entries"][0]
         self.assertEqual(entry["placement_group"]["placement_group_id"],
                          waiting.placement_group_id)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/core/cluster_summary.h"
 #include "tests/scheduler/builders.h"
 #include "tests/server/core/harness.h"
 
@@ -55,6 +56,11 @@ class FleetViewTest : public ::testing::Test {
   auto Read(Fn fn) {
     return core_->cluster().Read(fn);
   }
+  const scheduler::InventorySnapshot& Snapshot() {
+    snapshot_ = Read([](const ClusterState& s) { return s.snapshot; });
+    return *snapshot_;
+  }
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot_;
   storage::MemoryStore memory_;
   std::unique_ptr<Core> core_;
 };
@@ -63,7 +69,7 @@ TEST_F(FleetViewTest, GroupsCountSlicesByStatePerShapeTierAndZone) {
   auto held = core_->Create(V6eSlice());
   ASSERT_TRUE(held.ok());
   ASSERT_TRUE(core_->Drain("b-w1").ok());  // b: broken
-  auto rows = Read([](const ClusterState& s) { return SliceGroups(s); });
+  auto rows = SliceGroups(Snapshot());
   ASSERT_EQ(rows.size(), 2u);
   const SliceGroupRow& z1 = rows[0];
   EXPECT_EQ(z1.zone, "z1");
@@ -81,6 +87,10 @@ TEST_F(FleetViewTest, GroupsCountSlicesByStatePerShapeTierAndZone) {
   // The summary's fragmentation of the shape: 12 of 44 free chips are not
   // in a whole free slice.
   EXPECT_NEAR(z1.fragmentation, 12.0 / 44.0, 1e-9);
+  auto summary =
+      Read([](const ClusterState& s) { return Summarize(s, absl::Now()); });
+  EXPECT_NEAR(summary.fragmentation_by_shape.at({"TPU-V6E", "4x4"}),
+              z1.fragmentation, 1e-9);
 }
 
 TEST_F(FleetViewTest, SlicePagesShowHostsAndHoldersAndFilter) {
@@ -89,24 +99,18 @@ TEST_F(FleetViewTest, SlicePagesShowHostsAndHoldersAndFilter) {
   const std::string slice = held->group.slice_names.at(0);
   ASSERT_TRUE(core_->Drain("d-w2").ok());
 
-  auto page = Read([](const ClusterState& s) {
-    return SliceMap(s, SliceFilter{}, "", 2);
-  });
+  auto page = SliceMap(Snapshot(), SliceFilter{}, "", 2);
   EXPECT_EQ(page.total, 4);
   ASSERT_EQ(page.slices.size(), 2u);
   EXPECT_EQ(page.next, "b");
-  auto rest = Read([&](const ClusterState& s) {
-    return SliceMap(s, SliceFilter{}, page.next, 2);
-  });
+  auto rest = SliceMap(Snapshot(), SliceFilter{}, page.next, 2);
   ASSERT_EQ(rest.slices.size(), 2u);
   EXPECT_EQ(rest.slices[0].info.name, "c");
   EXPECT_EQ(rest.next, "");
 
-  auto one = Read([&](const ClusterState& s) {
-    SliceFilter f;
-    f.zone = "z2";
-    return SliceMap(s, f, "", 10);
-  });
+  SliceFilter z2;
+  z2.zone = "z2";
+  auto one = SliceMap(Snapshot(), z2, "", 10);
   ASSERT_EQ(one.slices.size(), 1u);
   const SliceRow& d = one.slices[0];
   EXPECT_EQ(d.status, SliceStatus::kBroken);
@@ -115,16 +119,13 @@ TEST_F(FleetViewTest, SlicePagesShowHostsAndHoldersAndFilter) {
   EXPECT_EQ(d.hosts[2].node_id, "d-w2");
   EXPECT_EQ(d.hosts[2].state, scheduler::NodeState::kDraining);
 
-  auto mine = Read([&](const ClusterState& s) {
-    SliceFilter f;
-    f.status = "held";
-    return SliceMap(s, f, "", 10);
-  });
+  SliceFilter held_only;
+  held_only.status = "held";
+  auto mine = SliceMap(Snapshot(), held_only, "", 10);
   ASSERT_EQ(mine.slices.size(), 1u);
   EXPECT_EQ(mine.slices[0].info.name, slice);
   for (const HostCell& h : mine.slices[0].hosts) {
     EXPECT_EQ(h.pg_ids, std::vector<std::string>{held->group.id});
-    EXPECT_EQ(h.job_ids, std::vector<std::string>{"job"});
   }
 }
 
