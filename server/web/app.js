@@ -54,10 +54,15 @@ function age(seconds) {
   return s + "s";
 }
 
+// A group's colour: ids end in their hex sequence (pg-00000000002a), so
+// consecutive groups step by the golden angle and never look alike.
 function hue(id) {
-  let h = 0;
-  for (let i = 0; i < id.length; i++) h = (h * 31 + id.charCodeAt(i)) >>> 0;
-  return h % 360;
+  const m = /([0-9a-f]{1,8})$/i.exec(id);
+  let n = m ? parseInt(m[1], 16) : 0;
+  if (!m) for (let i = 0; i < id.length; i++) n = Math.imul(n ^ id.charCodeAt(i), 16777619) >>> 0;
+  // 300 degrees, skipping free's greens (90-150).
+  const h = (n * 137.508) % 300;
+  return Math.round(h < 90 ? h : h + 60);
 }
 
 class HttpError extends Error {
@@ -327,6 +332,7 @@ function openDetail(kind, id) {
 document.getElementById("detail-close").addEventListener("click", () => {
   state.detail = null;
   document.getElementById("detail").hidden = true;
+  document.body.classList.remove("with-detail");
 });
 
 function kv(pairs) {
@@ -356,8 +362,12 @@ function spark(samples, field) {
   svg.setAttribute("preserveAspectRatio", "none");
   if (pts.length) {
     const n = Math.max(1, samples.length - 1);
+    const y = (v) => (27 - 26 * Math.min(100, v) / 100).toFixed(1);
+    // One report so far: a level line at its value.
+    const xy = pts.length === 1 ? [`0,${y(pts[0][1])}`, `100,${y(pts[0][1])}`]
+                                : pts.map(([i, v]) => `${(100 * i / n).toFixed(1)},${y(v)}`);
     const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-    line.setAttribute("points", pts.map(([i, v]) => `${(100 * i / n).toFixed(1)},${(27 - 26 * Math.min(100, v) / 100).toFixed(1)}`).join(" "));
+    line.setAttribute("points", xy.join(" "));
     svg.append(line);
   }
   const last = pts.length ? pts[pts.length - 1][1] : undefined;
@@ -454,6 +464,7 @@ async function refreshDetail() {
     }
   }
   panel.hidden = false;
+  document.body.classList.add("with-detail");
 }
 
 // ---------------------------------------------------------------- polling
