@@ -122,9 +122,9 @@ WebApi::WebApi(const Cluster* cluster, const Coordinator* clock,
 WebReply WebApi::Get(absl::string_view path, const Params& params) const {
   absl::StatusOr<std::string> json;
   if (path == "summary") {
-    json = Summary();
+    json = Cached("summary", [this] { return Summary(); });
   } else if (path == "slice_groups") {
-    json = SliceGroups();
+    json = Cached("slice_groups", [this] { return SliceGroups(); });
   } else if (path == "slices") {
     json = Slices(params);
   } else if (path == "queue") {
@@ -142,6 +142,27 @@ WebReply WebApi::Get(absl::string_view path, const Params& params) const {
   }
   if (!json.ok()) return ErrorReply(json.status());
   return {200, *std::move(json)};
+}
+
+absl::StatusOr<std::string> WebApi::Cached(
+    const std::string& path,
+    const std::function<absl::StatusOr<std::string>()>& compute) const {
+  // The clock of the cache is the wall clock: the coordinator's may be a
+  // test's fake one that never moves.
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&cache_mu_);
+    auto it = cache_.find(path);
+    if (it != cache_.end() && now - it->second.time < options_.cache_for) {
+      return it->second.json;
+    }
+  }
+  absl::StatusOr<std::string> json = compute();
+  if (json.ok() && options_.cache_for > absl::ZeroDuration()) {
+    absl::MutexLock lock(&cache_mu_);
+    cache_[path] = {now, *json};
+  }
+  return json;
 }
 
 absl::StatusOr<std::string> WebApi::Summary() const {

@@ -22,11 +22,16 @@
 #ifndef SLICED_SERVER_API_WEB_API_H_
 #define SLICED_SERVER_API_WEB_API_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
 #include "server/core/node_manager.h"
@@ -52,6 +57,10 @@ class WebApi {
     int max_slice_page_size = 500;
     int max_queue_page_size = 200;
     int recent_log_lines = 30;
+    // summary and slice_groups are whole-fleet passes (hundreds of ms at
+    // 100k nodes): one answer serves every page that polls within this
+    // long. Zero: no cache. Default 2 s (pages poll every 3 s).
+    absl::Duration cache_for = absl::Seconds(2);
   };
   // REQUIRES: every pointer outlives the API.
   WebApi(const Cluster* cluster, const Coordinator* clock,
@@ -75,12 +84,25 @@ class WebApi {
   absl::StatusOr<std::string> Group(const std::string& id) const;
   absl::StatusOr<std::string> Node(const std::string& id) const;
 
+  // The cached answer of a whole-fleet endpoint, or `compute()`'s (cached
+  // when OK).
+  absl::StatusOr<std::string> Cached(
+      const std::string& path,
+      const std::function<absl::StatusOr<std::string>()>& compute) const;
+
   const Cluster* const cluster_;
   const Coordinator* const clock_;
   const NodeManager* const nodes_;
   const PlacementManager* const placement_;
   const TelemetryManager* const telemetry_;
   const Options options_;
+
+  struct CacheEntry {
+    absl::Time time;
+    std::string json;
+  };
+  mutable absl::Mutex cache_mu_;
+  mutable std::map<std::string, CacheEntry> cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace sliced::server::api
