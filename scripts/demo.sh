@@ -36,6 +36,7 @@ PYTHONPATH=client/python /usr/bin/python3 -m sliced_agent.sim \
 PIDS+=($!)
 cat <<MSG
 demo: daemon on $LISTEN (metrics http://$METRICS/metrics), 8 simulated agents.
+  web view: http://$METRICS/ui
   $SLICECTL_BIN --server $LISTEN nodes      # all ALIVE
   $SLICECTL_BIN --server $LISTEN slices
   curl -s http://$METRICS/metrics | grep sliced_tpu_

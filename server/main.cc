@@ -18,7 +18,8 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address (host:port; port 0 picks a free port)");
 ABSL_FLAG(std::string, data_dir, "./data", "RocksDB data directory");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
-          "Prometheus /metrics HTTP address (empty disables)");
+          "HTTP address of Prometheus /metrics and the web view (/ui, "
+          "/api/v1); HTTPS with --tls_cert (empty disables)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "a node without a heartbeat for this long turns DEAD (0 disables)");
 ABSL_FLAG(absl::Duration, telemetry_max_age, absl::Seconds(60),

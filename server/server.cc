@@ -1,19 +1,13 @@
 #include "server/server.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/quote.h"
 #include "base/status_macros.h"
@@ -23,14 +17,15 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "prometheus/exposer.h"
 #include "server/api/auth.h"
 #include "server/api/gate.h"
+#include "server/api/http_server.h"
 #include "server/api/inventory_service.h"
 #include "server/api/metrics.h"
 #include "server/api/placement_service.h"
 #include "server/api/stream_reactor.h"
 #include "server/api/telemetry_service.h"
+#include "server/api/web_api.h"
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
 #include "server/core/log_store.h"
@@ -91,52 +86,10 @@ bool IsLoopback(const std::string& listen) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
-// Connects to host:port and hangs up at once; errors are ignored.
-void Poke(const std::string& host, int port) {
-  addrinfo hints = {};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) !=
-      0) {
-    return;
-  }
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) continue;
-    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    close(fd);
-    if (connected) break;
-  }
-  freeaddrinfo(found);
-}
-
-// Stops the metrics endpoint. civetweb (under prometheus::Exposer) notices a
-// stop only when its accept poll returns, up to 2 s later, so while it stops
-// on another thread this one wakes it with a connection every 20 ms.
-void StopExposer(std::unique_ptr<prometheus::Exposer>& exposer,
-                 const std::string& listen, int port) {
-  if (exposer == nullptr) return;
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  if (host == "::") host = "::1";
-  absl::Notification stopped;
-  std::thread stopper([&] {
-    exposer.reset();
-    stopped.Notify();
-  });
-  while (!stopped.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    Poke(host, port);
-  }
-  stopper.join();
-}
-
 }  // namespace
 
 // Construction order is wiring order. Teardown: Shutdown() stops the gRPC
-// server and the exposer, then StopCore() stops the lease thread and the
+// server and the HTTP port, then StopCore() stops the lease thread and the
 // writer; the managers and the state they write go only after that.
 struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
@@ -172,11 +125,10 @@ struct SlicedServer::Impl {
   std::unique_ptr<api::TelemetryService> telemetry_service;
   bool tls = false;
   std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<api::WebApi> web_api;
   std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<api::HttpServer> http;
   int port = 0;
-  std::string metrics_listen;
-  int metrics_port = 0;
   bool shut_down = false;
 };
 
@@ -246,6 +198,9 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
       impl.placement.get(), options.limits, &impl.streams, impl.gate.get());
   impl.telemetry_service = std::make_unique<api::TelemetryService>(
       impl.telemetry_manager.get(), &impl.streams, impl.gate.get());
+  impl.web_api = std::make_unique<api::WebApi>(
+      impl.cluster.get(), impl.coordinator.get(), impl.nodes.get(),
+      impl.placement.get(), impl.telemetry_manager.get());
   impl.metrics.AttachState(impl.cluster.get(), &impl.telemetry,
                            impl.coordinator.get());
   impl.coordinator->Run();
@@ -331,19 +286,22 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Serve(
   impl->server->GetHealthCheckService()->SetServingStatus(true);
 
   if (!options.metrics_listen.empty()) {
-    try {
-      impl->exposer =
-          std::make_unique<prometheus::Exposer>(options.metrics_listen);
-    } catch (const std::exception& e) {
+    absl::StatusOr<std::unique_ptr<api::HttpServer>> http =
+        api::HttpServer::Start(
+            {.listen = options.metrics_listen,
+             .tls_cert = options.tls_cert,
+             .tls_key = options.tls_key,
+             .tls_client_ca = options.tls_client_ca,
+             .auth = impl->auth.get()},
+            {impl->metrics.registry(), impl->metrics.state_collector()},
+            impl->web_api.get());
+    if (!http.ok()) {
       impl->server->Shutdown();
-      return absl::UnavailableError(absl::StrCat(
-          "cannot serve metrics on ", options.metrics_listen, ": ", e.what()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", options.metrics_listen,
+                       ": ", http.status().message()));
     }
-    impl->exposer->RegisterCollectable(impl->metrics.registry());
-    impl->exposer->RegisterCollectable(impl->metrics.state_collector());
-    impl->metrics_listen = options.metrics_listen;
-    std::vector<int> ports = impl->exposer->GetListeningPorts();
-    impl->metrics_port = ports.empty() ? 0 : ports.front();
+    impl->http = *std::move(http);
   }
   return std::unique_ptr<SlicedServer>(new SlicedServer(std::move(impl)));
 }
@@ -359,7 +317,9 @@ absl::Status SlicedServer::ReloadAuth() {
   }
   return impl_->auth->Reload();
 }
-int SlicedServer::metrics_port() const { return impl_->metrics_port; }
+int SlicedServer::metrics_port() const {
+  return impl_->http == nullptr ? 0 : impl_->http->port();
+}
 
 size_t SlicedServer::node_count() const {
   return impl_->cluster->Read(
@@ -376,7 +336,7 @@ void SlicedServer::Shutdown() {
   impl_->server->Shutdown(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(200));
   impl_->server->Wait();
-  StopExposer(impl_->exposer, impl_->metrics_listen, impl_->metrics_port);
+  impl_->http.reset();
   impl_->StopCore();
 }
 

@@ -1,6 +1,7 @@
 // SlicedServer: the daemon minus its flags. Opens the store, starts the
 // coordinator, serves the gRPC services (Inventory, Placement, Telemetry,
-// health, reflection) and the Prometheus HTTP endpoint.
+// health, reflection) and the HTTP port: Prometheus /metrics and the web
+// view (/ui, /api/v1; server/api/http_server.h).
 //
 // Thread-safe. Flags are parsed only in main.cc, which fills ServerOptions.
 #ifndef SLICED_SERVER_SERVER_H_
@@ -22,7 +23,8 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
   // RocksDB directory, created if missing.
   std::string data_dir = "./data";
-  // Prometheus /metrics HTTP address; empty disables it; port 0 picks one.
+  // The HTTP port (/metrics, the web view's /ui and /api/v1; HTTPS with
+  // tls_cert/tls_key); empty disables it; port 0 picks one.
   std::string metrics_listen = "127.0.0.1:9464";
   // Lease: a node without a heartbeat for this long turns DEAD; 0 disables.
   absl::Duration heartbeat_timeout = absl::Seconds(10);

@@ -190,11 +190,6 @@ const Principal* Authenticator::Find(const Keys& keys, absl::string_view token,
 absl::Status Authenticator::Check(
     const grpc::ServerContextBase& context, Access access,
     const std::vector<std::string>& node_ids) const {
-  std::shared_ptr<const Keys> keys;
-  {
-    absl::MutexLock lock(&mu_);
-    keys = keys_;
-  }
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
@@ -206,9 +201,19 @@ absl::Status Authenticator::Check(
     return absl::UnauthenticatedError(
         "authorization metadata must be 'Bearer <token>'");
   }
+  return CheckToken(absl::StripAsciiWhitespace(value), access, node_ids);
+}
+
+absl::Status Authenticator::CheckToken(
+    absl::string_view token, Access access,
+    const std::vector<std::string>& node_ids) const {
+  std::shared_ptr<const Keys> keys;
+  {
+    absl::MutexLock lock(&mu_);
+    keys = keys_;
+  }
   Principal derived;
-  const Principal* principal =
-      Find(*keys, absl::StripAsciiWhitespace(value), &derived);
+  const Principal* principal = Find(*keys, token, &derived);
   if (principal == nullptr)
     return absl::UnauthenticatedError("unknown bearer token");
   const Principal& who = *principal;

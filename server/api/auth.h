@@ -70,6 +70,12 @@ class Authenticator {
   absl::Status Check(const grpc::ServerContextBase& context, Access access,
                      const std::vector<std::string>& node_ids = {}) const;
 
+  // The same check for a token that came another way (the web view's
+  // `Authorization: Bearer` header or cookie): Unauthenticated for an
+  // unknown token, PermissionDenied for a wrong role.
+  absl::Status CheckToken(absl::string_view token, Access access,
+                          const std::vector<std::string>& node_ids = {}) const;
+
   size_t size() const;
 
  private:

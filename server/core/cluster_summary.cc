@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "scheduler/snapshot.h"
 #include "scheduler/subslices.h"
 #include "scheduler/tpu.h"
 
@@ -46,18 +47,21 @@ std::string Shape(const PlacementGroup& pg) {
 ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   ClusterSummary out;
   for (const char* s : {"ALIVE", "DRAINING", "DEAD"}) out.nodes_by_state[s] = 0;
+  // One pass over the snapshot's dense entries: no per-node lookup by id and
+  // no copy of a node's free resources or of a slice (this runs on every
+  // /metrics scrape and web view poll; at 100k nodes copies dominated).
   const scheduler::InventorySnapshot& snap = *state.snapshot;
-  for (const auto& [id, entry] : state.nodes) {
+  for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
+    const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(i);
     ++out.nodes_by_state[std::string(
         scheduler::NodeStateName(entry.node.state))];
     const int64_t total = Chips(entry.node.resources);
     if (total == 0) continue;
-    auto free = snap.FreeResources(id);
     auto& [t, f] = out.chips_total_free[{
         Label(entry.node.labels, scheduler::kLabelAcceleratorType),
         Label(entry.node.labels, scheduler::kLabelZone)}];
     t += total;
-    f += free.ok() ? Chips(*free) : 0;
+    f += Chips(entry.free);
   }
 
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
@@ -65,21 +69,22 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
                              // chips
   std::map<std::pair<std::string, std::string>, int64_t> boxed_chips;
   // per shape: chips in each slice's largest free aligned box
-  for (const scheduler::SliceState& slice : snap.ListSlices()) {
+  for (uint32_t s = 0; s < snap.num_slices(); ++s) {
+    const scheduler::InventorySnapshot::SliceEntry& slice = snap.slice(s);
     const scheduler::SliceInfo& info = slice.info;
     std::string tier, zone;
     int64_t total = 0, free = 0;
     for (const std::string& node_id : info.node_ids) {
-      const scheduler::Node* node = snap.FindNode(node_id);
-      if (node == nullptr) continue;
-      if (tier.empty())
-        tier = Label(node->labels, scheduler::kLabelCapacityTier);
-      if (zone.empty()) zone = Label(node->labels, scheduler::kLabelZone);
-      total += Chips(node->resources);
-      auto f = snap.FreeResources(node_id);
-      if (f.ok() && scheduler::TakesPlacements(*node)) free += Chips(*f);
+      const int64_t index = snap.NodeIndex(node_id);
+      if (index < 0) continue;
+      const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(index);
+      const scheduler::Node& node = entry.node;
+      if (tier.empty()) tier = Label(node.labels, scheduler::kLabelCapacityTier);
+      if (zone.empty()) zone = Label(node.labels, scheduler::kLabelZone);
+      total += Chips(node.resources);
+      if (scheduler::TakesPlacements(node)) free += Chips(entry.free);
     }
-    const bool whole = info.intact && slice.free;
+    const bool whole = info.intact && slice.free();
     auto& group =
         out.slices[{info.accelerator_type, info.topology, tier, zone}];
     ++group.total_slices;

@@ -51,6 +51,18 @@ absl::Status CheckChip(const ChipMetrics& chip, const std::string& where) {
   return absl::OkStatus();
 }
 
+constexpr uint8_t kUnset = 255;
+
+uint8_t Percent(std::optional<double> value) {
+  if (!value) return kUnset;
+  return static_cast<uint8_t>(std::lround(std::clamp(*value, 0.0, 100.0)));
+}
+
+std::optional<int> Unpack(uint8_t value) {
+  if (value == kUnset) return std::nullopt;
+  return value;
+}
+
 }  // namespace
 
 absl::Status TelemetryStore::Put(const std::vector<NodeTpuMetrics>& nodes,
@@ -83,10 +95,32 @@ absl::Status TelemetryStore::Put(const std::vector<NodeTpuMetrics>& nodes,
     valid.emplace_back(node.node_id, std::move(report));
   }
   absl::MutexLock lock(&mu_);
-  for (auto& [id, report] : valid) reports_[id] = std::move(report);
+  for (auto& [id, report] : valid) {
+    Packed packed{absl::ToUnixSeconds(now), {}};
+    for (const ChipMetrics& chip : report.chips) {
+      std::optional<double> hbm;
+      if (chip.hbm_used_bytes && chip.hbm_total_bytes &&
+          *chip.hbm_total_bytes > 0) {
+        hbm = 100.0 * *chip.hbm_used_bytes / *chip.hbm_total_bytes;
+      }
+      packed.chips.push_back({static_cast<uint8_t>(chip.chip_index),
+                              Percent(chip.tensorcore_utilization),
+                              Percent(chip.duty_cycle), Percent(hbm),
+                              Percent(chip.memory_bandwidth_utilization)});
+    }
+    std::deque<Packed>& series = series_[id];
+    series.push_back(std::move(packed));
+    while (series.size() > kSeriesSamples) series.pop_front();
+    reports_[id] = std::move(report);
+  }
   // Prune stale reports so memory stays bounded by the live fleet.
   for (auto it = reports_.begin(); it != reports_.end();) {
-    it = now - it->second.time > max_age_ ? reports_.erase(it) : std::next(it);
+    if (now - it->second.time > max_age_) {
+      series_.erase(it->first);
+      it = reports_.erase(it);
+    } else {
+      ++it;
+    }
   }
   return absl::OkStatus();
 }
@@ -101,9 +135,32 @@ absl::btree_map<std::string, TelemetryStore::Report> TelemetryStore::Fresh(
   return out;
 }
 
+TelemetryStore::Series TelemetryStore::SeriesOf(const std::string& node_id,
+                                                absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  Series out;
+  auto report = reports_.find(node_id);
+  if (report == reports_.end() || now - report->second.time > max_age_) {
+    return out;
+  }
+  out.latest = report->second;
+  auto series = series_.find(node_id);
+  if (series == series_.end()) return out;
+  for (const Packed& packed : series->second) {
+    Sample& sample = out.samples.emplace_back();
+    sample.time = absl::FromUnixSeconds(packed.unix_seconds);
+    for (const auto& c : packed.chips) {
+      sample.chips[c[0]] = {Unpack(c[1]), Unpack(c[2]), Unpack(c[3]),
+                            Unpack(c[4])};
+    }
+  }
+  return out;
+}
+
 void TelemetryStore::Forget(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   reports_.erase(node_id);
+  series_.erase(node_id);
 }
 
 }  // namespace sliced::server

@@ -42,7 +42,10 @@ def read(path):
         return f.read()
 
 
-class SecurityEndToEnd(unittest.TestCase):
+class PkiAndTokens:
+    """A test class base: a PKI and a tokens file (one token per role) for
+    the whole class, and daemons started with its flags."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="sliced-pki-")
@@ -62,6 +65,8 @@ class SecurityEndToEnd(unittest.TestCase):
         self.addCleanup(d.close)
         return d
 
+
+class SecurityEndToEnd(PkiAndTokens, unittest.TestCase):
     def tls_channel(self, d, client_cert=False):
         creds = grpc.ssl_channel_credentials(
             root_certificates=read(self.pki["ca.pem"]),
