@@ -233,12 +233,38 @@ class Carver {
     for (const auto& [reason, count] : rejected_) {
       parts.push_back(absl::StrCat(count, " ", reason));
     }
+    // The slow path only: how many candidate parents are carved already,
+    // and the largest box any of them could still give.
+    int64_t carved = 0, largest_chips = 0;
+    std::string largest;
+    const TpuGeneration gen = shape.generation;
+    for (auto it = snap_.slices_by_key().lower_bound(SliceKey{gen, "", "", ""});
+         it != snap_.slices_by_key().end() && it->first.generation == gen;
+         ++it) {
+      auto parent = ResolveTpuShape(gen, it->first.topology);
+      if (!parent.ok() || !CanCarve(*parent, shape) ||
+          !request_.KeyMatches(it->first)) {
+        continue;
+      }
+      for (uint32_t s : it->second) {
+        const InventorySnapshot::SliceEntry& se = snap_.slice(s);
+        if (!se.info.intact || !se.shape_known) continue;
+        carved += se.allocated_hosts > 0 ? 1 : 0;
+        const std::string box = CapacityOf(snap_, se).largest_free;
+        auto box_shape = ResolveTpuShape(gen, box);
+        if (!box.empty() && box_shape.ok() && box_shape->chips > largest_chips) {
+          largest_chips = box_shape->chips;
+          largest = box;
+        }
+      }
+    }
     failure.summary = absl::StrCat(
         "No subslice of '", shape.topology,
         "' is schedulable across any of the candidate parent topologies: ",
         considered_, " ", TpuGenerationName(shape.generation), " slice",
         considered_ == 1 ? "" : "s", " considered",
-        parts.empty() ? "" : ", ", absl::StrJoin(parts, ", "));
+        parts.empty() ? "" : ", ", absl::StrJoin(parts, ", "), "; ", carved,
+        " carved; largest free aligned box ", largest.empty() ? "none" : largest);
     failure.infeasible = big_enough_ == 0;
     DiagnosisStep step;
     step.step = absl::StrCat(label, "sub-slices ", shape.topology, " (",
@@ -276,6 +302,64 @@ std::vector<int32_t> HostCells(const InventorySnapshot::SliceEntry& se) {
     if (c < static_cast<int>(cells.size())) cells[c] = static_cast<int32_t>(w);
   }
   return cells;
+}
+
+SubsliceCapacity CapacityOf(const SnapshotState& snap,
+                            const InventorySnapshot::SliceEntry& se) {
+  SubsliceCapacity out;
+  const std::vector<int32_t> cells = HostCells(se);
+  const Grid grid = GridOf(se.shape.host_grid);
+  // Free cells: hosts that take placements and hold no TPU work.
+  std::vector<char> free(cells.size(), 0);
+  for (size_t c = 0; c < cells.size(); ++c) {
+    if (cells[c] < 0) continue;
+    const InventorySnapshot::NodeEntry& e = snap.node(se.hosts[cells[c]]);
+    free[c] = TakesPlacements(e.node) &&
+              Amount(e.free, TpuName()) >= Amount(e.node.resources, TpuName());
+  }
+  int64_t largest_chips = 0;
+  // Every host-grid box no larger than the slice, as a topology.
+  for (int bz = 1; bz <= grid[2]; ++bz) {
+    for (int by = 1; by <= grid[1]; ++by) {
+      for (int bx = 1; bx <= grid[0]; ++bx) {
+        std::vector<int> dims = {bx * se.shape.host_box[0],
+                                 by * se.shape.host_box[1],
+                                 bz * se.shape.host_box[2]};
+        if (se.shape.dims.size() == 2) dims.pop_back();
+        auto shape =
+            ResolveTpuShape(se.shape.generation, absl::StrJoin(dims, "x"));
+        if (!shape.ok() || shape->topology == se.shape.topology ||
+            !CanCarve(se.shape, *shape) ||
+            shape->host_grid != std::vector<int>{bx, by, bz}) {
+          continue;
+        }
+        int64_t count = 0;
+        for (int oz = 0; oz + bz <= grid[2]; oz += bz) {
+          for (int oy = 0; oy + by <= grid[1]; oy += by) {
+            for (int ox = 0; ox + bx <= grid[0]; ox += bx) {
+              bool all = true;
+              for (int z = 0; z < bz && all; ++z) {
+                for (int y = 0; y < by && all; ++y) {
+                  for (int x = 0; x < bx && all; ++x) {
+                    all = free[Cell(grid, ox + x, oy + y, oz + z)];
+                  }
+                }
+              }
+              count += all ? 1 : 0;
+            }
+          }
+        }
+        out.free_boxes[shape->topology] = count;
+        if (count > 0 && (shape->chips > largest_chips ||
+                          (shape->chips == largest_chips &&
+                           shape->topology < out.largest_free))) {
+          largest_chips = shape->chips;
+          out.largest_free = shape->topology;
+        }
+      }
+    }
+  }
+  return out;
 }
 
 bool CanCarve(const TpuShape& parent, const TpuShape& request) {

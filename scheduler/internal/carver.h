@@ -15,6 +15,7 @@
 #include "scheduler/internal/slice_placer.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
+#include "scheduler/subslices.h"
 
 namespace sliced::scheduler::internal {
 
@@ -24,6 +25,12 @@ namespace sliced::scheduler::internal {
 // se.info.positions_assumed.
 // REQUIRES: se.shape_known and se.info.intact.
 std::vector<int32_t> HostCells(const InventorySnapshot::SliceEntry& se);
+
+// What could be carved out of slice `se` now (scheduler/subslices.h): free
+// aligned boxes per smaller valid shape, from the snapshot's free resources.
+// REQUIRES: se.shape_known and se.info.intact.
+SubsliceCapacity CapacityOf(const SnapshotState& snap,
+                            const InventorySnapshot::SliceEntry& se);
 
 // True when `request`'s shape can be carved out of a slice of `parent`'s
 // shape: the same generation and chips per host, and a host grid no larger
@@ -51,7 +58,8 @@ bool CanCarve(const TpuShape& parent, const TpuShape& request);
 // topology, origin) (the parent's own name for a whole slice).
 // Not placed: Ray's message ("No subslice of '<topology>' is schedulable
 // across any of the candidate parent topologies") with the parents counted
-// per reason; infeasible when no slice of the generation could ever hold it.
+// per reason, how many are carved, and the largest free aligned box among
+// them; infeasible when no slice of the generation could ever hold it.
 Attempt CarveSlices(const SnapshotState& snap, const Released& released,
                     const SliceRequest& request, absl::string_view label);
 

@@ -235,8 +235,9 @@ absl::StatusOr<std::string> WebApi::Slices(const Params& params) const {
   out.set_next_page_token(page.next);
   for (const SliceRow& row : page.slices) {
     v1::SliceMapEntry* e = out.add_slices();
+    // The map draws hosts; sub-slice capacity is ListSlices' business.
     SliceToProto(SliceView{row.info, row.status == SliceStatus::kFree,
-                           row.pg_ids},
+                           row.pg_ids, {}, {}},
                  e->mutable_slice());
     e->set_tier(row.tier);
     e->set_zone(row.zone);

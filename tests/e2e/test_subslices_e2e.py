@@ -183,8 +183,8 @@ class SubslicesEndToEnd(unittest.TestCase):
         waits = self.submit(pl, v5p("2x2x1", 1))
         self.assertEqual(waits.state, P.PENDING)
         self.assertIn("No subslice of '2x2x1' is schedulable across any of the candidate "
-                      "parent topologies: 1 v5p slice considered, 1 no free aligned box",
-                      waits.pending_reason)
+                      "parent topologies: 1 v5p slice considered, 1 no free aligned box; "
+                      "1 carved; largest free aligned box none", waits.pending_reason)
         why = pl.ExplainPlacementGroup(P.ExplainPlacementGroupRequest(
             placement_group_id=waits.placement_group_id), timeout=10)
         self.assertIn("sub-slices 2x2x1 (v5p-8) from larger slices", "\n".join(why.details))

@@ -175,9 +175,25 @@ TEST(CarverTest, ExplainsWithRaysMessageAndCountsParents) {
   EXPECT_NE(d.diagnosis.summary.find(
                 "No subslice of '2x2x2' is schedulable across any of the "
                 "candidate parent topologies: 2 v5p slices considered, 1 not "
-                "intact, 1 too small or other hosts"),
+                "intact, 1 too small or other hosts; 0 carved; largest free "
+                "aligned box none"),
             std::string::npos)
       << d.diagnosis.summary;
+  // A carved pod with room left, asked for more than it has: the largest
+  // box it could still give is named.
+  // Columns (0,0,*) and (1,1,*) held: no 2x4x4 half is free, two 2x2x4
+  // columns are.
+  std::vector<Allocation> held;
+  for (int w : {0, 4, 8, 12, 3, 7, 11, 15}) {
+    held.push_back({"pg-h", w, absl::StrCat("pod-w", w), {{"TPU", Units(4)}}});
+  }
+  auto carved = Snap(Pod("pod"), held);
+  const Decision big = Solve(*carved, Carve("2x4x4"));
+  EXPECT_NE(big.diagnosis.summary.find(
+                "1 no free aligned box; 1 carved; largest free aligned box "
+                "2x2x4"),
+            std::string::npos)
+      << big.diagnosis.summary;
   // Nothing of the generation could ever hold it: infeasible.
   auto small = Snap(Slice("small", "TPU-V5P", "2x2x1"));
   EXPECT_EQ(Solve(*small, Carve("2x2x2")).outcome, Decision::kInfeasible);
