@@ -13,7 +13,14 @@ constexpr absl::Duration kRetryPause = absl::Milliseconds(200);
 
 EtcdElection::EtcdElection(std::shared_ptr<EtcdClient> client,
                            EtcdElectionOptions options)
-    : client_(std::move(client)), options_(std::move(options)) {}
+    : client_(std::move(client)),
+      options_(std::move(options)),
+      value_(options_.value) {}
+
+void EtcdElection::set_value(absl::string_view value) {
+  absl::MutexLock lock(&mu_);
+  value_ = std::string(value);
+}
 
 EtcdElection::~EtcdElection() {
   Stop();
@@ -87,13 +94,15 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
     keep_alive_ = std::thread([this, id = *lease] { KeepAliveLoop(id); });
     while (true) {
       grpc::ClientContext context;
+      std::string value;
       {
         absl::MutexLock lock(&mu_);
         if (stopped_ || !lost_.empty()) break;
         campaign_context_ = &context;
+        value = value_;
       }
       absl::StatusOr<v3electionpb::LeaderKey> key =
-          client_->Campaign(context, options_.name, *lease, options_.value);
+          client_->Campaign(context, options_.name, *lease, value);
       {
         absl::MutexLock lock(&mu_);
         campaign_context_ = nullptr;

@@ -58,6 +58,9 @@ class EtcdElection {
   // The current leader's proclaimed value; NotFound when there is none.
   absl::StatusOr<std::string> LeaderValue();
 
+  // Replaces what the next Campaign proclaims (EtcdElectionOptions::value).
+  void set_value(absl::string_view value);
+
   // Leadership is gone (the store's fence failed): wakes AwaitLost.
   void MarkLost(absl::string_view why);
 
@@ -80,6 +83,7 @@ class EtcdElection {
 
   absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::string value_ ABSL_GUARDED_BY(mu_);
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
   // Why the current lease's leadership (or campaign) ended; empty while
   // it holds.

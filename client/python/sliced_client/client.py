@@ -16,7 +16,9 @@ the "sliced_client" logger names the group either way.
 Every error is a SlicedError carrying the gRPC code and the server's message.
 Reads and creates are retried with exponential backoff on UNAVAILABLE; creates
 always carry a request_id (generated when not given), so a retry gets the same
-placement group back. Removes are sent once.
+placement group back. Removes are sent once. Against daemons on etcd
+(docs/ha.md), a standby's UNAVAILABLE names the leader and every call follows
+it there.
 
 A Client is safe to share between threads (gRPC channels and stubs are).
 """
@@ -229,11 +231,36 @@ class Client:
         self._timeout = timeout
         self._max_attempts = max_attempts
         self._metadata = (("authorization", "Bearer " + token),) if token else None
-        self._channel = (grpc.secure_channel(address, credentials, options=options)
-                         if credentials else grpc.insecure_channel(address, options=options))
+        self._credentials, self._options = credentials, options
+        self._old_channels = []
+        self._connect(address)
+
+    def _connect(self, address: str) -> None:
+        """Sends calls to `address` from now on (the old channel stays open
+        for calls in flight on other threads until close())."""
+        if getattr(self, "_channel", None) is not None:
+            self._old_channels.append(self._channel)
+        self.address = address
+        self._channel = (
+            grpc.secure_channel(address, self._credentials, options=self._options)
+            if self._credentials else grpc.insecure_channel(address, options=self._options))
         self._inventory = _pb_grpc.InventoryStub(self._channel)
         self._placement = _pb_grpc.PlacementStub(self._channel)
         self._telemetry = _pb_grpc.TelemetryStub(self._channel)
+
+    def _follow(self, error: grpc.RpcError, method):
+        """A standby (docs/ha.md) answers UNAVAILABLE naming the leader in the
+        trailing metadata `sliced-leader`: move there and return `method` on
+        the new channel; None when `error` names no other daemon."""
+        leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
+        if not leader or leader == self.address:
+            return None
+        for kind in ("_inventory", "_placement", "_telemetry"):
+            for name, bound in vars(getattr(self, kind)).items():
+                if bound is method:
+                    self._connect(leader)
+                    return getattr(getattr(self, kind), name)
+        return None
 
     def __enter__(self) -> "Client":
         return self
@@ -242,7 +269,8 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._old_channels + [self._channel]:
+            channel.close()
 
     # ------------------------------------------------------------ placement
 
@@ -503,11 +531,18 @@ class Client:
         deadline = time.monotonic() + self._timeout
         backoff = 0.1
         attempt = 1
+        redirects = 0
         while True:
             try:
                 return method(request, timeout=max(0.001, deadline - time.monotonic()),
                               metadata=self._metadata)
             except grpc.RpcError as e:
+                # A standby did nothing: any call goes to the leader it names.
+                followed = (self._follow(e, method) if redirects < 3
+                            and e.code() == grpc.StatusCode.UNAVAILABLE else None)
+                if followed is not None:
+                    method, redirects = followed, redirects + 1
+                    continue
                 if (retry and e.code() == grpc.StatusCode.UNAVAILABLE
                         and attempt < self._max_attempts
                         and time.monotonic() + backoff < deadline):
