@@ -4,6 +4,8 @@
 // loopback (skipped only where /usr/bin/etcd is missing).
 #include "storage/etcd/etcd_store.h"
 
+#include <signal.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -162,6 +164,60 @@ TEST_F(EtcdStoreTest, AnotherSchemaVersionIsRefused) {
   EXPECT_NE(store.status().message().find("schema version 99"),
             std::string::npos)
       << store.status();
+}
+
+TEST_F(EtcdStoreTest, AnAmbiguousCommitIsResentUntilEtcdConfirmsIt) {
+  auto client = EtcdClient::Create({.endpoints = cluster_->endpoints(),
+                                    .call_timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(client.ok());
+  auto store = OpenEtcdStore(*client, {.prefix = prefix_,
+                                       .retry_for = absl::Seconds(10)});
+  ASSERT_TRUE(store.ok()) << store.status();
+  cluster_->Signal(0, SIGSTOP);  // the first attempts time out
+  std::thread resume([&] {
+    absl::SleepFor(absl::Seconds(1));
+    cluster_->Signal(0, SIGCONT);
+  });
+  Mutation m;
+  m.PutNode(Node("a"));
+  const absl::Time start = absl::Now();
+  absl::Status s = (*store)->Commit(m);
+  resume.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));  // not acknowledged before
+  EXPECT_EQ((*store)->Load()->nodes.size(), 1u);
+}
+
+TEST_F(EtcdStoreTest, AnUnconfirmedCommitIsUnavailableAfterRetryFor) {
+  auto client = EtcdClient::Create({.endpoints = cluster_->endpoints(),
+                                    .call_timeout = absl::Milliseconds(200)});
+  ASSERT_TRUE(client.ok());
+  auto store = OpenEtcdStore(*client, {.prefix = prefix_,
+                                       .retry_for = absl::Seconds(1)});
+  ASSERT_TRUE(store.ok()) << store.status();
+  cluster_->Signal(0, SIGSTOP);
+  Mutation m;
+  m.PutNode(Node("a"));
+  absl::Status s = (*store)->Commit(m);
+  cluster_->Signal(0, SIGCONT);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("may or may not"), std::string::npos) << s;
+}
+
+TEST_F(EtcdStoreTest, TheLeaderCompactsOldRevisions) {
+  auto store = Open({.keep_revisions = 5});
+  for (int i = 0; i < 20; ++i) {
+    Mutation m;
+    m.PutNode(Node("a"));
+    ASSERT_TRUE(store->Commit(m).ok());
+  }
+  etcdserverpb::RangeRequest old;
+  old.set_key(prefix_ + "nodes/a");
+  old.set_revision(1);
+  auto read = client_->Range(old);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("compacted"), std::string::npos)
+      << read.status();
 }
 
 TEST_F(EtcdStoreTest, TheStandbyWinsWhenTheLeaderResignsAndFencesItsStore) {

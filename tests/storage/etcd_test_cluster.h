@@ -101,6 +101,9 @@ class EtcdTestCluster {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
+  // Sends `sig` to member `i` (SIGSTOP/SIGCONT to pause and resume it).
+  void Signal(int i, int sig) { kill(members_.at(i).pid, sig); }
+
   // host:port of every member, comma-separated.
   std::string endpoints() const {
     std::vector<std::string> out;
