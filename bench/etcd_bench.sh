@@ -57,8 +57,9 @@ run() {  # name, extra daemon flags...
   local port
   port=$(wait_line "$TMP/$name.out" "serving on" | sed -E 's/.*serving on [0-9.]+:([0-9]+).*/\1/')
   mkdir -p "$TMP/$name"
+  echo "etcd_bench: $name on 127.0.0.1:$port" >&2
   "$LOAD" --target="127.0.0.1:$port" --workloads=create_remove "${QUICK[@]}" \
-    --out_dir="$TMP/$name" >&2
+    --out_dir="$TMP/$name" >"$TMP/$name.load.log" 2>&1
   kill "${PIDS[-1]}"
 }
 run rocksdb --store=rocksdb --data_dir="$TMP/rocksdb-data"
@@ -70,6 +71,10 @@ mkdir -p "$ROOT/bench/results"
   echo "# Durable creates: RocksDB vs etcd (1 member), one run"
   echo
   echo "\`bench/etcd_bench.sh ${QUICK[*]}\` at $(git -C "$ROOT" rev-parse --short HEAD), $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "The binary of $BUILD ($(grep -m1 CMAKE_BUILD_TYPE: "$BUILD/CMakeCache.txt" | cut -d= -f2)); etcd $(etcd --version | head -1 | cut -d' ' -f3), one member"
+  echo "on this machine's disk, \`--max-txn-ops 4096 --max-request-bytes 10485760\`."
+  echo "sliced_load ran with --target, so its text below cannot know the store (it says"
+  echo "RocksDB and shows no daemon CPU); the section title says which store it was."
   echo
   echo "## --store=rocksdb"
   echo

@@ -124,6 +124,11 @@ SlicedClient::Endpoint* SlicedClient::Current() const {
 
 std::string SlicedClient::server() const { return Current()->address; }
 
+void SlicedClient::FollowBack() {
+  absl::MutexLock lock(&mu_);
+  current_ = endpoints_.front().get();
+}
+
 bool SlicedClient::Follow(const std::string& leader) {
   absl::MutexLock lock(&mu_);
   if (credentials_ == nullptr || leader.empty() || current_->address == leader) {
@@ -179,6 +184,8 @@ absl::Status SlicedClient::Call(
       ++redirects;
       --i;
       backoff = options_.initial_backoff;
+    } else if (leader == trailers.end()) {
+      FollowBack();  // the leader it followed may be gone
     }
   }
   return FromGrpcStatus(status);

@@ -14,7 +14,10 @@
 // High availability (docs/ha.md): a standby daemon answers UNAVAILABLE with
 // the leader's address in the trailing metadata `sliced-leader`; the client
 // then sends this call (any call: a standby did nothing) and the later ones
-// to the leader, up to 3 redirects per call.
+// to the leader, up to 3 redirects per call; when the daemon it followed is
+// unreachable, it goes back to options.server. Give every daemon there (a
+// gRPC target such as "ipv4:10.0.0.1:50051,10.0.0.2:50051", or a DNS name
+// listing them) so that a dead leader's standby is found.
 //
 // Example:
 //   sliced::client::ClientOptions options;
@@ -50,7 +53,8 @@
 namespace sliced::client {
 
 struct ClientOptions {
-  // host:port of the daemon.
+  // host:port of the daemon, or any gRPC target (with etcd HA, one listing
+  // every daemon: "ipv4:10.0.0.1:50051,10.0.0.2:50051").
   std::string server = "127.0.0.1:50051";
   // Deadline of one call, covering all of its attempts.
   absl::Duration timeout = absl::Seconds(10);
@@ -193,6 +197,9 @@ class SlicedClient {
   // A standby named `leader`: calls go there from now on. False when the
   // client can't follow (no credentials) or already calls it.
   bool Follow(const std::string& leader);
+  // An unreachable daemon named no leader: calls go back to options.server
+  // (which may list every daemon: "ipv4:host1:port,host2:port").
+  void FollowBack();
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;

@@ -18,7 +18,8 @@ Reads and creates are retried with exponential backoff on UNAVAILABLE; creates
 always carry a request_id (generated when not given), so a retry gets the same
 placement group back. Removes are sent once. Against daemons on etcd
 (docs/ha.md), a standby's UNAVAILABLE names the leader and every call follows
-it there.
+it there; give an address listing every daemon ("ipv4:h1:50051,h2:50051") so
+that a dead leader's standby is found.
 
 A Client is safe to share between threads (gRPC channels and stubs are).
 """
@@ -232,6 +233,7 @@ class Client:
         self._max_attempts = max_attempts
         self._metadata = (("authorization", "Bearer " + token),) if token else None
         self._credentials, self._options = credentials, options
+        self._home = address
         self._old_channels = []
         self._connect(address)
 
@@ -255,10 +257,14 @@ class Client:
         leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
         if not leader or leader == self.address:
             return None
+        return self._rebind(method, leader)
+
+    def _rebind(self, method, address: str):
+        """Connects to `address`; returns `method` on the new channel."""
         for kind in ("_inventory", "_placement", "_telemetry"):
             for name, bound in vars(getattr(self, kind)).items():
                 if bound is method:
-                    self._connect(leader)
+                    self._connect(address)
                     return getattr(getattr(self, kind), name)
         return None
 
@@ -543,6 +549,10 @@ class Client:
                 if followed is not None:
                     method, redirects = followed, redirects + 1
                     continue
+                if e.code() == grpc.StatusCode.UNAVAILABLE and self.address != self._home:
+                    # The leader it followed is gone: back to the address given
+                    # (which may list every daemon), whose standby names the next.
+                    method = self._rebind(method, self._home) or method
                 if (retry and e.code() == grpc.StatusCode.UNAVAILABLE
                         and attempt < self._max_attempts
                         and time.monotonic() + backoff < deadline):
