@@ -18,8 +18,9 @@ constexpr absl::string_view kSchemaKey = "meta/schema_version";
 // The tables etcd holds (kLogs stays in memory: see the header).
 constexpr Table kEtcdTables[] = {Table::kNodes, Table::kPlacementGroups,
                                  Table::kComputeClasses, Table::kCounters};
-// Keys per Range page on Load.
-constexpr int64_t kPageSize = 1000;
+// Keys per Range page on Load; halved while a page is too large for the
+// client's receive limit.
+constexpr int64_t kPageSize = 10000;
 // Bytes of a Txn beyond its keys and values (compare, op framing), and of
 // etcd's own wrapping of the request: kept free under max_request_bytes.
 constexpr int64_t kPerOpBytes = 16;
@@ -103,8 +104,13 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
     page.set_revision(revision);
     page.set_limit(kPageSize);
     while (true) {
-      ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response,
-                       client_->Range(page));
+      absl::StatusOr<etcdserverpb::RangeResponse> read = client_->Range(page);
+      if (read.status().code() == absl::StatusCode::kResourceExhausted &&
+          page.limit() > 1) {
+        page.set_limit(page.limit() / 2);  // large records: smaller pages
+        continue;
+      }
+      ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, std::move(read));
       for (const mvccpb::KeyValue& kv : response.kvs()) {
         RETURN_IF_ERROR(AddRecord(table, kv.key().substr(table_prefix.size()),
                                   kv.value(), state));
