@@ -124,6 +124,18 @@ SlicedClient::Endpoint* SlicedClient::Current() const {
 
 std::string SlicedClient::server() const { return Current()->address; }
 
+bool SlicedClient::FollowLeaderIn(const grpc::ClientContext& context,
+                                  bool may_follow) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto leader = trailers.find(kLeaderMetadataKey);
+  if (leader == trailers.end()) {
+    FollowBack();  // unreachable: the leader it followed may be gone
+    return false;
+  }
+  return may_follow &&
+         Follow(std::string(leader->second.data(), leader->second.size()));
+}
+
 void SlicedClient::FollowBack() {
   absl::MutexLock lock(&mu_);
   current_ = endpoints_.front().get();
@@ -177,15 +189,10 @@ absl::Status SlicedClient::Call(
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     // A standby names the leader and did nothing: go there, at once, without
     // spending an attempt.
-    const auto& trailers = context.GetServerTrailingMetadata();
-    auto leader = trailers.find(kLeaderMetadataKey);
-    if (leader != trailers.end() && redirects < kMaxRedirects &&
-        Follow(std::string(leader->second.data(), leader->second.size()))) {
+    if (FollowLeaderIn(context, /*may_follow=*/redirects < kMaxRedirects)) {
       ++redirects;
       --i;
       backoff = options_.initial_backoff;
-    } else if (leader == trailers.end()) {
-      FollowBack();  // the leader it followed may be gone
     }
   }
   return FromGrpcStatus(status);
@@ -405,6 +412,11 @@ absl::Status SlicedClient::WatchPlacementGroups(
       }
     }
     grpc::Status status = reader->Finish();
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !delivered &&
+        FollowLeaderIn(context, /*may_follow=*/true)) {
+      --attempt;  // a standby: open the watch on the leader, at once
+      continue;
+    }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE || delivered ||
         attempt >= options_.max_attempts || absl::Now() + backoff >= deadline) {
       return FromGrpcStatus(status);

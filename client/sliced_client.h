@@ -197,6 +197,10 @@ class SlicedClient {
   // A standby named `leader`: calls go there from now on. False when the
   // client can't follow (no credentials) or already calls it.
   bool Follow(const std::string& leader);
+  // After an UNAVAILABLE attempt under `context`: Follow()s the leader its
+  // trailing metadata names, if `may_follow` (true when calls now go
+  // elsewhere), or, when it names none, FollowBack()s.
+  bool FollowLeaderIn(const grpc::ClientContext& context, bool may_follow);
   // An unreachable daemon named no leader: calls go back to options.server
   // (which may list every daemon: "ipv4:host1:port,host2:port").
   void FollowBack();

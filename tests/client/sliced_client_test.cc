@@ -269,6 +269,18 @@ TEST_F(SlicedClientTest, FollowsAStandbyToTheLeaderEvenForARemove) {
   EXPECT_TRUE(client->GetPlacementGroup("pg-1").ok());
   EXPECT_EQ(standby.calls.load(), 1);
   EXPECT_EQ(fake_.calls(), 2);
+  // A watch opened on the standby is opened again on the leader.
+  v1::WatchPlacementGroupsRequest watch;
+  watch.set_placement_group_id("pg-9");
+  int events = 0;
+  EXPECT_TRUE(Client()
+                  ->WatchPlacementGroups(watch, absl::Seconds(10),
+                                         [&](const v1::PlacementGroupEvent&) {
+                                           return ++events < 2;
+                                         })
+                  .ok());
+  EXPECT_EQ(events, 2);
+  EXPECT_EQ(standby.calls.load(), 2);
   // The leader goes away: the client goes back to the address it was given.
   server_->Shutdown();
   EXPECT_FALSE(client->GetPlacementGroup("pg-1").ok());

@@ -409,6 +409,11 @@ class EtcdFailover(unittest.TestCase):
         with Client(standby.addr) as c:
             self.assertEqual(len(c.placement_groups()), live)
             self.assertEqual(c.address, self.follower.current)
+        with Client(standby.addr) as c:  # a watch opened on the standby
+            events = c.watch(timeout=30)
+            self.assertTrue(next(events).id)
+            events.close()
+            self.assertEqual(c.address, self.follower.current)
         slicectl = os.environ.get("SLICECTL_BIN")
         if slicectl:
             out = subprocess.run([slicectl, "--server=" + standby.addr, "nodes"],

@@ -436,18 +436,27 @@ class Client:
               timeout: Optional[float] = None) -> Iterator[PlacementGroup]:
         """Yields the matching groups' current state, then every change, until
         the generator is closed (or `timeout` seconds pass: SlicedError with
-        DEADLINE_EXCEEDED). Closing it cancels the stream."""
-        stream = self._placement.WatchPlacementGroups(
-            _pb.WatchPlacementGroupsRequest(job_id=job_id,
-                                            placement_group_id=placement_group_id),
-            timeout=timeout, metadata=self._metadata)
-        try:
-            for event in stream:
-                yield PlacementGroup.from_proto(event.placement_group)
-        except grpc.RpcError as e:
-            raise SlicedError(e.code(), e.details()) from None
-        finally:
-            stream.cancel()
+        DEADLINE_EXCEEDED). Closing it cancels the stream. Opened on a standby,
+        it is opened again on the leader the standby names."""
+        request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
+                                                  placement_group_id=placement_group_id)
+        method, delivered = self._placement.WatchPlacementGroups, False
+        for redirects in range(4):
+            stream = method(request, timeout=timeout, metadata=self._metadata)
+            try:
+                for event in stream:
+                    delivered = True
+                    yield PlacementGroup.from_proto(event.placement_group)
+                return
+            except grpc.RpcError as e:
+                followed = (None if delivered or redirects == 3
+                            or e.code() != grpc.StatusCode.UNAVAILABLE
+                            else self._follow(e, method))
+                if followed is None:
+                    raise SlicedError(e.code(), e.details()) from None
+                method = followed
+            finally:
+                stream.cancel()
 
     def explain(self, target: Union[PgRef, ScalingConfig], *, job_id: str = "",
                 compute_class: str = "") -> Explanation:
