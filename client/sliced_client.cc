@@ -16,6 +16,10 @@
 namespace sliced::client {
 namespace {
 
+// The trailing metadata a standby names the leader in (server/ha.h).
+constexpr char kLeaderMetadataKey[] = "sliced-leader";
+constexpr int kMaxRedirects = 3;
+
 absl::StatusOr<std::string> ReadPem(absl::string_view what,
                                     const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -94,16 +98,66 @@ absl::StatusOr<std::unique_ptr<SlicedClient>> SlicedClient::Create(
   auto credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
   return std::make_unique<SlicedClient>(
-      grpc::CreateChannel(options.server, *credentials), options);
+      grpc::CreateChannel(options.server, *credentials), options,
+      *credentials);
 }
 
-SlicedClient::SlicedClient(std::shared_ptr<grpc::Channel> channel,
-                           const ClientOptions& options)
-    : options_(options),
-      channel_(std::move(channel)),
-      inventory_(v1::Inventory::NewStub(channel_)),
-      placement_(v1::Placement::NewStub(channel_)),
-      telemetry_(v1::Telemetry::NewStub(channel_)) {}
+SlicedClient::Endpoint::Endpoint(std::shared_ptr<grpc::Channel> c)
+    : channel(std::move(c)),
+      inventory(v1::Inventory::NewStub(channel)),
+      placement(v1::Placement::NewStub(channel)),
+      telemetry(v1::Telemetry::NewStub(channel)) {}
+
+SlicedClient::SlicedClient(
+    std::shared_ptr<grpc::Channel> channel, const ClientOptions& options,
+    std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : options_(options), credentials_(std::move(credentials)) {
+  endpoints_.push_back(std::make_unique<Endpoint>(std::move(channel)));
+  endpoints_.back()->address = options.server;
+  current_ = endpoints_.back().get();
+}
+
+SlicedClient::Endpoint* SlicedClient::Current() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+std::string SlicedClient::server() const { return Current()->address; }
+
+bool SlicedClient::FollowLeaderIn(const grpc::ClientContext& context,
+                                  bool may_follow) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto leader = trailers.find(kLeaderMetadataKey);
+  if (leader == trailers.end()) {
+    FollowBack();  // unreachable: the leader it followed may be gone
+    return false;
+  }
+  return may_follow &&
+         Follow(std::string(leader->second.data(), leader->second.size()));
+}
+
+void SlicedClient::FollowBack() {
+  absl::MutexLock lock(&mu_);
+  current_ = endpoints_.front().get();
+}
+
+bool SlicedClient::Follow(const std::string& leader) {
+  absl::MutexLock lock(&mu_);
+  if (credentials_ == nullptr || leader.empty() || current_->address == leader) {
+    return false;
+  }
+  for (const auto& e : endpoints_) {
+    if (e->address == leader) {
+      current_ = e.get();
+      return true;
+    }
+  }
+  endpoints_.push_back(std::make_unique<Endpoint>(
+      grpc::CreateChannel(leader, credentials_)));
+  endpoints_.back()->address = leader;
+  current_ = endpoints_.back().get();
+  return true;
+}
 
 void SlicedClient::Prepare(grpc::ClientContext* context,
                            absl::Time deadline) const {
@@ -122,6 +176,7 @@ absl::Status SlicedClient::Call(
   const int attempts = retryable ? std::max(1, options_.max_attempts) : 1;
   absl::Duration backoff = options_.initial_backoff;
   grpc::Status status;
+  int redirects = 0;
   for (int i = 0; i < attempts; ++i) {
     if (i > 0) {
       if (absl::Now() + backoff >= deadline) break;
@@ -132,6 +187,13 @@ absl::Status SlicedClient::Call(
     Prepare(&context, deadline);
     status = attempt(&context);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    // A standby names the leader and did nothing: go there, at once, without
+    // spending an attempt.
+    if (FollowLeaderIn(context, /*may_follow=*/redirects < kMaxRedirects)) {
+      ++redirects;
+      --i;
+      backoff = options_.initial_backoff;
+    }
   }
   return FromGrpcStatus(status);
 }
@@ -146,7 +208,7 @@ absl::StatusOr<v1::RegisterNodesResponse> SlicedClient::RegisterNodes(
     const v1::RegisterNodesRequest& request) {
   return Unary<v1::RegisterNodesResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return inventory_->RegisterNodes(context, request, response);
+        return Current()->inventory->RegisterNodes(context, request, response);
       });
 }
 
@@ -154,7 +216,7 @@ absl::StatusOr<v1::HeartbeatResponse> SlicedClient::Heartbeat(
     const v1::HeartbeatRequest& request) {
   return Unary<v1::HeartbeatResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return inventory_->Heartbeat(context, request, response);
+        return Current()->inventory->Heartbeat(context, request, response);
       });
 }
 
@@ -174,7 +236,7 @@ absl::StatusOr<v1::Node> SlicedClient::DrainNode(absl::string_view node_id) {
   request.set_node_id(std::string(node_id));
   return NodeOf(
       Unary<v1::DrainNodeResponse>(kRetry, [&](auto* context, auto* response) {
-        return inventory_->DrainNode(context, request, response);
+        return Current()->inventory->DrainNode(context, request, response);
       }));
 }
 
@@ -183,7 +245,7 @@ absl::StatusOr<v1::Node> SlicedClient::UndrainNode(absl::string_view node_id) {
   request.set_node_id(std::string(node_id));
   return NodeOf(Unary<v1::UndrainNodeResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return inventory_->UndrainNode(context, request, response);
+        return Current()->inventory->UndrainNode(context, request, response);
       }));
 }
 
@@ -193,7 +255,7 @@ absl::Status SlicedClient::RemoveNode(absl::string_view node_id, bool force) {
   request.set_force(force);
   return Unary<v1::RemoveNodeResponse>(kOnce,
                                        [&](auto* context, auto* response) {
-                                         return inventory_->RemoveNode(
+                                         return Current()->inventory->RemoveNode(
                                              context, request, response);
                                        })
       .status();
@@ -203,7 +265,7 @@ absl::StatusOr<v1::Node> SlicedClient::GetNode(absl::string_view node_id) {
   v1::GetNodeRequest request;
   request.set_node_id(std::string(node_id));
   return Unary<v1::Node>(kRetry, [&](auto* context, auto* response) {
-    return inventory_->GetNode(context, request, response);
+    return Current()->inventory->GetNode(context, request, response);
   });
 }
 
@@ -211,7 +273,7 @@ absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListNodes(
     const v1::ListNodesRequest& request) {
   return Unary<v1::ListNodesResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return inventory_->ListNodes(context, request, response);
+        return Current()->inventory->ListNodes(context, request, response);
       });
 }
 
@@ -233,14 +295,14 @@ absl::StatusOr<v1::ListSlicesResponse> SlicedClient::ListSlices() {
   v1::ListSlicesRequest request;
   return Unary<v1::ListSlicesResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return inventory_->ListSlices(context, request, response);
+        return Current()->inventory->ListSlices(context, request, response);
       });
 }
 
 absl::StatusOr<v1::ComputeClass> SlicedClient::PutComputeClass(
     const v1::PutComputeClassRequest& request) {
   return Unary<v1::ComputeClass>(kRetry, [&](auto* context, auto* response) {
-    return inventory_->PutComputeClass(context, request, response);
+    return Current()->inventory->PutComputeClass(context, request, response);
   });
 }
 
@@ -249,7 +311,7 @@ SlicedClient::ListComputeClasses() {
   v1::ListComputeClassesRequest request;
   return Unary<v1::ListComputeClassesResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return inventory_->ListComputeClasses(context, request, response);
+        return Current()->inventory->ListComputeClasses(context, request, response);
       });
 }
 
@@ -259,7 +321,7 @@ absl::Status SlicedClient::DeleteComputeClass(absl::string_view name) {
   return Unary<v1::DeleteComputeClassResponse>(
              kOnce,
              [&](auto* context, auto* response) {
-               return inventory_->DeleteComputeClass(context, request,
+               return Current()->inventory->DeleteComputeClass(context, request,
                                                      response);
              })
       .status();
@@ -269,7 +331,7 @@ absl::StatusOr<v1::PlacementGroup> SlicedClient::CreatePlacementGroup(
     v1::CreatePlacementGroupRequest request) {
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
   return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
-    return placement_->CreatePlacementGroup(context, request, response);
+    return Current()->placement->CreatePlacementGroup(context, request, response);
   });
 }
 
@@ -277,7 +339,7 @@ absl::StatusOr<v1::PlacementGroup> SlicedClient::SubmitScalingConfig(
     v1::SubmitScalingConfigRequest request) {
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
   return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
-    return placement_->SubmitScalingConfig(context, request, response);
+    return Current()->placement->SubmitScalingConfig(context, request, response);
   });
 }
 
@@ -286,7 +348,7 @@ absl::StatusOr<v1::PlacementGroup> SlicedClient::GetPlacementGroup(
   v1::GetPlacementGroupRequest request;
   request.set_placement_group_id(std::string(id));
   return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
-    return placement_->GetPlacementGroup(context, request, response);
+    return Current()->placement->GetPlacementGroup(context, request, response);
   });
 }
 
@@ -295,7 +357,7 @@ SlicedClient::ListPlacementGroups(
     const v1::ListPlacementGroupsRequest& request) {
   return Unary<v1::ListPlacementGroupsResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return placement_->ListPlacementGroups(context, request, response);
+        return Current()->placement->ListPlacementGroups(context, request, response);
       });
 }
 
@@ -305,7 +367,7 @@ absl::Status SlicedClient::RemovePlacementGroup(absl::string_view id) {
   return Unary<v1::RemovePlacementGroupResponse>(
              kOnce,
              [&](auto* context, auto* response) {
-               return placement_->RemovePlacementGroup(context, request,
+               return Current()->placement->RemovePlacementGroup(context, request,
                                                        response);
              })
       .status();
@@ -316,7 +378,7 @@ SlicedClient::ExplainPlacementGroup(
     const v1::ExplainPlacementGroupRequest& request) {
   return Unary<v1::ExplainPlacementGroupResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return placement_->ExplainPlacementGroup(context, request, response);
+        return Current()->placement->ExplainPlacementGroup(context, request, response);
       });
 }
 
@@ -325,7 +387,7 @@ SlicedClient::GetClusterSummary() {
   v1::GetClusterSummaryRequest request;
   return Unary<v1::GetClusterSummaryResponse>(
       kRetry, [&](auto* context, auto* response) {
-        return telemetry_->GetClusterSummary(context, request, response);
+        return Current()->telemetry->GetClusterSummary(context, request, response);
       });
 }
 
@@ -338,7 +400,7 @@ absl::Status SlicedClient::WatchPlacementGroups(
     grpc::ClientContext context;
     Prepare(&context, deadline);
     std::unique_ptr<grpc::ClientReader<v1::PlacementGroupEvent>> reader =
-        placement_->WatchPlacementGroups(&context, request);
+        Current()->placement->WatchPlacementGroups(&context, request);
     v1::PlacementGroupEvent event;
     bool delivered = false;
     while (reader->Read(&event)) {
@@ -350,6 +412,11 @@ absl::Status SlicedClient::WatchPlacementGroups(
       }
     }
     grpc::Status status = reader->Finish();
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !delivered &&
+        FollowLeaderIn(context, /*may_follow=*/true)) {
+      --attempt;  // a standby: open the watch on the leader, at once
+      continue;
+    }
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE || delivered ||
         attempt >= options_.max_attempts || absl::Now() + backoff >= deadline) {
       return FromGrpcStatus(status);

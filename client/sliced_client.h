@@ -11,6 +11,13 @@
 //     retry after a lost reply gets the same placement group back.
 // Removes and deletes are tried once (a retry after a lost reply would turn a
 // success into NOT_FOUND). With a bearer token set, every call carries it.
+// High availability (docs/ha.md): a standby daemon answers UNAVAILABLE with
+// the leader's address in the trailing metadata `sliced-leader`; the client
+// then sends this call (any call: a standby did nothing) and the later ones
+// to the leader, up to 3 redirects per call; when the daemon it followed is
+// unreachable, it goes back to options.server. Give every daemon there (a
+// gRPC target such as "ipv4:10.0.0.1:50051,10.0.0.2:50051", or a DNS name
+// listing them) so that a dead leader's standby is found.
 //
 // Example:
 //   sliced::client::ClientOptions options;
@@ -24,25 +31,30 @@
 //       (*client)->SubmitScalingConfig(request);
 //
 // Thread-safety: a SlicedClient is safe to share between threads (gRPC stubs
-// are thread-safe and the client has no mutable state).
+// are thread-safe; the daemon it follows is guarded by a mutex).
 #ifndef SLICED_CLIENT_SLICED_CLIENT_H_
 #define SLICED_CLIENT_SLICED_CLIENT_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/support/status.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
 namespace sliced::client {
 
 struct ClientOptions {
-  // host:port of the daemon.
+  // host:port of the daemon, or any gRPC target (with etcd HA, one listing
+  // every daemon: "ipv4:10.0.0.1:50051,10.0.0.2:50051").
   std::string server = "127.0.0.1:50051";
   // Deadline of one call, covering all of its attempts.
   absl::Duration timeout = absl::Seconds(10);
@@ -79,9 +91,15 @@ class SlicedClient {
       const ClientOptions& options);
 
   // A client over an existing channel (tests, or callers with their own
-  // channel arguments). REQUIRES: channel != nullptr.
+  // channel arguments). With `credentials`, it follows a standby's redirect
+  // to the leader on a new channel; without, it stays on `channel`.
+  // REQUIRES: channel != nullptr.
   SlicedClient(std::shared_ptr<grpc::Channel> channel,
-               const ClientOptions& options);
+               const ClientOptions& options,
+               std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
+  // The daemon calls go to: options().server until a standby names another.
+  std::string server() const;
 
   const ClientOptions& options() const { return options_; }
 
@@ -164,11 +182,34 @@ class SlicedClient {
   // A context for one attempt: deadline (unless infinite) and credentials.
   void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
 
+  // One daemon's channel and stubs; kept for the client's life once made
+  // (calls on other threads may still be using them).
+  struct Endpoint {
+    explicit Endpoint(std::shared_ptr<grpc::Channel> c);
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Inventory::Stub> inventory;
+    std::unique_ptr<v1::Placement::Stub> placement;
+    std::unique_ptr<v1::Telemetry::Stub> telemetry;
+  };
+  // Where calls go now.
+  Endpoint* Current() const;
+  // A standby named `leader`: calls go there from now on. False when the
+  // client can't follow (no credentials) or already calls it.
+  bool Follow(const std::string& leader);
+  // After an UNAVAILABLE attempt under `context`: Follow()s the leader its
+  // trailing metadata names, if `may_follow` (true when calls now go
+  // elsewhere), or, when it names none, FollowBack()s.
+  bool FollowLeaderIn(const grpc::ClientContext& context, bool may_follow);
+  // An unreachable daemon named no leader: calls go back to options.server
+  // (which may list every daemon: "ipv4:host1:port,host2:port").
+  void FollowBack();
+
   const ClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Inventory::Stub> inventory_;
-  std::unique_ptr<v1::Placement::Stub> placement_;
-  std::unique_ptr<v1::Telemetry::Stub> telemetry_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_ ABSL_GUARDED_BY(mu_);
+  Endpoint* current_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 // A fresh random request id ("req-" + 32 hex digits).

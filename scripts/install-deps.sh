@@ -13,3 +13,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   grpc-proto python3 python3-grpcio python3-protobuf python3-venv python3-setuptools \
   python3-prometheus-client \
   prometheus clang libclang-rt-14-dev openssl >/dev/null  # promtool; clang + runtimes for ASan/UBSan/libFuzzer; openssl for TLS tests; cpp-httplib serves /metrics, /ui and /api/v1; chromium runs the web view's test
+# The etcd store (-DSLICED_WITH_ETCD=ON, docs/ha.md): etcd's .proto files and
+# their imports (C++ stubs are generated at build time), and etcd itself for
+# the tests and the runbook.
+$SUDO apt-get install -y -qq --no-install-recommends \
+  etcd-server etcd-client golang-etcd-server-dev golang-github-gogo-protobuf-dev \
+  golang-github-grpc-ecosystem-grpc-gateway-dev >/dev/null

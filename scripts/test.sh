@@ -13,7 +13,7 @@ jobs="$(nproc)"
 
 echo "== sanitizer build (clang, ASan + UBSan) =="
 CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSLICED_SANITIZE=ON -DSLICED_FUZZ=ON >/dev/null
+  -DSLICED_SANITIZE=ON -DSLICED_FUZZ=ON -DSLICED_WITH_ETCD=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 # Benchmarks measure speed, which a sanitizer build does not have.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \

@@ -13,6 +13,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/server.h"
+#ifdef SLICED_WITH_ETCD
+#include "server/ha.h"
+#endif
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address (host:port; port 0 picks a free port)");
@@ -62,6 +65,25 @@ ABSL_FLAG(bool, subslicing, true,
           "let slice requests that allow it be placed on aligned sub-boxes "
           "of larger intact slices (sub-slices); false: whole slices of the "
           "exact shape only, whatever the request says");
+ABSL_FLAG(std::string, store, "rocksdb",
+          "where the facts live: rocksdb (embedded, --data_dir) or etcd "
+          "(high availability: a leader elected in etcd, standbys that "
+          "redirect; --etcd_endpoints, docs/ha.md)");
+ABSL_FLAG(std::string, etcd_endpoints, "127.0.0.1:2379",
+          "--store=etcd: etcd members, host:port, comma-separated");
+ABSL_FLAG(std::string, etcd_cluster, "default",
+          "--store=etcd: keys live under /sliced/<cluster>/");
+ABSL_FLAG(std::string, advertise, "",
+          "--store=etcd: the address clients reach this daemon at, told to "
+          "them by standbys (default: --listen with its bound port)");
+ABSL_FLAG(absl::Duration, etcd_lease_ttl, absl::Seconds(5),
+          "--store=etcd: leadership lease; a dead leader is replaced about "
+          "this long after it stops renewing");
+ABSL_FLAG(int, etcd_max_txn_ops, 128,
+          "--store=etcd: etcd's --max-txn-ops; a larger commit is split "
+          "between operations");
+ABSL_FLAG(int64_t, etcd_max_request_bytes, 1572864,
+          "--store=etcd: etcd's --max-request-bytes");
 ABSL_FLAG(absl::Duration, starvation_bound, absl::Minutes(5),
           "a placement group pending this long blocks later ones of the same "
           "or lower priority until it is placed (0 disables)");
@@ -133,8 +155,9 @@ void PrintServing(const sliced::server::ServerOptions& options,
 }
 
 // Serves until SIGINT or SIGTERM; SIGHUP reloads the auth tokens.
-void ServeUntilStopped(sliced::server::SlicedServer& server,
-                       const sigset_t& stop_signals) {
+// `Server`: SlicedServer, or HaDaemon with --store=etcd.
+template <typename Server>
+void ServeUntilStopped(Server& server, const sigset_t& stop_signals) {
   int signal_number = 0;
   while (true) {
     sigwait(&stop_signals, &signal_number);
@@ -148,6 +171,35 @@ void ServeUntilStopped(sliced::server::SlicedServer& server,
   std::printf("sliced: signal %d, shutting down\n", signal_number);
   std::fflush(stdout);
   server.Shutdown();
+}
+
+// --store=etcd: stands by or leads until SIGINT/SIGTERM (server/ha.h).
+int ServeOnEtcd(const sliced::server::ServerOptions& options,
+                const sigset_t& stop_signals) {
+#ifdef SLICED_WITH_ETCD
+  sliced::server::HaOptions ha;
+  ha.etcd_endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  ha.cluster = absl::GetFlag(FLAGS_etcd_cluster);
+  ha.advertise = absl::GetFlag(FLAGS_advertise);
+  ha.lease_ttl = absl::GetFlag(FLAGS_etcd_lease_ttl);
+  ha.max_txn_ops = absl::GetFlag(FLAGS_etcd_max_txn_ops);
+  ha.max_request_bytes = absl::GetFlag(FLAGS_etcd_max_request_bytes);
+  auto daemon = sliced::server::HaDaemon::Start(options, ha);
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "sliced: %s\n", daemon.status().ToString().c_str());
+    return daemon.status().code() == absl::StatusCode::kInvalidArgument ? 2
+                                                                         : 1;
+  }
+  ServeUntilStopped(**daemon, stop_signals);
+  return 0;
+#else
+  (void)options;
+  (void)stop_signals;
+  std::fprintf(stderr,
+               "sliced: --store=etcd: this sliced was built without etcd "
+               "(cmake -DSLICED_WITH_ETCD=ON)\n");
+  return 2;
+#endif
 }
 
 // --help and --helpshort list the flags of this file (Abseil's default looks
@@ -190,6 +242,13 @@ int main(int argc, char** argv) {
   if (!options.ok()) {
     std::fprintf(stderr, "sliced: %s\n",
                  std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_store) == "etcd") {
+    return ServeOnEtcd(*options, stop_signals);
+  }
+  if (absl::GetFlag(FLAGS_store) != "rocksdb") {
+    std::fprintf(stderr, "sliced: --store must be rocksdb or etcd\n");
     return 2;
   }
   auto server = sliced::server::SlicedServer::Start(*options);

@@ -50,6 +50,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
   return text.str();
 }
 
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServerOptions& options) {
   if (options.tls_cert.empty() != options.tls_key.empty()) {
@@ -76,6 +78,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
   }
   return grpc::SslServerCredentials(ssl);
 }
+
+namespace {
 
 // True for 127.0.0.0/8, ::1 and localhost listen addresses.
 bool IsLoopback(const std::string& listen) {

@@ -16,6 +16,10 @@
 #include "server/core/logger.h"
 #include "storage/store.h"
 
+namespace grpc {
+class ServerCredentials;
+}  // namespace grpc
+
 namespace sliced::server {
 
 struct ServerOptions {
@@ -55,6 +59,11 @@ struct ServerOptions {
   // kDebug also every new reason of a waiting group.
   Logger::Level log_level = Logger::Level::kInfo;
 };
+
+// The gRPC credentials the TLS options name (insecure without them).
+// InvalidArgument names the flag.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerOptions& options);
 
 class SlicedServer {
  public:

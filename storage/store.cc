@@ -64,8 +64,25 @@ void Mutation::PutNextPgSequence(uint64_t next) {
   writes_.push_back({Table::kCounters, std::string(kCounterNextPgSequence),
                      absl::StrCat(next), false});
 }
+void Mutation::CloseUnit() {
+  if (!writes_.empty() &&
+      (unit_ends_.empty() || unit_ends_.back() != writes_.size())) {
+    unit_ends_.push_back(writes_.size());
+  }
+}
 void Mutation::Append(const Mutation& other) {
+  CloseUnit();
+  const size_t offset = writes_.size();
+  for (size_t end : other.unit_ends_) unit_ends_.push_back(offset + end);
   writes_.insert(writes_.end(), other.writes_.begin(), other.writes_.end());
+  CloseUnit();
+}
+std::vector<size_t> Mutation::UnitEnds() const {
+  std::vector<size_t> ends = unit_ends_;
+  if (!writes_.empty() && (ends.empty() || ends.back() != writes_.size())) {
+    ends.push_back(writes_.size());
+  }
+  return ends;
 }
 
 struct MemoryStore::Tables {

@@ -72,15 +72,25 @@ class Mutation {
   // The next placement-group sequence to hand out (a high-water mark).
   void PutNextPgSequence(uint64_t next);
 
-  // Appends `other`'s writes after this one's.
+  // Appends `other`'s writes after this one's, as a unit of its own: a
+  // store that must split a large mutation (etcd's per-Txn limits) splits it
+  // only between such units, so each one (one coordinator op) is applied
+  // whole.
   void Append(const Mutation& other);
 
   bool empty() const { return writes_.empty(); }
   size_t size() const { return writes_.size(); }
   const std::vector<Write>& writes() const { return writes_; }
+  // The ends of the units, ascending; the last is size() (empty when
+  // empty()). Writes added by Put*/Delete* between two Appends form a unit.
+  std::vector<size_t> UnitEnds() const;
 
  private:
+  // Closes the unit of the writes added since the last boundary, if any.
+  void CloseUnit();
+
   std::vector<Write> writes_;
+  std::vector<size_t> unit_ends_;
 };
 
 // Everything the store holds, as loaded at start-up. Each table is sorted by

@@ -22,8 +22,20 @@ forbid() {
 
 forbid scheduler 'grpc|grpcpp/|google/protobuf|sliced/|server/|storage/|rocksdb/|prometheus/' \
   "scheduler/ depends on Abseil only"
-forbid storage 'grpc|grpcpp/|sliced/v1/|server/api/|server/server' \
+forbid_outside_etcd() {
+  local hits
+  hits="$(grep -rnE "^#include \"($1)" storage --exclude-dir=etcd --include='*.h' --include='*.cc' || true)"
+  if [ -n "$hits" ]; then
+    echo "FAIL: $2"
+    echo "$hits"
+    failed=1
+  fi
+}
+# storage/etcd/ talks to etcd over gRPC (its own generated stubs), never the API.
+forbid_outside_etcd 'grpc|grpcpp/|sliced/v1/|server/api/|server/server' \
   "storage/ must not see the API proto, gRPC or the server beyond server/core domain types"
+forbid storage/etcd 'sliced/v1/|server/api/|server/server' \
+  "storage/etcd/ must not see the API proto or the server"
 storage_core="$(grep -rnE '^#include "server/core/' storage | grep -vE 'server/core/(placement_group|telemetry)\.h"' || true)"
 if [ -n "$storage_core" ]; then
   echo "FAIL: storage/ may include only the domain types of server/core"

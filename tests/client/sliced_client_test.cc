@@ -9,6 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
@@ -224,6 +225,67 @@ TEST_F(SlicedClientTest, UnreachableServerIsUnavailable) {
   options_.max_attempts = 2;
   EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A standby (server/ha.h): every call UNAVAILABLE, the leader named in the
+// trailing metadata `sliced-leader`.
+class FakeStandby : public grpc::CallbackGenericService {
+ public:
+  explicit FakeStandby(std::string leader) : leader_(std::move(leader)) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    ++calls;
+    context->AddTrailingMetadata("sliced-leader", leader_);
+    class Finished : public grpc::ServerGenericBidiReactor {
+     public:
+      Finished() {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Finished();
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  const std::string leader_;
+};
+
+TEST_F(SlicedClientTest, FollowsAStandbyToTheLeaderEvenForARemove) {
+  FakeStandby standby(options_.server);  // the fake placement leads
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterCallbackGenericService(&standby);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const std::string leader = options_.server;
+  options_.server = "127.0.0.1:" + std::to_string(port);
+  auto client = Client();
+  // A standby did nothing, so even a call tried once goes to the leader.
+  EXPECT_TRUE(client->RemovePlacementGroup("pg-1").ok());
+  EXPECT_EQ(client->server(), leader);
+  EXPECT_TRUE(client->GetPlacementGroup("pg-1").ok());
+  EXPECT_EQ(standby.calls.load(), 1);
+  EXPECT_EQ(fake_.calls(), 2);
+  // A watch opened on the standby is opened again on the leader.
+  v1::WatchPlacementGroupsRequest watch;
+  watch.set_placement_group_id("pg-9");
+  int events = 0;
+  EXPECT_TRUE(Client()
+                  ->WatchPlacementGroups(watch, absl::Seconds(10),
+                                         [&](const v1::PlacementGroupEvent&) {
+                                           return ++events < 2;
+                                         })
+                  .ok());
+  EXPECT_EQ(events, 2);
+  EXPECT_EQ(standby.calls.load(), 2);
+  // The leader goes away: the client goes back to the address it was given.
+  server_->Shutdown();
+  EXPECT_FALSE(client->GetPlacementGroup("pg-1").ok());
+  EXPECT_EQ(client->server(), options_.server);
+  server->Shutdown();
 }
 
 TEST(SlicedClientCreateTest, RejectsBadOptions) {

@@ -58,44 +58,49 @@ def client(d, k, history, stop, round_no):
                 return  # the daemon died under us
 
 
-class CrashLoop(unittest.TestCase):
-    def check(self, test, inv, pl, history):
-        live = {pg.placement_group_id: pg for pg in pl.ListPlacementGroups(
-            P.ListPlacementGroupsRequest(), timeout=10).placement_groups}
-        for pg_id, acked in history.created.items():
-            if pg_id in history.removed:
-                test.assertNotIn(pg_id, live)
-            elif pg_id in history.remove_sent and pg_id not in live:
-                continue
-            else:
-                test.assertIn(pg_id, live)
-                if acked.state == P.CREATED and live[pg_id].state == P.CREATED:
-                    test.assertEqual([b.node_id for b in live[pg_id].bundles],
-                                     [b.node_id for b in acked.bundles])
-        # Unacknowledged creates (in flight at a crash) may exist, at most one
-        # per client per crash, and only whole: placed on every bundle or none.
-        unknown = [pg for pg_id, pg in live.items() if pg_id not in history.created]
-        test.assertLessEqual(len(unknown), CLIENTS * ROUNDS)
-        for pg in live.values():
-            placed = [bool(b.node_id) for b in pg.bundles]
-            if pg.state == P.CREATED:
-                test.assertTrue(placed and all(placed), pg)
-            else:
-                test.assertFalse(any(placed), pg)
-        held = {}
-        for pg in live.values():
-            if pg.state != P.CREATED:
-                continue
-            for b in pg.bundles:
-                for r, v in b.resources.items():
-                    held[(b.node_id, r)] = held.get((b.node_id, r), 0) + v
-        for n in inv.ListNodes(P.ListNodesRequest(), timeout=10).nodes:
-            for r, total in n.resources.items():
-                used = held.get((n.node_id, r), 0)
-                test.assertLessEqual(used, total, (n.node_id, r))
-                test.assertAlmostEqual(n.available[r], total - used)
-        return len(live)
+def check_history(test, inv, pl, history, max_unknown):
+    """Checks the live state against `history`: acknowledged creates there
+    (on the same nodes), acknowledged removes gone, at most `max_unknown`
+    unacknowledged creates and only whole, no node over capacity. Returns the
+    number of live groups."""
+    live = {pg.placement_group_id: pg for pg in pl.ListPlacementGroups(
+        P.ListPlacementGroupsRequest(), timeout=10).placement_groups}
+    for pg_id, acked in history.created.items():
+        if pg_id in history.removed:
+            test.assertNotIn(pg_id, live)
+        elif pg_id in history.remove_sent and pg_id not in live:
+            continue
+        else:
+            test.assertIn(pg_id, live)
+            if acked.state == P.CREATED and live[pg_id].state == P.CREATED:
+                test.assertEqual([b.node_id for b in live[pg_id].bundles],
+                                 [b.node_id for b in acked.bundles])
+    # Unacknowledged creates (in flight at a crash) may exist, at most one
+    # per client per crash, and only whole: placed on every bundle or none.
+    unknown = [pg for pg_id, pg in live.items() if pg_id not in history.created]
+    test.assertLessEqual(len(unknown), max_unknown)
+    for pg in live.values():
+        placed = [bool(b.node_id) for b in pg.bundles]
+        if pg.state == P.CREATED:
+            test.assertTrue(placed and all(placed), pg)
+        else:
+            test.assertFalse(any(placed), pg)
+    held = {}
+    for pg in live.values():
+        if pg.state != P.CREATED:
+            continue
+        for b in pg.bundles:
+            for r, v in b.resources.items():
+                held[(b.node_id, r)] = held.get((b.node_id, r), 0) + v
+    for n in inv.ListNodes(P.ListNodesRequest(), timeout=10).nodes:
+        for r, total in n.resources.items():
+            used = held.get((n.node_id, r), 0)
+            test.assertLessEqual(used, total, (n.node_id, r))
+            test.assertAlmostEqual(n.available[r], total - used)
+    return len(live)
 
+
+class CrashLoop(unittest.TestCase):
     def test_repeated_kill_9_under_load(self):
         rng = random.Random(20261121)
         data = temp_data_dir(self)
@@ -111,7 +116,7 @@ class CrashLoop(unittest.TestCase):
                 pl = sliced_pb2_grpc.PlacementStub(ch)
                 if round_no == 0:
                     inv.RegisterNodes(P.RegisterNodesRequest(nodes=nodes), timeout=10)
-                self.check(self, inv, pl, history)
+                check_history(self, inv, pl, history, CLIENTS * ROUNDS)
             if round_no == ROUNDS:
                 break
             stop = threading.Event()

@@ -13,6 +13,10 @@
 #include "scheduler/labels.h"
 #include "storage/fault_injecting_store.h"
 #include "storage/records.h"
+#ifdef SLICED_WITH_ETCD
+#include "storage/etcd/etcd_store.h"
+#include "tests/storage/etcd_test_cluster.h"
+#endif
 
 namespace sliced::storage {
 namespace {
@@ -110,10 +114,16 @@ void RawPut(const std::string& path, const std::string& family,
 struct StoreFactory {
   std::string name;
   std::function<std::unique_ptr<Store>(const TempDir&)> open;
+  // Non-empty: why this store can't run here (its tests skip).
+  std::function<std::string()> unavailable = [] { return std::string(); };
 };
 
 class StoreConformanceTest : public testing::TestWithParam<StoreFactory> {
  protected:
+  void SetUp() override {
+    std::string why = GetParam().unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
   std::unique_ptr<Store> Open() { return GetParam().open(dir_); }
   TempDir dir_;
 };
@@ -189,9 +199,38 @@ TEST_P(StoreConformanceTest, DeleteOfMissingKeyIsNoOp) {
   EXPECT_TRUE(store->Load()->nodes.empty());
 }
 
+#ifdef SLICED_WITH_ETCD
+// One etcd member for the whole suite (started on first use, killed at
+// exit); each test gets its own key prefix, named after its temp dir.
+EtcdTestCluster& SharedEtcd() {
+  static std::unique_ptr<EtcdTestCluster> cluster = [] {
+    auto started = EtcdTestCluster::Start();
+    if (!started.ok()) {
+      std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
+      std::abort();
+    }
+    return std::move(started).value();
+  }();
+  return *cluster;
+}
+
+std::unique_ptr<Store> OpenEtcdForTest(const TempDir& dir) {
+  auto client = EtcdClient::Create({.endpoints = SharedEtcd().endpoints()});
+  EXPECT_TRUE(client.ok()) << client.status();
+  auto store = OpenEtcdStore(*client, {.prefix = "/sliced" + dir.path("")});
+  EXPECT_TRUE(store.ok()) << store.status();
+  return std::move(store).value();
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(
     AllStores, StoreConformanceTest,
-    testing::Values(StoreFactory{"Memory",
+    testing::Values(
+#ifdef SLICED_WITH_ETCD
+                    StoreFactory{"Etcd", OpenEtcdForTest,
+                                 EtcdTestCluster::Unavailable},
+#endif
+                    StoreFactory{"Memory",
                                  [](const TempDir&) {
                                    return std::make_unique<MemoryStore>();
                                  }},

@@ -16,7 +16,10 @@ the "sliced_client" logger names the group either way.
 Every error is a SlicedError carrying the gRPC code and the server's message.
 Reads and creates are retried with exponential backoff on UNAVAILABLE; creates
 always carry a request_id (generated when not given), so a retry gets the same
-placement group back. Removes are sent once.
+placement group back. Removes are sent once. Against daemons on etcd
+(docs/ha.md), a standby's UNAVAILABLE names the leader and every call follows
+it there; give an address listing every daemon ("ipv4:h1:50051,h2:50051") so
+that a dead leader's standby is found.
 
 A Client is safe to share between threads (gRPC channels and stubs are).
 """
@@ -234,11 +237,41 @@ class Client:
         self._timeout = timeout
         self._max_attempts = max_attempts
         self._metadata = (("authorization", "Bearer " + token),) if token else None
-        self._channel = (grpc.secure_channel(address, credentials, options=options)
-                         if credentials else grpc.insecure_channel(address, options=options))
+        self._credentials, self._options = credentials, options
+        self._home = address
+        self._old_channels = []
+        self._connect(address)
+
+    def _connect(self, address: str) -> None:
+        """Sends calls to `address` from now on (the old channel stays open
+        for calls in flight on other threads until close())."""
+        if getattr(self, "_channel", None) is not None:
+            self._old_channels.append(self._channel)
+        self.address = address
+        self._channel = (
+            grpc.secure_channel(address, self._credentials, options=self._options)
+            if self._credentials else grpc.insecure_channel(address, options=self._options))
         self._inventory = _pb_grpc.InventoryStub(self._channel)
         self._placement = _pb_grpc.PlacementStub(self._channel)
         self._telemetry = _pb_grpc.TelemetryStub(self._channel)
+
+    def _follow(self, error: grpc.RpcError, method):
+        """A standby (docs/ha.md) answers UNAVAILABLE naming the leader in the
+        trailing metadata `sliced-leader`: move there and return `method` on
+        the new channel; None when `error` names no other daemon."""
+        leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
+        if not leader or leader == self.address:
+            return None
+        return self._rebind(method, leader)
+
+    def _rebind(self, method, address: str):
+        """Connects to `address`; returns `method` on the new channel."""
+        for kind in ("_inventory", "_placement", "_telemetry"):
+            for name, bound in vars(getattr(self, kind)).items():
+                if bound is method:
+                    self._connect(address)
+                    return getattr(getattr(self, kind), name)
+        return None
 
     def __enter__(self) -> "Client":
         return self
@@ -247,7 +280,8 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._old_channels + [self._channel]:
+            channel.close()
 
     # ------------------------------------------------------------ placement
 
@@ -407,18 +441,27 @@ class Client:
               timeout: Optional[float] = None) -> Iterator[PlacementGroup]:
         """Yields the matching groups' current state, then every change, until
         the generator is closed (or `timeout` seconds pass: SlicedError with
-        DEADLINE_EXCEEDED). Closing it cancels the stream."""
-        stream = self._placement.WatchPlacementGroups(
-            _pb.WatchPlacementGroupsRequest(job_id=job_id,
-                                            placement_group_id=placement_group_id),
-            timeout=timeout, metadata=self._metadata)
-        try:
-            for event in stream:
-                yield PlacementGroup.from_proto(event.placement_group)
-        except grpc.RpcError as e:
-            raise SlicedError(e.code(), e.details()) from None
-        finally:
-            stream.cancel()
+        DEADLINE_EXCEEDED). Closing it cancels the stream. Opened on a standby,
+        it is opened again on the leader the standby names."""
+        request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
+                                                  placement_group_id=placement_group_id)
+        method, delivered = self._placement.WatchPlacementGroups, False
+        for redirects in range(4):
+            stream = method(request, timeout=timeout, metadata=self._metadata)
+            try:
+                for event in stream:
+                    delivered = True
+                    yield PlacementGroup.from_proto(event.placement_group)
+                return
+            except grpc.RpcError as e:
+                followed = (None if delivered or redirects == 3
+                            or e.code() != grpc.StatusCode.UNAVAILABLE
+                            else self._follow(e, method))
+                if followed is None:
+                    raise SlicedError(e.code(), e.details()) from None
+                method = followed
+            finally:
+                stream.cancel()
 
     def explain(self, target: Union[PgRef, ScalingConfig], *, job_id: str = "",
                 compute_class: str = "") -> Explanation:
@@ -508,11 +551,22 @@ class Client:
         deadline = time.monotonic() + self._timeout
         backoff = 0.1
         attempt = 1
+        redirects = 0
         while True:
             try:
                 return method(request, timeout=max(0.001, deadline - time.monotonic()),
                               metadata=self._metadata)
             except grpc.RpcError as e:
+                # A standby did nothing: any call goes to the leader it names.
+                followed = (self._follow(e, method) if redirects < 3
+                            and e.code() == grpc.StatusCode.UNAVAILABLE else None)
+                if followed is not None:
+                    method, redirects = followed, redirects + 1
+                    continue
+                if e.code() == grpc.StatusCode.UNAVAILABLE and self.address != self._home:
+                    # The leader it followed is gone: back to the address given
+                    # (which may list every daemon), whose standby names the next.
+                    method = self._rebind(method, self._home) or method
                 if (retry and e.code() == grpc.StatusCode.UNAVAILABLE
                         and attempt < self._max_attempts
                         and time.monotonic() + backoff < deadline):

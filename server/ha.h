@@ -1,0 +1,98 @@
+// High availability on etcd (issue 19, docs/ha.md): one daemon of several
+// leads and serves; the others stand by.
+//
+// Each daemon runs this loop:
+//  1. standby: serve the gRPC port with a redirect only — every call is
+//     answered UNAVAILABLE "not the leader; the leader is at ADDR", ADDR
+//     also in the trailing metadata key `sliced-leader` (kLeaderMetadataKey),
+//     and health is NOT_SERVING — while campaigning in etcd's election
+//     /sliced/<cluster>/leader under a lease (storage/etcd/etcd_election.h);
+//  2. on winning: stop the redirect, open the etcd store fenced on the
+//     leader key's creation revision, load it (a linearizable read: the
+//     state as of now, whoever wrote it) and serve as SlicedServer does;
+//  3. on losing leadership (the lease lapsed, or a commit failed the fence):
+//     shut the server down — queued and in-flight writes are answered
+//     UNAVAILABLE, none is acknowledged — and go back to 1.
+// The standby loads on winning rather than tailing a watch: for the sizes
+// here (DESIGN §7: 100k nodes, 50k groups) a paged load takes well under the
+// lease TTL, and there is no second copy to keep consistent.
+//
+// Thread-safe: Shutdown() and ReloadAuth() may be called from any thread.
+#ifndef SLICED_SERVER_HA_H_
+#define SLICED_SERVER_HA_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/server.h"
+#include "storage/etcd/etcd_election.h"
+#include "storage/etcd/etcd_store.h"
+
+namespace sliced::server {
+
+// Trailing metadata naming the leader on a standby's UNAVAILABLE.
+inline constexpr char kLeaderMetadataKey[] = "sliced-leader";
+
+struct HaOptions {
+  // etcd members, host:port, comma-separated (--etcd_endpoints). Required.
+  std::string etcd_endpoints = "";
+  // Keys live under /sliced/<cluster>/ (--etcd_cluster).
+  std::string cluster = "default";
+  // The address this daemon proclaims as leader, for clients to follow
+  // (--advertise); default: the listen address with its bound port.
+  std::string advertise = "";
+  // Election lease TTL (default 5 s), kept alive every TTL/3.
+  absl::Duration lease_ttl = absl::Seconds(5);
+  // etcd's limits as its members are configured (--max-txn-ops,
+  // --max-request-bytes); larger commits are split between operations.
+  int max_txn_ops = storage::kEtcdDefaultMaxTxnOps;
+  int64_t max_request_bytes = storage::kEtcdDefaultMaxRequestBytes;
+};
+
+class HaDaemon {
+ public:
+  // Connects to etcd and starts the loop (standby first). Returns
+  // InvalidArgument for bad options, Unavailable when the port can't be
+  // bound.
+  static absl::StatusOr<std::unique_ptr<HaDaemon>> Start(
+      const ServerOptions& server_options, const HaOptions& options);
+  ~HaDaemon();
+
+  // Leaves: shuts the server (or the standby) down and revokes the lease, so
+  // that a standby takes over at once.
+  void Shutdown();
+
+  // SIGHUP: re-reads the auth files of the serving leader;
+  // FailedPrecondition on a standby.
+  absl::Status ReloadAuth();
+
+ private:
+  class Redirect;
+  HaDaemon(const ServerOptions& server_options, const HaOptions& options,
+           std::shared_ptr<storage::EtcdClient> client);
+  void Loop();
+  // One term as leader: returns once leadership is lost or Shutdown() was
+  // called. Errors that make serving impossible end the process.
+  void Lead(const storage::Leadership& leadership);
+
+  ServerOptions server_options_;
+  HaOptions options_;
+  const std::shared_ptr<storage::EtcdClient> client_;
+  storage::EtcdElection election_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<SlicedServer> server_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Redirect> redirect_;  // loop thread only
+  std::thread loop_;
+};
+
+}  // namespace sliced::server
+
+#endif  // SLICED_SERVER_HA_H_

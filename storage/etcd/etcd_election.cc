@@ -1,0 +1,146 @@
+#include "storage/etcd/etcd_election.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace sliced::storage {
+namespace {
+constexpr absl::Duration kRetryPause = absl::Milliseconds(200);
+}  // namespace
+
+EtcdElection::EtcdElection(std::shared_ptr<EtcdClient> client,
+                           EtcdElectionOptions options)
+    : client_(std::move(client)),
+      options_(std::move(options)),
+      value_(options_.value) {}
+
+void EtcdElection::set_value(absl::string_view value) {
+  absl::MutexLock lock(&mu_);
+  value_ = std::string(value);
+}
+
+EtcdElection::~EtcdElection() {
+  Stop();
+  StopKeepAlive();
+}
+
+void EtcdElection::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  if (campaign_context_ != nullptr) campaign_context_->TryCancel();
+}
+
+void EtcdElection::StopKeepAlive() {
+  int64_t lease = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (lost_.empty()) lost_ = "stopped";
+    lease = lease_;
+    lease_ = 0;
+  }
+  if (keep_alive_.joinable()) keep_alive_.join();
+  // Revoking deletes the leader key at once: a standby need not wait out
+  // the TTL.
+  if (lease != 0) (void)client_->RevokeLease(lease);
+}
+
+void EtcdElection::KeepAliveLoop(int64_t lease) {
+  pthread_setname_np(pthread_self(), "sliced-lease");
+  const absl::Duration every = options_.ttl / 3;
+  absl::Time renewed = absl::Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stopped_ || !lost_.empty();
+      };
+      if (mu_.AwaitWithTimeout(absl::Condition(&done), every)) return;
+    }
+    absl::StatusOr<absl::Duration> ttl = client_->KeepAliveOnce(lease);
+    absl::MutexLock lock(&mu_);
+    if (ttl.ok()) {
+      renewed = absl::Now();
+    } else if (ttl.status().code() == absl::StatusCode::kNotFound) {
+      if (lost_.empty()) lost_ = std::string(ttl.status().message());
+    } else if (absl::Now() - renewed >= options_.ttl) {
+      if (lost_.empty()) {
+        lost_ = absl::StrCat("could not renew the election lease for ",
+                             absl::FormatDuration(absl::Now() - renewed),
+                             ": ", ttl.status().message());
+      }
+    }
+  }
+}
+
+absl::StatusOr<Leadership> EtcdElection::Campaign() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return absl::CancelledError("election stopped");
+    }
+    absl::StatusOr<int64_t> lease = client_->GrantLease(options_.ttl);
+    if (!lease.ok()) {
+      absl::SleepFor(kRetryPause);
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      lease_ = *lease;
+      lost_.clear();
+    }
+    keep_alive_ = std::thread([this, id = *lease] { KeepAliveLoop(id); });
+    while (true) {
+      grpc::ClientContext context;
+      std::string value;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopped_ || !lost_.empty()) break;
+        campaign_context_ = &context;
+        value = value_;
+      }
+      absl::StatusOr<v3electionpb::LeaderKey> key =
+          client_->Campaign(context, options_.name, *lease, value);
+      {
+        absl::MutexLock lock(&mu_);
+        campaign_context_ = nullptr;
+      }
+      if (key.ok()) {
+        return Leadership{key->key(), key->rev(), key->lease()};
+      }
+      // A member went away mid-campaign: campaign again on the same lease
+      // (etcd finds the key this lease already made).
+      absl::SleepFor(kRetryPause);
+    }
+    StopKeepAlive();  // the lease lapsed while waiting: start over
+  }
+}
+
+absl::StatusOr<std::string> EtcdElection::LeaderValue() {
+  absl::StatusOr<mvccpb::KeyValue> kv = client_->Leader(options_.name);
+  if (!kv.ok()) return kv.status();
+  return kv->value();
+}
+
+void EtcdElection::MarkLost(absl::string_view why) {
+  absl::MutexLock lock(&mu_);
+  if (lost_.empty()) lost_ = std::string(why);
+}
+
+std::string EtcdElection::AwaitLost() {
+  std::string why;
+  {
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return stopped_ || !lost_.empty();
+    };
+    mu_.Await(absl::Condition(&done));
+    why = stopped_ ? "" : lost_;
+  }
+  StopKeepAlive();
+  return why;
+}
+
+}  // namespace sliced::storage

@@ -1,0 +1,97 @@
+// Leader election on etcd (etcd's v3 election API, v3electionpb): which of
+// several sliced daemons on one cluster prefix serves, and the fencing token
+// its store writes under (docs/ha.md).
+//
+// Campaign() grants a lease (TTL default 5 s), keeps it alive every TTL/3 on
+// a thread of its own, and campaigns with the daemon's advertised address as
+// the value; it returns once this process leads, with the leader key and its
+// creation revision (EtcdStoreOptions::fence_key / fence_revision). If the
+// lease can't be renewed for a whole TTL, or etcd says it has expired, or
+// the store's fence failed (MarkLost), leadership is lost: AwaitLost()
+// returns why. A process that was paused past its TTL therefore wakes up
+// deposed, and its first commit fails the fence before it notices.
+//
+// Thread-safe. Campaign and AwaitLost block; Stop() ends both from another
+// thread.
+#ifndef SLICED_STORAGE_ETCD_ETCD_ELECTION_H_
+#define SLICED_STORAGE_ETCD_ETCD_ELECTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "storage/etcd/etcd_client.h"
+
+namespace sliced::storage {
+
+struct EtcdElectionOptions {
+  // The election's name (a key prefix), e.g. "/sliced/default/leader".
+  std::string name = "";
+  // What the leader proclaims: its gRPC address, for followers to redirect.
+  std::string value = "";
+  // Lease TTL (default 5 s; etcd counts whole seconds). Renewed every TTL/3.
+  absl::Duration ttl = absl::Seconds(5);
+};
+
+struct Leadership {
+  std::string key;       // the leader key; deleted when leadership ends
+  int64_t revision = 0;  // its creation revision: the fencing token
+  int64_t lease = 0;
+};
+
+class EtcdElection {
+ public:
+  EtcdElection(std::shared_ptr<EtcdClient> client, EtcdElectionOptions options);
+  // Stops, revoking the lease (a standby takes over at once).
+  ~EtcdElection();
+
+  // Blocks until this process leads. Returns Cancelled after Stop().
+  // REQUIRES: not leading (first call, or AwaitLost returned).
+  absl::StatusOr<Leadership> Campaign();
+
+  // The current leader's proclaimed value; NotFound when there is none.
+  absl::StatusOr<std::string> LeaderValue();
+
+  // Replaces what the next Campaign proclaims (EtcdElectionOptions::value).
+  void set_value(absl::string_view value);
+
+  // Leadership is gone (the store's fence failed): wakes AwaitLost.
+  void MarkLost(absl::string_view why);
+
+  // Blocks while this process leads; returns why it stopped ("" after
+  // Stop()). Then the lease is revoked (best effort).
+  std::string AwaitLost();
+
+  // Ends Campaign and AwaitLost (which then stop renewing and revoke the
+  // lease). May be called from any thread.
+  void Stop();
+
+ private:
+  void KeepAliveLoop(int64_t lease);
+  // Joins the keep-alive thread and revokes its lease. Only on the thread
+  // that campaigns (Campaign, AwaitLost, the destructor).
+  void StopKeepAlive();
+
+  const std::shared_ptr<EtcdClient> client_;
+  const EtcdElectionOptions options_;
+
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::string value_ ABSL_GUARDED_BY(mu_);
+  int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
+  // Why the current lease's leadership (or campaign) ended; empty while
+  // it holds.
+  std::string lost_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* campaign_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread keep_alive_;
+};
+
+}  // namespace sliced::storage
+
+#endif  // SLICED_STORAGE_ETCD_ETCD_ELECTION_H_

@@ -1,0 +1,269 @@
+#include "storage/etcd/etcd_store.h"
+
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "storage/records.h"
+
+namespace sliced::storage {
+namespace {
+
+constexpr absl::string_view kSchemaKey = "meta/schema_version";
+// The tables etcd holds (kLogs stays in memory: see the header).
+constexpr Table kEtcdTables[] = {Table::kNodes, Table::kPlacementGroups,
+                                 Table::kComputeClasses, Table::kCounters};
+// Keys per Range page on Load; halved while a page is too large for the
+// client's receive limit.
+constexpr int64_t kPageSize = 10000;
+// Bytes of a Txn beyond its keys and values (compare, op framing), and of
+// etcd's own wrapping of the request: kept free under max_request_bytes.
+constexpr int64_t kPerOpBytes = 16;
+constexpr int64_t kRequestSlackBytes = 1024;
+
+// One Txn's writes, a key's last write winning.
+using TxnWrites = std::map<std::string, const Mutation::Write*>;
+
+class EtcdStore : public Store {
+ public:
+  EtcdStore(std::shared_ptr<EtcdClient> client, EtcdStoreOptions options)
+      : client_(std::move(client)), options_(std::move(options)) {}
+
+  absl::Status CheckSchema();
+  absl::StatusOr<StoredState> Load() override;
+  absl::Status Commit(const Mutation& mutation) override;
+
+ private:
+  std::string Key(Table table, absl::string_view key) const {
+    return absl::StrCat(options_.prefix, TableName(table), "/", key);
+  }
+  // The Txns for `mutation`'s etcd writes; FailedPrecondition when one
+  // unit alone is above the limits.
+  absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> Plan(
+      const Mutation& mutation) const;
+  etcdserverpb::TxnRequest ToTxn(const TxnWrites& writes) const;
+  // Sends `txn` until it succeeds, is fenced, fails for sure, or retry_for
+  // has passed. Returns the revision it committed at.
+  absl::StatusOr<int64_t> Send(const etcdserverpb::TxnRequest& txn);
+  void MaybeCompact(int64_t revision);
+
+  const std::shared_ptr<EtcdClient> client_;
+  const EtcdStoreOptions options_;
+  // Set once the fence failed: this store never writes again.
+  std::string fenced_;
+  std::map<std::string, std::string> logs_;  // key -> serialized LogRecord
+  int64_t compacted_to_ = 0;
+};
+
+absl::Status EtcdStore::CheckSchema() {
+  const std::string key = absl::StrCat(options_.prefix, kSchemaKey);
+  etcdserverpb::TxnRequest txn;
+  auto* compare = txn.add_compare();
+  compare->set_key(key);
+  compare->set_target(etcdserverpb::Compare::CREATE);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_create_revision(0);
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(absl::StrCat(kSchemaVersion));
+  txn.add_failure()->mutable_request_range()->set_key(key);
+  ASSIGN_OR_RETURN(etcdserverpb::TxnResponse response, client_->Txn(txn));
+  if (response.succeeded()) return absl::OkStatus();  // a new cluster prefix
+  const auto& kvs = response.responses(0).response_range().kvs();
+  int64_t version = 0;
+  if (kvs.empty() || !absl::SimpleAtoi(kvs[0].value(), &version)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("etcd key ", key, ": unreadable schema version"));
+  }
+  if (version != kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "etcd prefix ", options_.prefix, " was written with schema version ",
+        version, "; this sliced reads and writes version ", kSchemaVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredState> EtcdStore::Load() {
+  // A linearizable read fixes the revision; every page is read at it.
+  etcdserverpb::RangeRequest head;
+  head.set_key(absl::StrCat(options_.prefix, kSchemaKey));
+  ASSIGN_OR_RETURN(etcdserverpb::RangeResponse first, client_->Range(head));
+  const int64_t revision = first.header().revision();
+
+  StoredState state;
+  for (Table table : kEtcdTables) {
+    const std::string table_prefix = Key(table, "");
+    etcdserverpb::RangeRequest page;
+    page.set_key(table_prefix);
+    page.set_range_end(PrefixEnd(table_prefix));
+    page.set_revision(revision);
+    page.set_limit(kPageSize);
+    while (true) {
+      absl::StatusOr<etcdserverpb::RangeResponse> read = client_->Range(page);
+      if (read.status().code() == absl::StatusCode::kResourceExhausted &&
+          page.limit() > 1) {
+        page.set_limit(page.limit() / 2);  // large records: smaller pages
+        continue;
+      }
+      ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, std::move(read));
+      for (const mvccpb::KeyValue& kv : response.kvs()) {
+        RETURN_IF_ERROR(AddRecord(table, kv.key().substr(table_prefix.size()),
+                                  kv.value(), state));
+      }
+      if (!response.more() || response.kvs().empty()) break;
+      page.set_key(response.kvs().rbegin()->key() + std::string(1, '\0'));
+    }
+  }
+  for (const auto& [key, value] : logs_) {
+    RETURN_IF_ERROR(AddRecord(Table::kLogs, key, value, state));
+  }
+  return state;
+}
+
+etcdserverpb::TxnRequest EtcdStore::ToTxn(const TxnWrites& writes) const {
+  etcdserverpb::TxnRequest txn;
+  if (!options_.fence_key.empty()) {
+    auto* compare = txn.add_compare();
+    compare->set_key(options_.fence_key);
+    compare->set_target(etcdserverpb::Compare::CREATE);
+    compare->set_result(etcdserverpb::Compare::EQUAL);
+    compare->set_create_revision(options_.fence_revision);
+  }
+  for (const auto& [key, write] : writes) {
+    if (write->is_delete) {
+      txn.add_success()->mutable_request_delete_range()->set_key(key);
+    } else {
+      auto* put = txn.add_success()->mutable_request_put();
+      put->set_key(key);
+      put->set_value(write->value);
+    }
+  }
+  return txn;
+}
+
+absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> EtcdStore::Plan(
+    const Mutation& mutation) const {
+  const int64_t max_bytes = options_.max_request_bytes - kRequestSlackBytes;
+  auto bytes_of = [](const TxnWrites& writes) {
+    int64_t bytes = 0;
+    for (const auto& [key, write] : writes) {
+      bytes += kPerOpBytes + static_cast<int64_t>(key.size()) +
+               static_cast<int64_t>(write->value.size());
+    }
+    return bytes;
+  };
+  auto fits = [&](const TxnWrites& writes) {
+    return static_cast<int64_t>(writes.size()) <= options_.max_txn_ops &&
+           bytes_of(writes) <= max_bytes;
+  };
+  std::vector<etcdserverpb::TxnRequest> txns;
+  TxnWrites current;
+  size_t begin = 0;
+  for (size_t end : mutation.UnitEnds()) {
+    TxnWrites unit;
+    for (size_t i = begin; i < end; ++i) {
+      const Mutation::Write& w = mutation.writes()[i];
+      if (w.table != Table::kLogs) unit[Key(w.table, w.key)] = &w;
+    }
+    begin = end;
+    if (unit.empty()) continue;
+    if (!fits(unit)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "one operation writes ", unit.size(), " keys (", bytes_of(unit),
+          " bytes), above the etcd limits sliced was given (",
+          options_.max_txn_ops, " ops, ", options_.max_request_bytes,
+          " bytes); nothing was written. Raise etcd's --max-txn-ops and "
+          "--max-request-bytes and pass the same to sliced's "
+          "--etcd_max_txn_ops / --etcd_max_request_bytes (docs/ha.md)"));
+    }
+    TxnWrites joined = current;
+    for (const auto& [key, write] : unit) joined[key] = write;
+    if (fits(joined)) {
+      current = std::move(joined);
+    } else {
+      txns.push_back(ToTxn(current));
+      current = std::move(unit);
+    }
+  }
+  if (!current.empty()) txns.push_back(ToTxn(current));
+  return txns;
+}
+
+absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn) {
+  const absl::Time give_up = absl::Now() + options_.retry_for;
+  absl::Duration backoff = absl::Milliseconds(50);
+  while (true) {
+    absl::StatusOr<etcdserverpb::TxnResponse> response = client_->Txn(txn);
+    if (response.ok()) {
+      if (response->succeeded()) return response->header().revision();
+      fenced_ = absl::StrCat(
+          "this daemon lost leadership: its election key ", options_.fence_key,
+          " (revision ", options_.fence_revision,
+          ") is gone, another daemon leads; nothing was written");
+      if (options_.on_fenced) options_.on_fenced(fenced_);
+      return absl::UnavailableError(fenced_);
+    }
+    if (!IsAmbiguous(response.status())) {
+      return absl::UnavailableError(absl::StrCat(
+          "etcd refused the commit; nothing was written: ",
+          response.status().message()));
+    }
+    if (absl::Now() + backoff > give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "etcd did not confirm the commit within ",
+          absl::FormatDuration(options_.retry_for),
+          "; it may or may not have been applied: ",
+          response.status().message()));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
+}
+
+void EtcdStore::MaybeCompact(int64_t revision) {
+  if (options_.keep_revisions <= 0) return;
+  const int64_t target = revision - options_.keep_revisions;
+  if (target <= compacted_to_ + options_.keep_revisions) return;
+  // Best effort: a failed compaction is retried after the next commit.
+  if (client_->Compact(target).ok()) compacted_to_ = target;
+}
+
+absl::Status EtcdStore::Commit(const Mutation& mutation) {
+  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
+  ASSIGN_OR_RETURN(std::vector<etcdserverpb::TxnRequest> txns,
+                   Plan(mutation));
+  int64_t revision = 0;
+  for (const etcdserverpb::TxnRequest& txn : txns) {
+    ASSIGN_OR_RETURN(revision, Send(txn));
+  }
+  for (const Mutation::Write& w : mutation.writes()) {
+    if (w.table != Table::kLogs) continue;
+    if (w.is_delete) {
+      logs_.erase(w.key);
+    } else {
+      logs_[w.key] = w.value;
+    }
+  }
+  if (revision > 0) MaybeCompact(revision);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> OpenEtcdStore(
+    std::shared_ptr<EtcdClient> client, const EtcdStoreOptions& options) {
+  if (!absl::EndsWith(options.prefix, "/")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd prefix '", options.prefix, "' must end with '/'"));
+  }
+  auto store = std::make_unique<EtcdStore>(std::move(client), options);
+  RETURN_IF_ERROR(store->CheckSchema());
+  return store;
+}
+
+}  // namespace sliced::storage

@@ -1,0 +1,259 @@
+// The etcd store beyond the conformance suite (tests/storage/store_test.cc):
+// fencing, etcd's Txn limits, the schema key, log lines kept out of etcd, and
+// the election that hands out the fence. Against a real etcd member on
+// loopback (skipped only where /usr/bin/etcd is missing).
+#include "storage/etcd/etcd_store.h"
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "storage/etcd/etcd_election.h"
+#include "tests/storage/etcd_test_cluster.h"
+
+namespace sliced::storage {
+namespace {
+
+scheduler::Node Node(const std::string& id) {
+  scheduler::Node n;
+  n.node_id = id;
+  n.address = id + ".local";
+  n.resources = {{"CPU", 10000}};
+  return n;
+}
+
+class EtcdStoreTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!EtcdTestCluster::Unavailable().empty()) return;
+    auto started = EtcdTestCluster::Start();
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = std::move(started).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    std::string why = EtcdTestCluster::Unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+    auto client = EtcdClient::Create({.endpoints = cluster_->endpoints()});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *client;
+    prefix_ = "/sliced/" +
+              std::string(testing::UnitTest::GetInstance()
+                              ->current_test_info()
+                              ->name()) +
+              "/";
+  }
+  std::unique_ptr<Store> Open(EtcdStoreOptions options = {}) {
+    options.prefix = prefix_;
+    auto store = OpenEtcdStore(client_, options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  // Puts `key` and returns its creation revision.
+  int64_t Put(const std::string& key) {
+    etcdserverpb::TxnRequest txn;
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(key);
+    put->set_value("x");
+    auto done = client_->Txn(txn);
+    EXPECT_TRUE(done.ok()) << done.status();
+    return done->header().revision();
+  }
+  void Delete(const std::string& key) {
+    etcdserverpb::TxnRequest txn;
+    txn.add_success()->mutable_request_delete_range()->set_key(key);
+    ASSERT_TRUE(client_->Txn(txn).ok());
+  }
+
+  static EtcdTestCluster* cluster_;
+  std::shared_ptr<EtcdClient> client_;
+  std::string prefix_;
+};
+EtcdTestCluster* EtcdStoreTest::cluster_ = nullptr;
+
+TEST_F(EtcdStoreTest, AFencedCommitFailsOnceTheLeaderKeyIsGone) {
+  const std::string leader = prefix_ + "leader/1";
+  const int64_t revision = Put(leader);
+  std::string fenced_why;
+  auto store = Open({.fence_key = leader,
+                     .fence_revision = revision,
+                     .on_fenced = [&](absl::string_view why) {
+                       fenced_why = std::string(why);
+                     }});
+  Mutation first;
+  first.PutNode(Node("a"));
+  ASSERT_TRUE(store->Commit(first).ok());
+
+  Delete(leader);
+  Put(leader);  // a new leader key of the same name: another revision
+  Mutation second;
+  second.PutNode(Node("b"));
+  absl::Status s = store->Commit(second);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("lost leadership"), std::string::npos) << s;
+  EXPECT_FALSE(fenced_why.empty());
+  // Nothing of it landed, and the store never writes again.
+  auto state = Open()->Load();
+  ASSERT_TRUE(state.ok());
+  ASSERT_EQ(state->nodes.size(), 1u);
+  EXPECT_EQ(state->nodes[0].node_id, "a");
+  EXPECT_EQ(store->Commit(first).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EtcdStoreTest, AMutationAboveTheTxnLimitIsSplitBetweenUnits) {
+  auto store = Open({.max_txn_ops = 4});
+  Mutation group;
+  for (int unit = 0; unit < 5; ++unit) {
+    Mutation op;
+    for (int i = 0; i < 3; ++i) op.PutNode(Node(absl::StrCat(unit, "-", i)));
+    op.PutNextPgSequence(unit + 1);
+    group.Append(op);
+  }
+  ASSERT_TRUE(store->Commit(group).ok());
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->nodes.size(), 15u);
+  EXPECT_EQ(state->next_pg_sequence, 5u);
+}
+
+TEST_F(EtcdStoreTest, OneUnitAboveTheLimitIsRefusedBeforeAnythingIsWritten) {
+  auto store = Open({.max_txn_ops = 4});
+  Mutation small;
+  small.PutNode(Node("first"));
+  Mutation big;
+  for (int i = 0; i < 5; ++i) big.PutNode(Node(absl::StrCat("n", i)));
+  Mutation group;
+  group.Append(small);
+  group.Append(big);
+  absl::Status s = store->Commit(group);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("--max-txn-ops"), std::string::npos) << s;
+  EXPECT_TRUE(store->Load()->nodes.empty());
+}
+
+TEST_F(EtcdStoreTest, LogLinesStayInThisProcess) {
+  auto store = Open();
+  Mutation m;
+  m.PutLog("a\x01", server::LogLine{absl::FromUnixMillis(1),
+                                     server::LogSeverity::kInfo, "hi", "a"});
+  m.PutNode(Node("a"));
+  ASSERT_TRUE(store->Commit(m).ok());
+  EXPECT_EQ(store->Load()->logs.size(), 1u);
+  auto other = Open()->Load();  // another daemon: facts only
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->logs.empty());
+  EXPECT_EQ(other->nodes.size(), 1u);
+}
+
+TEST_F(EtcdStoreTest, AnotherSchemaVersionIsRefused) {
+  ASSERT_NE(Open(), nullptr);  // writes version kSchemaVersion
+  etcdserverpb::TxnRequest txn;
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(prefix_ + "meta/schema_version");
+  put->set_value("99");
+  ASSERT_TRUE(client_->Txn(txn).ok());
+  auto store = OpenEtcdStore(client_, {.prefix = prefix_});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("schema version 99"),
+            std::string::npos)
+      << store.status();
+}
+
+TEST_F(EtcdStoreTest, AnAmbiguousCommitIsResentUntilEtcdConfirmsIt) {
+  auto client = EtcdClient::Create({.endpoints = cluster_->endpoints(),
+                                    .call_timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(client.ok());
+  auto store = OpenEtcdStore(*client, {.prefix = prefix_,
+                                       .retry_for = absl::Seconds(10)});
+  ASSERT_TRUE(store.ok()) << store.status();
+  cluster_->Signal(0, SIGSTOP);  // the first attempts time out
+  std::thread resume([&] {
+    absl::SleepFor(absl::Seconds(1));
+    cluster_->Signal(0, SIGCONT);
+  });
+  Mutation m;
+  m.PutNode(Node("a"));
+  const absl::Time start = absl::Now();
+  absl::Status s = (*store)->Commit(m);
+  resume.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GE(absl::Now() - start, absl::Seconds(1));  // not acknowledged before
+  EXPECT_EQ((*store)->Load()->nodes.size(), 1u);
+}
+
+TEST_F(EtcdStoreTest, AnUnconfirmedCommitIsUnavailableAfterRetryFor) {
+  auto client = EtcdClient::Create({.endpoints = cluster_->endpoints(),
+                                    .call_timeout = absl::Milliseconds(200)});
+  ASSERT_TRUE(client.ok());
+  auto store = OpenEtcdStore(*client, {.prefix = prefix_,
+                                       .retry_for = absl::Seconds(1)});
+  ASSERT_TRUE(store.ok()) << store.status();
+  cluster_->Signal(0, SIGSTOP);
+  Mutation m;
+  m.PutNode(Node("a"));
+  absl::Status s = (*store)->Commit(m);
+  cluster_->Signal(0, SIGCONT);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("may or may not"), std::string::npos) << s;
+}
+
+TEST_F(EtcdStoreTest, TheLeaderCompactsOldRevisions) {
+  auto store = Open({.keep_revisions = 5});
+  for (int i = 0; i < 20; ++i) {
+    Mutation m;
+    m.PutNode(Node("a"));
+    ASSERT_TRUE(store->Commit(m).ok());
+  }
+  etcdserverpb::RangeRequest old;
+  old.set_key(prefix_ + "nodes/a");
+  old.set_revision(1);
+  auto read = client_->Range(old);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("compacted"), std::string::npos)
+      << read.status();
+}
+
+TEST_F(EtcdStoreTest, TheStandbyWinsWhenTheLeaderResignsAndFencesItsStore) {
+  EtcdElectionOptions options{.name = prefix_ + "leader", .value = "a:1",
+                              .ttl = absl::Seconds(2)};
+  auto first = std::make_unique<EtcdElection>(client_, options);
+  auto led = first->Campaign();
+  ASSERT_TRUE(led.ok()) << led.status();
+  EXPECT_EQ(*first->LeaderValue(), "a:1");
+  auto fenced = Open({.fence_key = led->key, .fence_revision = led->revision});
+  Mutation m;
+  m.PutNode(Node("a"));
+  ASSERT_TRUE(fenced->Commit(m).ok());
+
+  options.value = "b:2";
+  EtcdElection second(client_, options);
+  absl::StatusOr<Leadership> won;
+  std::thread standby([&] { won = second.Campaign(); });
+  first->Stop();
+  EXPECT_EQ(first->AwaitLost(), "");  // stopped; the lease is revoked
+  standby.join();
+  ASSERT_TRUE(won.ok()) << won.status();
+  EXPECT_NE(won->revision, led->revision);
+  EXPECT_EQ(*second.LeaderValue(), "b:2");
+  EXPECT_EQ(fenced->Commit(m).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EtcdStoreTest, ALeaseThatExpiresIsLostLeadership) {
+  EtcdElection election(client_, {.name = prefix_ + "leader",
+                                  .value = "a:1",
+                                  .ttl = absl::Seconds(1)});
+  auto led = election.Campaign();
+  ASSERT_TRUE(led.ok()) << led.status();
+  ASSERT_TRUE(client_->RevokeLease(led->lease).ok());  // as if it expired
+  EXPECT_NE(election.AwaitLost().find("expired"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sliced::storage
