@@ -22,14 +22,18 @@ struct SubsliceCapacity {
   // out of it; shapes with none are listed with 0.
   absl::btree_map<std::string, int64_t> free_boxes;
   // The largest of those shapes (most chips; ties by name) with a free box,
-  // "" when there is none.
+  // "" when there is none, and its chips (0 when none).
   std::string largest_free;
+  int64_t largest_free_chips = 0;
 };
 
 // The sub-slice capacity of slice `name`; empty when the slice is unknown,
 // not intact or of an unknown shape.
 SubsliceCapacity FreeSubslices(const InventorySnapshot& snapshot,
                                absl::string_view name);
+// The same by slice index (0 .. num_slices() - 1).
+SubsliceCapacity FreeSubslices(const InventorySnapshot& snapshot,
+                               uint32_t slice);
 
 }  // namespace sliced::scheduler
 

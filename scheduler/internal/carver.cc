@@ -12,9 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/const_init.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "scheduler/internal/resources.h"
 #include "scheduler/slices.h"
 
@@ -30,6 +33,65 @@ Grid GridOf(const std::vector<int>& v) {
 
 int Cell(const Grid& grid, int x, int y, int z) {
   return x + grid[0] * (y + grid[1] * z);
+}
+
+// Calls fn(origin) for every aligned origin of a box of `dims` inside
+// `grid` (origin a multiple of dims on every axis), x fastest.
+template <typename Fn>
+void ForEachAlignedBox(const Grid& grid, const Grid& dims, Fn fn) {
+  for (int z = 0; z + dims[2] <= grid[2]; z += dims[2]) {
+    for (int y = 0; y + dims[1] <= grid[1]; y += dims[1]) {
+      for (int x = 0; x + dims[0] <= grid[0]; x += dims[0]) fn(Grid{x, y, z});
+    }
+  }
+}
+
+// Calls fn(cell) for the cells of the box at `origin` of `dims` (clamped
+// to the grid), x fastest, while fn returns true; false when one did not.
+template <typename Fn>
+bool AllCells(const Grid& grid, const Grid& origin, const Grid& dims, Fn fn) {
+  for (int z = origin[2]; z < std::min(grid[2], origin[2] + dims[2]); ++z) {
+    for (int y = origin[1]; y < std::min(grid[1], origin[1] + dims[1]); ++y) {
+      for (int x = origin[0]; x < std::min(grid[0], origin[0] + dims[0]);
+           ++x) {
+        if (!fn(Cell(grid, x, y, z))) return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The valid shapes smaller than `parent` that can be carved out of it, with
+// their host grids. Depends on the shape alone, so it is computed once per
+// (generation, topology) and kept: the set of shapes is small (the TPU
+// tables), and ListSlices, the summary and /metrics ask for every slice.
+const std::vector<TpuShape>& CarvableShapes(const TpuShape& parent) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* cache = new absl::node_hash_map<
+      std::pair<TpuGeneration, std::string>, std::vector<TpuShape>>();
+  absl::MutexLock lock(&mu);
+  auto [it, inserted] =
+      cache->try_emplace({parent.generation, parent.topology});
+  if (!inserted) return it->second;
+  const Grid grid = GridOf(parent.host_grid);
+  for (int bz = 1; bz <= grid[2]; ++bz) {
+    for (int by = 1; by <= grid[1]; ++by) {
+      for (int bx = 1; bx <= grid[0]; ++bx) {
+        std::vector<int> dims = {bx * parent.host_box[0],
+                                 by * parent.host_box[1],
+                                 bz * parent.host_box[2]};
+        if (parent.dims.size() == 2) dims.pop_back();
+        auto shape =
+            ResolveTpuShape(parent.generation, absl::StrJoin(dims, "x"));
+        if (shape.ok() && shape->topology != parent.topology &&
+            CanCarve(parent, *shape) &&
+            shape->host_grid == std::vector<int>{bx, by, bz}) {
+          it->second.push_back(*std::move(shape));
+        }
+      }
+    }
+  }
+  return it->second;
 }
 
 // One candidate sub-slice.
@@ -150,22 +212,16 @@ class Carver {
     }
     const int cls = used_count > 0 ? 1 : 2;
     bool any = false;
-    for (int oz = 0; oz + box_[2] <= grid[2]; oz += box_[2]) {
-      for (int oy = 0; oy + box_[1] <= grid[1]; oy += box_[1]) {
-        for (int ox = 0; ox + box_[0] <= grid[0]; ox += box_[0]) {
-          Box box;
-          if (!Fits(se, grid, cells, used, {ox, oy, oz}, k, box.nodes)) {
-            continue;
-          }
-          any = true;
-          box.slice = s;
-          box.origin = {ox, oy, oz};
-          box.key = {cls, se.shape.hosts, FreeBlock(grid, used, box.origin),
-                     s, Cell(grid, ox, oy, oz)};
-          if (!best.has_value() || box.key < best->key) best = std::move(box);
-        }
-      }
-    }
+    ForEachAlignedBox(grid, box_, [&](const Grid& origin) {
+      Box box;
+      if (!Fits(se, grid, cells, used, origin, k, box.nodes)) return;
+      any = true;
+      box.slice = s;
+      box.origin = origin;
+      box.key = {cls, se.shape.hosts, FreeBlock(grid, used, origin), s,
+                 Cell(grid, origin[0], origin[1], origin[2])};
+      if (!best.has_value() || box.key < best->key) best = std::move(box);
+    });
     return any;
   }
 
@@ -175,20 +231,13 @@ class Carver {
             const std::vector<int32_t>& cells, const std::vector<char>& used,
             const Grid& origin, int64_t k, std::vector<uint32_t>& nodes) const {
     nodes.clear();
-    for (int z = 0; z < box_[2]; ++z) {
-      for (int y = 0; y < box_[1]; ++y) {
-        for (int x = 0; x < box_[0]; ++x) {
-          const int c = Cell(grid, origin[0] + x, origin[1] + y, origin[2] + z);
-          if (cells[c] < 0 || used[c]) return false;
-          const uint32_t h = se.hosts[cells[c]];
-          if (!HostTakes(h, k, static_cast<int64_t>(nodes.size()))) {
-            return false;
-          }
-          nodes.push_back(h);
-        }
-      }
-    }
-    return true;
+    return AllCells(grid, origin, box_, [&](int c) {
+      if (cells[c] < 0 || used[c]) return false;
+      const uint32_t h = se.hosts[cells[c]];
+      if (!HostTakes(h, k, static_cast<int64_t>(nodes.size()))) return false;
+      nodes.push_back(h);
+      return true;
+    });
   }
 
   // Whether host h can be worker w of the k-th sub-slice.
@@ -212,12 +261,8 @@ class Carver {
         next[axis] = std::min(grid[axis], 2 * dims[axis]);
         Grid lo;
         for (int a = 0; a < 3; ++a) lo[a] = origin[a] / next[a] * next[a];
-        for (int z = lo[2]; z < std::min(grid[2], lo[2] + next[2]); ++z) {
-          for (int y = lo[1]; y < std::min(grid[1], lo[1] + next[1]); ++y) {
-            for (int x = lo[0]; x < std::min(grid[0], lo[0] + next[0]); ++x) {
-              if (used[Cell(grid, x, y, z)]) return free_hosts;
-            }
-          }
+        if (!AllCells(grid, lo, next, [&](int c) { return !used[c]; })) {
+          return free_hosts;
         }
         dims = next;
         free_hosts = int64_t{dims[0]} * dims[1] * dims[2];
@@ -250,11 +295,10 @@ class Carver {
         const InventorySnapshot::SliceEntry& se = snap_.slice(s);
         if (!se.info.intact || !se.shape_known) continue;
         carved += se.allocated_hosts > 0 ? 1 : 0;
-        const std::string box = CapacityOf(snap_, se).largest_free;
-        auto box_shape = ResolveTpuShape(gen, box);
-        if (!box.empty() && box_shape.ok() && box_shape->chips > largest_chips) {
-          largest_chips = box_shape->chips;
-          largest = box;
+        SubsliceCapacity capacity = CapacityOf(snap_, se);
+        if (capacity.largest_free_chips > largest_chips) {
+          largest_chips = capacity.largest_free_chips;
+          largest = std::move(capacity.largest_free);
         }
       }
     }
@@ -317,46 +361,19 @@ SubsliceCapacity CapacityOf(const SnapshotState& snap,
     free[c] = TakesPlacements(e.node) &&
               Amount(e.free, TpuName()) >= Amount(e.node.resources, TpuName());
   }
-  int64_t largest_chips = 0;
-  // Every host-grid box no larger than the slice, as a topology.
-  for (int bz = 1; bz <= grid[2]; ++bz) {
-    for (int by = 1; by <= grid[1]; ++by) {
-      for (int bx = 1; bx <= grid[0]; ++bx) {
-        std::vector<int> dims = {bx * se.shape.host_box[0],
-                                 by * se.shape.host_box[1],
-                                 bz * se.shape.host_box[2]};
-        if (se.shape.dims.size() == 2) dims.pop_back();
-        auto shape =
-            ResolveTpuShape(se.shape.generation, absl::StrJoin(dims, "x"));
-        if (!shape.ok() || shape->topology == se.shape.topology ||
-            !CanCarve(se.shape, *shape) ||
-            shape->host_grid != std::vector<int>{bx, by, bz}) {
-          continue;
-        }
-        int64_t count = 0;
-        for (int oz = 0; oz + bz <= grid[2]; oz += bz) {
-          for (int oy = 0; oy + by <= grid[1]; oy += by) {
-            for (int ox = 0; ox + bx <= grid[0]; ox += bx) {
-              bool all = true;
-              for (int z = 0; z < bz && all; ++z) {
-                for (int y = 0; y < by && all; ++y) {
-                  for (int x = 0; x < bx && all; ++x) {
-                    all = free[Cell(grid, ox + x, oy + y, oz + z)];
-                  }
-                }
-              }
-              count += all ? 1 : 0;
-            }
-          }
-        }
-        out.free_boxes[shape->topology] = count;
-        if (count > 0 && (shape->chips > largest_chips ||
-                          (shape->chips == largest_chips &&
-                           shape->topology < out.largest_free))) {
-          largest_chips = shape->chips;
-          out.largest_free = shape->topology;
-        }
-      }
+  int64_t& largest_chips = out.largest_free_chips;
+  for (const TpuShape& shape : CarvableShapes(se.shape)) {
+    const Grid dims = GridOf(shape.host_grid);
+    int64_t count = 0;
+    ForEachAlignedBox(grid, dims, [&](const Grid& origin) {
+      count += AllCells(grid, origin, dims, [&](int c) { return free[c] != 0; });
+    });
+    out.free_boxes[shape.topology] = count;
+    if (count > 0 && (shape.chips > largest_chips ||
+                      (shape.chips == largest_chips &&
+                       shape.topology < out.largest_free))) {
+      largest_chips = shape.chips;
+      out.largest_free = shape.topology;
     }
   }
   return out;

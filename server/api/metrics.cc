@@ -1,6 +1,7 @@
 #include "server/api/metrics.h"
 
 #include <cctype>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -175,7 +176,8 @@ class StateCollector : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const absl::Time now = clock_->Now();
-    auto [summary, nodes] = cluster_->Read([&](const ClusterState& state) {
+    auto [summary, nodes, snapshot] =
+        cluster_->Read([&](const ClusterState& state) {
       NodeInfos info;
       for (const auto& [id, entry] : state.nodes) {
         const auto& l = entry.node.labels;
@@ -186,8 +188,10 @@ class StateCollector : public prometheus::Collectable {
         info[id] = {get(scheduler::kLabelTpuSliceName),
                     get(scheduler::kLabelAcceleratorType)};
       }
-      return std::pair{Summarize(state, now), std::move(info)};
+      return std::tuple{Summarize(state, now), std::move(info),
+                        state.snapshot};
     });
+    AddSubsliceFigures(*snapshot, summary);
     std::vector<MetricFamily> out;
     AddSummaryFamilies(summary, out);
     if (telemetry_ != nullptr) AddChipFamilies(*telemetry_, now, nodes, out);

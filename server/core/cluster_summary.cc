@@ -42,6 +42,30 @@ std::string Shape(const PlacementGroup& pg) {
                       absl::StrJoin(parts, ", "), "}");
 }
 
+// One slice's chips (all hosts) and free chips (hosts that take
+// placements), and the tier and zone of its first host that has them.
+struct SliceChips {
+  int64_t total = 0, free = 0;
+  std::string tier, zone;
+};
+SliceChips ChipsOf(const scheduler::InventorySnapshot& snap,
+                   const scheduler::InventorySnapshot::SliceEntry& slice) {
+  SliceChips out;
+  for (const std::string& node_id : slice.info.node_ids) {
+    const int64_t index = snap.NodeIndex(node_id);
+    if (index < 0) continue;
+    const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(index);
+    const scheduler::Node& node = entry.node;
+    if (out.tier.empty()) {
+      out.tier = Label(node.labels, scheduler::kLabelCapacityTier);
+    }
+    if (out.zone.empty()) out.zone = Label(node.labels, scheduler::kLabelZone);
+    out.total += Chips(node.resources);
+    if (scheduler::TakesPlacements(node)) out.free += Chips(entry.free);
+  }
+  return out;
+}
+
 }  // namespace
 
 ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
@@ -67,48 +91,21 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
       whole_and_free_chips;  // per shape: chips in whole free slices, free
                              // chips
-  std::map<std::pair<std::string, std::string>, int64_t> boxed_chips;
-  // per shape: chips in each slice's largest free aligned box
   for (uint32_t s = 0; s < snap.num_slices(); ++s) {
     const scheduler::InventorySnapshot::SliceEntry& slice = snap.slice(s);
     const scheduler::SliceInfo& info = slice.info;
-    std::string tier, zone;
-    int64_t total = 0, free = 0;
-    for (const std::string& node_id : info.node_ids) {
-      const int64_t index = snap.NodeIndex(node_id);
-      if (index < 0) continue;
-      const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(index);
-      const scheduler::Node& node = entry.node;
-      if (tier.empty()) tier = Label(node.labels, scheduler::kLabelCapacityTier);
-      if (zone.empty()) zone = Label(node.labels, scheduler::kLabelZone);
-      total += Chips(node.resources);
-      if (scheduler::TakesPlacements(node)) free += Chips(entry.free);
-    }
+    const SliceChips chips = ChipsOf(snap, slice);
     const bool whole = info.intact && slice.free();
-    auto& group =
-        out.slices[{info.accelerator_type, info.topology, tier, zone}];
+    auto& group = out.slices[{info.accelerator_type, info.topology, chips.tier,
+                              chips.zone}];
     ++group.total_slices;
     group.free_slices += whole ? 1 : 0;
-    group.total_chips += total;
-    group.free_chips += free;
+    group.total_chips += chips.total;
+    group.free_chips += chips.free;
     auto& [whole_chips, free_chips] =
         whole_and_free_chips[{info.accelerator_type, info.topology}];
-    whole_chips += whole ? free : 0;
-    free_chips += free;
-    int64_t& boxed = boxed_chips[{info.accelerator_type, info.topology}];
-    const scheduler::SubsliceCapacity capacity =
-        scheduler::FreeSubslices(snap, info.name);
-    for (const auto& [topology, count] : capacity.free_boxes) {
-      out.free_subslices[{info.accelerator_type, topology}] += count;
-    }
-    auto generation = scheduler::ParseTpuGeneration(info.accelerator_type);
-    if (whole) {
-      boxed += free;
-    } else if (!capacity.largest_free.empty() && generation.ok()) {
-      auto largest =
-          scheduler::ResolveTpuShape(*generation, capacity.largest_free);
-      if (largest.ok()) boxed += largest->chips;
-    }
+    whole_chips += whole ? chips.free : 0;
+    free_chips += chips.free;
   }
   int64_t all_whole = 0, all_free = 0;
   for (const auto& [shape, counts] : whole_and_free_chips) {
@@ -120,15 +117,6 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
   }
   out.fragmentation =
       all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_whole) / all_free;
-  int64_t all_boxed = 0;
-  for (const auto& [shape, counts] : whole_and_free_chips) {
-    const int64_t free = counts.second, boxed = boxed_chips[shape];
-    out.subslice_fragmentation_by_shape[shape] =
-        free == 0 ? 0.0 : 1.0 - static_cast<double>(boxed) / free;
-    all_boxed += boxed;
-  }
-  out.subslice_fragmentation =
-      all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_boxed) / all_free;
 
   std::map<std::string, int64_t> shapes;
   for (const auto& [prio, seq, id] : state.queue) {
@@ -148,6 +136,38 @@ ClusterSummary Summarize(const ClusterState& state, absl::Time now) {
         shape, " (", groups, groups == 1 ? " group)" : " groups)"));
   }
   return out;
+}
+
+void AddSubsliceFigures(const scheduler::InventorySnapshot& snap,
+                        ClusterSummary& out) {
+  // Per parent shape: free chips, and chips in each slice's largest free
+  // aligned box (the whole slice when it is free).
+  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
+      free_and_boxed;
+  for (uint32_t s = 0; s < snap.num_slices(); ++s) {
+    const scheduler::InventorySnapshot::SliceEntry& slice = snap.slice(s);
+    const scheduler::SliceInfo& info = slice.info;
+    const int64_t free = ChipsOf(snap, slice).free;
+    auto& [shape_free, boxed] =
+        free_and_boxed[{info.accelerator_type, info.topology}];
+    shape_free += free;
+    const scheduler::SubsliceCapacity capacity =
+        scheduler::FreeSubslices(snap, s);
+    for (const auto& [topology, count] : capacity.free_boxes) {
+      out.free_subslices[{info.accelerator_type, topology}] += count;
+    }
+    boxed += info.intact && slice.free() ? free : capacity.largest_free_chips;
+  }
+  int64_t all_free = 0, all_boxed = 0;
+  for (const auto& [shape, counts] : free_and_boxed) {
+    const auto [free, boxed] = counts;
+    out.subslice_fragmentation_by_shape[shape] =
+        free == 0 ? 0.0 : 1.0 - static_cast<double>(boxed) / free;
+    all_free += free;
+    all_boxed += boxed;
+  }
+  out.subslice_fragmentation =
+      all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_boxed) / all_free;
 }
 
 }  // namespace sliced::server

@@ -33,8 +33,11 @@ absl::Status TelemetryManager::ReportMetrics(
 
 ClusterSummary TelemetryManager::Summary() const {
   const absl::Time now = coordinator_->Now();
-  return cluster_->Read(
-      [&](const ClusterState& s) { return Summarize(s, now); });
+  auto [summary, snapshot] = cluster_->Read([&](const ClusterState& s) {
+    return std::pair{Summarize(s, now), s.snapshot};
+  });
+  AddSubsliceFigures(*snapshot, summary);
+  return summary;
 }
 
 void TelemetryManager::AppendLogs(

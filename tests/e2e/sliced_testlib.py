@@ -137,6 +137,16 @@ class Daemon:
             stream.close()
 
 
+def start_with_stubs(test, data=None, *args):
+    """A daemon (leases off, on `data` or a fresh temp dir) that `test` stops
+    at cleanup, and Inventory and Placement stubs on one channel to it."""
+    d = Daemon(data or temp_data_dir(test), "--heartbeat_timeout=0", *args).start()
+    test.addCleanup(d.close)
+    ch = d.channel()
+    test.addCleanup(ch.close)
+    return d, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
+
+
 def wait_until(condition, timeout=20, what="the condition"):
     """Polls `condition()` until it returns a true value, which it returns;
     fails after `timeout` seconds. Only for states that no event announces

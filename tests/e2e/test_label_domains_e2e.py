@@ -7,7 +7,7 @@ import unittest
 
 import grpc
 
-from sliced_testlib import (REPO, Daemon, dynamic_call, sliced_pb2, sliced_pb2_grpc,
+from sliced_testlib import (REPO, dynamic_call, sliced_pb2, start_with_stubs,
                             temp_data_dir, wait_until)
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
@@ -46,11 +46,7 @@ def level(label, strategy, per_domain=0):
 
 class LabelDomainsEndToEnd(unittest.TestCase):
     def start(self, data=None, *args):
-        d = Daemon(data or temp_data_dir(self), "--heartbeat_timeout=0", *args).start()
-        self.addCleanup(d.close)
-        ch = d.channel()
-        self.addCleanup(ch.close)
-        return d, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
+        return start_with_stubs(self, data, *args)
 
     def register(self, inv, nodes):
         inv.RegisterNodes(P.RegisterNodesRequest(nodes=nodes), timeout=10)

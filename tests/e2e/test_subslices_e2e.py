@@ -6,8 +6,8 @@ import sys
 import unittest
 import urllib.request
 
-from sliced_testlib import (REPO, Daemon, dynamic_call, sliced_pb2, sliced_pb2_grpc,
-                            temp_data_dir, wait_until)
+from sliced_testlib import (REPO, dynamic_call, sliced_pb2, sliced_pb2_grpc,
+                            start_with_stubs, temp_data_dir, wait_until)
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
 from sliced_client import Client, ScalingConfig  # noqa: E402
@@ -59,11 +59,7 @@ def v5p(topology, workers, **extra):
 
 class SubslicesEndToEnd(unittest.TestCase):
     def start(self, data=None, *args):
-        d = Daemon(data or temp_data_dir(self), "--heartbeat_timeout=0", *args).start()
-        self.addCleanup(d.close)
-        ch = d.channel()
-        self.addCleanup(ch.close)
-        return d, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
+        return start_with_stubs(self, data, *args)
 
     def submit(self, pl, config, job="job"):
         return pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(

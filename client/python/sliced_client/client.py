@@ -187,6 +187,7 @@ def _describe(e: BaseException) -> str:
     return "%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__
 
 
+_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _NODE_LEVEL = "ray.io/node-id"
 _PER_DOMAIN = "bundles_per_domain"
 
@@ -201,10 +202,13 @@ def _topology_levels(levels: List[Dict[str, Union[str, int]]]) -> list:
             raise ValueError("topology_strategy[%d] must be a dict of label -> strategy, "
                              "got %r" % (i, level))
         per_domain = level.get(_PER_DOMAIN, 0)
+        if not any(label != _PER_DOMAIN for label in level):
+            raise ValueError("topology_strategy[%d] names no label: want {label: strategy}, "
+                             "got %r" % (i, level))
         for label, strategy in level.items():
             if label == _PER_DOMAIN:
                 continue
-            if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+            if strategy not in _STRATEGIES:
                 raise ValueError("topology_strategy[%d][%r] must be PACK, SPREAD, STRICT_PACK "
                                  "or STRICT_SPREAD, got %r" % (i, label, strategy))
             message = _pb.TopologyLevel(
@@ -315,6 +319,9 @@ class Client:
         e.g. one TPU slice per group). As in Ray, strategy and
         topology_strategy are not given together. Returns the group (CREATED,
         PENDING or INFEASIBLE); the same request_id returns the same group."""
+        if strategy is not None and strategy not in _STRATEGIES:
+            raise ValueError("strategy must be one of %s, got %r"
+                             % (", ".join(_STRATEGIES), strategy))
         if strategy is not None and topology_strategy is not None:
             raise ValueError(
                 "`strategy` and `topology_strategy` cannot both be specified. Pass "
