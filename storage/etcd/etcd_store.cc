@@ -31,7 +31,8 @@ class EtcdStore : public Store {
   EtcdStore(std::shared_ptr<EtcdClient> client, EtcdStoreOptions options)
       : client_(std::move(client)),
         options_(std::move(options)),
-        mirror_(options_.mirror) {}
+        mirror_(options_.mirror),
+        loaded_from_(options_.loaded_from) {}
 
   absl::Status CheckSchema();
   absl::StatusOr<StoredState> Load() override;
@@ -60,6 +61,8 @@ class EtcdStore : public Store {
   std::map<std::string, std::string> logs_;  // key -> serialized LogRecord
   // The standby's copy until the first Load takes it.
   std::shared_ptr<EtcdMirror> mirror_;
+  // Where the first Load says how it loaded; null after it.
+  std::string* loaded_from_;
   int64_t compacted_to_ = 0;
 };
 
@@ -94,27 +97,37 @@ absl::Status EtcdStore::CheckSchema() {
 absl::StatusOr<StoredState> EtcdStore::Load() {
   std::shared_ptr<EtcdMirror> mirror = std::move(mirror_);
   mirror_ = nullptr;
+  std::string* loaded_from = loaded_from_;
+  loaded_from_ = nullptr;
+  const absl::Time start = absl::Now();
+  auto took = [&start] {
+    return absl::FormatDuration(
+        absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
+  };
   if (mirror != nullptr) {
     absl::StatusOr<StoredState> taken =
         mirror->Take(options_.fence_revision, options_.mirror_wait);
     if (taken.ok()) {
-      if (options_.loaded_from != nullptr) {
-        *options_.loaded_from = absl::StrCat(
+      if (loaded_from != nullptr) {
+        *loaded_from = absl::StrCat(
             "the standby's copy (watched to revision ",
-            mirror->stats().revision, ")");
+            mirror->stats().revision, ", taken in ", took(), ")");
       }
       for (const auto& [key, value] : logs_) {
         RETURN_IF_ERROR(AddRecord(Table::kLogs, key, value, *taken));
       }
       return taken;
     }
-    if (options_.loaded_from != nullptr) {
-      *options_.loaded_from = absl::StrCat(
-          "etcd (the standby's copy was not used: ", taken.status().message(),
-          ")");
+    if (loaded_from != nullptr) {
+      *loaded_from = absl::StrCat("etcd (the standby's copy was not used: ",
+                                  taken.status().message(), ")");
     }
+  } else if (loaded_from != nullptr) {
+    *loaded_from = "etcd";
   }
-  return Read();
+  absl::StatusOr<StoredState> read = Read();
+  if (loaded_from != nullptr) absl::StrAppend(loaded_from, " in ", took());
+  return read;
 }
 
 absl::StatusOr<StoredState> EtcdStore::Read() {

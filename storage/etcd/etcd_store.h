@@ -80,9 +80,10 @@ struct EtcdStoreOptions {
   std::shared_ptr<EtcdMirror> mirror = nullptr;
   // How long the first Load waits for the copy to catch up (default 2 s).
   absl::Duration mirror_wait = absl::Seconds(2);
-  // Set by the first Load when a mirror was given: how it loaded ("the
-  // standby's copy at revision N", or why etcd was read instead). May be
-  // null.
+  // Set by the first Load: how it loaded and how long that took ("the
+  // standby's copy (watched to revision N, taken in T)", "etcd in T", or
+  // "etcd (why the copy was not used) in T"). May be null; must outlive
+  // the first Load.
   std::string* loaded_from = nullptr;
 };
 
