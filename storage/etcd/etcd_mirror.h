@@ -26,9 +26,10 @@
 // progress notifications: etcd 3.4 may send one ahead of events still
 // queued on the stream.
 //
-// Thread-safe. The copy's records are parsed with storage/records.h; a
-// record that does not parse makes Take fail (the caller reads etcd itself
-// and reports it).
+// Thread-safety: stats() may be called from any thread; Start, Stop and
+// Take from one thread at a time (the daemon's HA loop). The copy's records
+// are parsed with storage/records.h; a record that does not parse makes
+// Take fail (the caller reads etcd itself and reports it).
 #ifndef SLICED_STORAGE_ETCD_ETCD_MIRROR_H_
 #define SLICED_STORAGE_ETCD_ETCD_MIRROR_H_
 
