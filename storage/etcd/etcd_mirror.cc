@@ -17,12 +17,6 @@ namespace {
 constexpr Table kMirroredTables[] = {Table::kNodes, Table::kPlacementGroups,
                                      Table::kComputeClasses, Table::kCounters};
 
-// `value` parsed as one record of `table` into `one` (storage/records.h).
-absl::Status ParseOne(Table table, const std::string& key,
-                      const std::string& value, StoredState& one) {
-  return AddRecord(table, key, value, one);
-}
-
 }  // namespace
 
 EtcdMirror::EtcdMirror(std::shared_ptr<EtcdClient> client,
@@ -104,7 +98,7 @@ void EtcdMirror::Apply(Copy& copy, const std::string& key,
     const std::string id(rest.substr(table_prefix.size()));
     StoredState one;
     if (value != nullptr) {
-      absl::Status parsed = ParseOne(table, id, *value, one);
+      absl::Status parsed = AddRecord(table, id, *value, one);
       if (!parsed.ok()) {
         if (copy.broken.ok()) copy.broken = parsed;
         return;
