@@ -19,7 +19,9 @@ on a cluster prefix of its own:
     also says how long the new leader took from winning to serving ("loaded
     in", which includes restoring the state) and from what. The killed
     daemon comes back as the standby.
-Prints a Markdown table (medians and every round).
+Also reads both daemons' resident memory (process_resident_memory_bytes on
+their /metrics) just before the first kill: the standby's shows what its
+copy costs. Prints a Markdown table (medians and every round).
 """
 import argparse
 import os
@@ -149,7 +151,7 @@ def main():
             channel.close()
             print("%s: %d nodes registered in %.1f s" % (mode, len(fleet), time.monotonic() - t),
                   flush=True)
-            takeovers, loads = [], []
+            takeovers, loads, rss = [], [], None
             for r in range(args.rounds):
                 deadline = time.monotonic() + 300
                 if hot:
@@ -163,6 +165,9 @@ def main():
                         time.sleep(0.2)
                 else:
                     time.sleep(2)
+                if rss is None:
+                    rss = (leader.metrics().get("process_resident_memory_bytes", 0) / 2**20,
+                           standby.metrics().get("process_resident_memory_bytes", 0) / 2**20)
                 t0 = time.monotonic()
                 leader.kill()
                 t1, line = standby.wait_line("leading")
@@ -174,7 +179,7 @@ def main():
                       % (mode, r + 1, t1 - t0, seconds, loaded.group(3)), flush=True)
                 leader.start(hot).wait_line("standby on")
                 leader, standby = standby, leader
-            rows.append((mode, takeovers, loads))
+            rows.append((mode, takeovers, loads, rss))
             for d in pair:
                 d.kill()
     finally:
@@ -192,12 +197,13 @@ def main():
              " ".join(open("/proc/loadavg").read().split()[:3])))
     print()
     print("| standby | kill -9 → new leader serving, median (each round) | "
-          "won → serving (\"loaded in\"), median (each round) |")
-    print("| --- | --- | --- |")
-    for mode, takeovers, loads in rows:
-        print("| %s | %.2f s (%s) | %.3f s (%s) |" % (
+          "won → serving (\"loaded in\"), median (each round) | RSS before the first kill: "
+          "leader, standby |")
+    print("| --- | --- | --- | --- |")
+    for mode, takeovers, loads, rss in rows:
+        print("| %s | %.2f s (%s) | %.3f s (%s) | %.0f MiB, %.0f MiB |" % (
             mode, statistics.median(takeovers), ", ".join("%.2f" % x for x in takeovers),
-            statistics.median(loads), ", ".join("%.3f" % x for x in loads)))
+            statistics.median(loads), ", ".join("%.3f" % x for x in loads), rss[0], rss[1]))
 
 
 if __name__ == "__main__":
