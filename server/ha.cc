@@ -3,16 +3,25 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
 
 namespace sliced::server {
 namespace {
@@ -25,7 +34,138 @@ void Say(const std::string& line) {
 // How long a failed start as leader waits before campaigning again.
 constexpr absl::Duration kRetryPause = absl::Seconds(1);
 
+prometheus::MetricFamily Family(const char* name, const char* help,
+                                prometheus::MetricType type, double value) {
+  prometheus::MetricFamily family{name, help, type, {}};
+  prometheus::ClientMetric metric;
+  if (type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(metric);
+  return family;
+}
+
+// This process's CPU seconds, resident and virtual bytes from
+// /proc/self/stat (fields 14, 15, 23, 24); false when it can't be read.
+bool ReadProcStat(double& cpu_seconds, double& rss_bytes, double& vm_bytes) {
+  std::ifstream in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(paren + 2), ' ');  // from field 3 (state)
+  int64_t utime = 0, stime = 0, vsize = 0, rss = 0;
+  if (fields.size() < 22 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime) ||
+      !absl::SimpleAtoi(fields[20], &vsize) ||
+      !absl::SimpleAtoi(fields[21], &rss)) {
+    return false;
+  }
+  cpu_seconds = static_cast<double>(utime + stime) /
+                static_cast<double>(sysconf(_SC_CLK_TCK));
+  rss_bytes = static_cast<double>(rss) *
+              static_cast<double>(sysconf(_SC_PAGESIZE));
+  vm_bytes = static_cast<double>(vsize);
+  return true;
+}
+
 }  // namespace
+
+// The series every daemon under --store=etcd exports, on the standby's
+// /metrics and beside the leader's own (docs/ha.md): its role, its hot copy,
+// and the process. Thread-safe (scrapes run on the HTTP server's threads).
+class HaDaemon::Collector : public prometheus::Collectable {
+ public:
+  explicit Collector(const storage::EtcdMirror* mirror)
+      : mirror_(mirror), started_(absl::Now()) {}
+
+  void SetLeader(bool leader) {
+    leader_ = leader;
+    if (leader) ++terms_;
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::MetricType;
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(Family("sliced_ha_leader",
+                         "1 while this daemon leads and serves, 0 while it "
+                         "stands by",
+                         MetricType::Gauge, leader_ ? 1 : 0));
+    out.push_back(Family("sliced_ha_leader_terms_total",
+                         "Times this process won the election",
+                         MetricType::Counter,
+                         static_cast<double>(terms_.load())));
+    if (mirror_ != nullptr) {
+      const storage::EtcdMirrorStats m = mirror_->stats();
+      out.push_back(Family(
+          "sliced_ha_standby_watching",
+          "1 while the standby's copy is loaded and its etcd watch is open",
+          MetricType::Gauge, m.watching ? 1 : 0));
+      out.push_back(Family("sliced_ha_standby_revision",
+                           "The etcd revision the standby's copy is exact at",
+                           MetricType::Gauge,
+                           static_cast<double>(m.revision)));
+      out.push_back(Family(
+          "sliced_ha_standby_lag_revisions",
+          "etcd's revision in the latest watch message minus the copy's",
+          MetricType::Gauge,
+          static_cast<double>(std::max<int64_t>(
+              0, m.head_revision - m.revision))));
+      out.push_back(Family("sliced_ha_standby_records",
+                           "Nodes, groups and classes in the standby's copy",
+                           MetricType::Gauge,
+                           static_cast<double>(m.records)));
+      out.push_back(Family("sliced_ha_standby_loads_total",
+                           "Full reads of the prefix by the standby (the "
+                           "first of each standby term, after compaction)",
+                           MetricType::Counter,
+                           static_cast<double>(m.loads)));
+      out.push_back(Family("sliced_ha_standby_events_total",
+                           "etcd watch events applied to the standby's copy",
+                           MetricType::Counter,
+                           static_cast<double>(m.events)));
+      out.push_back(Family("sliced_ha_standby_watch_restarts_total",
+                           "Watch streams re-opened after breaking",
+                           MetricType::Counter,
+                           static_cast<double>(m.watch_restarts)));
+    }
+    double cpu = 0, rss = 0, vm = 0;
+    if (ReadProcStat(cpu, rss, vm)) {
+      out.push_back(Family("process_cpu_seconds_total",
+                           "User and system CPU time spent in seconds",
+                           MetricType::Counter, cpu));
+      out.push_back(Family("process_resident_memory_bytes",
+                           "Resident memory size in bytes", MetricType::Gauge,
+                           rss));
+      out.push_back(Family("process_virtual_memory_bytes",
+                           "Virtual memory size in bytes", MetricType::Gauge,
+                           vm));
+    }
+    std::error_code error;
+    double fds = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", error);
+         !error && it != std::filesystem::directory_iterator();
+         it.increment(error)) {
+      ++fds;
+    }
+    out.push_back(Family("process_open_fds", "Open file descriptors",
+                         MetricType::Gauge, fds));
+    out.push_back(Family("process_start_time_seconds",
+                         "Start time of the process since the Unix epoch",
+                         MetricType::Gauge,
+                         absl::ToDoubleSeconds(started_ - absl::UnixEpoch())));
+    return out;
+  }
+
+ private:
+  const storage::EtcdMirror* const mirror_;
+  const absl::Time started_;
+  std::atomic<bool> leader_{false};
+  std::atomic<int64_t> terms_{0};
+};
 
 // The standby's gRPC server: every method of every service answers
 // UNAVAILABLE naming the leader (a generic service catches them all).
@@ -100,24 +240,57 @@ absl::StatusOr<std::unique_ptr<HaDaemon>> HaDaemon::Start(
                         .call_timeout = options.lease_ttl / 3}));
   std::unique_ptr<HaDaemon> daemon(
       new HaDaemon(server_options, options, std::move(client)));
-  ASSIGN_OR_RETURN(auto credentials, ServerCredentials(server_options));
-  daemon->redirect_ = std::make_unique<Redirect>();
-  const int port = daemon->redirect_->Start(
-      server_options.listen, credentials, &daemon->election_);
-  if (port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", server_options.listen,
-        " (address in use or not a valid host:port)"));
-  }
-  // The leader serves on the port the standby got (--listen may say 0).
-  std::string& listen = daemon->server_options_.listen;
-  listen = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  RETURN_IF_ERROR(ServerCredentials(server_options).status());
+  RETURN_IF_ERROR(daemon->StartStandbyPorts());
+  const std::string& listen = daemon->server_options_.listen;
   if (daemon->options_.advertise.empty()) daemon->options_.advertise = listen;
   Say(absl::StrCat("standby on ", listen, " (etcd ", options.etcd_endpoints,
-                   ", cluster ", options.cluster,
+                   ", cluster ", options.cluster, ", metrics port ",
+                   daemon->standby_http_ ? daemon->standby_http_->port() : 0,
                    "); campaigning for leadership"));
   daemon->loop_ = std::thread([d = daemon.get()] { d->Loop(); });
   return daemon;
+}
+
+absl::Status HaDaemon::StartStandbyPorts() {
+  if (redirect_ == nullptr) {
+    ASSIGN_OR_RETURN(auto credentials, ServerCredentials(server_options_));
+    auto redirect = std::make_unique<Redirect>();
+    const int port =
+        redirect->Start(server_options_.listen, credentials, &election_);
+    if (port == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", server_options_.listen,
+          " (address in use or not a valid host:port)"));
+    }
+    redirect_ = std::move(redirect);
+    // The leader serves on the port the standby got (--listen may say 0).
+    std::string& listen = server_options_.listen;
+    listen = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  }
+  std::string& metrics = server_options_.metrics_listen;
+  if (standby_http_ == nullptr && !metrics.empty()) {
+    absl::StatusOr<std::unique_ptr<api::HttpServer>> http =
+        api::HttpServer::Start({.listen = metrics,
+                                .tls_cert = server_options_.tls_cert,
+                                .tls_key = server_options_.tls_key,
+                                .tls_client_ca = server_options_.tls_client_ca,
+                                .auth = nullptr},
+                               {collector_}, /*api=*/nullptr);
+    if (!http.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve metrics on ", metrics, ": ", http.status().message()));
+    }
+    standby_http_ = std::move(*http);
+    metrics = absl::StrCat(metrics.substr(0, metrics.rfind(':')), ":",
+                           standby_http_->port());
+  }
+  return absl::OkStatus();
+}
+
+void HaDaemon::StopStandbyPorts() {
+  redirect_.reset();
+  standby_http_.reset();
 }
 
 HaDaemon::HaDaemon(const ServerOptions& server_options,
@@ -129,7 +302,19 @@ HaDaemon::HaDaemon(const ServerOptions& server_options,
       election_(client, {.name = absl::StrCat("/sliced/", options.cluster,
                                               "/leader"),
                          .value = "",  // set in Loop, once advertise is known
-                         .ttl = options.lease_ttl}) {}
+                         .ttl = options.lease_ttl}),
+      mirror_(options.hot_standby
+                  ? std::make_shared<storage::EtcdMirror>(
+                        client,
+                        storage::EtcdMirrorOptions{
+                            .prefix =
+                                absl::StrCat("/sliced/", options.cluster, "/"),
+                            .election = absl::StrCat(
+                                "/sliced/", options.cluster, "/leader")})
+                  : nullptr),
+      collector_(std::make_shared<Collector>(mirror_.get())) {
+  server_options_.extra_metrics.push_back(collector_);
+}
 
 HaDaemon::~HaDaemon() { Shutdown(); }
 
@@ -156,30 +341,34 @@ void HaDaemon::Loop() {
   pthread_setname_np(pthread_self(), "sliced-ha");
   election_.set_value(options_.advertise);
   while (true) {
+    if (mirror_ != nullptr) mirror_->Start();
     absl::StatusOr<storage::Leadership> leadership = election_.Campaign();
     if (!leadership.ok()) break;  // stopped
-    redirect_.reset();
+    StopStandbyPorts();
     Lead(*leadership);
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) break;
     }
-    auto credentials = ServerCredentials(server_options_);
-    redirect_ = std::make_unique<Redirect>();
-    while (credentials.ok() &&
-           redirect_->Start(server_options_.listen, *credentials,
-                            &election_) == 0) {
-      absl::SleepFor(absl::Milliseconds(100));  // the leader's port frees
-      redirect_ = std::make_unique<Redirect>();
+    while (true) {
+      absl::Status started = StartStandbyPorts();
+      if (started.ok()) break;
+      if (started.code() != absl::StatusCode::kUnavailable) {
+        Say(absl::StrCat("standby without its ports: ", started.ToString()));
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(100));  // the leader's ports free
     }
     Say(absl::StrCat("standby on ", server_options_.listen,
                      "; campaigning for leadership"));
   }
-  redirect_.reset();
+  StopStandbyPorts();
+  if (mirror_ != nullptr) mirror_->Stop();
 }
 
 void HaDaemon::Lead(const storage::Leadership& leadership) {
   const absl::Time won = absl::Now();
+  std::string loaded_from = "etcd";
   absl::StatusOr<std::unique_ptr<storage::Store>> store =
       storage::OpenEtcdStore(
           client_,
@@ -190,7 +379,9 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
                [this](absl::string_view why) { election_.MarkLost(why); },
            .max_txn_ops = options_.max_txn_ops,
            .max_request_bytes = options_.max_request_bytes,
-           .retry_for = options_.lease_ttl});
+           .retry_for = options_.lease_ttl,
+           .mirror = mirror_,
+           .loaded_from = &loaded_from});
   absl::StatusOr<std::unique_ptr<SlicedServer>> server =
       store.ok() ? SlicedServer::StartWithStore(server_options_,
                                                 std::move(*store))
@@ -213,13 +404,16 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
                    leadership.revision, "): serving on ",
                    server_options_.listen, ", ", (*server)->node_count(),
                    " nodes loaded in ",
-                   absl::FormatDuration(absl::Now() - won),
-                   ", metrics on port ", (*server)->metrics_port()));
+                   absl::FormatDuration(absl::Now() - won), " from ",
+                   loaded_from, ", metrics on port ",
+                   (*server)->metrics_port()));
   {
     absl::MutexLock lock(&mu_);
     server_ = std::move(*server);
   }
+  collector_->SetLeader(true);
   const std::string why = election_.AwaitLost();
+  collector_->SetLeader(false);
   std::unique_ptr<SlicedServer> serving;
   {
     absl::MutexLock lock(&mu_);

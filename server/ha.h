@@ -5,17 +5,21 @@
 //  1. standby: serve the gRPC port with a redirect only — every call is
 //     answered UNAVAILABLE "not the leader; the leader is at ADDR", ADDR
 //     also in the trailing metadata key `sliced-leader` (kLeaderMetadataKey),
-//     and health is NOT_SERVING — while campaigning in etcd's election
-//     /sliced/<cluster>/leader under a lease (storage/etcd/etcd_election.h);
-//  2. on winning: stop the redirect, open the etcd store fenced on the
-//     leader key's creation revision, load it (a linearizable read: the
-//     state as of now, whoever wrote it) and serve as SlicedServer does;
+//     and health is NOT_SERVING — and the metrics port with this daemon's
+//     series only (its role, its copy, the process: docs/ha.md lists them;
+//     the leader exports them too, beside its own);
+//     keep a hot copy of the cluster's records (storage/etcd/etcd_mirror.h:
+//     loaded at a revision, then tailed with a watch); and campaign in
+//     etcd's election /sliced/<cluster>/leader under a lease
+//     (storage/etcd/etcd_election.h);
+//  2. on winning: stop the standby's ports, open the etcd store fenced on
+//     the leader key's creation revision, whose first Load takes the copy
+//     once it has caught up with the election (every earlier leader's
+//     writes applied) — or reads etcd when it has not within 2 s — and
+//     serve as SlicedServer does;
 //  3. on losing leadership (the lease lapsed, or a commit failed the fence):
 //     shut the server down — queued and in-flight writes are answered
-//     UNAVAILABLE, none is acknowledged — and go back to 1.
-// The standby loads on winning rather than tailing a watch: for the sizes
-// here (DESIGN §7: 100k nodes, 50k groups) a paged load takes well under the
-// lease TTL, and there is no second copy to keep consistent.
+//     UNAVAILABLE, none is acknowledged — and go back to 1 (a fresh copy).
 //
 // Thread-safe: Shutdown() and ReloadAuth() may be called from any thread.
 #ifndef SLICED_SERVER_HA_H_
@@ -30,8 +34,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/api/http_server.h"
 #include "server/server.h"
 #include "storage/etcd/etcd_election.h"
+#include "storage/etcd/etcd_mirror.h"
 #include "storage/etcd/etcd_store.h"
 
 namespace sliced::server {
@@ -53,6 +59,9 @@ struct HaOptions {
   // --max-request-bytes); larger commits are split between operations.
   int max_txn_ops = storage::kEtcdDefaultMaxTxnOps;
   int64_t max_request_bytes = storage::kEtcdDefaultMaxRequestBytes;
+  // Keep a hot copy while standing by (default true); false: a new leader
+  // reads everything from etcd (the behaviour before the copy existed).
+  bool hot_standby = true;
 };
 
 class HaDaemon {
@@ -74,22 +83,33 @@ class HaDaemon {
 
  private:
   class Redirect;
+  class Collector;
   HaDaemon(const ServerOptions& server_options, const HaOptions& options,
            std::shared_ptr<storage::EtcdClient> client);
   void Loop();
   // One term as leader: returns once leadership is lost or Shutdown() was
   // called. Errors that make serving impossible end the process.
   void Lead(const storage::Leadership& leadership);
+  // The standby's ports: the redirect (gRPC) and /metrics (when
+  // --metrics_listen is set); those already up stay. Returns Unavailable
+  // when one can't be bound (yet), InvalidArgument for bad TLS files.
+  absl::Status StartStandbyPorts();
+  void StopStandbyPorts();
 
   ServerOptions server_options_;
   HaOptions options_;
   const std::shared_ptr<storage::EtcdClient> client_;
   storage::EtcdElection election_;
+  // Null without hot_standby.
+  const std::shared_ptr<storage::EtcdMirror> mirror_;
+  std::shared_ptr<Collector> collector_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<SlicedServer> server_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Redirect> redirect_;  // loop thread only
+  // Loop thread only (and Start, before the loop runs).
+  std::unique_ptr<Redirect> redirect_;
+  std::unique_ptr<api::HttpServer> standby_http_;
   std::thread loop_;
 };
 

@@ -79,6 +79,10 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(absl::Duration, etcd_lease_ttl, absl::Seconds(5),
           "--store=etcd: leadership lease; a dead leader is replaced about "
           "this long after it stops renewing");
+ABSL_FLAG(bool, etcd_hot_standby, true,
+          "--store=etcd: while standing by, keep a copy of the cluster's "
+          "records (loaded, then tailed with an etcd watch) so that a new "
+          "leader serves without reading etcd again; false: read on winning");
 ABSL_FLAG(int, etcd_max_txn_ops, 128,
           "--store=etcd: etcd's --max-txn-ops; a larger commit is split "
           "between operations");
@@ -184,6 +188,7 @@ int ServeOnEtcd(const sliced::server::ServerOptions& options,
   ha.lease_ttl = absl::GetFlag(FLAGS_etcd_lease_ttl);
   ha.max_txn_ops = absl::GetFlag(FLAGS_etcd_max_txn_ops);
   ha.max_request_bytes = absl::GetFlag(FLAGS_etcd_max_request_bytes);
+  ha.hot_standby = absl::GetFlag(FLAGS_etcd_hot_standby);
   auto daemon = sliced::server::HaDaemon::Start(options, ha);
   if (!daemon.ok()) {
     std::fprintf(stderr, "sliced: %s\n", daemon.status().ToString().c_str());

@@ -290,6 +290,10 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Serve(
   impl->server->GetHealthCheckService()->SetServingStatus(true);
 
   if (!options.metrics_listen.empty()) {
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables = {
+        impl->metrics.registry(), impl->metrics.state_collector()};
+    collectables.insert(collectables.end(), options.extra_metrics.begin(),
+                        options.extra_metrics.end());
     absl::StatusOr<std::unique_ptr<api::HttpServer>> http =
         api::HttpServer::Start(
             {.listen = options.metrics_listen,
@@ -297,8 +301,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Serve(
              .tls_key = options.tls_key,
              .tls_client_ca = options.tls_client_ca,
              .auth = impl->auth.get()},
-            {impl->metrics.registry(), impl->metrics.state_collector()},
-            impl->web_api.get());
+            std::move(collectables), impl->web_api.get());
     if (!http.ok()) {
       impl->server->Shutdown();
       return absl::UnavailableError(

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -19,6 +20,9 @@
 namespace grpc {
 class ServerCredentials;
 }  // namespace grpc
+namespace prometheus {
+class Collectable;
+}  // namespace prometheus
 
 namespace sliced::server {
 
@@ -58,6 +62,9 @@ struct ServerOptions {
   // only, kInfo (default) also node and placement-group state changes,
   // kDebug also every new reason of a waiting group.
   Logger::Level log_level = Logger::Level::kInfo;
+  // More series for /metrics, after the daemon's own (server/ha.h adds its
+  // role and process series); none by default. Not a flag.
+  std::vector<std::shared_ptr<prometheus::Collectable>> extra_metrics;
 };
 
 // The gRPC credentials the TLS options name (insecure without them).

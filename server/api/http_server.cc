@@ -166,6 +166,10 @@ void HttpServer::Impl::Api(const httplib::Request& request,
   }
   std::map<std::string, std::string> params;
   for (const auto& [name, value] : request.params) params.emplace(name, value);
+  if (admitted.ok() && api == nullptr) {
+    admitted = absl::UnavailableError(
+        "this sliced is a standby: its web API is on the leader");
+  }
   const WebReply reply =
       admitted.ok() ? api->Get(path, params) : ErrorReply(admitted);
   response.status = reply.http_status;

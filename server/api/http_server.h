@@ -52,6 +52,8 @@ class HttpServer {
   // Binds and starts serving. InvalidArgument when `listen` is not
   // host:port; Unavailable when it can't be bound (in use) or the TLS files
   // can't be loaded.
+  // `api` may be null (a standby's port: /metrics and /ui only; /api/v1
+  // answers 503).
   // REQUIRES: `api`, `options.auth` and the collectables outlive the
   // server.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(

@@ -98,6 +98,7 @@ EtcdClient::EtcdClient(const EtcdClientOptions& options,
       channel_(std::move(channel)),
       kv_(etcdserverpb::KV::NewStub(channel_)),
       lease_(etcdserverpb::Lease::NewStub(channel_)),
+      watch_(etcdserverpb::Watch::NewStub(channel_)),
       election_(v3electionpb::Election::NewStub(channel_)) {}
 
 std::unique_ptr<grpc::ClientContext> EtcdClient::CallContext() const {
@@ -133,6 +134,43 @@ absl::StatusOr<etcdserverpb::TxnResponse> EtcdClient::Txn(
       [&](grpc::ClientContext* c, etcdserverpb::TxnResponse* r) {
         return kv_->Txn(c, request, r);
       });
+}
+
+absl::StatusOr<int64_t> EtcdClient::Scan(
+    absl::string_view key, absl::string_view range_end, int64_t revision,
+    const std::function<absl::Status(const mvccpb::KeyValue&)>& each) {
+  constexpr int64_t kPageSize = 10000;
+  etcdserverpb::RangeRequest page;
+  page.set_key(std::string(key));
+  page.set_range_end(std::string(range_end));
+  page.set_revision(revision);
+  page.set_limit(kPageSize);
+  while (true) {
+    absl::StatusOr<etcdserverpb::RangeResponse> read = Range(page);
+    if (read.status().code() == absl::StatusCode::kResourceExhausted &&
+        page.limit() > 1) {
+      page.set_limit(page.limit() / 2);  // large records: smaller pages
+      continue;
+    }
+    if (!read.ok()) return read.status();
+    if (page.revision() == 0) page.set_revision(read->header().revision());
+    for (const mvccpb::KeyValue& kv : read->kvs()) {
+      absl::Status s = each(kv);
+      if (!s.ok()) return s;
+    }
+    if (!read->more() || read->kvs().empty()) break;
+    page.set_key(read->kvs().rbegin()->key() + std::string(1, '\0'));
+  }
+  return page.revision();
+}
+
+std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                         etcdserverpb::WatchResponse>>
+EtcdClient::Watch(grpc::ClientContext& context) {
+  // etcd's clientv3.WithRequireLeader.
+  context.AddMetadata("hasleader", "true");
+  context.set_wait_for_ready(true);
+  return watch_->Watch(&context);
 }
 
 absl::StatusOr<etcdserverpb::CompactionResponse> EtcdClient::Compact(

@@ -14,6 +14,7 @@
 #define SLICED_STORAGE_ETCD_ETCD_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,24 @@ class EtcdClient {
       const etcdserverpb::TxnRequest& request);
   absl::StatusOr<etcdserverpb::CompactionResponse> Compact(int64_t revision);
 
+  // Reads every key in [key, range_end) at `revision`, in key order, calling
+  // `each` on each; 0 reads the newest revision (linearizably) and the pages
+  // after the first at the revision that one saw. Pages of up to 10,000
+  // keys, halved while a page exceeds the receive limit. Returns the
+  // revision read, or the first error (`each`'s, or etcd's: Unavailable,
+  // OutOfRange when `revision` was compacted).
+  absl::StatusOr<int64_t> Scan(
+      absl::string_view key, absl::string_view range_end, int64_t revision,
+      const std::function<absl::Status(const mvccpb::KeyValue&)>& each);
+
+  // Opens a stream of etcd's Watch service on `context` (no deadline: the
+  // caller ends it with context.TryCancel()). The context asks etcd to
+  // cancel the stream when its member loses the raft leader
+  // ("hasleader"), so that a partitioned member cannot leave it silent.
+  std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::WatchRequest,
+                                           etcdserverpb::WatchResponse>>
+  Watch(grpc::ClientContext& context);
+
   // A lease of `ttl` (rounded up to whole seconds); returns its id.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
   // Renews `lease` once; returns the TTL etcd now gives it (NotFound when
@@ -80,6 +99,7 @@ class EtcdClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
+  std::unique_ptr<etcdserverpb::Watch::Stub> watch_;
   std::unique_ptr<v3electionpb::Election::Stub> election_;
 };
 

@@ -18,9 +18,6 @@ constexpr absl::string_view kSchemaKey = "meta/schema_version";
 // The tables etcd holds (kLogs stays in memory: see the header).
 constexpr Table kEtcdTables[] = {Table::kNodes, Table::kPlacementGroups,
                                  Table::kComputeClasses, Table::kCounters};
-// Keys per Range page on Load; halved while a page is too large for the
-// client's receive limit.
-constexpr int64_t kPageSize = 10000;
 // Bytes of a Txn beyond its keys and values (compare, op framing), and of
 // etcd's own wrapping of the request: kept free under max_request_bytes.
 constexpr int64_t kPerOpBytes = 16;
@@ -32,13 +29,18 @@ using TxnWrites = std::map<std::string, const Mutation::Write*>;
 class EtcdStore : public Store {
  public:
   EtcdStore(std::shared_ptr<EtcdClient> client, EtcdStoreOptions options)
-      : client_(std::move(client)), options_(std::move(options)) {}
+      : client_(std::move(client)),
+        options_(std::move(options)),
+        mirror_(options_.mirror),
+        loaded_from_(options_.loaded_from) {}
 
   absl::Status CheckSchema();
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
 
  private:
+  // Every table at one revision, from etcd.
+  absl::StatusOr<StoredState> Read();
   std::string Key(Table table, absl::string_view key) const {
     return absl::StrCat(options_.prefix, TableName(table), "/", key);
   }
@@ -57,6 +59,10 @@ class EtcdStore : public Store {
   // Set once the fence failed: this store never writes again.
   std::string fenced_;
   std::map<std::string, std::string> logs_;  // key -> serialized LogRecord
+  // The standby's copy until the first Load takes it.
+  std::shared_ptr<EtcdMirror> mirror_;
+  // Where the first Load says how it loaded; null after it.
+  std::string* loaded_from_;
   int64_t compacted_to_ = 0;
 };
 
@@ -89,7 +95,43 @@ absl::Status EtcdStore::CheckSchema() {
 }
 
 absl::StatusOr<StoredState> EtcdStore::Load() {
-  // A linearizable read fixes the revision; every page is read at it.
+  std::shared_ptr<EtcdMirror> mirror = std::move(mirror_);
+  mirror_ = nullptr;
+  std::string* loaded_from = loaded_from_;
+  loaded_from_ = nullptr;
+  const absl::Time start = absl::Now();
+  auto took = [&start] {
+    return absl::FormatDuration(
+        absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
+  };
+  if (mirror != nullptr) {
+    absl::StatusOr<StoredState> taken =
+        mirror->Take(options_.fence_revision, options_.mirror_wait);
+    if (taken.ok()) {
+      if (loaded_from != nullptr) {
+        *loaded_from = absl::StrCat(
+            "the standby's copy (watched to revision ",
+            mirror->stats().revision, ", taken in ", took(), ")");
+      }
+      for (const auto& [key, value] : logs_) {
+        RETURN_IF_ERROR(AddRecord(Table::kLogs, key, value, *taken));
+      }
+      return taken;
+    }
+    if (loaded_from != nullptr) {
+      *loaded_from = absl::StrCat("etcd (the standby's copy was not used: ",
+                                  taken.status().message(), ")");
+    }
+  } else if (loaded_from != nullptr) {
+    *loaded_from = "etcd";
+  }
+  absl::StatusOr<StoredState> read = Read();
+  if (loaded_from != nullptr) absl::StrAppend(loaded_from, " in ", took());
+  return read;
+}
+
+absl::StatusOr<StoredState> EtcdStore::Read() {
+  // A linearizable read fixes the revision; every table is read at it.
   etcdserverpb::RangeRequest head;
   head.set_key(absl::StrCat(options_.prefix, kSchemaKey));
   ASSIGN_OR_RETURN(etcdserverpb::RangeResponse first, client_->Range(head));
@@ -98,26 +140,13 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
   StoredState state;
   for (Table table : kEtcdTables) {
     const std::string table_prefix = Key(table, "");
-    etcdserverpb::RangeRequest page;
-    page.set_key(table_prefix);
-    page.set_range_end(PrefixEnd(table_prefix));
-    page.set_revision(revision);
-    page.set_limit(kPageSize);
-    while (true) {
-      absl::StatusOr<etcdserverpb::RangeResponse> read = client_->Range(page);
-      if (read.status().code() == absl::StatusCode::kResourceExhausted &&
-          page.limit() > 1) {
-        page.set_limit(page.limit() / 2);  // large records: smaller pages
-        continue;
-      }
-      ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response, std::move(read));
-      for (const mvccpb::KeyValue& kv : response.kvs()) {
-        RETURN_IF_ERROR(AddRecord(table, kv.key().substr(table_prefix.size()),
-                                  kv.value(), state));
-      }
-      if (!response.more() || response.kvs().empty()) break;
-      page.set_key(response.kvs().rbegin()->key() + std::string(1, '\0'));
-    }
+    absl::StatusOr<int64_t> read = client_->Scan(
+        table_prefix, PrefixEnd(table_prefix), revision,
+        [&](const mvccpb::KeyValue& kv) {
+          return AddRecord(table, kv.key().substr(table_prefix.size()),
+                           kv.value(), state);
+        });
+    if (!read.ok()) return read.status();
   }
   for (const auto& [key, value] : logs_) {
     RETURN_IF_ERROR(AddRecord(Table::kLogs, key, value, state));
@@ -235,6 +264,12 @@ void EtcdStore::MaybeCompact(int64_t revision) {
 
 absl::Status EtcdStore::Commit(const Mutation& mutation) {
   if (!fenced_.empty()) return absl::UnavailableError(fenced_);
+  if (mirror_ != nullptr) {
+    // The copy catches up with the election, not with this store's own
+    // writes: after a commit, only etcd has the state.
+    mirror_->Stop();
+    mirror_ = nullptr;
+  }
   ASSIGN_OR_RETURN(std::vector<etcdserverpb::TxnRequest> txns,
                    Plan(mutation));
   int64_t revision = 0;
@@ -260,6 +295,11 @@ absl::StatusOr<std::unique_ptr<Store>> OpenEtcdStore(
   if (!absl::EndsWith(options.prefix, "/")) {
     return absl::InvalidArgumentError(
         absl::StrCat("etcd prefix '", options.prefix, "' must end with '/'"));
+  }
+  if (options.mirror != nullptr && options.fence_key.empty()) {
+    return absl::InvalidArgumentError(
+        "EtcdStoreOptions.mirror needs fence_key and fence_revision (the "
+        "copy catches up to the leader's election key)");
   }
   auto store = std::make_unique<EtcdStore>(std::move(client), options);
   RETURN_IF_ERROR(store->CheckSchema());

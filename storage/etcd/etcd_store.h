@@ -10,7 +10,12 @@
 // process's memory, so Load returns it until the process exits and a new
 // leader starts with none (the agents keep shipping new lines).
 //
-// Load reads every table at one revision (a linearizable read, paged).
+// Load reads every table at one revision (a linearizable read, paged). A
+// leader's first Load may instead take the standby's copy (`mirror`,
+// storage/etcd/etcd_mirror.h), which holds the same records without reading
+// etcd again; when the copy has not caught up within `mirror_wait` (or
+// failed), Load reads etcd as above. Later Loads (a resync after a failed
+// commit) always read etcd.
 // Commit turns a Mutation into Txns, later writes to a key winning:
 //  - one Txn when the mutation fits etcd's limits (max_txn_ops keys,
 //    max_request_bytes); otherwise consecutive Txns split only between
@@ -41,6 +46,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "storage/etcd/etcd_client.h"
+#include "storage/etcd/etcd_mirror.h"
 #include "storage/store.h"
 
 namespace sliced::storage {
@@ -68,6 +74,17 @@ struct EtcdStoreOptions {
   // has grown by that much again; 0 never compacts. The leader's job
   // (docs/ha.md).
   int64_t keep_revisions = 10000;
+  // The standby's copy, taken (and stopped) by the first Load; requires a
+  // fence (it catches up to fence_revision). A Commit before the first Load
+  // stops it unused. Null: Load reads etcd.
+  std::shared_ptr<EtcdMirror> mirror = nullptr;
+  // How long the first Load waits for the copy to catch up (default 2 s).
+  absl::Duration mirror_wait = absl::Seconds(2);
+  // Set by the first Load: how it loaded and how long that took ("the
+  // standby's copy (watched to revision N, taken in T)", "etcd in T", or
+  // "etcd (why the copy was not used) in T"). May be null; must outlive
+  // the first Load.
+  std::string* loaded_from = nullptr;
 };
 
 // Opens the store: checks (or writes, on an empty prefix) the schema version.

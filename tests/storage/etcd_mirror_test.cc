@@ -1,0 +1,383 @@
+// The hot standby's copy (storage/etcd/etcd_mirror.h) against a real etcd
+// member on loopback: it follows puts and deletes through its watch, a new
+// leader's store loads it instead of reading etcd, Take waits for every
+// earlier leader key to go, and a watch broken by a lost connection comes
+// back (reloading when its revision was compacted meanwhile). The broken
+// connection is a loopback TCP proxy in this file that the test cuts.
+// Skipped only where /usr/bin/etcd is missing.
+#include "storage/etcd/etcd_mirror.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "storage/etcd/etcd_election.h"
+#include "storage/etcd/etcd_store.h"
+#include "tests/storage/etcd_test_cluster.h"
+
+namespace sliced::storage {
+namespace {
+
+scheduler::Node Node(const std::string& id, int64_t cpu = 10000) {
+  scheduler::Node n;
+  n.node_id = id;
+  n.address = id + ".local";
+  n.resources = {{"CPU", cpu}};
+  return n;
+}
+
+std::vector<std::string> NodeIds(const StoredState& state) {
+  std::vector<std::string> ids;
+  for (const scheduler::Node& n : state.nodes) ids.push_back(n.node_id);
+  return ids;
+}
+
+// A TCP proxy on 127.0.0.1 to one etcd member, which Cut() disconnects
+// (every open connection closed, new ones refused) until Restore().
+class CuttableProxy {
+ public:
+  explicit CuttableProxy(int target_port) : target_port_(target_port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    int yes = 1;
+    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(listener_, 16);
+    socklen_t len = sizeof(addr);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Pump(); });
+  }
+  ~CuttableProxy() {
+    stop_ = true;
+    thread_.join();
+    CloseAll();
+    close(listener_);
+  }
+  std::string endpoint() const { return absl::StrCat("127.0.0.1:", port_); }
+  void Cut() {
+    absl::MutexLock lock(&mu_);
+    cut_ = true;
+  }
+  void Restore() {
+    absl::MutexLock lock(&mu_);
+    cut_ = false;
+  }
+
+ private:
+  int Connect() const {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  void CloseAll() {
+    for (auto [a, b] : pairs_) {
+      close(a);
+      close(b);
+    }
+    pairs_.clear();
+  }
+  // One thread: accepts, and copies bytes both ways.
+  void Pump() {
+    char buffer[65536];
+    while (!stop_) {
+      bool cut = false;
+      {
+        absl::MutexLock lock(&mu_);
+        cut = cut_;
+      }
+      if (cut) CloseAll();
+      std::vector<pollfd> fds = {{listener_, POLLIN, 0}};
+      for (auto [a, b] : pairs_) {
+        fds.push_back({a, POLLIN, 0});
+        fds.push_back({b, POLLIN, 0});
+      }
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        int client = accept(listener_, nullptr, nullptr);
+        int upstream = cut || client < 0 ? -1 : Connect();
+        if (upstream < 0) {
+          if (client >= 0) close(client);
+        } else {
+          pairs_.push_back({client, upstream});
+        }
+      }
+      std::vector<std::pair<int, int>> alive;
+      for (size_t i = 0; i < pairs_.size(); ++i) {
+        bool open = true;
+        for (int side = 0; side < 2 && open; ++side) {
+          const pollfd& p = fds[1 + 2 * i + side];
+          if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          ssize_t n = read(p.fd, buffer, sizeof(buffer));
+          int to = side == 0 ? pairs_[i].second : pairs_[i].first;
+          if (n <= 0 || write(to, buffer, n) != n) open = false;
+        }
+        if (open) {
+          alive.push_back(pairs_[i]);
+        } else {
+          close(pairs_[i].first);
+          close(pairs_[i].second);
+        }
+      }
+      pairs_ = std::move(alive);
+    }
+  }
+
+  const int target_port_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::pair<int, int>> pairs_;  // Pump's thread only
+  std::thread thread_;
+};
+
+class EtcdMirrorTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!EtcdTestCluster::Unavailable().empty()) return;
+    auto started = EtcdTestCluster::Start();
+    ASSERT_TRUE(started.ok()) << started.status();
+    cluster_ = std::move(started).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    std::string why = EtcdTestCluster::Unavailable();
+    if (!why.empty()) GTEST_SKIP() << why;
+    auto client = EtcdClient::Create({.endpoints = cluster_->endpoints()});
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *client;
+    prefix_ = "/sliced/" +
+              std::string(testing::UnitTest::GetInstance()
+                              ->current_test_info()
+                              ->name()) +
+              "/";
+  }
+  std::shared_ptr<EtcdMirror> Mirror(std::shared_ptr<EtcdClient> client) {
+    return std::make_shared<EtcdMirror>(
+        client ? client : client_,
+        EtcdMirrorOptions{.prefix = prefix_,
+                          .election = prefix_ + "leader",
+                          .retry_pause = absl::Milliseconds(50)});
+  }
+  std::unique_ptr<Store> Open(EtcdStoreOptions options = {}) {
+    options.prefix = prefix_;
+    auto store = OpenEtcdStore(client_, options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  // A put under the prefix outside the tables; returns its revision.
+  int64_t Put(const std::string& key) {
+    etcdserverpb::TxnRequest txn;
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(prefix_ + key);
+    put->set_value("x");
+    auto done = client_->Txn(txn);
+    EXPECT_TRUE(done.ok()) << done.status();
+    return done.ok() ? done->header().revision() : 0;
+  }
+  void Delete(const std::string& key) {
+    etcdserverpb::TxnRequest txn;
+    txn.add_success()->mutable_request_delete_range()->set_key(prefix_ + key);
+    ASSERT_TRUE(client_->Txn(txn).ok());
+  }
+  // Waits (up to 10 s) for `done` on the mirror's stats.
+  template <typename Done>
+  bool WaitFor(const EtcdMirror& mirror, Done done) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!done(mirror.stats())) {
+      if (absl::Now() > give_up) return false;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return true;
+  }
+
+  static EtcdTestCluster* cluster_;
+  std::shared_ptr<EtcdClient> client_;
+  std::string prefix_;
+};
+EtcdTestCluster* EtcdMirrorTest::cluster_ = nullptr;
+
+TEST_F(EtcdMirrorTest, ANewLeaderLoadsTheStandbysCopyWithEveryEarlierWrite) {
+  EtcdElectionOptions options{.name = prefix_ + "leader", .value = "a:1",
+                              .ttl = absl::Seconds(2)};
+  auto first = std::make_unique<EtcdElection>(client_, options);
+  auto led = first->Campaign();
+  ASSERT_TRUE(led.ok()) << led.status();
+  auto leader =
+      Open({.fence_key = led->key, .fence_revision = led->revision});
+  Mutation before;  // loaded by the standby's first read
+  before.PutNode(Node("a"));
+  before.PutNode(Node("b"));
+  before.PutNextPgSequence(3);
+  server::ComputeClass cc;
+  cc.name = "cheap";
+  before.PutComputeClass(cc);
+  ASSERT_TRUE(leader->Commit(before).ok());
+
+  auto mirror = Mirror(nullptr);
+  mirror->Start();
+  ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
+    return s.watching;
+  }));
+  Mutation after;  // seen through the watch
+  after.PutNode(Node("a", 20000));
+  after.DeleteNode("b");
+  after.PutNode(Node("c"));
+  after.PutNextPgSequence(9);
+  ASSERT_TRUE(leader->Commit(after).ok());
+
+  options.value = "b:2";
+  EtcdElection second(client_, options);
+  absl::StatusOr<Leadership> won;
+  std::thread standby([&] { won = second.Campaign(); });
+  Mutation last;  // the old leader's last write, just before it goes
+  last.PutNode(Node("d"));
+  ASSERT_TRUE(leader->Commit(last).ok());
+  first->Stop();
+  first->AwaitLost();
+  standby.join();
+  ASSERT_TRUE(won.ok()) << won.status();
+
+  std::string loaded_from;
+  auto store = Open({.fence_key = won->key,
+                     .fence_revision = won->revision,
+                     .mirror = mirror,
+                     .loaded_from = &loaded_from});
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_NE(loaded_from.find("standby's copy"), std::string::npos)
+      << loaded_from;
+  EXPECT_FALSE(mirror->stats().running);  // taken: the copy is dropped
+  auto read = Open()->Load();  // the same from etcd
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(NodeIds(*state), (std::vector<std::string>{"a", "c", "d"}));
+  EXPECT_EQ(state->nodes, read->nodes);
+  EXPECT_EQ(state->nodes[0].resources.at("CPU"), 20000);
+  EXPECT_EQ(state->compute_classes, read->compute_classes);
+  EXPECT_EQ(state->next_pg_sequence, 9u);
+  EXPECT_GE(mirror->stats().events, 3);
+}
+
+TEST_F(EtcdMirrorTest, TakeWaitsUntilEveryEarlierLeaderKeyIsGone) {
+  Put("leader/a");
+  const int64_t mine = Put("leader/b");
+  auto mirror = Mirror(nullptr);
+  mirror->Start();
+  auto early = mirror->Take(mine, absl::Milliseconds(300));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << early.status();
+  EXPECT_FALSE(mirror->stats().running);
+
+  mirror->Start();
+  std::thread old_leader([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    auto store = Open();
+    Mutation m;
+    m.PutNode(Node("late"));
+    ASSERT_TRUE(store->Commit(m).ok());
+    Delete("leader/a");  // its key goes after its last write
+  });
+  auto state = mirror->Take(mine, absl::Seconds(10));
+  old_leader.join();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(NodeIds(*state), (std::vector<std::string>{"late"}));
+}
+
+TEST_F(EtcdMirrorTest, AStoreFallsBackToEtcdWhenTheCopyIsNotThere) {
+  const int64_t mine = Put("leader/a");
+  auto writer = Open();
+  Mutation m;
+  m.PutNode(Node("a"));
+  ASSERT_TRUE(writer->Commit(m).ok());
+  auto stopped = Mirror(nullptr);  // never started
+  std::string loaded_from;
+  auto store = Open({.fence_key = prefix_ + "leader/a",
+                     .fence_revision = mine,
+                     .mirror = stopped,
+                     .loaded_from = &loaded_from});
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(NodeIds(*state), (std::vector<std::string>{"a"}));
+  EXPECT_NE(loaded_from.find("stopped"), std::string::npos) << loaded_from;
+  // A mirror needs a fence to catch up to.
+  auto unfenced = OpenEtcdStore(
+      client_, {.prefix = prefix_, .mirror = Mirror(nullptr)});
+  EXPECT_EQ(unfenced.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EtcdMirrorTest, ABrokenWatchResumesAndACompactedOneReloads) {
+  CuttableProxy proxy(std::stoi(cluster_->endpoints().substr(
+      cluster_->endpoints().rfind(':') + 1)));
+  auto proxied = EtcdClient::Create({.endpoints = proxy.endpoint(),
+                                     .call_timeout = absl::Seconds(1)});
+  ASSERT_TRUE(proxied.ok());
+  auto writer = Open();
+  auto mirror = Mirror(*proxied);
+  mirror->Start();
+  ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
+    return s.watching;
+  }));
+
+  // Cut: the stream breaks; writes made meanwhile come through the new one.
+  proxy.Cut();
+  ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
+    return !s.watching;
+  }));
+  Mutation m;
+  m.PutNode(Node("while-cut"));
+  ASSERT_TRUE(writer->Commit(m).ok());
+  proxy.Restore();
+  ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
+    return s.watching && s.records == 1;
+  }));
+  EXPECT_EQ(mirror->stats().loads, 1);
+  EXPECT_GE(mirror->stats().watch_restarts, 1);
+
+  // Cut again, and compact past the copy's revision: the new stream is
+  // refused (compacted) and the copy is read again.
+  proxy.Cut();
+  ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
+    return !s.watching;
+  }));
+  Mutation more;
+  more.DeleteNode("while-cut");
+  more.PutNode(Node("after-compaction"));
+  ASSERT_TRUE(writer->Commit(more).ok());
+  const int64_t head = Put("meta/probe");
+  ASSERT_TRUE(client_->Compact(head).ok());
+  proxy.Restore();
+  ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
+    return s.watching && s.loads == 2;
+  }));
+  const int64_t mine = Put("leader/z");
+  auto state = mirror->Take(mine, absl::Seconds(10));
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(NodeIds(*state), (std::vector<std::string>{"after-compaction"}));
+}
+
+}  // namespace
+}  // namespace sliced::storage
