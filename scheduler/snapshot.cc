@@ -1,6 +1,5 @@
-// InventorySnapshot: construction (through SnapshotWriter,
-// internal/snapshot_writer.h), the full-rebuild path of Apply(), and the
-// queries; see snapshot.h.
+// InventorySnapshot: construction and Apply() (through SnapshotWriter,
+// internal/snapshot_writer.h) and the queries; see snapshot.h.
 //
 // Thread-safety: const methods are safe on a shared, published snapshot.
 #include "scheduler/snapshot.h"
@@ -8,8 +7,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -53,57 +50,8 @@ std::shared_ptr<const InventorySnapshot> InventorySnapshot::Empty() {
 
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Apply(const SnapshotDelta& delta) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const InventorySnapshot> edited,
-                   internal::ApplyInPlace(std::unique_ptr<InventorySnapshot>(
-                                              new InventorySnapshot(*this)),
-                                          delta));
-  if (edited != nullptr) return edited;
-  // Full rebuild: the node set or a slice's membership changes.
-  absl::btree_map<std::string, Node> nodes;
-  for (size_t i = 0; i < num_nodes(); ++i) {
-    nodes[node(i).node.node_id] = node(i).node;
-  }
-  for (const Node& n : delta.upsert_nodes) nodes[n.node_id] = n;
-  absl::flat_hash_set<std::string> released(delta.release_pg_ids.begin(),
-                                            delta.release_pg_ids.end());
-  std::vector<Allocation> allocations;
-  absl::flat_hash_set<std::string> busy;
-  for (size_t i = 0; i < num_nodes(); ++i) {
-    for (const Allocation& a : node(i).allocations) {
-      if (released.contains(a.pg_id)) continue;
-      allocations.push_back(a);
-      busy.insert(a.node_id);
-    }
-  }
-  for (const std::string& id : delta.remove_node_ids) {
-    if (!nodes.contains(id)) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot remove unknown node ", id));
-    }
-    if (busy.contains(id)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot remove node ", id, ": it still holds bundles"));
-    }
-    nodes.erase(id);
-  }
-  std::vector<Node> list;
-  list.reserve(nodes.size());
-  for (auto& [id, n] : nodes) list.push_back(std::move(n));
-  absl::flat_hash_set<std::string> added_on;
-  for (const Allocation& a : delta.add_allocations) {
-    allocations.push_back(a);
-    added_on.insert(a.node_id);
-  }
-  ASSIGN_OR_RETURN(auto next, Build(std::move(list), std::move(allocations)));
-  for (const std::string& id : added_on) {
-    for (const auto& [name, amount] : next->node(next->NodeIndex(id)).free) {
-      if (amount < 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "new allocations over-commit ", name, " on node ", id));
-      }
-    }
-  }
-  return next;
+  return internal::ApplyInPlace(
+      std::unique_ptr<InventorySnapshot>(new InventorySnapshot(*this)), delta);
 }
 
 absl::Status InventorySnapshot::CheckNotOverCommitted() const {

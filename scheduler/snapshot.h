@@ -19,9 +19,11 @@
 // Everything lives in copy-on-write chunks shared between snapshots:
 // Apply(delta) copies only the chunks the delta touches, so deriving the next
 // snapshot after a placement costs O(k log n) for k touched nodes, not O(n).
-// A delta that adds or removes nodes, or changes a node's slice membership
-// labels, falls back to a full rebuild (O(n log n)); registrations come in
-// batches, placements one by one.
+// A delta that adds, removes or re-labels nodes is a delta too (issue 17):
+// only the changed nodes and the slices they leave or join are derived
+// again; the indexes that name nodes and slices by position are renumbered
+// when positions move (integers and pointers, no per-node strings). Build()
+// is for load and restart.
 //
 // Thread-safety: immutable after Build()/Apply(); share freely through
 // std::shared_ptr<const InventorySnapshot>. Apply() does not modify `this`.
@@ -175,7 +177,7 @@ class InventorySnapshot {
   int64_t NodeIndex(absl::string_view node_id) const;
   int64_t SliceIndex(absl::string_view name) const;
   // Every slice of a known shape whatever its state, by key. A slice's key
-  // only changes with labels that force a rebuild, so Apply() shares this
+  // only changes when its members change, so only such deltas copy this
   // map.
   const SliceKeyIndex& slices_by_key() const;
 

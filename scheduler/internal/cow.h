@@ -85,6 +85,12 @@ class CowBitset {
   int64_t count() const { return count_; }
   // Index of the first set bit >= from, or bits() when there is none.
   size_t NextSet(size_t from) const;
+  // This bitset over `bits` indexes after a renumbering: bit i moves to
+  // old_to_new[i] (dropped when -1). Indexes below `first_moved` keep their
+  // place (REQUIRES: old_to_new[i] == i there; old_to_new ascending where
+  // >= 0), so the chunks before it stay shared; costs O(bits - first_moved).
+  CowBitset Renumbered(const std::vector<int32_t>& old_to_new, size_t bits,
+                       size_t first_moved) const;
 
  private:
   CowArray<uint64_t, 6> words_;  // 64 words = 4096 bits per chunk

@@ -6,6 +6,8 @@
 #include "scheduler/internal/snapshot_writer.h"
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -102,15 +104,31 @@ class SnapshotWriter {
   }
 
   // --- Incremental edit ------------------------------------------------------
-  // Returns false (and does nothing) when the delta needs a full rebuild.
-  absl::StatusOr<bool> TryApply(const SnapshotDelta& delta) {
-    if (!delta.remove_node_ids.empty()) return false;
+  // Applies `delta` to the copy. A delta that adds or removes nodes or moves
+  // a node between slices runs in three steps (releases, the node set,
+  // allocations); any other in one.
+  absl::Status Apply(const SnapshotDelta& delta) {
+    if (!ChangesNodeSet(delta)) return ApplyInPlace(delta);
+    if (!delta.release_pg_ids.empty()) {
+      // First, so that a removed node may have held bundles of released PGs
+      // (as a rebuild would see it).
+      SnapshotDelta releases;
+      releases.release_pg_ids = delta.release_pg_ids;
+      RETURN_IF_ERROR(ApplyInPlace(releases));
+    }
+    RETURN_IF_ERROR(ChangeNodeSet(delta.upsert_nodes, delta.remove_node_ids));
+    if (delta.add_allocations.empty()) return absl::OkStatus();
+    SnapshotDelta allocations;
+    allocations.add_allocations = delta.add_allocations;
+    return ApplyInPlace(allocations);
+  }
+
+  // Edits the copy by a delta that keeps the node set and every node's slice
+  // (ChangesNodeSet() is false), in O(k log n) for k touched nodes.
+  absl::Status ApplyInPlace(const SnapshotDelta& delta) {
     std::vector<uint32_t> upserted;
     for (const Node& node : delta.upsert_nodes) {
-      const int64_t i = st_.NodeIndex(node.node_id);
-      if (i < 0) return false;
-      if (!SameSliceLabels(st_.node(i).node, node)) return false;
-      upserted.push_back(static_cast<uint32_t>(i));
+      upserted.push_back(static_cast<uint32_t>(st_.NodeIndex(node.node_id)));
     }
     // Validate allocations before touching anything.
     for (const Allocation& a : delta.add_allocations) {
@@ -158,7 +176,8 @@ class SnapshotWriter {
       IndexSlice(si, true);
     }
     for (uint32_t i : nodes) IndexNode(i, true);
-    return true;
+    st_.free_slices_ = free_map_;
+    return absl::OkStatus();
   }
 
   std::shared_ptr<const InventorySnapshot> Finish() {
@@ -169,6 +188,511 @@ class SnapshotWriter {
   InventorySnapshot& snap() { return *s_; }
 
  private:
+  using NodeEntry = InventorySnapshot::NodeEntry;
+  using SliceEntry = InventorySnapshot::SliceEntry;
+
+  // True when `delta` adds or removes nodes or changes a label that decides
+  // a node's slice (its index or its slice's membership move).
+  bool ChangesNodeSet(const SnapshotDelta& delta) const {
+    if (!delta.remove_node_ids.empty()) return true;
+    for (const Node& node : delta.upsert_nodes) {
+      const int64_t i = st_.NodeIndex(node.node_id);
+      if (i < 0 || !SameSliceLabels(st_.node(i).node, node)) return true;
+    }
+    return false;
+  }
+
+  // What a node-set change does, by old and new index.
+  struct NodePlan {
+    absl::btree_set<uint32_t> removed;                   // old indexes
+    std::vector<std::pair<uint32_t, const Node*>> replaced;  // old index
+    std::vector<const Node*> added;                      // sorted by id
+    // New index -> old index, or -1 - i for added[i].
+    std::vector<int64_t> source;
+    std::vector<int32_t> old_to_new;  // -1 when removed
+    uint32_t first_moved = 0;         // old indexes below keep their index
+  };
+
+  // Slices whose members change, re-derived, and the new slice order.
+  struct SlicePlan {
+    // Affected names -> the slice derived from their new members (nullopt
+    // when no member is left).
+    absl::btree_map<std::string, std::optional<SliceInfo>> derived;
+    std::vector<int64_t> source;      // new index -> old index or -1 - i
+    std::vector<const SliceInfo*> added;  // new names, sorted
+    std::vector<int32_t> old_to_new;  // -1 when gone
+    std::vector<bool> rederived;      // by new index
+    uint32_t first_moved = 0;         // old indexes below keep their index
+    bool moved = false;               // any index changes
+  };
+
+  // Checks upserts and removals, and lays out the new node order. Errors as
+  // InventorySnapshot::Apply().
+  absl::StatusOr<NodePlan> PlanNodes(const std::vector<Node>& upserts,
+                                     const std::vector<std::string>& removals) {
+    NodePlan plan;
+    absl::btree_map<std::string, const Node*> upserted;  // the last one wins
+    for (const Node& n : upserts) {
+      if (n.node_id.empty()) {
+        return absl::InvalidArgumentError("node_id must not be empty");
+      }
+      upserted[n.node_id] = &n;
+    }
+    for (const std::string& id : removals) {
+      const int64_t i = st_.NodeIndex(id);
+      const size_t dropped = upserted.erase(id);
+      if (i < 0 && dropped == 0) {
+        return absl::NotFoundError(
+            absl::StrCat("cannot remove unknown node ", id));
+      }
+      if (i < 0) continue;
+      if (!st_.node(i).allocations.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot remove node ", id, ": it still holds bundles"));
+      }
+      plan.removed.insert(static_cast<uint32_t>(i));
+    }
+    for (const auto& [id, node] : upserted) {
+      const int64_t i = st_.NodeIndex(id);
+      if (i >= 0) {
+        plan.replaced.emplace_back(static_cast<uint32_t>(i), node);
+      } else {
+        plan.added.push_back(node);
+      }
+    }
+    // Where each new id goes among the old ones: a binary search each, so
+    // only the merge below is linear, and it moves integers.
+    const uint32_t n = static_cast<uint32_t>(st_.num_nodes());
+    std::vector<uint32_t> insert_at;
+    insert_at.reserve(plan.added.size());
+    for (const Node* node : plan.added) {
+      uint32_t lo = 0, hi = n;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (st_.node(mid).node.node_id < node->node_id) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      insert_at.push_back(lo);
+    }
+    plan.old_to_new.assign(n, -1);
+    plan.source.reserve(n - plan.removed.size() + plan.added.size());
+    plan.first_moved = n;
+    size_t a = 0;
+    auto rm = plan.removed.begin();
+    for (uint32_t i = 0; i <= n; ++i) {
+      while (a < plan.added.size() && insert_at[a] == i) {
+        plan.source.push_back(-1 - static_cast<int64_t>(a++));
+      }
+      if (i == n) break;
+      if (rm != plan.removed.end() && *rm == i) {
+        ++rm;
+      } else {
+        plan.old_to_new[i] = static_cast<int32_t>(plan.source.size());
+        plan.source.push_back(i);
+      }
+      if (plan.first_moved == n && plan.old_to_new[i] != static_cast<int32_t>(i)) {
+        plan.first_moved = i;
+      }
+    }
+    return plan;
+  }
+
+  // Re-derives the slices any changed node leaves or joins, from their new
+  // members only, and lays out the new slice order.
+  SlicePlan PlanSlices(const NodePlan& nodes) {
+    SlicePlan plan;
+    auto note_old = [&](uint32_t i) {
+      const int32_t s = st_.node(i).slice;
+      if (s >= 0) plan.derived[st_.slice(s).info.name];
+    };
+    auto note_new = [&](const Node& node) {
+      std::string name = SliceNameOf(node);
+      if (!name.empty()) plan.derived[std::move(name)];
+    };
+    absl::flat_hash_set<uint32_t> changed(nodes.removed.begin(),
+                                          nodes.removed.end());
+    for (uint32_t i : nodes.removed) note_old(i);
+    for (const auto& [i, node] : nodes.replaced) {
+      note_old(i);
+      note_new(*node);
+      changed.insert(i);
+    }
+    for (const Node* node : nodes.added) note_new(*node);
+
+    absl::flat_hash_map<std::string, std::vector<const Node*>> members;
+    for (auto& [name, info] : plan.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (s < 0) continue;
+      for (uint32_t h : st_.slice(s).hosts) {
+        if (!changed.contains(h)) members[name].push_back(&st_.node(h).node);
+      }
+    }
+    for (const auto& [i, node] : nodes.replaced) {
+      std::string name = SliceNameOf(*node);
+      if (!name.empty()) members[name].push_back(node);
+    }
+    for (const Node* node : nodes.added) {
+      std::string name = SliceNameOf(*node);
+      if (!name.empty()) members[name].push_back(node);
+    }
+    for (auto& [name, info] : plan.derived) {
+      std::vector<SliceInfo> infos = DeriveSlices(members[name]);
+      if (!infos.empty()) info = std::move(infos[0]);
+    }
+
+    // The new order: old slices that stay, in place, and new names merged in.
+    const uint32_t count = static_cast<uint32_t>(st_.num_slices());
+    std::vector<uint32_t> insert_at;
+    for (const auto& [name, info] : plan.derived) {
+      if (!info.has_value() || st_.SliceIndex(name) >= 0) continue;
+      uint32_t lo = 0, hi = count;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (st_.slice(mid).info.name < name) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      insert_at.push_back(lo);
+      plan.added.push_back(&*info);
+    }
+    plan.old_to_new.assign(count, -1);
+    size_t a = 0;
+    for (uint32_t s = 0; s <= count; ++s) {
+      while (a < plan.added.size() && insert_at[a] == s) {
+        plan.source.push_back(-1 - static_cast<int64_t>(a++));
+        plan.rederived.push_back(true);
+      }
+      if (s == count) break;
+      auto it = plan.derived.find(st_.slice(s).info.name);
+      if (it != plan.derived.end() && !it->second.has_value()) continue;
+      plan.old_to_new[s] = static_cast<int32_t>(plan.source.size());
+      plan.source.push_back(s);
+      plan.rederived.push_back(it != plan.derived.end());
+    }
+    plan.first_moved = count;
+    for (uint32_t s = 0; s < count && plan.first_moved == count; ++s) {
+      if (plan.old_to_new[s] != static_cast<int32_t>(s)) plan.first_moved = s;
+    }
+    plan.moved = plan.first_moved < count || plan.source.size() != count;
+    return plan;
+  }
+
+  // Adds, removes and re-labels nodes without a rebuild: only the changed
+  // nodes' entries and labels and the slices they leave or join are made
+  // anew; other entries are shared, and the indexes that name nodes or
+  // slices by position are renumbered (integers and pointers, no strings).
+  // Errors as InventorySnapshot::Apply().
+  absl::Status ChangeNodeSet(const std::vector<Node>& upserts,
+                             const std::vector<std::string>& removals) {
+    ASSIGN_OR_RETURN(NodePlan nodes, PlanNodes(upserts, removals));
+    SlicePlan slices = PlanSlices(nodes);
+    free_map_ =
+        std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
+    for (const auto& [name, info] : slices.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (s >= 0) IndexSlice(static_cast<uint32_t>(s), false);
+    }
+    auto labels = EditLabels(nodes);
+    node_remap_ = nodes.old_to_new;
+    node_first_moved_ = nodes.first_moved;
+    InstallNodes(nodes);
+    InstallSlices(slices);
+    st_.label_index_ = std::move(labels);
+    RenumberSliceIndexes(slices);
+    RenumberRankSets(nodes);
+
+    // Re-index what changed: the re-derived slices and every host of them,
+    // and the changed nodes.
+    absl::btree_set<uint32_t> touched;
+    for (uint32_t q = 0; q < slices.source.size(); ++q) {
+      if (!slices.rederived[q]) continue;
+      RecountSlice(q);
+      IndexSlice(q, true);
+      AddSliceKey(q);
+      for (uint32_t h : st_.slice(q).hosts) touched.insert(h);
+    }
+    for (const auto& [i, node] : nodes.replaced) {
+      touched.insert(static_cast<uint32_t>(nodes.old_to_new[i]));
+    }
+    for (uint32_t p = 0; p < nodes.source.size(); ++p) {
+      if (nodes.source[p] < 0) touched.insert(p);
+    }
+    for (uint32_t p : touched) {
+      IndexNode(p, false);
+      IndexNode(p, true);
+    }
+    for (auto it = by_key_->begin(); it != by_key_->end();) {
+      it = it->second.empty() ? by_key_->erase(it) : std::next(it);
+    }
+    st_.slices_by_key_ = std::move(by_key_);
+    st_.free_slices_ = free_map_;
+    return absl::OkStatus();
+  }
+
+  // The label index after the change: posting lists renumbered where nodes
+  // moved, changed nodes' labels dropped and added; lists, value maps and
+  // keys nothing touches are shared. Reads the old node entries.
+  std::shared_ptr<const SnapshotState::LabelIndex> EditLabels(
+      const NodePlan& plan) {
+    struct Edit {
+      std::vector<uint32_t> add, drop;  // new indexes
+    };
+    absl::btree_map<std::string, absl::btree_map<std::string, Edit>> edits;
+    for (const auto& [i, node] : plan.replaced) {
+      const uint32_t p = static_cast<uint32_t>(plan.old_to_new[i]);
+      const Labels& before = st_.node(i).node.labels;
+      const Labels& after = node->labels;
+      for (const auto& [k, v] : before) {
+        auto it = after.find(k);
+        if (it == after.end() || it->second != v) edits[k][v].drop.push_back(p);
+      }
+      for (const auto& [k, v] : after) {
+        auto it = before.find(k);
+        if (it == before.end() || it->second != v) edits[k][v].add.push_back(p);
+      }
+    }
+    for (uint32_t p = 0; p < plan.source.size(); ++p) {
+      if (plan.source[p] >= 0) continue;
+      for (const auto& [k, v] : plan.added[-1 - plan.source[p]]->labels) {
+        edits[k][v].add.push_back(p);
+      }
+    }
+    const uint32_t n = static_cast<uint32_t>(st_.num_nodes());
+    const bool moved = plan.first_moved < n;
+    auto renumbered = [&](const SnapshotState::PostingList& list) {
+      return moved && !list.empty() && list.back() >= plan.first_moved;
+    };
+    auto make_list = [&](const SnapshotState::PostingList* old,
+                         const Edit* edit) {
+      SnapshotState::PostingList out;
+      if (old != nullptr) {
+        out.reserve(old->size() + (edit ? edit->add.size() : 0));
+        for (uint32_t i : *old) {
+          const int32_t to = moved ? plan.old_to_new[i] : int32_t(i);
+          if (to >= 0) out.push_back(static_cast<uint32_t>(to));
+        }
+      }
+      if (edit != nullptr) {
+        std::vector<uint32_t> drop = edit->drop, add = edit->add;
+        std::sort(drop.begin(), drop.end());
+        std::sort(add.begin(), add.end());
+        SnapshotState::PostingList kept;
+        std::set_difference(out.begin(), out.end(), drop.begin(), drop.end(),
+                            std::back_inserter(kept));
+        out.clear();
+        std::merge(kept.begin(), kept.end(), add.begin(), add.end(),
+                   std::back_inserter(out));
+      }
+      return out;
+    };
+    auto index = std::make_shared<SnapshotState::LabelIndex>();
+    for (const auto& [key, values] : *st_.label_index_) {
+      auto key_edits = edits.find(key);
+      bool touched = key_edits != edits.end();
+      for (auto it = values->begin(); !touched && it != values->end(); ++it) {
+        touched = renumbered(*it->second);
+      }
+      if (!touched) {
+        (*index)[key] = values;
+        continue;
+      }
+      auto vi = std::make_shared<SnapshotState::ValueIndex>();
+      for (const auto& [value, list] : *values) {
+        const Edit* edit = nullptr;
+        if (key_edits != edits.end()) {
+          auto e = key_edits->second.find(value);
+          if (e != key_edits->second.end()) edit = &e->second;
+        }
+        if (edit == nullptr && !renumbered(*list)) {
+          vi->emplace_hint(vi->end(), value, list);
+          continue;
+        }
+        SnapshotState::PostingList out = make_list(list.get(), edit);
+        if (!out.empty()) {
+          vi->emplace_hint(vi->end(), value,
+                           std::make_shared<const SnapshotState::PostingList>(
+                               std::move(out)));
+        }
+      }
+      if (key_edits != edits.end()) {
+        for (const auto& [value, edit] : key_edits->second) {
+          if (values->contains(value)) continue;
+          SnapshotState::PostingList out = make_list(nullptr, &edit);
+          if (!out.empty()) {
+            (*vi)[value] = std::make_shared<const SnapshotState::PostingList>(
+                std::move(out));
+          }
+        }
+      }
+      if (!vi->empty()) (*index)[key] = std::move(vi);
+    }
+    for (const auto& [key, key_edits] : edits) {
+      if (st_.label_index_->contains(key)) continue;
+      auto vi = std::make_shared<SnapshotState::ValueIndex>();
+      for (const auto& [value, edit] : key_edits) {
+        SnapshotState::PostingList out = make_list(nullptr, &edit);
+        if (!out.empty()) {
+          (*vi)[value] = std::make_shared<const SnapshotState::PostingList>(
+              std::move(out));
+        }
+      }
+      if (!vi->empty()) (*index)[key] = std::move(vi);
+    }
+    return index;
+  }
+
+  // Renumbers the free-slice bitsets and the slice key index after slices
+  // moved; re-derived slices leave the key index here and come back in
+  // AddSliceKey().
+  void RenumberSliceIndexes(const SlicePlan& plan) {
+    const size_t count = plan.source.size();
+    if (plan.moved) {
+      for (auto& [key, set] : *free_map_) {
+        set = std::make_shared<const CowBitset>(
+            set->Renumbered(plan.old_to_new, count, plan.first_moved));
+      }
+    }
+    by_key_ = std::make_shared<InventorySnapshot::SliceKeyIndex>();
+    for (const auto& [key, list] : *st_.slices_by_key_) {
+      std::vector<uint32_t>& out = (*by_key_)[key];
+      out.reserve(list.size());
+      for (uint32_t s : list) {
+        const int32_t to = plan.old_to_new[s];
+        if (to >= 0 && !plan.rederived[to]) out.push_back(to);
+      }
+    }
+  }
+
+  void AddSliceKey(uint32_t q) {
+    const SliceEntry& se = st_.slice(q);
+    if (!se.shape_known) return;
+    std::vector<uint32_t>& list = (*by_key_)[SliceKey{
+        se.shape.generation, se.shape.topology, se.tier, se.zone}];
+    list.insert(std::lower_bound(list.begin(), list.end(), q), q);
+  }
+
+  // Renumbers the rank bitsets after nodes moved.
+  void RenumberRankSets(const NodePlan& plan) {
+    const uint32_t n = static_cast<uint32_t>(plan.old_to_new.size());
+    if (plan.first_moved == n && plan.source.size() == n) return;
+    for (auto& per_kind : st_.rank_sets_) {
+      for (CowBitset& set : per_kind) {
+        set = set.Renumbered(plan.old_to_new, plan.source.size(),
+                             plan.first_moved);
+      }
+    }
+  }
+
+  // The new node table: shared entries for unchanged nodes, new ones for
+  // replaced and added nodes; the id map follows.
+  void InstallNodes(const NodePlan& plan) {
+    const size_t n2 = plan.source.size();
+    CowArray<std::shared_ptr<const NodeEntry>, 8> table(n2);
+    owned_nodes_.clear();
+    absl::flat_hash_map<uint32_t, const Node*> replaced(plan.replaced.begin(),
+                                                        plan.replaced.end());
+    for (uint32_t p = 0; p < n2; ++p) {
+      const int64_t src = plan.source[p];
+      std::shared_ptr<const NodeEntry>& slot = table.Mutable(p);
+      if (src >= 0) {
+        slot = st_.nodes_[src];
+        auto it = replaced.find(static_cast<uint32_t>(src));
+        if (it == replaced.end()) continue;
+        auto e = std::make_shared<NodeEntry>(*slot);
+        e->node = *it->second;
+        e->slice = -1;  // set again from the slice it is a host of
+        e->single_host = false;
+        e->free = e->node.resources;
+        for (const Allocation& a : e->allocations) {
+          for (const auto& [name, amount] : a.resources) e->free[name] -= amount;
+        }
+        e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+        slot = std::move(e);
+      } else {
+        auto e = std::make_shared<NodeEntry>();
+        e->node = *plan.added[-1 - src];
+        e->free = e->node.resources;
+        e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+        slot = std::move(e);
+      }
+      owned_nodes_.insert(p);
+    }
+    st_.nodes_ = std::move(table);
+    auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
+    ids->reserve(n2);
+    for (uint32_t p = 0; p < n2; ++p) (*ids)[st_.node(p).node.node_id] = p;
+    st_.node_ids_ = std::move(ids);
+  }
+
+  // The new slice table: new entries for re-derived slices, shared ones for
+  // the others (renumbered hosts when nodes moved), and every node's slice
+  // index.
+  void InstallSlices(const SlicePlan& plan) {
+    const size_t count = plan.source.size();
+    CowArray<std::shared_ptr<const SliceEntry>, 8> table(count);
+    owned_slices_.clear();
+    const std::vector<int32_t>& node_to_new = node_remap_;
+    const bool nodes_moved = node_first_moved_ < node_to_new.size();
+    for (uint32_t q = 0; q < count; ++q) {
+      const int64_t src = plan.source[q];
+      std::shared_ptr<const SliceEntry>& slot = table.Mutable(q);
+      if (!plan.rederived[q]) {
+        slot = st_.slices_[src];
+        if (!nodes_moved) continue;
+        bool moved = false;
+        for (uint32_t h : slot->hosts) moved |= node_to_new[h] != int32_t(h);
+        if (!moved) continue;
+        auto se = std::make_shared<SliceEntry>(*slot);
+        for (uint32_t& h : se->hosts) h = node_to_new[h];
+        slot = std::move(se);
+        owned_slices_.insert(q);
+        continue;
+      }
+      const std::string& name = src >= 0 ? st_.slice(src).info.name
+                                         : plan.added[-1 - src]->name;
+      auto se = std::make_shared<SliceEntry>();
+      se->info = *plan.derived.at(name);
+      for (const std::string& id : se->info.node_ids) {
+        if (!id.empty()) se->hosts.push_back(st_.node_ids_->at(id));
+      }
+      ResolveShape(*se);
+      slot = std::move(se);
+      owned_slices_.insert(q);
+    }
+    st_.slices_ = std::move(table);
+    if (plan.moved) {
+      auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
+      ids->reserve(count);
+      for (uint32_t q = 0; q < count; ++q) (*ids)[st_.slice(q).info.name] = q;
+      st_.slice_ids_ = std::move(ids);
+    }
+    // Each node's slice: renumbered, or the re-derived slice it is a host of
+    // (replaced nodes start with none).
+    for (uint32_t p = 0; plan.moved && p < st_.num_nodes(); ++p) {
+      const int32_t s = st_.node(p).slice;
+      if (s >= 0 && plan.old_to_new[s] != s) {
+        MutableNode(p).slice = plan.old_to_new[s];
+      }
+    }
+    for (uint32_t q = 0; q < count; ++q) {
+      if (!plan.rederived[q]) continue;
+      const SliceEntry& se = st_.slice(q);
+      const bool single = se.shape_known && se.shape.hosts == 1;
+      for (uint32_t h : se.hosts) {
+        const NodeEntry& e = st_.node(h);
+        if (e.slice == static_cast<int32_t>(q) && e.single_host == single) continue;
+        NodeEntry& m = MutableNode(h);
+        m.slice = static_cast<int32_t>(q);
+        m.single_host = single;
+      }
+    }
+  }
+
   // Node entries in node-id order and the id -> index map.
   struct NodeTable {
     std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>> entries;
@@ -510,6 +1034,11 @@ class SnapshotWriter {
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
   std::shared_ptr<SnapshotState::FreeSliceIndex> free_map_;
+  // Inside ChangeNodeSet(): old node index -> new, the first old index that
+  // moved, and the slice key index being rebuilt.
+  std::vector<int32_t> node_remap_;
+  size_t node_first_moved_ = 0;
+  std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
   std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
@@ -528,8 +1057,7 @@ absl::StatusOr<std::shared_ptr<const InventorySnapshot>> BuildSnapshot(
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>> ApplyInPlace(
     std::unique_ptr<InventorySnapshot> copy, const SnapshotDelta& delta) {
   SnapshotWriter writer(std::move(copy));
-  ASSIGN_OR_RETURN(bool applied, writer.TryApply(delta));
-  if (!applied) return std::shared_ptr<const InventorySnapshot>();
+  RETURN_IF_ERROR(writer.Apply(delta));
   return writer.Finish();
 }
 
