@@ -134,6 +134,20 @@ int64_t InventorySnapshot::NodeIndex(absl::string_view node_id) const {
   return state_->NodeIndex(node_id);
 }
 
+uint32_t InventorySnapshot::HostIndex(const SliceEntry& se, size_t w) const {
+  return state_->HostIndex(se, w);
+}
+
+std::vector<uint32_t> InventorySnapshot::HostIndexes(
+    const SliceEntry& se) const {
+  std::vector<uint32_t> out;
+  out.reserve(se.host_slots.size());
+  for (size_t w = 0; w < se.host_slots.size(); ++w) {
+    out.push_back(state_->HostIndex(se, w));
+  }
+  return out;
+}
+
 int64_t InventorySnapshot::SliceIndex(absl::string_view name) const {
   return state_->SliceIndex(name);
 }
@@ -182,10 +196,14 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
   }
   std::vector<uint32_t> out;
   if (have_positive) {
+    // Posting lists hold slots: the matches in index (id) order.
     const std::vector<uint32_t>& candidates = best != nullptr ? *best : merged;
-    for (uint32_t i : candidates) {
+    for (uint32_t slot : candidates) {
+      const uint32_t i = state_->IndexOfSlot(slot);
       if (Matches(selector, node(i).node.labels)) out.push_back(i);
     }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
   for (uint32_t i = 0; i < num_nodes(); ++i) {

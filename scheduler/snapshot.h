@@ -111,7 +111,9 @@ class InventorySnapshot {
     SliceInfo info;
     bool shape_known = false;
     TpuShape shape;               // valid when shape_known
-    std::vector<uint32_t> hosts;  // node indexes, worker-id order if intact
+    // The hosts' node slots (not indexes: see HostIndex()), worker-id order
+    // if intact.
+    std::vector<uint32_t> host_slots;
     std::string tier;
     std::string zone;
     int64_t allocated_hosts = 0;  // hosts holding any allocation
@@ -175,6 +177,12 @@ class InventorySnapshot {
   const SliceEntry& slice(uint32_t s) const;
   // -1 when unknown.
   int64_t NodeIndex(absl::string_view node_id) const;
+  // The node index of host w of a slice (se.host_slots[w]). Slices name
+  // their hosts by slot, which stays put while indexes move as nodes come
+  // and go. REQUIRES: w < se.host_slots.size().
+  uint32_t HostIndex(const SliceEntry& se, size_t w) const;
+  // All of a slice's hosts as node indexes, in host_slots order.
+  std::vector<uint32_t> HostIndexes(const SliceEntry& se) const;
   int64_t SliceIndex(absl::string_view name) const;
   // Every slice of a known shape whatever its state, by key. A slice's key
   // only changes when its members change, so only such deltas copy this

@@ -223,7 +223,7 @@ class BaselinePolicy : public Policy {
         const InventorySnapshot::SliceEntry& e = snap.slice(s);
         if (!e.info.intact || !e.free()) continue;
         bool ok = true;
-        for (uint32_t h : e.hosts) {
+        for (uint32_t h : snap.HostIndexes(e)) {
           const scheduler::Node& n = snap.node(h).node;
           ok = ok && n.state == scheduler::NodeState::kAlive &&
                scheduler::Matches(req.selector, n.labels) &&
@@ -244,7 +244,7 @@ class BaselinePolicy : public Policy {
     const std::vector<scheduler::Bundle> bundles = ExpandBundles(job);
     Placement p;
     for (int s = 0; s < req.num_slices; ++s) {
-      for (uint32_t h : snap.slice(candidates[s]).hosts) {
+      for (uint32_t h : snap.HostIndexes(snap.slice(candidates[s]))) {
         p.resources.push_back(bundles[p.nodes.size()].resources);
         p.nodes.push_back(h);
       }
@@ -297,7 +297,7 @@ class BaselinePolicy : public Policy {
       }
       const int tier = Tier(e);
       const int64_t size = tiered_.small_slices_first && tier == 2
-                               ? static_cast<int64_t>(snap.slice(e.slice).hosts.size())
+                               ? static_cast<int64_t>(snap.slice(e.slice).host_slots.size())
                                : 0;
       return {tier, tiered_.busy_first && !Busy(snap, i), size, i};
     };

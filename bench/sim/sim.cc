@@ -57,7 +57,7 @@ std::shared_ptr<const InventorySnapshot> Commit(
 // TPU chips held on the hosts of slice `s`.
 int64_t TpuHeld(const InventorySnapshot& snap, int32_t s) {
   int64_t held = 0;
-  for (uint32_t h : snap.slice(s).hosts) {
+  for (uint32_t h : snap.HostIndexes(snap.slice(s))) {
     held += Get(snap.node(h).node.resources, "TPU") - Get(snap.node(h).free, "TPU");
   }
   return held;
@@ -234,7 +234,7 @@ SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
       auto& [slices, whole, free_chips, whole_chips] = now[e.shape.pod_type];
       ++slices;
       int64_t chips = 0;
-      for (uint32_t h : e.hosts) chips += Get(snap->node(h).free, "TPU");
+      for (uint32_t h : snap->HostIndexes(e)) chips += Get(snap->node(h).free, "TPU");
       free_chips += chips;
       if (!e.free() && chips == e.shape.chips * scheduler::kResourceScale) {
         blocked_sum += e.shape.chips;
@@ -414,7 +414,7 @@ BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& ba
       const auto& e = empty->slice(s);
       if (!e.info.intact || !e.free()) continue;
       ++pool.free;
-      pool.labels = &empty->node(e.hosts[0]).node.labels;
+      pool.labels = &empty->node(empty->HostIndex(e, 0)).node.labels;
     }
     if (pool.free > 0) pools[{key.generation, key.topology}].push_back(pool);
   }

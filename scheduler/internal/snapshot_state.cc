@@ -9,8 +9,15 @@
 namespace sliced::scheduler::internal {
 
 int64_t SnapshotState::NodeIndex(absl::string_view node_id) const {
-  auto it = node_ids_->find(node_id);
-  return it == node_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  if (node_ids_.size() == 0) return -1;
+  const IdShard& shard = *node_ids_[IdShardOf(node_id)];
+  auto it = shard.find(node_id);
+  return it == shard.end() ? int64_t{-1}
+                           : int64_t{index_of_slot_[it->second]};
+}
+
+size_t SnapshotState::IdShardOf(absl::string_view node_id) {
+  return absl::Hash<absl::string_view>()(node_id) % kIdShards;
 }
 
 int64_t SnapshotState::SliceIndex(absl::string_view name) const {

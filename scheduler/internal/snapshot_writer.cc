@@ -79,7 +79,7 @@ class SnapshotWriter {
     for (uint32_t i = 0; i < n; ++i) {
       st_.nodes_.Mutable(i) = std::move(table.entries[i]);
     }
-    st_.node_ids_ = std::move(table.ids);
+    InstallIdentitySlots(n);
     InstallEmptyIndexes(n);
 
     std::sort(allocations.begin(), allocations.end(), AllocationLess);
@@ -154,7 +154,7 @@ class SnapshotWriter {
       if (st_.node(i).slice >= 0) slices.insert(st_.node(i).slice);
     }
     for (uint32_t si : slices) {
-      for (uint32_t h : st_.slice(si).hosts) nodes.insert(h);
+      for (uint32_t h : HostIndexes(st_.slice(si))) nodes.insert(h);
     }
 
     free_map_ =
@@ -326,7 +326,7 @@ class SnapshotWriter {
     for (auto& [name, info] : plan.derived) {
       const int64_t s = st_.SliceIndex(name);
       if (s < 0) continue;
-      for (uint32_t h : st_.slice(s).hosts) {
+      for (uint32_t h : HostIndexes(st_.slice(s))) {
         if (!changed.contains(h)) members[name].push_back(&st_.node(h).node);
       }
     }
@@ -384,9 +384,10 @@ class SnapshotWriter {
 
   // Adds, removes and re-labels nodes without a rebuild: only the changed
   // nodes' entries and labels and the slices they leave or join are made
-  // anew; other entries are shared, and the indexes that name nodes or
-  // slices by position are renumbered (integers and pointers, no strings).
-  // Errors as InventorySnapshot::Apply().
+  // anew; other entries are shared. Posting lists and slice hosts name nodes
+  // by slot, so only what names nodes by index is renumbered when indexes
+  // move: the node table (pointers), the slot <-> index arrays and the rank
+  // bitsets (integers). Errors as InventorySnapshot::Apply().
   absl::Status ChangeNodeSet(const std::vector<Node>& upserts,
                              const std::vector<std::string>& removals) {
     ASSIGN_OR_RETURN(NodePlan nodes, PlanNodes(upserts, removals));
@@ -397,12 +398,11 @@ class SnapshotWriter {
       const int64_t s = st_.SliceIndex(name);
       if (s >= 0) IndexSlice(static_cast<uint32_t>(s), false);
     }
-    auto labels = EditLabels(nodes);
-    node_remap_ = nodes.old_to_new;
-    node_first_moved_ = nodes.first_moved;
-    InstallNodes(nodes);
+    const uint32_t first_new_slot =
+        static_cast<uint32_t>(st_.index_of_slot_.size());
+    st_.label_index_ = EditLabels(nodes, first_new_slot);
+    InstallNodes(nodes, first_new_slot);
     InstallSlices(slices);
-    st_.label_index_ = std::move(labels);
     RenumberSliceIndexes(slices);
     RenumberRankSets(nodes);
 
@@ -414,7 +414,7 @@ class SnapshotWriter {
       RecountSlice(q);
       IndexSlice(q, true);
       AddSliceKey(q);
-      for (uint32_t h : st_.slice(q).hosts) touched.insert(h);
+      for (uint32_t h : HostIndexes(st_.slice(q))) touched.insert(h);
     }
     for (const auto& [i, node] : nodes.replaced) {
       touched.insert(static_cast<uint32_t>(nodes.old_to_new[i]));
@@ -434,114 +434,79 @@ class SnapshotWriter {
     return absl::OkStatus();
   }
 
-  // The label index after the change: posting lists renumbered where nodes
-  // moved, changed nodes' labels dropped and added; lists, value maps and
-  // keys nothing touches are shared. Reads the old node entries.
+  // The label index after the change: removed nodes' postings dropped,
+  // replaced nodes' changed labels moved, added nodes' labels added (added
+  // node a gets slot first_new_slot + a). Each touched posting list and
+  // value map is copied once; the rest is shared. Reads the old entries.
   std::shared_ptr<const SnapshotState::LabelIndex> EditLabels(
-      const NodePlan& plan) {
+      const NodePlan& plan, uint32_t first_new_slot) {
     struct Edit {
-      std::vector<uint32_t> add, drop;  // new indexes
+      std::vector<uint32_t> add, drop;  // slots
     };
     absl::btree_map<std::string, absl::btree_map<std::string, Edit>> edits;
+    for (uint32_t i : plan.removed) {
+      for (const auto& [k, v] : st_.node(i).node.labels) {
+        edits[k][v].drop.push_back(st_.SlotOf(i));
+      }
+    }
     for (const auto& [i, node] : plan.replaced) {
-      const uint32_t p = static_cast<uint32_t>(plan.old_to_new[i]);
+      const uint32_t slot = st_.SlotOf(i);
       const Labels& before = st_.node(i).node.labels;
       const Labels& after = node->labels;
       for (const auto& [k, v] : before) {
         auto it = after.find(k);
-        if (it == after.end() || it->second != v) edits[k][v].drop.push_back(p);
+        if (it == after.end() || it->second != v) {
+          edits[k][v].drop.push_back(slot);
+        }
       }
       for (const auto& [k, v] : after) {
         auto it = before.find(k);
-        if (it == before.end() || it->second != v) edits[k][v].add.push_back(p);
-      }
-    }
-    for (uint32_t p = 0; p < plan.source.size(); ++p) {
-      if (plan.source[p] >= 0) continue;
-      for (const auto& [k, v] : plan.added[-1 - plan.source[p]]->labels) {
-        edits[k][v].add.push_back(p);
-      }
-    }
-    const uint32_t n = static_cast<uint32_t>(st_.num_nodes());
-    const bool moved = plan.first_moved < n;
-    auto renumbered = [&](const SnapshotState::PostingList& list) {
-      return moved && !list.empty() && list.back() >= plan.first_moved;
-    };
-    auto make_list = [&](const SnapshotState::PostingList* old,
-                         const Edit* edit) {
-      SnapshotState::PostingList out;
-      if (old != nullptr) {
-        out.reserve(old->size() + (edit ? edit->add.size() : 0));
-        for (uint32_t i : *old) {
-          const int32_t to = moved ? plan.old_to_new[i] : int32_t(i);
-          if (to >= 0) out.push_back(static_cast<uint32_t>(to));
+        if (it == before.end() || it->second != v) {
+          edits[k][v].add.push_back(slot);
         }
       }
-      if (edit != nullptr) {
-        std::vector<uint32_t> drop = edit->drop, add = edit->add;
-        std::sort(drop.begin(), drop.end());
-        std::sort(add.begin(), add.end());
-        SnapshotState::PostingList kept;
-        std::set_difference(out.begin(), out.end(), drop.begin(), drop.end(),
-                            std::back_inserter(kept));
-        out.clear();
-        std::merge(kept.begin(), kept.end(), add.begin(), add.end(),
-                   std::back_inserter(out));
+    }
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
+      for (const auto& [k, v] : plan.added[a]->labels) {
+        edits[k][v].add.push_back(first_new_slot + a);
       }
+    }
+    auto edited = [](const SnapshotState::PostingList* old, Edit& edit) {
+      std::sort(edit.drop.begin(), edit.drop.end());
+      std::sort(edit.add.begin(), edit.add.end());
+      SnapshotState::PostingList kept, out;
+      if (old != nullptr) {
+        std::set_difference(old->begin(), old->end(), edit.drop.begin(),
+                            edit.drop.end(), std::back_inserter(kept));
+      }
+      out.reserve(kept.size() + edit.add.size());
+      std::merge(kept.begin(), kept.end(), edit.add.begin(), edit.add.end(),
+                 std::back_inserter(out));
       return out;
     };
-    auto index = std::make_shared<SnapshotState::LabelIndex>();
-    for (const auto& [key, values] : *st_.label_index_) {
-      auto key_edits = edits.find(key);
-      bool touched = key_edits != edits.end();
-      for (auto it = values->begin(); !touched && it != values->end(); ++it) {
-        touched = renumbered(*it->second);
-      }
-      if (!touched) {
-        (*index)[key] = values;
-        continue;
-      }
-      auto vi = std::make_shared<SnapshotState::ValueIndex>();
-      for (const auto& [value, list] : *values) {
-        const Edit* edit = nullptr;
-        if (key_edits != edits.end()) {
-          auto e = key_edits->second.find(value);
-          if (e != key_edits->second.end()) edit = &e->second;
-        }
-        if (edit == nullptr && !renumbered(*list)) {
-          vi->emplace_hint(vi->end(), value, list);
-          continue;
-        }
-        SnapshotState::PostingList out = make_list(list.get(), edit);
-        if (!out.empty()) {
-          vi->emplace_hint(vi->end(), value,
-                           std::make_shared<const SnapshotState::PostingList>(
-                               std::move(out)));
-        }
-      }
-      if (key_edits != edits.end()) {
-        for (const auto& [value, edit] : key_edits->second) {
-          if (values->contains(value)) continue;
-          SnapshotState::PostingList out = make_list(nullptr, &edit);
-          if (!out.empty()) {
-            (*vi)[value] = std::make_shared<const SnapshotState::PostingList>(
-                std::move(out));
-          }
-        }
-      }
-      if (!vi->empty()) (*index)[key] = std::move(vi);
-    }
-    for (const auto& [key, key_edits] : edits) {
-      if (st_.label_index_->contains(key)) continue;
-      auto vi = std::make_shared<SnapshotState::ValueIndex>();
-      for (const auto& [value, edit] : key_edits) {
-        SnapshotState::PostingList out = make_list(nullptr, &edit);
-        if (!out.empty()) {
+    auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
+    for (auto& [key, key_edits] : edits) {
+      auto old_key = index->find(key);
+      auto vi = old_key == index->end()
+                    ? std::make_shared<SnapshotState::ValueIndex>()
+                    : std::make_shared<SnapshotState::ValueIndex>(
+                          *old_key->second);
+      for (auto& [value, edit] : key_edits) {
+        auto old_value = vi->find(value);
+        SnapshotState::PostingList out = edited(
+            old_value == vi->end() ? nullptr : old_value->second.get(), edit);
+        if (out.empty()) {
+          if (old_value != vi->end()) vi->erase(old_value);
+        } else {
           (*vi)[value] = std::make_shared<const SnapshotState::PostingList>(
               std::move(out));
         }
       }
-      if (!vi->empty()) (*index)[key] = std::move(vi);
+      if (vi->empty()) {
+        index->erase(key);
+      } else {
+        (*index)[key] = std::move(vi);
+      }
     }
     return index;
   }
@@ -588,69 +553,83 @@ class SnapshotWriter {
     }
   }
 
-  // The new node table: shared entries for unchanged nodes, new ones for
-  // replaced and added nodes; the id map follows.
-  void InstallNodes(const NodePlan& plan) {
+  // The new node table: shared entries for unchanged nodes (and shared
+  // chunks before the first index that moved), new ones for replaced and
+  // added nodes; then the slot <-> index arrays and the id shards.
+  void InstallNodes(const NodePlan& plan, uint32_t first_new_slot) {
     const size_t n2 = plan.source.size();
-    CowArray<std::shared_ptr<const NodeEntry>, 8> table(n2);
     owned_nodes_.clear();
     absl::flat_hash_map<uint32_t, const Node*> replaced(plan.replaced.begin(),
                                                         plan.replaced.end());
-    for (uint32_t p = 0; p < n2; ++p) {
+    CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
+    table.Resize(n2);
+    CowArray<uint32_t, 10> slots = st_.slot_of_index_;
+    slots.Resize(n2);
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, n2);
+    for (uint32_t p = from; p < n2; ++p) {
       const int64_t src = plan.source[p];
-      std::shared_ptr<const NodeEntry>& slot = table.Mutable(p);
-      if (src >= 0) {
-        slot = st_.nodes_[src];
-        auto it = replaced.find(static_cast<uint32_t>(src));
-        if (it == replaced.end()) continue;
-        auto e = std::make_shared<NodeEntry>(*slot);
-        e->node = *it->second;
-        e->slice = -1;  // set again from the slice it is a host of
-        e->single_host = false;
-        e->free = e->node.resources;
-        for (const Allocation& a : e->allocations) {
-          for (const auto& [name, amount] : a.resources) e->free[name] -= amount;
-        }
-        e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
-        slot = std::move(e);
-      } else {
-        auto e = std::make_shared<NodeEntry>();
-        e->node = *plan.added[-1 - src];
-        e->free = e->node.resources;
-        e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
-        slot = std::move(e);
+      table.Mutable(p) = src >= 0 ? st_.nodes_[src] : nullptr;
+      slots.Mutable(p) = src >= 0 ? st_.slot_of_index_[src]
+                                  : first_new_slot + uint32_t(-1 - src);
+    }
+    for (const auto& [i, node] : plan.replaced) {
+      std::shared_ptr<const NodeEntry>& slot =
+          table.Mutable(plan.old_to_new[i]);
+      auto e = std::make_shared<NodeEntry>(*slot);
+      e->node = *node;
+      e->slice = -1;  // set again from the slice it is a host of
+      e->single_host = false;
+      e->free = e->node.resources;
+      for (const Allocation& a : e->allocations) {
+        for (const auto& [name, amount] : a.resources) e->free[name] -= amount;
       }
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+      slot = std::move(e);
+      owned_nodes_.insert(plan.old_to_new[i]);
+    }
+    for (uint32_t p = from; p < n2; ++p) {
+      if (plan.source[p] >= 0) continue;
+      auto e = std::make_shared<NodeEntry>();
+      e->node = *plan.added[-1 - plan.source[p]];
+      e->free = e->node.resources;
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+      table.Mutable(p) = std::move(e);
       owned_nodes_.insert(p);
     }
+    // Slots: removed nodes free theirs, added nodes take new ones, and every
+    // node from the first moved index on learns its new index.
+    CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
+    indexes.Resize(first_new_slot + plan.added.size(),
+                   SnapshotState::kNoIndex);
+    for (uint32_t i : plan.removed) {
+      const uint32_t slot = st_.SlotOf(i);
+      indexes.Mutable(slot) = SnapshotState::kNoIndex;
+      const std::string& id = st_.node(i).node.node_id;
+      MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
+    }
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
+      const std::string& id = plan.added[a]->node_id;
+      MutableIdShard(SnapshotState::IdShardOf(id))[id] = first_new_slot + a;
+    }
+    for (uint32_t p = from; p < n2; ++p) indexes.Mutable(slots[p]) = p;
     st_.nodes_ = std::move(table);
-    auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
-    ids->reserve(n2);
-    for (uint32_t p = 0; p < n2; ++p) (*ids)[st_.node(p).node.node_id] = p;
-    st_.node_ids_ = std::move(ids);
+    st_.slot_of_index_ = std::move(slots);
+    st_.index_of_slot_ = std::move(indexes);
   }
 
   // The new slice table: new entries for re-derived slices, shared ones for
-  // the others (renumbered hosts when nodes moved), and every node's slice
-  // index.
+  // the others, and every node's slice index.
   void InstallSlices(const SlicePlan& plan) {
     const size_t count = plan.source.size();
-    CowArray<std::shared_ptr<const SliceEntry>, 8> table(count);
     owned_slices_.clear();
-    const std::vector<int32_t>& node_to_new = node_remap_;
-    const bool nodes_moved = node_first_moved_ < node_to_new.size();
+    CowArray<std::shared_ptr<const SliceEntry>, 8> table = st_.slices_;
+    table.Resize(count);
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
     for (uint32_t q = 0; q < count; ++q) {
+      if (q < from && !plan.rederived[q]) continue;
       const int64_t src = plan.source[q];
-      std::shared_ptr<const SliceEntry>& slot = table.Mutable(q);
       if (!plan.rederived[q]) {
-        slot = st_.slices_[src];
-        if (!nodes_moved) continue;
-        bool moved = false;
-        for (uint32_t h : slot->hosts) moved |= node_to_new[h] != int32_t(h);
-        if (!moved) continue;
-        auto se = std::make_shared<SliceEntry>(*slot);
-        for (uint32_t& h : se->hosts) h = node_to_new[h];
-        slot = std::move(se);
-        owned_slices_.insert(q);
+        table.Mutable(q) = st_.slices_[src];
         continue;
       }
       const std::string& name = src >= 0 ? st_.slice(src).info.name
@@ -658,10 +637,13 @@ class SnapshotWriter {
       auto se = std::make_shared<SliceEntry>();
       se->info = *plan.derived.at(name);
       for (const std::string& id : se->info.node_ids) {
-        if (!id.empty()) se->hosts.push_back(st_.node_ids_->at(id));
+        if (id.empty()) continue;
+        const SnapshotState::IdShard& shard =
+            *st_.node_ids_[SnapshotState::IdShardOf(id)];
+        se->host_slots.push_back(shard.at(id));
       }
       ResolveShape(*se);
-      slot = std::move(se);
+      table.Mutable(q) = std::move(se);
       owned_slices_.insert(q);
     }
     st_.slices_ = std::move(table);
@@ -683,9 +665,11 @@ class SnapshotWriter {
       if (!plan.rederived[q]) continue;
       const SliceEntry& se = st_.slice(q);
       const bool single = se.shape_known && se.shape.hosts == 1;
-      for (uint32_t h : se.hosts) {
+      for (uint32_t h : HostIndexes(se)) {
         const NodeEntry& e = st_.node(h);
-        if (e.slice == static_cast<int32_t>(q) && e.single_host == single) continue;
+        if (e.slice == static_cast<int32_t>(q) && e.single_host == single) {
+          continue;
+        }
         NodeEntry& m = MutableNode(h);
         m.slice = static_cast<int32_t>(q);
         m.single_host = single;
@@ -774,17 +758,59 @@ class SnapshotWriter {
       for (const std::string& id : se->info.node_ids) {
         if (id.empty()) continue;
         const uint32_t ni = table.ids->at(id);
-        se->hosts.push_back(ni);
+        se->host_slots.push_back(ni);  // a full build's slots are indexes
         table.entries[ni]->slice = static_cast<int32_t>(si);
       }
       ResolveShape(*se);
-      for (uint32_t h : se->hosts) {
+      for (uint32_t h : se->host_slots) {
         table.entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
       }
       (*slice_ids)[se->info.name] = si;
       st_.slices_.Mutable(si) = std::move(se);
     }
     st_.slice_ids_ = std::move(slice_ids);
+  }
+
+  std::vector<uint32_t> HostIndexes(const SliceEntry& se) const {
+    std::vector<uint32_t> out;
+    out.reserve(se.host_slots.size());
+    for (size_t w = 0; w < se.host_slots.size(); ++w) {
+      out.push_back(st_.HostIndex(se, w));
+    }
+    return out;
+  }
+
+  // After a full build: slot i is node i, and the id shards map ids to
+  // slots.
+  void InstallIdentitySlots(size_t n) {
+    st_.slot_of_index_ = CowArray<uint32_t, 10>(n);
+    st_.index_of_slot_ = CowArray<uint32_t, 10>(n);
+    std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
+    for (uint32_t i = 0; i < n; ++i) {
+      st_.slot_of_index_.Mutable(i) = i;
+      st_.index_of_slot_.Mutable(i) = i;
+      const std::string& id = st_.node(i).node.node_id;
+      shards[SnapshotState::IdShardOf(id)][id] = i;
+    }
+    st_.node_ids_ = CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>(
+        SnapshotState::kIdShards);
+    auto empty = std::make_shared<const SnapshotState::IdShard>();
+    for (size_t k = 0; k < shards.size(); ++k) {
+      st_.node_ids_.Mutable(k) =
+          shards[k].empty()
+              ? empty
+              : std::make_shared<const SnapshotState::IdShard>(
+                    std::move(shards[k]));
+    }
+  }
+
+  SnapshotState::IdShard& MutableIdShard(size_t shard) {
+    if (!owned_id_shards_.contains(shard)) {
+      st_.node_ids_.Mutable(shard) =
+          std::make_shared<SnapshotState::IdShard>(*st_.node_ids_[shard]);
+      owned_id_shards_.insert(shard);
+    }
+    return const_cast<SnapshotState::IdShard&>(*st_.node_ids_[shard]);
   }
 
   // Empty PG shards, rank bitsets over n nodes and free-slice index.
@@ -902,7 +928,7 @@ class SnapshotWriter {
 
   void UpsertInPlace(uint32_t i, const Node& node) {
     InventorySnapshot::NodeEntry& e = MutableNode(i);
-    UpdateLabelIndex(i, e.node.labels, node.labels);
+    UpdateLabelIndex(st_.SlotOf(i), e.node.labels, node.labels);
     e.node = node;
     e.free = node.resources;
     for (const Allocation& a : e.allocations) {
@@ -911,6 +937,7 @@ class SnapshotWriter {
     e.tpu = Amount(node.resources, std::string(kResourceTpu)) > 0;
   }
 
+  // Moves node slot i's postings from `before` to `after`.
   void UpdateLabelIndex(uint32_t i, const Labels& before, const Labels& after) {
     if (before == after) return;
     auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
@@ -954,7 +981,7 @@ class SnapshotWriter {
   void RecheckSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     std::vector<const Node*> hosts;
-    for (uint32_t h : old.hosts) hosts.push_back(&st_.node(h).node);
+    for (uint32_t h : HostIndexes(old)) hosts.push_back(&st_.node(h).node);
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     if (infos.size() == 1 && infos[0] == old.info) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
@@ -964,7 +991,7 @@ class SnapshotWriter {
   void RecountSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     int64_t allocated = 0, tpu_held = 0, cpu_held = 0;
-    for (uint32_t h : old.hosts) {
+    for (uint32_t h : HostIndexes(old)) {
       const std::vector<Allocation>& held = st_.node(h).allocations;
       if (!held.empty()) ++allocated;
       bool tpu = false, cpu = false;
@@ -974,9 +1001,9 @@ class SnapshotWriter {
       tpu_held += tpu ? 1 : 0;
       cpu_held += cpu ? 1 : 0;
     }
-    const uint32_t w0 = old.hosts.empty() ? 0 : old.hosts[0];
+    const uint32_t w0 = old.host_slots.empty() ? 0 : st_.HostIndex(old, 0);
     auto label = [&](absl::string_view key) -> std::string {
-      if (old.hosts.empty()) return "";
+      if (old.host_slots.empty()) return "";
       auto it = st_.node(w0).node.labels.find(key);
       return it == st_.node(w0).node.labels.end() ? "" : it->second;
     };
@@ -1034,13 +1061,11 @@ class SnapshotWriter {
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
   std::shared_ptr<SnapshotState::FreeSliceIndex> free_map_;
-  // Inside ChangeNodeSet(): old node index -> new, the first old index that
-  // moved, and the slice key index being rebuilt.
-  std::vector<int32_t> node_remap_;
-  size_t node_first_moved_ = 0;
+  // Inside ChangeNodeSet(): the slice key index being rebuilt.
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
+  absl::flat_hash_set<size_t> owned_id_shards_;
   std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
 };
 

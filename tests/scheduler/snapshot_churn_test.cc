@@ -130,7 +130,7 @@ std::string Observe(const InventorySnapshot& s,
                     " free=", se.free(), " tier=", se.tier, " zone=", se.zone,
                     " held=", se.allocated_hosts, "/", se.tpu_held_hosts, "/",
                     se.cpu_held_hosts, " hosts=");
-    for (uint32_t h : se.hosts) absl::StrAppend(&out, id(h), ",");
+    for (uint32_t h : s.HostIndexes(se)) absl::StrAppend(&out, id(h), ",");
     absl::StrAppend(&out, " ids=", absl::StrJoin(se.info.node_ids, ","),
                     " reason=", se.info.reason, "\n");
     auto got = s.GetSlice(se.info.name);
@@ -154,8 +154,11 @@ std::string Observe(const InventorySnapshot& s,
   for (const auto& [k, values] : st.label_index()) {
     for (const auto& [v, list] : *values) {
       EXPECT_TRUE(std::is_sorted(list->begin(), list->end()));
+      std::vector<uint32_t> indexes;
+      for (uint32_t slot : *list) indexes.push_back(st.IndexOfSlot(slot));
+      std::sort(indexes.begin(), indexes.end());
       absl::StrAppend(&out, "label ", k, "=", v, ":");
-      for (uint32_t i : *list) absl::StrAppend(&out, " ", id(i));
+      for (uint32_t i : indexes) absl::StrAppend(&out, " ", id(i));
       out += "\n";
     }
   }

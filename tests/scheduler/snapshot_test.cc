@@ -1,5 +1,6 @@
 #include "scheduler/snapshot.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -72,8 +73,12 @@ std::string Describe(const InventorySnapshot& s) {
   }
   for (const auto& [k, values] : StateOf(s).label_index()) {
     for (const auto& [v, list] : *values) {
+      // Posting lists hold node slots; show node indexes.
+      std::vector<uint32_t> indexes;
+      for (uint32_t slot : *list) indexes.push_back(StateOf(s).IndexOfSlot(slot));
+      std::sort(indexes.begin(), indexes.end());
       absl::StrAppend(&out, "label ", k, "=", v, ": ",
-                      absl::StrJoin(*list, ","), "\n");
+                      absl::StrJoin(indexes, ","), "\n");
     }
   }
   absl::StrAppend(&out, "allocations=", s.num_allocations(), "\n");
