@@ -52,8 +52,9 @@ class SnapshotState {
   using FreeSliceIndex =
       absl::btree_map<SliceKey, std::shared_ptr<const CowBitset>>;
   using PostingList = std::vector<uint32_t>;  // sorted node slots
-  using ValueIndex =
-      absl::btree_map<std::string, std::shared_ptr<const PostingList>>;
+  // A key's values, in copy-on-write chunks: ray.io/node-id alone has a
+  // value per node.
+  using ValueIndex = CowMap<std::shared_ptr<const PostingList>>;
   using LabelIndex =
       absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
   // PG id -> its allocations (sorted by bundle index), one shard.

@@ -496,10 +496,10 @@ class SnapshotWriter {
         SnapshotState::PostingList out = edited(
             old_value == vi->end() ? nullptr : old_value->second.get(), edit);
         if (out.empty()) {
-          if (old_value != vi->end()) vi->erase(old_value);
+          vi->Erase(value);
         } else {
-          (*vi)[value] = std::make_shared<const SnapshotState::PostingList>(
-              std::move(out));
+          vi->Set(value, std::make_shared<const SnapshotState::PostingList>(
+                             std::move(out)));
         }
       }
       if (vi->empty()) {
@@ -732,8 +732,8 @@ class SnapshotWriter {
     for (auto& [k, values] : labels) {
       auto vi = std::make_shared<SnapshotState::ValueIndex>();
       for (auto& [v, list] : values) {
-        (*vi)[v] =
-            std::make_shared<const SnapshotState::PostingList>(std::move(list));
+        vi->Set(v, std::make_shared<const SnapshotState::PostingList>(
+                       std::move(list)));
       }
       (*label_index)[k] = std::move(vi);
     }
@@ -943,21 +943,23 @@ class SnapshotWriter {
     auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
     auto edit = [&](const std::string& key, const std::string& value,
                     bool add) {
-      auto vi =
-          index->contains(key)
-              ? std::make_shared<SnapshotState::ValueIndex>(*(*index)[key])
-              : std::make_shared<SnapshotState::ValueIndex>();
-      auto list =
-          vi->contains(value)
-              ? std::make_shared<SnapshotState::PostingList>(*(*vi)[value])
-              : std::make_shared<SnapshotState::PostingList>();
+      auto old_key = index->find(key);
+      auto vi = old_key != index->end()
+                    ? std::make_shared<SnapshotState::ValueIndex>(
+                          *old_key->second)
+                    : std::make_shared<SnapshotState::ValueIndex>();
+      auto old_value = vi->find(value);
+      auto list = old_value != vi->end()
+                      ? std::make_shared<SnapshotState::PostingList>(
+                            *old_value->second)
+                      : std::make_shared<SnapshotState::PostingList>();
       auto pos = std::lower_bound(list->begin(), list->end(), i);
       if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
       if (!add && pos != list->end() && *pos == i) list->erase(pos);
       if (list->empty()) {
-        vi->erase(value);
+        vi->Erase(value);
       } else {
-        (*vi)[value] = std::move(list);
+        vi->Set(value, std::move(list));
       }
       if (vi->empty()) {
         index->erase(key);
