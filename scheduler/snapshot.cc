@@ -148,6 +148,10 @@ std::vector<uint32_t> InventorySnapshot::HostIndexes(
   return out;
 }
 
+int32_t InventorySnapshot::SliceIndexOf(const NodeEntry& e) const {
+  return state_->SliceOf(e);
+}
+
 int64_t InventorySnapshot::SliceIndex(absl::string_view name) const {
   return state_->SliceIndex(name);
 }

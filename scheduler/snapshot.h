@@ -102,7 +102,8 @@ class InventorySnapshot {
     Node node;
     ResourceSet free;  // total - allocations; < 0 if over-committed
     std::vector<Allocation> allocations;  // sorted by (pg_id, bundle_index)
-    int32_t slice = -1;                   // index into slices, -1 when none
+    // The slot of its slice (see SliceIndexOf()), -1 when none.
+    int32_t slice_slot = -1;
     bool tpu = false;                     // has a "TPU" resource
     bool single_host = false;             // its slice has one host
   };
@@ -183,6 +184,9 @@ class InventorySnapshot {
   uint32_t HostIndex(const SliceEntry& se, size_t w) const;
   // All of a slice's hosts as node indexes, in host_slots order.
   std::vector<uint32_t> HostIndexes(const SliceEntry& se) const;
+  // The index of a node's slice, -1 when it is in none. Nodes name their
+  // slice by slot, which stays put while slice indexes move.
+  int32_t SliceIndexOf(const NodeEntry& e) const;
   int64_t SliceIndex(absl::string_view name) const;
   // Every slice of a known shape whatever its state, by key. A slice's key
   // only changes when its members change, so only such deltas copy this

@@ -280,7 +280,8 @@ class BaselinePolicy : public Policy {
   // Whether the node (for a TPU host: its slice) already holds allocations.
   static bool Busy(const InventorySnapshot& snap, uint32_t i) {
     const InventorySnapshot::NodeEntry& e = snap.node(i);
-    return e.slice >= 0 ? !snap.slice(e.slice).free() : !e.allocations.empty();
+    const int32_t s = snap.SliceIndexOf(e);
+    return s >= 0 ? !snap.slice(s).free() : !e.allocations.empty();
   }
 
   // Tiered first-fit: a CPU-only gang is fitted on tier 0 alone, then tiers
@@ -297,7 +298,7 @@ class BaselinePolicy : public Policy {
       }
       const int tier = Tier(e);
       const int64_t size = tiered_.small_slices_first && tier == 2
-                               ? static_cast<int64_t>(snap.slice(e.slice).host_slots.size())
+                               ? static_cast<int64_t>(snap.slice(snap.SliceIndexOf(e)).host_slots.size())
                                : 0;
       return {tier, tiered_.busy_first && !Busy(snap, i), size, i};
     };

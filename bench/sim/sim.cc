@@ -72,10 +72,11 @@ const char* const kCpuBundleClasses[kNumCpuBundleClasses] = {
 
 int CpuBundleClass(const InventorySnapshot& snap, uint32_t node) {
   const InventorySnapshot::NodeEntry& e = snap.node(node);
-  if (!e.tpu || e.slice < 0) return 0;
+  const int32_t s = snap.SliceIndexOf(e);
+  if (!e.tpu || s < 0) return 0;
   const int base = e.single_host ? 1 : 4;
-  if (snap.slice(e.slice).free()) return base + 2;
-  return TpuHeld(snap, e.slice) > 0 ? base : base + 1;
+  if (snap.slice(s).free()) return base + 2;
+  return TpuHeld(snap, s) > 0 ? base : base + 1;
 }
 
 namespace {

@@ -82,6 +82,14 @@ class SnapshotState {
   uint32_t HostIndex(const SliceEntry& se, size_t w) const {
     return index_of_slot_[se.host_slots[w]];
   }
+  // Slices have slots too (NodeEntry::slice_slot); their index is their
+  // place in name order. -1 when the node is in no slice.
+  int32_t SliceOf(const NodeEntry& e) const {
+    return e.slice_slot < 0
+               ? -1
+               : static_cast<int32_t>(slice_index_of_slot_[e.slice_slot]);
+  }
+  uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
   // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
   const FreeSliceIndex& free_slices() const { return *free_slices_; }
@@ -109,7 +117,9 @@ class SnapshotState {
   CowArray<std::shared_ptr<const IdShard>, 6> node_ids_;  // by IdShardOf()
   CowArray<uint32_t, 10> slot_of_index_;
   CowArray<uint32_t, 10> index_of_slot_;  // kNoIndex for a free slot
-  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> slice_ids_;
+  CowArray<std::shared_ptr<const IdShard>, 6> slice_ids_;  // name -> slot
+  CowArray<uint32_t, 10> slice_slot_of_index_;
+  CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
   std::shared_ptr<const FreeSliceIndex> free_slices_;

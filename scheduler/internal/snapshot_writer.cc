@@ -151,7 +151,8 @@ class SnapshotWriter {
     }
     absl::btree_set<uint32_t> slices;
     for (uint32_t i : nodes) {
-      if (st_.node(i).slice >= 0) slices.insert(st_.node(i).slice);
+      const int32_t s = st_.SliceOf(st_.node(i));
+      if (s >= 0) slices.insert(s);
     }
     for (uint32_t si : slices) {
       for (uint32_t h : HostIndexes(st_.slice(si))) nodes.insert(h);
@@ -305,7 +306,7 @@ class SnapshotWriter {
   SlicePlan PlanSlices(const NodePlan& nodes) {
     SlicePlan plan;
     auto note_old = [&](uint32_t i) {
-      const int32_t s = st_.node(i).slice;
+      const int32_t s = st_.SliceOf(st_.node(i));
       if (s >= 0) plan.derived[st_.slice(s).info.name];
     };
     auto note_new = [&](const Node& node) {
@@ -577,7 +578,7 @@ class SnapshotWriter {
           table.Mutable(plan.old_to_new[i]);
       auto e = std::make_shared<NodeEntry>(*slot);
       e->node = *node;
-      e->slice = -1;  // set again from the slice it is a host of
+      e->slice_slot = -1;  // set again from the slice it is a host of
       e->single_host = false;
       e->free = e->node.resources;
       for (const Allocation& a : e->allocations) {
@@ -646,35 +647,61 @@ class SnapshotWriter {
       table.Mutable(q) = std::move(se);
       owned_slices_.insert(q);
     }
+    InstallSliceSlots(plan);
     st_.slices_ = std::move(table);
-    if (plan.moved) {
-      auto ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
-      ids->reserve(count);
-      for (uint32_t q = 0; q < count; ++q) (*ids)[st_.slice(q).info.name] = q;
-      st_.slice_ids_ = std::move(ids);
-    }
-    // Each node's slice: renumbered, or the re-derived slice it is a host of
-    // (replaced nodes start with none).
-    for (uint32_t p = 0; plan.moved && p < st_.num_nodes(); ++p) {
-      const int32_t s = st_.node(p).slice;
-      if (s >= 0 && plan.old_to_new[s] != s) {
-        MutableNode(p).slice = plan.old_to_new[s];
-      }
-    }
+    // Hosts of re-derived slices name them by slot (replaced nodes start
+    // with none); other nodes keep theirs, whatever index it has now.
     for (uint32_t q = 0; q < count; ++q) {
       if (!plan.rederived[q]) continue;
       const SliceEntry& se = st_.slice(q);
       const bool single = se.shape_known && se.shape.hosts == 1;
+      const int32_t slot = static_cast<int32_t>(st_.SliceSlotOf(q));
       for (uint32_t h : HostIndexes(se)) {
         const NodeEntry& e = st_.node(h);
-        if (e.slice == static_cast<int32_t>(q) && e.single_host == single) {
-          continue;
-        }
+        if (e.slice_slot == slot && e.single_host == single) continue;
         NodeEntry& m = MutableNode(h);
-        m.slice = static_cast<int32_t>(q);
+        m.slice_slot = slot;
         m.single_host = single;
       }
     }
+  }
+
+  // Slice slots after a change: slices that are gone free theirs, new ones
+  // take new slots, and every slice from the first moved index on learns
+  // its new index. Reads the old slot arrays; runs before the new slice
+  // table is installed.
+  void InstallSliceSlots(const SlicePlan& plan) {
+    const size_t count = plan.source.size();
+    const uint32_t first_new =
+        static_cast<uint32_t>(st_.slice_index_of_slot_.size());
+    CowArray<uint32_t, 10> slots = st_.slice_slot_of_index_;
+    slots.Resize(count);
+    CowArray<uint32_t, 10> indexes = st_.slice_index_of_slot_;
+    indexes.Resize(first_new + plan.added.size(), SnapshotState::kNoIndex);
+    for (const auto& [name, info] : plan.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (info.has_value() || s < 0) continue;
+      indexes.Mutable(st_.SliceSlotOf(static_cast<uint32_t>(s))) =
+          SnapshotState::kNoIndex;
+      MutableShard(st_.slice_ids_, owned_slice_id_shards_,
+                   SnapshotState::IdShardOf(name))
+          .erase(name);
+    }
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
+      const std::string& name = plan.added[a]->name;
+      MutableShard(st_.slice_ids_, owned_slice_id_shards_,
+                   SnapshotState::IdShardOf(name))[name] = first_new + a;
+    }
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
+    for (uint32_t q = from; q < count; ++q) {
+      const int64_t src = plan.source[q];
+      const uint32_t slot = src >= 0 ? st_.SliceSlotOf(src)
+                                     : first_new + uint32_t(-1 - src);
+      slots.Mutable(q) = slot;
+      indexes.Mutable(slot) = q;
+    }
+    st_.slice_slot_of_index_ = std::move(slots);
+    st_.slice_index_of_slot_ = std::move(indexes);
   }
 
   // Node entries in node-id order and the id -> index map.
@@ -747,8 +774,6 @@ class SnapshotWriter {
     ptrs.reserve(table.entries.size());
     for (const auto& e : table.entries) ptrs.push_back(&e->node);
     std::vector<SliceInfo> infos = DeriveSlices(ptrs);
-    auto slice_ids =
-        std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
     st_.slices_ =
         CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
             infos.size());
@@ -759,16 +784,25 @@ class SnapshotWriter {
         if (id.empty()) continue;
         const uint32_t ni = table.ids->at(id);
         se->host_slots.push_back(ni);  // a full build's slots are indexes
-        table.entries[ni]->slice = static_cast<int32_t>(si);
+        table.entries[ni]->slice_slot = static_cast<int32_t>(si);
       }
       ResolveShape(*se);
       for (uint32_t h : se->host_slots) {
         table.entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
       }
-      (*slice_ids)[se->info.name] = si;
       st_.slices_.Mutable(si) = std::move(se);
     }
-    st_.slice_ids_ = std::move(slice_ids);
+    // Slice slots: as for nodes, slot == index after a full build.
+    st_.slice_slot_of_index_ = CowArray<uint32_t, 10>(infos.size());
+    st_.slice_index_of_slot_ = CowArray<uint32_t, 10>(infos.size());
+    std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
+    for (uint32_t si = 0; si < infos.size(); ++si) {
+      st_.slice_slot_of_index_.Mutable(si) = si;
+      st_.slice_index_of_slot_.Mutable(si) = si;
+      const std::string& name = st_.slice(si).info.name;
+      shards[SnapshotState::IdShardOf(name)][name] = si;
+    }
+    st_.slice_ids_ = MakeIdShards(std::move(shards));
   }
 
   std::vector<uint32_t> HostIndexes(const SliceEntry& se) const {
@@ -792,25 +826,37 @@ class SnapshotWriter {
       const std::string& id = st_.node(i).node.node_id;
       shards[SnapshotState::IdShardOf(id)][id] = i;
     }
-    st_.node_ids_ = CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>(
-        SnapshotState::kIdShards);
+    st_.node_ids_ = MakeIdShards(std::move(shards));
+  }
+
+  static CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>
+  MakeIdShards(std::vector<SnapshotState::IdShard> shards) {
+    CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6> out(
+        shards.size());
     auto empty = std::make_shared<const SnapshotState::IdShard>();
     for (size_t k = 0; k < shards.size(); ++k) {
-      st_.node_ids_.Mutable(k) =
-          shards[k].empty()
-              ? empty
-              : std::make_shared<const SnapshotState::IdShard>(
-                    std::move(shards[k]));
+      out.Mutable(k) = shards[k].empty()
+                           ? empty
+                           : std::make_shared<const SnapshotState::IdShard>(
+                                 std::move(shards[k]));
     }
+    return out;
+  }
+
+  // Shard `shard` of a node-id or slice-name map, copied on first write.
+  static SnapshotState::IdShard& MutableShard(
+      CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>& shards,
+      absl::flat_hash_set<size_t>& owned, size_t shard) {
+    if (!owned.contains(shard)) {
+      shards.Mutable(shard) =
+          std::make_shared<SnapshotState::IdShard>(*shards[shard]);
+      owned.insert(shard);
+    }
+    return const_cast<SnapshotState::IdShard&>(*shards[shard]);
   }
 
   SnapshotState::IdShard& MutableIdShard(size_t shard) {
-    if (!owned_id_shards_.contains(shard)) {
-      st_.node_ids_.Mutable(shard) =
-          std::make_shared<SnapshotState::IdShard>(*st_.node_ids_[shard]);
-      owned_id_shards_.insert(shard);
-    }
-    return const_cast<SnapshotState::IdShard&>(*st_.node_ids_[shard]);
+    return MutableShard(st_.node_ids_, owned_id_shards_, shard);
   }
 
   // Empty PG shards, rank bitsets over n nodes and free-slice index.
@@ -1068,6 +1114,7 @@ class SnapshotWriter {
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
   absl::flat_hash_set<size_t> owned_id_shards_;
+  absl::flat_hash_set<size_t> owned_slice_id_shards_;
   std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
 };
 

@@ -92,7 +92,9 @@ std::string Observe(const InventorySnapshot& s,
     EXPECT_EQ(s.NodeIndex(e.node.node_id), i);
     absl::StrAppend(&out, id(i), " state=", NodeStateName(e.node.state),
                     " slice=",
-                    e.slice < 0 ? "-" : s.slice(e.slice).info.name,
+                    s.SliceIndexOf(e) < 0
+                        ? "-"
+                        : s.slice(s.SliceIndexOf(e)).info.name,
                     " single=", e.single_host, " tpu=", e.tpu, " rank=",
                     st.Rank(BundleKind::kCpuOnly, i), "/",
                     st.Rank(BundleKind::kTpu, i), " sets=");

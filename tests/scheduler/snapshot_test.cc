@@ -43,7 +43,7 @@ std::string Describe(const InventorySnapshot& s) {
   for (uint32_t i = 0; i < s.num_nodes(); ++i) {
     const auto& e = s.node(i);
     absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
-                    " slice=", e.slice,
+                    " slice=", s.SliceIndexOf(e),
                     " rank=", StateOf(s).Rank(BundleKind::kCpuOnly, i), "/",
                     StateOf(s).Rank(BundleKind::kTpu, i), " free=");
     for (const auto& [k, v] : e.free) absl::StrAppend(&out, k, ":", v, ",");
