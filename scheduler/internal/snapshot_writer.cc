@@ -1,5 +1,6 @@
 // SnapshotWriter: builds an InventorySnapshot's state from scratch, or edits
-// a copy of it by a delta in O(k log n); see snapshot_writer.h.
+// a copy of it by a delta: placements and releases in O(k log n), node
+// adds, removals and re-labels by ChangeNodeSet(); see snapshot_writer.h.
 //
 // Thread-safety: a writer owns its unpublished snapshot exclusively; it is
 // not thread-safe and lives inside one Build() or Apply() call.
