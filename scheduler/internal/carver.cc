@@ -357,7 +357,8 @@ SubsliceCapacity CapacityOf(const SnapshotState& snap,
   std::vector<char> free(cells.size(), 0);
   for (size_t c = 0; c < cells.size(); ++c) {
     if (cells[c] < 0) continue;
-    const InventorySnapshot::NodeEntry& e = snap.node(snap.HostIndex(se, cells[c]));
+    const InventorySnapshot::NodeEntry& e =
+        snap.node(snap.HostIndex(se, cells[c]));
     free[c] = TakesPlacements(e.node) &&
               Amount(e.free, TpuName()) >= Amount(e.node.resources, TpuName());
   }

@@ -141,8 +141,9 @@ class CowMap {
 
    private:
     friend class CowMap;
-    using Outer = typename absl::btree_map<
-        std::string, std::shared_ptr<const Chunk>>::const_iterator;
+    using Outer =
+        typename absl::btree_map<std::string,
+                                 std::shared_ptr<const Chunk>>::const_iterator;
     const_iterator(Outer outer, Outer outer_end,
                    typename Chunk::const_iterator inner)
         : outer_(outer), outer_end_(outer_end), inner_(inner) {}

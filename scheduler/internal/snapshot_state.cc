@@ -12,8 +12,7 @@ int64_t SnapshotState::NodeIndex(absl::string_view node_id) const {
   if (node_ids_.size() == 0) return -1;
   const IdShard& shard = *node_ids_[IdShardOf(node_id)];
   auto it = shard.find(node_id);
-  return it == shard.end() ? int64_t{-1}
-                           : int64_t{index_of_slot_[it->second]};
+  return it == shard.end() ? int64_t{-1} : int64_t{index_of_slot_[it->second]};
 }
 
 size_t SnapshotState::IdShardOf(absl::string_view node_id) {

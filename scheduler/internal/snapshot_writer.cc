@@ -206,9 +206,9 @@ class SnapshotWriter {
 
   // What a node-set change does, by old and new index.
   struct NodePlan {
-    absl::btree_set<uint32_t> removed;                   // old indexes
+    absl::btree_set<uint32_t> removed;                       // old indexes
     std::vector<std::pair<uint32_t, const Node*>> replaced;  // old index
-    std::vector<const Node*> added;                      // sorted by id
+    std::vector<const Node*> added;                          // sorted by id
     // New index -> old index, or -1 - i for added[i].
     std::vector<int64_t> source;
     std::vector<int32_t> old_to_new;  // -1 when removed
@@ -220,12 +220,12 @@ class SnapshotWriter {
     // Affected names -> the slice derived from their new members (nullopt
     // when no member is left).
     absl::btree_map<std::string, std::optional<SliceInfo>> derived;
-    std::vector<int64_t> source;      // new index -> old index or -1 - i
+    std::vector<int64_t> source;          // new index -> old index or -1 - i
     std::vector<const SliceInfo*> added;  // new names, sorted
-    std::vector<int32_t> old_to_new;  // -1 when gone
-    std::vector<bool> rederived;      // by new index
-    uint32_t first_moved = 0;         // old indexes below keep their index
-    bool moved = false;               // any index changes
+    std::vector<int32_t> old_to_new;      // -1 when gone
+    std::vector<bool> rederived;          // by new index
+    uint32_t first_moved = 0;             // old indexes below keep their index
+    bool moved = false;                   // any index changes
   };
 
   // Checks upserts and removals, and lays out the new node order. Errors as
@@ -295,7 +295,8 @@ class SnapshotWriter {
         plan.old_to_new[i] = static_cast<int32_t>(plan.source.size());
         plan.source.push_back(i);
       }
-      if (plan.first_moved == n && plan.old_to_new[i] != static_cast<int32_t>(i)) {
+      if (plan.first_moved == n &&
+          plan.old_to_new[i] != static_cast<int32_t>(i)) {
         plan.first_moved = i;
       }
     }
@@ -489,10 +490,10 @@ class SnapshotWriter {
     auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
     for (auto& [key, key_edits] : edits) {
       auto old_key = index->find(key);
-      auto vi = old_key == index->end()
-                    ? std::make_shared<SnapshotState::ValueIndex>()
-                    : std::make_shared<SnapshotState::ValueIndex>(
-                          *old_key->second);
+      auto vi =
+          old_key == index->end()
+              ? std::make_shared<SnapshotState::ValueIndex>()
+              : std::make_shared<SnapshotState::ValueIndex>(*old_key->second);
       for (auto& [value, edit] : key_edits) {
         auto old_value = vi->find(value);
         SnapshotState::PostingList out = edited(
@@ -601,8 +602,7 @@ class SnapshotWriter {
     // Slots: removed nodes free theirs, added nodes take new ones, and every
     // node from the first moved index on learns its new index.
     CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
-    indexes.Resize(first_new_slot + plan.added.size(),
-                   SnapshotState::kNoIndex);
+    indexes.Resize(first_new_slot + plan.added.size(), SnapshotState::kNoIndex);
     for (uint32_t i : plan.removed) {
       const uint32_t slot = st_.SlotOf(i);
       indexes.Mutable(slot) = SnapshotState::kNoIndex;
@@ -634,8 +634,8 @@ class SnapshotWriter {
         table.Mutable(q) = st_.slices_[src];
         continue;
       }
-      const std::string& name = src >= 0 ? st_.slice(src).info.name
-                                         : plan.added[-1 - src]->name;
+      const std::string& name =
+          src >= 0 ? st_.slice(src).info.name : plan.added[-1 - src]->name;
       auto se = std::make_shared<SliceEntry>();
       se->info = *plan.derived.at(name);
       for (const std::string& id : se->info.node_ids) {
@@ -696,8 +696,8 @@ class SnapshotWriter {
     const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
     for (uint32_t q = from; q < count; ++q) {
       const int64_t src = plan.source[q];
-      const uint32_t slot = src >= 0 ? st_.SliceSlotOf(src)
-                                     : first_new + uint32_t(-1 - src);
+      const uint32_t slot =
+          src >= 0 ? st_.SliceSlotOf(src) : first_new + uint32_t(-1 - src);
       slots.Mutable(q) = slot;
       indexes.Mutable(slot) = q;
     }
@@ -991,15 +991,15 @@ class SnapshotWriter {
     auto edit = [&](const std::string& key, const std::string& value,
                     bool add) {
       auto old_key = index->find(key);
-      auto vi = old_key != index->end()
-                    ? std::make_shared<SnapshotState::ValueIndex>(
-                          *old_key->second)
-                    : std::make_shared<SnapshotState::ValueIndex>();
+      auto vi =
+          old_key != index->end()
+              ? std::make_shared<SnapshotState::ValueIndex>(*old_key->second)
+              : std::make_shared<SnapshotState::ValueIndex>();
       auto old_value = vi->find(value);
-      auto list = old_value != vi->end()
-                      ? std::make_shared<SnapshotState::PostingList>(
-                            *old_value->second)
-                      : std::make_shared<SnapshotState::PostingList>();
+      auto list =
+          old_value != vi->end()
+              ? std::make_shared<SnapshotState::PostingList>(*old_value->second)
+              : std::make_shared<SnapshotState::PostingList>();
       auto pos = std::lower_bound(list->begin(), list->end(), i);
       if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
       if (!add && pos != list->end() && *pos == i) list->erase(pos);

@@ -138,7 +138,8 @@ class Stitcher {
       const int y = static_cast<int>(c) / g[0] % g[1];
       const int z = static_cast<int>(c) / (g[0] * g[1]);
       const int64_t X = u * g[0] + x, Y = v * g[1] + y, Z = w * g[2] + z;
-      out.emplace_back(X + sg[0] * (Y + sg[1] * Z), snap_.HostIndex(se, cells[c]));
+      out.emplace_back(X + sg[0] * (Y + sg[1] * Z),
+                       snap_.HostIndex(se, cells[c]));
     }
     return out;
   }

@@ -90,14 +90,12 @@ std::string Observe(const InventorySnapshot& s,
   for (uint32_t i = 0; i < s.num_nodes(); ++i) {
     const auto& e = s.node(i);
     EXPECT_EQ(s.NodeIndex(e.node.node_id), i);
-    absl::StrAppend(&out, id(i), " state=", NodeStateName(e.node.state),
-                    " slice=",
-                    s.SliceIndexOf(e) < 0
-                        ? "-"
-                        : s.slice(s.SliceIndexOf(e)).info.name,
-                    " single=", e.single_host, " tpu=", e.tpu, " rank=",
-                    st.Rank(BundleKind::kCpuOnly, i), "/",
-                    st.Rank(BundleKind::kTpu, i), " sets=");
+    absl::StrAppend(
+        &out, id(i), " state=", NodeStateName(e.node.state), " slice=",
+        s.SliceIndexOf(e) < 0 ? "-" : s.slice(s.SliceIndexOf(e)).info.name,
+        " single=", e.single_host, " tpu=", e.tpu,
+        " rank=", st.Rank(BundleKind::kCpuOnly, i), "/",
+        st.Rank(BundleKind::kTpu, i), " sets=");
     for (int kind = 0; kind < 2; ++kind) {
       for (int r = 0; r < kNumRanks; ++r) {
         if (st.rank_set(static_cast<BundleKind>(kind), r).Test(i)) {
@@ -184,9 +182,8 @@ std::string Observe(const InventorySnapshot& s,
 std::string DecisionText(const Decision& d) {
   return absl::StrCat(OutcomeName(d.outcome), " ",
                       absl::StrJoin(d.bundle_nodes, ","), " ",
-                      absl::StrJoin(d.slice_names, ","), " p",
-                      d.priority_index, " f", d.fallback_index, " ",
-                      d.diagnosis.summary);
+                      absl::StrJoin(d.slice_names, ","), " p", d.priority_index,
+                      " f", d.fallback_index, " ", d.diagnosis.summary);
 }
 
 class ChurnGenerator {
@@ -217,7 +214,7 @@ class ChurnGenerator {
       bool labelled;
     };
     static const Shape kShapes[] = {
-        {"TPU-V6E", "4x4", 4, 4, true}, {"TPU-V6E", "2x4", 1, 8, false},
+        {"TPU-V6E", "4x4", 4, 4, true},  {"TPU-V6E", "2x4", 1, 8, false},
         {"TPU-V4", "2x2x2", 2, 4, true}, {"TPU-V5P", "2x2x1", 1, 4, true},
         {"TPU-V6E", "4x8", 8, 4, true},
     };
@@ -227,8 +224,8 @@ class ChurnGenerator {
     const std::string zone = Zone(), tier = Tier();
     std::vector<Node> hosts;
     for (int w = 0; w < shape.hosts; ++w) {
-      hosts.push_back(TpuHost(Id("h"), slice, shape.accelerator,
-                              shape.topology, w, shape.chips, zone, tier));
+      hosts.push_back(TpuHost(Id("h"), slice, shape.accelerator, shape.topology,
+                              w, shape.chips, zone, tier));
     }
     return hosts;
   }
@@ -304,9 +301,9 @@ class ChurnGenerator {
       case 0: {
         SliceRequirement slice;
         slice.generation = Coin() ? TpuGeneration::kV6e : TpuGeneration::kV4;
-        slice.topology =
-            slice.generation == TpuGeneration::kV6e ? (Coin() ? "4x4" : "2x4")
-                                                    : "2x2x2";
+        slice.topology = slice.generation == TpuGeneration::kV6e
+                             ? (Coin() ? "4x4" : "2x4")
+                             : "2x2x2";
         slice.num_slices = 1 + Int(2);
         if (Coin()) slice.selector = selectors[Int(4)];
         if (slice.generation == TpuGeneration::kV6e && Coin()) {
@@ -384,9 +381,9 @@ SnapshotDelta RandomDelta(ChurnGenerator& g, const InventorySnapshot& snap,
     auto it = n->labels.find(std::string(kLabelTpuSliceName));
     for (const auto& [id, m] : mirror.nodes) {
       auto mt = m.labels.find(std::string(kLabelTpuSliceName));
-      const bool same = id == n->node_id ||
-                        (it != n->labels.end() && mt != m.labels.end() &&
-                         mt->second == it->second && g.Coin());
+      const bool same =
+          id == n->node_id || (it != n->labels.end() && mt != m.labels.end() &&
+                               mt->second == it->second && g.Coin());
       if (same && !mirror.Busy(id)) delta.remove_node_ids.push_back(id);
     }
   } else if (op == 3) {  // re-label or change the state of 1-2 nodes
@@ -424,9 +421,9 @@ SnapshotDelta RandomDelta(ChurnGenerator& g, const InventorySnapshot& snap,
     }
     // Allocations on nodes that stay and that the release does not touch.
     for (Allocation& a : g.Allocate(snap, mirror)) {
-      bool removed = std::find(delta.remove_node_ids.begin(),
-                               delta.remove_node_ids.end(),
-                               a.node_id) != delta.remove_node_ids.end();
+      bool removed =
+          std::find(delta.remove_node_ids.begin(), delta.remove_node_ids.end(),
+                    a.node_id) != delta.remove_node_ids.end();
       bool upserted = false;
       for (const Node& u : delta.upsert_nodes) {
         upserted |= u.node_id == a.node_id;
@@ -453,8 +450,8 @@ TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
     for (int step = 0; step < 120; ++step) {
       SnapshotDelta delta = RandomDelta(g, *snap, mirror);
       auto next = snap->Apply(delta);
-      ASSERT_TRUE(next.ok()) << "seed " << seed << " step " << step << ": "
-                             << next.status();
+      ASSERT_TRUE(next.ok())
+          << "seed " << seed << " step " << step << ": " << next.status();
       mirror.Apply(delta);
       snap = *next;
       for (const Allocation& a : delta.add_allocations) pgs.push_back(a.pg_id);

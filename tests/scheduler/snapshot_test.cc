@@ -75,7 +75,8 @@ std::string Describe(const InventorySnapshot& s) {
     for (const auto& [v, list] : *values) {
       // Posting lists hold node slots; show node indexes.
       std::vector<uint32_t> indexes;
-      for (uint32_t slot : *list) indexes.push_back(StateOf(s).IndexOfSlot(slot));
+      for (uint32_t slot : *list)
+        indexes.push_back(StateOf(s).IndexOfSlot(slot));
       std::sort(indexes.begin(), indexes.end());
       absl::StrAppend(&out, "label ", k, "=", v, ": ",
                       absl::StrJoin(indexes, ","), "\n");
