@@ -109,7 +109,8 @@ class CowBitset {
 // hundred entries: copying the map copies one pointer per chunk, and a
 // write copies one chunk. The label index uses it for a key's values, where
 // one key (ray.io/node-id) has a value per node: adding a node must not
-// copy them all.
+// copy them all. As with CowArray, a copy owns none of its chunks, and a map
+// that has been copied (a published one) is not written again.
 template <typename V>
 class CowMap {
  public:

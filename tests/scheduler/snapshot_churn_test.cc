@@ -473,6 +473,62 @@ TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
   }
 }
 
+// At a size where every copy-on-write container spans several chunks (node
+// table, slot arrays, 4,096-bit bitset chunks, label values split many
+// times), adds at the front, middle and end of the id order and removals
+// still equal a full build.
+TEST(SnapshotChurnTest, LargeInventoryAcrossChunkBoundaries) {
+  ChurnGenerator g(2024);
+  Mirror mirror;
+  for (int i = 0; i < 4500; ++i) {
+    Node n = CpuNode(absl::StrCat("m", 10000 + i), 8, g.Zone(), g.Tier());
+    n.labels[std::string(kLabelNodeId)] = n.node_id;
+    mirror.nodes[n.node_id] = n;
+  }
+  for (int i = 0; i < 40; ++i) {
+    for (Node& n : g.NewSlice()) mirror.nodes[n.node_id] = n;
+  }
+  std::shared_ptr<const InventorySnapshot> snap = mirror.Build();
+  const char* kPrefixes[] = {"a", "m15", "z"};  // front, middle, end
+  for (int step = 0; step < 24; ++step) {
+    SnapshotDelta delta;
+    if (step % 3 == 2) {
+      int k = 0;
+      for (const auto& [id, n] : mirror.nodes) {
+        if (k++ % 997 == step % 997 && !mirror.Busy(id)) {
+          delta.remove_node_ids.push_back(id);
+        }
+      }
+    } else {
+      for (int i = 0; i < 1 + step % 5; ++i) {
+        Node n = CpuNode(absl::StrCat(kPrefixes[(step + i) % 3], "-", step,
+                                      "-", i));
+        n.labels[std::string(kLabelNodeId)] = n.node_id;
+        delta.upsert_nodes.push_back(std::move(n));
+      }
+      if (step % 4 == 0) {
+        for (Node& n : g.NewSlice()) delta.upsert_nodes.push_back(std::move(n));
+      }
+      delta.add_allocations = g.Allocate(*snap, mirror);
+    }
+    auto next = snap->Apply(delta);
+    ASSERT_TRUE(next.ok()) << "step " << step << ": " << next.status();
+    mirror.Apply(delta);
+    snap = *next;
+    std::shared_ptr<const InventorySnapshot> rebuilt = mirror.Build();
+    ASSERT_EQ(Observe(*snap, {"ghost"}, {}), Observe(*rebuilt, {"ghost"}, {}))
+        << "step " << step;
+    for (const auto& [id, n] : mirror.nodes) {
+      ASSERT_EQ(snap->NodeIndex(id), rebuilt->NodeIndex(id)) << id;
+    }
+    for (int r = 0; r < 4; ++r) {
+      const PlacementRequest request = g.Request();
+      ASSERT_TRUE(Solve(*snap, request) == Solve(*rebuilt, request))
+          << "step " << step << " request " << r;
+    }
+  }
+}
+
 // Errors leave the source untouched and match what a rebuild would refuse.
 TEST(SnapshotChurnTest, NodeChangeErrors) {
   ChurnGenerator g(99);
