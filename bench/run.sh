@@ -6,6 +6,14 @@
 #   bench/run.sh --quick    < 2 min; writes to build-bench/bench-quick/ only
 #   bench/run.sh --quick --record   quick, but record into bench/RESULTS.md
 #   bench/run.sh --head     measure a clean export of HEAD (a tree others edit)
+#   bench/run.sh --churn    only the churn scenario (issue 17): registration
+#                           of 10k/100k nodes in batches of 1,000, creates
+#                           quiet vs one node registering every 0.5 s;
+#                           rewrites only its section of bench/RESULTS.md
+#
+# With --churn: --daemon PATH measures another sliced binary (e.g. one built
+# at the branch point) and --section NAME picks the RESULTS.md section
+# (default churn), so a before and an after run sit side by side.
 #
 # Options: --no-build (use existing binaries), --render-only (rewrite the
 # Markdown from the last run's output, run nothing), --build-dir DIR
@@ -25,6 +33,9 @@ RECORD=1
 DO_BUILD=1
 RENDER_ONLY=0
 HEAD=0
+CHURN=0
+DAEMON=
+CHURN_SECTION=churn
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) QUICK=1 ;;
@@ -33,7 +44,10 @@ while [[ $# -gt 0 ]]; do
     --render-only) RENDER_ONLY=1; DO_BUILD=0 ;;
     --head) HEAD=1 ;;
     --build-dir) BUILD=$2; shift ;;
-    *) echo "usage: bench/run.sh [--quick [--record]] [--head] [--no-build] [--render-only] [--build-dir DIR]" >&2; exit 2 ;;
+    --churn) CHURN=1 ;;
+    --daemon) DAEMON=$2; DAEMON_ARG=$2; shift ;;
+    --section) CHURN_SECTION=$2; shift ;;
+    *) echo "usage: bench/run.sh [--quick [--record]] [--head] [--no-build] [--render-only] [--build-dir DIR] [--churn [--daemon PATH] [--section NAME]]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -78,6 +92,47 @@ if [[ $RECORD == 0 ]]; then OUT=$BUILD/bench-quick; else OUT=$ROOT/bench/results
 mkdir -p "$OUT"
 MODE=()
 [[ $QUICK == 1 ]] && MODE=(--quick)
+
+if [[ $CHURN == 1 ]]; then
+  # Only the churn scenario, into its own files and RESULTS.md section.
+  DAEMON=${DAEMON:-$BUILD/server/sliced}
+  LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+  START=$(date -u '+%Y-%m-%d %H:%M UTC')
+  SECONDS=0
+  CHURN_OUT=$(mktemp -d)
+  echo "== sliced_load --parts=churn ${MODE[*]:-} ($DAEMON)" >&2
+  "$BUILD/bench/sliced_load" "${MODE[@]}" --parts=churn --daemon="$DAEMON" \
+    --work_dir="${TMPDIR:-/tmp}" --out_dir="$CHURN_OUT" >/dev/null
+  ELAPSED=$SECONDS
+  LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+  cp "$CHURN_OUT/churn.md" "$OUT/$CHURN_SECTION.md"
+  cp "$CHURN_OUT/churn.json" "$OUT/$CHURN_SECTION.json"
+  rm -rf "$CHURN_OUT"
+  COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
+  git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
+  RESULTS=$ROOT/bench/RESULTS.md
+  [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
+  CMD="bench/run.sh --churn${MODE:+ --quick}"
+  [[ -n ${DAEMON_ARG:-} ]] && CMD="$CMD --daemon $DAEMON_ARG"
+  python3 - "$RESULTS" "$OUT/$CHURN_SECTION.md" "$CHURN_SECTION" "$CMD" "$START" \
+    "$ELAPSED" "$COMMIT" "$(nproc)" "$LOAD_START" "$LOAD_END" "$DAEMON" <<'PY'
+import re, sys
+(results, body_path, name, cmd, start, elapsed, commit, ncpu, load_start,
+ load_end, daemon) = sys.argv[1:]
+body = open(body_path).read()
+head = (f"**Command**: `{cmd} --section {name}` (daemon `{daemon}`). **Run**: {start}, "
+        f"{int(elapsed)//60} min {int(elapsed)%60} s, tree at commit {commit}, {ncpu} cores. "
+        f"Load average (1/5/15 min) {load_start} at the start, {load_end} at the end.\n\n")
+section = (f"<!-- bench/run.sh:BEGIN {name} -->\n## Churn: {name} (sliced_load --parts=churn)\n\n"
+           f"{head}{body.rstrip()}\n<!-- bench/run.sh:END {name} -->\n")
+text = open(results).read()
+pattern = re.compile(rf"<!-- bench/run.sh:BEGIN {re.escape(name)} -->.*?<!-- bench/run.sh:END {re.escape(name)} -->\n", re.S)
+text = pattern.sub(lambda m: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+open(results, "w").write(text)
+print(f"wrote {results}", file=sys.stderr)
+PY
+  exit 0
+fi
 
 if [[ $RENDER_ONLY == 0 ]]; then
   LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -206,6 +261,7 @@ sections = [
     ("harness", "Harness: summary (bench/run.sh)", summary),
     ("load", "End to end over gRPC (sliced_load)", read("load.md")),
     ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
+    ("churn", "Churn: node registrations while placing (sliced_load)", read("churn.md")),
     ("solver-scaling", "Solver latency on generated fleets (sliced_sim)", read("sim_scaling.md")),
     ("quality", "Placement quality (sliced_sim)", quality),
     ("quality-mixed", None, mixed),

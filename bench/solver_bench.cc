@@ -386,7 +386,55 @@ void BM_ApplyNodeStateChange(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyNodeStateChange)->Apply(ClusterSizes);
 
-// Full build (restart, or a delta that adds/removes nodes).
+// Node churn (issue 17): one node added, as a delta. "front" sorts before
+// every node id (every node index moves), "back" after them all (none
+// moves).
+void ApplyAddNode(benchmark::State& state, const std::string& prefix) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  int64_t i = 0;
+  for (auto _ : state) {
+    Node n;
+    n.node_id = absl::StrCat(prefix, i++);
+    n.labels = {{"ray.io/node-id", n.node_id}};
+    n.resources = {{"CPU", 32 * kResourceScale}};
+    SnapshotDelta delta;
+    delta.upsert_nodes = {std::move(n)};
+    auto next = snap.Apply(delta);
+    benchmark::DoNotOptimize(next);
+  }
+}
+void BM_ApplyAddNodeFront(benchmark::State& state) {
+  ApplyAddNode(state, "!churn-");
+}
+BENCHMARK(BM_ApplyAddNodeFront)->Apply(ClusterSizes);
+void BM_ApplyAddNodeBack(benchmark::State& state) {
+  ApplyAddNode(state, "~churn-");
+}
+BENCHMARK(BM_ApplyAddNodeBack)->Apply(ClusterSizes);
+
+// Node churn: one free CPU-only node removed.
+void BM_ApplyRemoveNode(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  std::vector<std::string> free_ids;
+  for (uint32_t i = 0; i < snap.num_nodes() && free_ids.size() < 1000; ++i) {
+    const auto& e = snap.node(i);
+    if (!e.tpu && e.allocations.empty()) free_ids.push_back(e.node.node_id);
+  }
+  if (free_ids.empty()) {
+    state.SkipWithError("no free CPU node");
+    return;
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    SnapshotDelta delta;
+    delta.remove_node_ids = {free_ids[i++ % free_ids.size()]};
+    auto next = snap.Apply(delta);
+    benchmark::DoNotOptimize(next);
+  }
+}
+BENCHMARK(BM_ApplyRemoveNode)->Apply(ClusterSizes);
+
+// Full build (restart and load).
 void BM_Build(benchmark::State& state) {
   const Cluster& cluster = ClusterOf(state.range(0));
   std::vector<Node> nodes;

@@ -1,6 +1,5 @@
-// InventorySnapshot: construction (through SnapshotWriter,
-// internal/snapshot_writer.h), the full-rebuild path of Apply(), and the
-// queries; see snapshot.h.
+// InventorySnapshot: construction and Apply() (through SnapshotWriter,
+// internal/snapshot_writer.h) and the queries; see snapshot.h.
 //
 // Thread-safety: const methods are safe on a shared, published snapshot.
 #include "scheduler/snapshot.h"
@@ -8,8 +7,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/btree_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
@@ -53,57 +50,8 @@ std::shared_ptr<const InventorySnapshot> InventorySnapshot::Empty() {
 
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>>
 InventorySnapshot::Apply(const SnapshotDelta& delta) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const InventorySnapshot> edited,
-                   internal::ApplyInPlace(std::unique_ptr<InventorySnapshot>(
-                                              new InventorySnapshot(*this)),
-                                          delta));
-  if (edited != nullptr) return edited;
-  // Full rebuild: the node set or a slice's membership changes.
-  absl::btree_map<std::string, Node> nodes;
-  for (size_t i = 0; i < num_nodes(); ++i) {
-    nodes[node(i).node.node_id] = node(i).node;
-  }
-  for (const Node& n : delta.upsert_nodes) nodes[n.node_id] = n;
-  absl::flat_hash_set<std::string> released(delta.release_pg_ids.begin(),
-                                            delta.release_pg_ids.end());
-  std::vector<Allocation> allocations;
-  absl::flat_hash_set<std::string> busy;
-  for (size_t i = 0; i < num_nodes(); ++i) {
-    for (const Allocation& a : node(i).allocations) {
-      if (released.contains(a.pg_id)) continue;
-      allocations.push_back(a);
-      busy.insert(a.node_id);
-    }
-  }
-  for (const std::string& id : delta.remove_node_ids) {
-    if (!nodes.contains(id)) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot remove unknown node ", id));
-    }
-    if (busy.contains(id)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot remove node ", id, ": it still holds bundles"));
-    }
-    nodes.erase(id);
-  }
-  std::vector<Node> list;
-  list.reserve(nodes.size());
-  for (auto& [id, n] : nodes) list.push_back(std::move(n));
-  absl::flat_hash_set<std::string> added_on;
-  for (const Allocation& a : delta.add_allocations) {
-    allocations.push_back(a);
-    added_on.insert(a.node_id);
-  }
-  ASSIGN_OR_RETURN(auto next, Build(std::move(list), std::move(allocations)));
-  for (const std::string& id : added_on) {
-    for (const auto& [name, amount] : next->node(next->NodeIndex(id)).free) {
-      if (amount < 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "new allocations over-commit ", name, " on node ", id));
-      }
-    }
-  }
-  return next;
+  return internal::ApplyInPlace(
+      std::unique_ptr<InventorySnapshot>(new InventorySnapshot(*this)), delta);
 }
 
 absl::Status InventorySnapshot::CheckNotOverCommitted() const {
@@ -186,6 +134,24 @@ int64_t InventorySnapshot::NodeIndex(absl::string_view node_id) const {
   return state_->NodeIndex(node_id);
 }
 
+uint32_t InventorySnapshot::HostIndex(const SliceEntry& se, size_t w) const {
+  return state_->HostIndex(se, w);
+}
+
+std::vector<uint32_t> InventorySnapshot::HostIndexes(
+    const SliceEntry& se) const {
+  std::vector<uint32_t> out;
+  out.reserve(se.host_slots.size());
+  for (size_t w = 0; w < se.host_slots.size(); ++w) {
+    out.push_back(state_->HostIndex(se, w));
+  }
+  return out;
+}
+
+int32_t InventorySnapshot::SliceIndexOf(const NodeEntry& e) const {
+  return state_->SliceOf(e);
+}
+
 int64_t InventorySnapshot::SliceIndex(absl::string_view name) const {
   return state_->SliceIndex(name);
 }
@@ -234,10 +200,14 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
   }
   std::vector<uint32_t> out;
   if (have_positive) {
+    // Posting lists hold slots: the matches in index (id) order.
     const std::vector<uint32_t>& candidates = best != nullptr ? *best : merged;
-    for (uint32_t i : candidates) {
+    for (uint32_t slot : candidates) {
+      const uint32_t i = state_->IndexOfSlot(slot);
       if (Matches(selector, node(i).node.labels)) out.push_back(i);
     }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
   for (uint32_t i = 0; i < num_nodes(); ++i) {

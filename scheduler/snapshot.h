@@ -19,9 +19,11 @@
 // Everything lives in copy-on-write chunks shared between snapshots:
 // Apply(delta) copies only the chunks the delta touches, so deriving the next
 // snapshot after a placement costs O(k log n) for k touched nodes, not O(n).
-// A delta that adds or removes nodes, or changes a node's slice membership
-// labels, falls back to a full rebuild (O(n log n)); registrations come in
-// batches, placements one by one.
+// A delta that adds, removes or re-labels nodes is a delta too (issue 17):
+// only the changed nodes and the slices they leave or join are derived
+// again; the indexes that name nodes and slices by position are renumbered
+// when positions move (integers and pointers, no per-node strings). Build()
+// is for load and restart.
 //
 // Thread-safety: immutable after Build()/Apply(); share freely through
 // std::shared_ptr<const InventorySnapshot>. Apply() does not modify `this`.
@@ -100,7 +102,8 @@ class InventorySnapshot {
     Node node;
     ResourceSet free;  // total - allocations; < 0 if over-committed
     std::vector<Allocation> allocations;  // sorted by (pg_id, bundle_index)
-    int32_t slice = -1;                   // index into slices, -1 when none
+    // The slot of its slice (see SliceIndexOf()), -1 when none.
+    int32_t slice_slot = -1;
     bool tpu = false;                     // has a "TPU" resource
     bool single_host = false;             // its slice has one host
   };
@@ -109,7 +112,9 @@ class InventorySnapshot {
     SliceInfo info;
     bool shape_known = false;
     TpuShape shape;               // valid when shape_known
-    std::vector<uint32_t> hosts;  // node indexes, worker-id order if intact
+    // The hosts' node slots (not indexes: see HostIndex()), worker-id order
+    // if intact.
+    std::vector<uint32_t> host_slots;
     std::string tier;
     std::string zone;
     int64_t allocated_hosts = 0;  // hosts holding any allocation
@@ -173,9 +178,18 @@ class InventorySnapshot {
   const SliceEntry& slice(uint32_t s) const;
   // -1 when unknown.
   int64_t NodeIndex(absl::string_view node_id) const;
+  // The node index of host w of a slice (se.host_slots[w]). Slices name
+  // their hosts by slot, which stays put while indexes move as nodes come
+  // and go. REQUIRES: w < se.host_slots.size().
+  uint32_t HostIndex(const SliceEntry& se, size_t w) const;
+  // All of a slice's hosts as node indexes, in host_slots order.
+  std::vector<uint32_t> HostIndexes(const SliceEntry& se) const;
+  // The index of a node's slice, -1 when it is in none. Nodes name their
+  // slice by slot, which stays put while slice indexes move.
+  int32_t SliceIndexOf(const NodeEntry& e) const;
   int64_t SliceIndex(absl::string_view name) const;
   // Every slice of a known shape whatever its state, by key. A slice's key
-  // only changes with labels that force a rebuild, so Apply() shares this
+  // only changes when its members change, so only such deltas copy this
   // map.
   const SliceKeyIndex& slices_by_key() const;
 

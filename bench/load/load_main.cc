@@ -11,18 +11,25 @@
 //    the nodes (RegisterNodes batches of 1,000), after creating nodes x
 //    --pgs_per_node placement groups; then kill -9 and restart, timing exec
 //    to the "serving on" line.
-// Writes DIR/load.json and the Markdown sections DIR/load.md and
-// DIR/scale.md. With --target=HOST:PORT it only runs (1) against that
+// 3. Churn (issue 17): per fleet size, a fresh daemon: the time to register
+//    the fleet in batches of 1,000, then create_remove phases (16 clients)
+//    alternating quiet and with one new node registering every 0.5 s,
+//    paired per repetition so each ratio comes from back-to-back phases.
+// Writes DIR/load.json and the Markdown sections DIR/load.md,
+// DIR/scale.md and DIR/churn.md (--parts picks which of 1-3 run). With --target=HOST:PORT it only runs (1) against that
 // daemon (no daemon CPU, no scaling). --check exits 1 when a phase made no
 // progress or more than 1 % of its RPCs failed.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -62,6 +69,12 @@ ABSL_FLAG(int, restarts, 0, "restarts timed per fleet size (default 3; quick 1)"
 ABSL_FLAG(std::string, work_dir, "/tmp", "where the daemons' temp data dirs go");
 ABSL_FLAG(std::string, out_dir, ".", "where the JSON and Markdown go");
 ABSL_FLAG(uint64_t, seed, 1, "fleet and client seed");
+ABSL_FLAG(std::string, parts, "throughput,scale,churn",
+          "which parts run: throughput, scale, churn");
+ABSL_FLAG(std::string, churn_nodes, "",
+          "fleet sizes for the churn runs (default 10000,100000; quick 1000)");
+ABSL_FLAG(double, churn_interval, 0.5, "seconds between churn registrations");
+ABSL_FLAG(int, churn_clients, 16, "closed-loop clients in the churn phases");
 ABSL_FLAG(bool, check, false, "exit 1 unless every phase made sane progress");
 
 namespace sliced::bench {
@@ -202,6 +215,160 @@ absl::StatusOr<ScalePoint> MeasureScale(const std::string& binary, int64_t nodes
   return p;
 }
 
+// The 1-minute load average, to record beside each figure.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return absl::StrCat(one, " ", five, " ", fifteen);
+}
+
+// One quiet phase and the churn phase run right after it.
+struct ChurnPair {
+  LoadResult quiet, churn;
+  std::vector<double> register_ms;  // each churn RegisterNodes call
+  std::string load_quiet, load_churn;
+};
+
+struct ChurnPoint {
+  int64_t nodes = 0;
+  double register_s = 0;
+  std::string load_register;
+  std::vector<ChurnPair> pairs;
+};
+
+// A CPU node like the fleet's; "churn-" sorts before "cpu-" and "s...", so
+// every one lands at the front of the node-id order (the most index shift).
+scheduler::Node ChurnNode(int64_t nodes, int64_t i) {
+  scheduler::Node n;
+  n.node_id = absl::StrFormat("churn-%d-%06d", nodes, i);
+  n.address = n.node_id + ".bench.internal";
+  n.labels = {{"ray.io/node-id", n.node_id},
+              {"ray.io/availability-zone", "us-central2-b"},
+              {"sliced.io/capacity-tier", "on-demand"}};
+  n.resources = {{"CPU", 32 * scheduler::kResourceScale},
+                 {"memory", int64_t{128'000'000'000} * scheduler::kResourceScale}};
+  return n;
+}
+
+// Registers a new node every `interval` seconds until `stop`; returns each
+// call's latency in ms.
+std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
+                                  int64_t nodes, int64_t& next, double interval,
+                                  const std::atomic<bool>& stop) {
+  auto stub = v1::Inventory::NewStub(channel);
+  std::vector<double> ms;
+  auto tick = Clock::now();
+  while (!stop.load()) {
+    v1::RegisterNodesRequest req;
+    *req.add_nodes() = ToProto(ChurnNode(nodes, next++));
+    v1::RegisterNodesResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    const auto t = Clock::now();
+    if (stub->RegisterNodes(&ctx, req, &resp).ok()) {
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+    }
+    tick += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
+    while (!stop.load() && Clock::now() < tick) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return ms;
+}
+
+absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes,
+                                        int reps, double duration) {
+  ChurnPoint p;
+  p.nodes = nodes;
+  const std::string dir = TempDir("churn");
+  auto daemon = DaemonProcess::Start(binary, dir, {"--heartbeat_timeout=0"});
+  if (!daemon.ok()) return daemon.status();
+  const Fleet fleet = GenerateFleet({nodes, absl::GetFlag(FLAGS_seed)});
+  auto channels = Channels((*daemon)->target(), 1);
+  auto side = Channels((*daemon)->target(), 2)[1];  // its own connection
+  p.load_register = LoadAverage();
+  const auto t0 = Clock::now();
+  if (absl::Status s = Register(channels[0], fleet); !s.ok()) return s;
+  p.register_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  DaemonProcess* d = daemon->get();
+  const DaemonProbe probe{[d] { return d->CpuSeconds(); }, nullptr};
+  int64_t next = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    LoadOptions lo;
+    lo.workload = "create_remove";
+    lo.clients = absl::GetFlag(FLAGS_churn_clients);
+    lo.duration_s = duration;
+    lo.warmup_s = absl::GetFlag(FLAGS_warmup);
+    lo.seed = absl::GetFlag(FLAGS_seed) + rep;
+    ChurnPair pair;
+    Progress("churn at %d nodes, rep %d/%d: quiet", nodes, rep + 1, reps);
+    pair.load_quiet = LoadAverage();
+    pair.quiet = RunClosedLoop(channels, lo, probe);
+    Progress("churn at %d nodes, rep %d/%d: one node every %.1f s", nodes, rep + 1,
+             reps, absl::GetFlag(FLAGS_churn_interval));
+    pair.load_churn = LoadAverage();
+    std::atomic<bool> stop{false};
+    std::thread churner([&] {
+      pair.register_ms = RegisterEvery(side, nodes, next,
+                                       absl::GetFlag(FLAGS_churn_interval), stop);
+    });
+    pair.churn = RunClosedLoop(channels, lo, probe);
+    stop = true;
+    churner.join();
+    p.pairs.push_back(std::move(pair));
+  }
+  (*daemon)->Stop(SIGTERM);
+  RemoveTree(dir);
+  RemoveTree(dir + ".log");
+  return p;
+}
+
+// The churn section: per size, registration time and the quiet/churn pairs.
+std::string ChurnMarkdown(const std::vector<ChurnPoint>& points, double duration) {
+  std::string md = absl::StrFormat(
+      "Per fleet size a fresh daemon (durable, `--heartbeat_timeout=0`): the "
+      "generated fleet registered in RegisterNodes batches of 1,000 (TPU "
+      "hosts first, then the CPU nodes, whose ids sort before every TPU "
+      "host's), then per repetition a quiet create_remove phase and right "
+      "after it the same phase while one new CPU node registers every %.1f s "
+      "(ids `churn-…`, sorting before every other node: each lands at the "
+      "front of the node order). %d closed-loop clients, %.1f s warm-up, "
+      "%.1f s measured per phase. Ratios are churn ÷ quiet of the same pair; "
+      "the bold figure is the median over the pairs. Load average (1/5/15 "
+      "min) read at the start of each phase.\n\n"
+      "| nodes | register (batches of 1,000) | rep | quiet ops/s, p99 ms | churn ops/s, p99 ms | ops ratio | p99 ratio | RegisterNodes(1) p50 / max ms | load (quiet; churn) |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+      absl::GetFlag(FLAGS_churn_interval), absl::GetFlag(FLAGS_churn_clients),
+      absl::GetFlag(FLAGS_warmup), duration);
+  for (const ChurnPoint& p : points) {
+    std::vector<double> ops_ratio, p99_ratio;
+    for (size_t i = 0; i < p.pairs.size(); ++i) {
+      const ChurnPair& c = p.pairs[i];
+      const double o = c.quiet.ops_per_s > 0 ? c.churn.ops_per_s / c.quiet.ops_per_s : 0;
+      const double l = c.quiet.p99_us > 0 ? c.churn.p99_us / c.quiet.p99_us : 0;
+      ops_ratio.push_back(o);
+      p99_ratio.push_back(l);
+      std::vector<double> reg = c.register_ms;
+      const double reg_max = reg.empty() ? 0 : *std::max_element(reg.begin(), reg.end());
+      absl::StrAppendFormat(
+          &md, "| %d | %s | %d | %.0f, %.1f | %.0f, %.1f | %.2f | %.2f | %.1f / %.1f (%d calls) | %s; %s |\n",
+          p.nodes,
+          i == 0 ? absl::StrFormat("%.1f s (load %s)", p.register_s, p.load_register)
+                 : std::string(""),
+          static_cast<int>(i + 1), c.quiet.ops_per_s, c.quiet.p99_us / 1000,
+          c.churn.ops_per_s, c.churn.p99_us / 1000, o, l, Median(reg), reg_max,
+          static_cast<int>(reg.size()), c.load_quiet, c.load_churn);
+    }
+    absl::StrAppendFormat(&md, "| %d | **median** | | | | **%.2f** | **%.2f** | | |\n",
+                          p.nodes, Median(ops_ratio), Median(p99_ratio));
+  }
+  md += "\nTargets (issue 17, DESIGN §7): registering 100k nodes ≤ 15 s; with churn, "
+        "creates at 100k nodes keep ≥ 90 % of the quiet throughput (ops ratio ≥ 0.90) "
+        "and p99 ≤ 2× quiet (p99 ratio ≤ 2).\n";
+  return md;
+}
+
 void WriteResultJson(JsonWriter& j, const LoadResult& r) {
   j.BeginObject().Key("workload").String(r.workload).Key("clients").Number(r.clients)
       .Key("ops").Number(r.ops).Key("errors").Number(r.errors)
@@ -238,6 +405,16 @@ int Main() {
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workloads), ',', absl::SkipEmpty())) {
     if (w != "health") workloads.emplace_back(w);
   }
+  std::string churn_flag = absl::GetFlag(FLAGS_churn_nodes);
+  if (churn_flag.empty()) churn_flag = quick ? "1000" : "10000,100000";
+  const std::vector<int64_t> churn_sizes = ParseList(churn_flag == "none" ? "" : churn_flag);
+  const std::string parts = absl::GetFlag(FLAGS_parts);
+  auto part = [&parts](absl::string_view name) {
+    for (absl::string_view p : absl::StrSplit(parts, ',', absl::SkipEmpty())) {
+      if (p == name) return true;
+    }
+    return false;
+  };
   const std::string binary = absl::GetFlag(FLAGS_daemon);
   std::string target = absl::GetFlag(FLAGS_target);
   if (binary.empty() && target.empty()) {
@@ -250,7 +427,8 @@ int Main() {
   // 1. Throughput against the health-check ceiling.
   std::unique_ptr<DaemonProcess> daemon;
   std::string dir;
-  if (target.empty()) {
+  const bool throughput = part("throughput");
+  if (throughput && target.empty()) {
     dir = TempDir("load");
     auto d = DaemonProcess::Start(binary, dir, {"--heartbeat_timeout=0"});
     if (!d.ok()) {
@@ -260,11 +438,15 @@ int Main() {
     daemon = *std::move(d);
     target = daemon->target();
   }
-  const auto channels = Channels(target, absl::GetFlag(FLAGS_connections));
-  const Fleet fleet = GenerateFleet({absl::GetFlag(FLAGS_fleet_nodes), absl::GetFlag(FLAGS_seed)});
-  if (absl::Status s = Register(channels[0], fleet); !s.ok()) {
-    std::fprintf(stderr, "sliced_load: %s\n", s.ToString().c_str());
-    return 1;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  if (throughput) channels = Channels(target, absl::GetFlag(FLAGS_connections));
+  if (throughput) {
+    const Fleet fleet =
+        GenerateFleet({absl::GetFlag(FLAGS_fleet_nodes), absl::GetFlag(FLAGS_seed)});
+    if (absl::Status s = Register(channels[0], fleet); !s.ok()) {
+      std::fprintf(stderr, "sliced_load: %s\n", s.ToString().c_str());
+      return 1;
+    }
   }
   DaemonProbe probe;
   if (daemon) {
@@ -292,7 +474,7 @@ int Main() {
     }
     return r;
   };
-  for (int rep = 0; rep < reps; ++rep) {
+  for (int rep = 0; throughput && rep < reps; ++rep) {
     for (int64_t c : client_counts) {
       if (workloads.empty()) results[c]["health"].push_back(run_phase("health", c, rep));
       for (const std::string& w : workloads) {
@@ -312,7 +494,7 @@ int Main() {
 
   // 2. Scaling and restart.
   std::vector<ScalePoint> scale;
-  if (!binary.empty()) {
+  if (!binary.empty() && part("scale")) {
     for (int64_t n : scale_sizes) {
       auto p = MeasureScale(binary, n);
       if (!p.ok()) {
@@ -322,6 +504,20 @@ int Main() {
       }
       sane = sane && p->pgs > 0 && p->pg_errors == 0;
       scale.push_back(*std::move(p));
+    }
+  }
+  // 3. Churn.
+  std::vector<ChurnPoint> churn;
+  if (!binary.empty() && part("churn")) {
+    for (int64_t n : churn_sizes) {
+      auto p = MeasureChurn(binary, n, reps, duration);
+      if (!p.ok()) {
+        std::fprintf(stderr, "sliced_load: churn at %d nodes: %s\n",
+                     static_cast<int>(n), p.status().ToString().c_str());
+        return 1;
+      }
+      for (const ChurnPair& c : p->pairs) sane = sane && Sane(c.quiet) && Sane(c.churn);
+      churn.push_back(*std::move(p));
     }
   }
   Progress("%s", "");
@@ -351,6 +547,22 @@ int Main() {
     j.EndArray().Key("create");
     WriteResultJson(j, p.create);
     j.EndObject();
+  }
+  j.EndArray().Key("churn").BeginArray();
+  for (const ChurnPoint& p : churn) {
+    j.BeginObject().Key("nodes").Number(p.nodes).Key("register_s").Number(p.register_s)
+        .Key("load_register").String(p.load_register).Key("pairs").BeginArray();
+    for (const ChurnPair& c : p.pairs) {
+      j.BeginObject().Key("load_quiet").String(c.load_quiet)
+          .Key("load_churn").String(c.load_churn).Key("register_ms").BeginArray();
+      for (double ms : c.register_ms) j.Number(ms);
+      j.EndArray().Key("quiet");
+      WriteResultJson(j, c.quiet);
+      j.Key("churn");
+      WriteResultJson(j, c.churn);
+      j.EndObject();
+    }
+    j.EndArray().EndObject();
   }
   j.EndArray().EndObject();
 
@@ -466,8 +678,13 @@ int Main() {
   std::vector<std::pair<std::string, std::string>> files = {
       {"load.json", j.str() + "\n"}, {"load.md", md}};
   if (!scale.empty()) files.emplace_back("scale.md", sc);
+  const std::string ch = churn.empty() ? "" : ChurnMarkdown(churn, duration);
+  if (!churn.empty()) files.emplace_back("churn.md", ch);
+  if (!throughput) files.erase(files.begin(), files.begin() + 2);  // no load.*
+  if (!throughput && !churn.empty()) files.emplace_back("churn.json", j.str() + "\n");
   if (!WriteOutputs(out_dir, files)) return 1;
-  std::printf("%s\n%s", md.c_str(), scale.empty() ? "" : sc.c_str());
+  std::printf("%s\n%s%s", throughput ? md.c_str() : "", scale.empty() ? "" : sc.c_str(),
+              ch.c_str());
   if (absl::GetFlag(FLAGS_check) && !sane) return 1;
   return 0;
 }

@@ -223,7 +223,7 @@ class BaselinePolicy : public Policy {
         const InventorySnapshot::SliceEntry& e = snap.slice(s);
         if (!e.info.intact || !e.free()) continue;
         bool ok = true;
-        for (uint32_t h : e.hosts) {
+        for (uint32_t h : snap.HostIndexes(e)) {
           const scheduler::Node& n = snap.node(h).node;
           ok = ok && n.state == scheduler::NodeState::kAlive &&
                scheduler::Matches(req.selector, n.labels) &&
@@ -244,7 +244,7 @@ class BaselinePolicy : public Policy {
     const std::vector<scheduler::Bundle> bundles = ExpandBundles(job);
     Placement p;
     for (int s = 0; s < req.num_slices; ++s) {
-      for (uint32_t h : snap.slice(candidates[s]).hosts) {
+      for (uint32_t h : snap.HostIndexes(snap.slice(candidates[s]))) {
         p.resources.push_back(bundles[p.nodes.size()].resources);
         p.nodes.push_back(h);
       }
@@ -280,7 +280,8 @@ class BaselinePolicy : public Policy {
   // Whether the node (for a TPU host: its slice) already holds allocations.
   static bool Busy(const InventorySnapshot& snap, uint32_t i) {
     const InventorySnapshot::NodeEntry& e = snap.node(i);
-    return e.slice >= 0 ? !snap.slice(e.slice).free() : !e.allocations.empty();
+    const int32_t s = snap.SliceIndexOf(e);
+    return s >= 0 ? !snap.slice(s).free() : !e.allocations.empty();
   }
 
   // Tiered first-fit: a CPU-only gang is fitted on tier 0 alone, then tiers
@@ -297,7 +298,7 @@ class BaselinePolicy : public Policy {
       }
       const int tier = Tier(e);
       const int64_t size = tiered_.small_slices_first && tier == 2
-                               ? static_cast<int64_t>(snap.slice(e.slice).hosts.size())
+                               ? static_cast<int64_t>(snap.slice(snap.SliceIndexOf(e)).host_slots.size())
                                : 0;
       return {tier, tiered_.busy_first && !Busy(snap, i), size, i};
     };

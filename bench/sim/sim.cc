@@ -57,7 +57,7 @@ std::shared_ptr<const InventorySnapshot> Commit(
 // TPU chips held on the hosts of slice `s`.
 int64_t TpuHeld(const InventorySnapshot& snap, int32_t s) {
   int64_t held = 0;
-  for (uint32_t h : snap.slice(s).hosts) {
+  for (uint32_t h : snap.HostIndexes(snap.slice(s))) {
     held += Get(snap.node(h).node.resources, "TPU") - Get(snap.node(h).free, "TPU");
   }
   return held;
@@ -72,10 +72,11 @@ const char* const kCpuBundleClasses[kNumCpuBundleClasses] = {
 
 int CpuBundleClass(const InventorySnapshot& snap, uint32_t node) {
   const InventorySnapshot::NodeEntry& e = snap.node(node);
-  if (!e.tpu || e.slice < 0) return 0;
+  const int32_t s = snap.SliceIndexOf(e);
+  if (!e.tpu || s < 0) return 0;
   const int base = e.single_host ? 1 : 4;
-  if (snap.slice(e.slice).free()) return base + 2;
-  return TpuHeld(snap, e.slice) > 0 ? base : base + 1;
+  if (snap.slice(s).free()) return base + 2;
+  return TpuHeld(snap, s) > 0 ? base : base + 1;
 }
 
 namespace {
@@ -234,7 +235,7 @@ SimResult ReplayWith(const Fleet& fleet, const std::vector<Job>& trace,
       auto& [slices, whole, free_chips, whole_chips] = now[e.shape.pod_type];
       ++slices;
       int64_t chips = 0;
-      for (uint32_t h : e.hosts) chips += Get(snap->node(h).free, "TPU");
+      for (uint32_t h : snap->HostIndexes(e)) chips += Get(snap->node(h).free, "TPU");
       free_chips += chips;
       if (!e.free() && chips == e.shape.chips * scheduler::kResourceScale) {
         blocked_sum += e.shape.chips;
@@ -414,7 +415,7 @@ BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& ba
       const auto& e = empty->slice(s);
       if (!e.info.intact || !e.free()) continue;
       ++pool.free;
-      pool.labels = &empty->node(e.hosts[0]).node.labels;
+      pool.labels = &empty->node(empty->HostIndex(e, 0)).node.labels;
     }
     if (pool.free > 0) pools[{key.generation, key.topology}].push_back(pool);
   }

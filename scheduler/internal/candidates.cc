@@ -24,8 +24,10 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
       for (const std::string& v : term.values) {
         auto it = key->second->find(v);
         if (it == key->second->end()) continue;
-        for (uint32_t i : *it->second)
+        for (uint32_t slot : *it->second) {
+          const uint32_t i = snap.IndexOfSlot(slot);
           term_bits[i >> 6] |= uint64_t{1} << (i & 63);
+        }
       }
     }
     const bool positive =

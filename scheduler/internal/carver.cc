@@ -187,7 +187,7 @@ class Carver {
     int64_t used_count = 0;
     for (size_t c = 0; c < cells.size(); ++c) {
       if (cells[c] < 0) continue;
-      const uint32_t h = se.hosts[cells[c]];
+      const uint32_t h = snap_.HostIndex(se, cells[c]);
       if (overlay_.Free(h, TpuName()) <
           Amount(snap_.node(h).node.resources, TpuName())) {
         used[c] = 1;
@@ -200,8 +200,8 @@ class Carver {
       // gives it.
       if (used_count > 0) return false;
       Box box;
-      for (size_t w = 0; w < se.hosts.size(); ++w) {
-        const uint32_t h = se.hosts[w];
+      for (size_t w = 0; w < se.host_slots.size(); ++w) {
+        const uint32_t h = snap_.HostIndex(se, w);
         if (!HostTakes(h, k, static_cast<int64_t>(w))) return false;
         box.nodes.push_back(h);
       }
@@ -233,7 +233,7 @@ class Carver {
     nodes.clear();
     return AllCells(grid, origin, box_, [&](int c) {
       if (cells[c] < 0 || used[c]) return false;
-      const uint32_t h = se.hosts[cells[c]];
+      const uint32_t h = snap_.HostIndex(se, cells[c]);
       if (!HostTakes(h, k, static_cast<int64_t>(nodes.size()))) return false;
       nodes.push_back(h);
       return true;
@@ -336,7 +336,7 @@ std::vector<int32_t> HostCells(const InventorySnapshot::SliceEntry& se) {
   const Grid grid = GridOf(se.shape.host_grid);
   std::vector<int32_t> cells(static_cast<size_t>(grid[0]) * grid[1] * grid[2],
                              -1);
-  for (size_t w = 0; w < se.hosts.size(); ++w) {
+  for (size_t w = 0; w < se.host_slots.size(); ++w) {
     int c = static_cast<int>(w);
     if (!se.info.positions_assumed && w < se.info.host_positions.size()) {
       auto at = ParseHostCoords(se.info.host_positions[w], se.shape.host_grid);
@@ -357,7 +357,8 @@ SubsliceCapacity CapacityOf(const SnapshotState& snap,
   std::vector<char> free(cells.size(), 0);
   for (size_t c = 0; c < cells.size(); ++c) {
     if (cells[c] < 0) continue;
-    const InventorySnapshot::NodeEntry& e = snap.node(se.hosts[cells[c]]);
+    const InventorySnapshot::NodeEntry& e =
+        snap.node(snap.HostIndex(se, cells[c]));
     free[c] = TakesPlacements(e.node) &&
               Amount(e.free, TpuName()) >= Amount(e.node.resources, TpuName());
   }

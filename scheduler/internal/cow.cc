@@ -21,6 +21,25 @@ void CowBitset::Set(size_t i, bool value) {
   }
 }
 
+CowBitset CowBitset::Renumbered(const std::vector<int32_t>& old_to_new,
+                                size_t bits, size_t first_moved) const {
+  CowBitset out(*this);
+  // Clear every word from the first moved index's on, then set the moved
+  // bits again at their new places.
+  const size_t from_word = first_moved >> 6;
+  for (size_t w = from_word; w < words_.size(); ++w) {
+    if (words_[w] == 0) continue;
+    out.count_ -= std::popcount(words_[w]);
+    out.words_.Mutable(w) = 0;
+  }
+  out.words_.Resize((bits + 63) / 64);
+  out.bits_ = bits;
+  for (size_t i = NextSet(from_word << 6); i < bits_; i = NextSet(i + 1)) {
+    if (old_to_new[i] >= 0) out.Set(static_cast<size_t>(old_to_new[i]), true);
+  }
+  return out;
+}
+
 size_t CowBitset::NextSet(size_t from) const {
   if (from >= bits_) return bits_;
   size_t w = from >> 6;

@@ -11,8 +11,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
 
 namespace sliced::scheduler::internal {
 
@@ -85,11 +92,171 @@ class CowBitset {
   int64_t count() const { return count_; }
   // Index of the first set bit >= from, or bits() when there is none.
   size_t NextSet(size_t from) const;
+  // This bitset over `bits` indexes after a renumbering: bit i moves to
+  // old_to_new[i] (dropped when -1). Indexes below `first_moved` keep their
+  // place (REQUIRES: old_to_new[i] == i there; old_to_new ascending where
+  // >= 0), so the chunks before it stay shared; costs O(bits - first_moved).
+  CowBitset Renumbered(const std::vector<int32_t>& old_to_new, size_t bits,
+                       size_t first_moved) const;
 
  private:
   CowArray<uint64_t, 6> words_;  // 64 words = 4096 bits per chunk
   size_t bits_ = 0;
   int64_t count_ = 0;
+};
+
+// An ordered map from string to V kept in copy-on-write chunks of a few
+// hundred entries: copying the map copies one pointer per chunk, and a
+// write copies one chunk. The label index uses it for a key's values, where
+// one key (ray.io/node-id) has a value per node: adding a node must not
+// copy them all. As with CowArray, a copy owns none of its chunks, and a map
+// that has been copied (a published one) is not written again.
+template <typename V>
+class CowMap {
+ public:
+  using Chunk = absl::btree_map<std::string, V>;
+  using value_type = typename Chunk::value_type;
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = typename Chunk::value_type;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const value_type*;
+    using reference = const value_type&;
+
+    const_iterator() = default;
+    reference operator*() const { return *inner_; }
+    pointer operator->() const { return &*inner_; }
+    const_iterator& operator++() {
+      if (++inner_ == outer_->second->end()) {
+        ++outer_;
+        if (outer_ != outer_end_) inner_ = outer_->second->begin();
+      }
+      return *this;
+    }
+    friend bool operator==(const const_iterator& a, const const_iterator& b) {
+      return a.outer_ == b.outer_ &&
+             (a.outer_ == a.outer_end_ || a.inner_ == b.inner_);
+    }
+
+   private:
+    friend class CowMap;
+    using Outer =
+        typename absl::btree_map<std::string,
+                                 std::shared_ptr<const Chunk>>::const_iterator;
+    const_iterator(Outer outer, Outer outer_end,
+                   typename Chunk::const_iterator inner)
+        : outer_(outer), outer_end_(outer_end), inner_(inner) {}
+    Outer outer_, outer_end_;
+    typename Chunk::const_iterator inner_;
+  };
+
+  CowMap() = default;
+  CowMap(const CowMap& other) : chunks_(other.chunks_), size_(other.size_) {}
+  CowMap& operator=(const CowMap& other) {
+    chunks_ = other.chunks_;
+    size_ = other.size_;
+    owned_.clear();
+    return *this;
+  }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const_iterator begin() const {
+    return chunks_.empty() ? end()
+                           : const_iterator(chunks_.begin(), chunks_.end(),
+                                            chunks_.begin()->second->begin());
+  }
+  const_iterator end() const {
+    return const_iterator(chunks_.end(), chunks_.end(), {});
+  }
+  const_iterator find(absl::string_view key) const {
+    auto outer = ChunkFor(key);
+    if (outer == chunks_.end()) return end();
+    auto inner = outer->second->find(key);
+    if (inner == outer->second->end()) return end();
+    return const_iterator(outer, chunks_.end(), inner);
+  }
+  bool contains(absl::string_view key) const { return find(key) != end(); }
+
+  // Inserts or replaces. Only the single writer of an unpublished snapshot
+  // calls Set() and Erase().
+  void Set(const std::string& key, V value) {
+    auto outer = ChunkFor(key);
+    if (outer == chunks_.end()) {
+      auto chunk = std::make_shared<Chunk>();
+      chunk->emplace(key, std::move(value));
+      owned_.insert(chunk.get());
+      chunks_.emplace(key, std::move(chunk));
+      ++size_;
+      return;
+    }
+    Chunk& chunk = MutableChunk(outer);
+    auto [it, fresh] = chunk.insert_or_assign(key, std::move(value));
+    size_ += fresh ? 1 : 0;
+    if (key < outer->first) outer = Rekey(outer);  // new first key
+    if (chunk.size() > 2 * kChunk) Split(outer);
+  }
+  void Erase(absl::string_view key) {
+    auto outer = ChunkFor(key);
+    if (outer == chunks_.end() || !outer->second->contains(key)) return;
+    Chunk& chunk = MutableChunk(outer);
+    chunk.erase(chunk.find(key));
+    --size_;
+    if (chunk.empty()) {
+      owned_.erase(&chunk);
+      chunks_.erase(outer);
+    } else if (outer->first != chunk.begin()->first) {
+      Rekey(outer);
+    }
+  }
+
+ private:
+  static constexpr size_t kChunk = 256;
+  using OuterMap = absl::btree_map<std::string, std::shared_ptr<const Chunk>>;
+
+  // The chunk that holds `key` or would: the last whose first key <= key,
+  // else the first.
+  typename OuterMap::const_iterator ChunkFor(absl::string_view key) const {
+    auto it = chunks_.upper_bound(key);
+    if (it != chunks_.begin()) --it;
+    return it;
+  }
+  typename OuterMap::iterator Mut(typename OuterMap::const_iterator it) {
+    return chunks_.erase(it, it);  // const_iterator -> iterator
+  }
+  Chunk& MutableChunk(typename OuterMap::const_iterator outer) {
+    auto it = Mut(outer);
+    if (!owned_.contains(it->second.get())) {
+      auto copy = std::make_shared<Chunk>(*it->second);
+      owned_.insert(copy.get());
+      it->second = std::move(copy);
+    }
+    return const_cast<Chunk&>(*it->second);
+  }
+  // Files a chunk under its (new) first key.
+  typename OuterMap::const_iterator Rekey(
+      typename OuterMap::const_iterator outer) {
+    std::shared_ptr<const Chunk> chunk = outer->second;
+    chunks_.erase(outer);
+    std::string first = chunk->begin()->first;
+    return chunks_.emplace(std::move(first), std::move(chunk)).first;
+  }
+  void Split(typename OuterMap::const_iterator outer) {
+    Chunk& chunk = MutableChunk(outer);
+    auto half = std::next(chunk.begin(), static_cast<ptrdiff_t>(kChunk));
+    auto upper = std::make_shared<Chunk>(half, chunk.end());
+    chunk.erase(half, chunk.end());
+    owned_.insert(upper.get());
+    std::string first = upper->begin()->first;
+    chunks_.emplace(std::move(first), std::move(upper));
+  }
+
+  OuterMap chunks_;  // by first key; never empty chunks
+  size_t size_ = 0;
+  // Chunks this copy created or already copied: written in place.
+  absl::flat_hash_set<const Chunk*> owned_;
 };
 
 }  // namespace sliced::scheduler::internal

@@ -94,9 +94,10 @@ constexpr int kCountedClasses = 4;  // all but kExcluded (counted by zone)
 SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
                          const InventorySnapshot::SliceEntry& se) {
   bool ever = true;
-  const int64_t present = std::min<int64_t>(request.hosts(), se.hosts.size());
+  const int64_t present =
+      std::min<int64_t>(request.hosts(), se.host_slots.size());
   for (int64_t w = 0; w < present; ++w) {
-    const Node& host = snap.node(se.hosts[w]).node;
+    const Node& host = snap.node(snap.HostIndex(se, w)).node;
     for (int64_t k = 0; k < request.rows(); ++k) {
       if (!request.HostMatches(host.labels, k, w)) return SliceClass::kExcluded;
       for (const auto& [name, amount] : request.resources(k, w)) {

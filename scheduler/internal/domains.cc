@@ -22,9 +22,9 @@ DomainScore ScorePlacement(const SnapshotState& snap, Strategy strategy,
     const uint32_t i = placed.nodes[b];
     const InventorySnapshot::NodeEntry& e = snap.node(i);
     const BundleKind kind = KindOf(bundles[b].resources);
-    if (e.slice >= 0 && snap.slice(e.slice).info.intact &&
-        snap.slice(e.slice).free()) {
-      broken.insert(e.slice);
+    const int32_t s = snap.SliceOf(e);
+    if (s >= 0 && snap.slice(s).info.intact && snap.slice(s).free()) {
+      broken.insert(s);
     }
     if (kind == BundleKind::kCpuOnly && e.tpu) ++score.cpu_on_tpu;
     auto zone = e.node.labels.find(kLabelZone);

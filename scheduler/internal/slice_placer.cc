@@ -189,7 +189,7 @@ bool SlicePlacer::SliceFits(const SliceRequest& request, const Overlay& overlay,
                             uint32_t s, int64_t k) const {
   const InventorySnapshot::SliceEntry& se = snap_.slice(s);
   for (int64_t w = 0; w < request.hosts(); ++w) {
-    const uint32_t h = se.hosts[w];
+    const uint32_t h = snap_.HostIndex(se, w);
     if (!request.HostMatches(snap_.node(h).node.labels, k, w)) return false;
     if (!overlay.Fits(h, request.resources(k, w))) return false;
   }
@@ -206,7 +206,7 @@ Attempt SlicePlacer::Placed(const SliceRequest& request,
     out.slices.push_back(se.info.name);
     ++used_zones[se.zone];
     for (int64_t w = 0; w < request.hosts(); ++w) {
-      out.nodes.push_back(se.hosts[w]);
+      out.nodes.push_back(snap_.HostIndex(se, w));
     }
   }
   std::vector<std::string> zone_names;

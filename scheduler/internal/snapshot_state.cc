@@ -9,13 +9,22 @@
 namespace sliced::scheduler::internal {
 
 int64_t SnapshotState::NodeIndex(absl::string_view node_id) const {
-  auto it = node_ids_->find(node_id);
-  return it == node_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  if (node_ids_.size() == 0) return -1;
+  const IdShard& shard = *node_ids_[IdShardOf(node_id)];
+  auto it = shard.find(node_id);
+  return it == shard.end() ? int64_t{-1} : int64_t{index_of_slot_[it->second]};
+}
+
+size_t SnapshotState::IdShardOf(absl::string_view node_id) {
+  return absl::Hash<absl::string_view>()(node_id) % kIdShards;
 }
 
 int64_t SnapshotState::SliceIndex(absl::string_view name) const {
-  auto it = slice_ids_->find(name);
-  return it == slice_ids_->end() ? int64_t{-1} : int64_t{it->second};
+  if (slice_ids_.size() == 0) return -1;
+  const IdShard& shard = *slice_ids_[IdShardOf(name)];
+  auto it = shard.find(name);
+  return it == shard.end() ? int64_t{-1}
+                           : int64_t{slice_index_of_slot_[it->second]};
 }
 
 size_t SnapshotState::PgShard(absl::string_view pg_id) {
@@ -30,18 +39,19 @@ int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   const NodeEntry& e = node(i);
   if (!TakesPlacements(e.node)) return kNumRanks;
   const bool used = !e.allocations.empty();
-  const bool whole = SliceFreeIntact(e.slice);
+  const int32_t s_index = SliceOf(e);
+  const bool whole = SliceFreeIntact(s_index);
   // Hosts of free intact multi-host slices come last, smallest slices first
   // (<= 4 hosts, <= 16, larger): breaking a small slice costs less.
   auto whole_multi = [&](int base) {
-    const int64_t hosts = slice(e.slice).shape.hosts;
+    const int64_t hosts = slice(s_index).shape.hosts;
     return base + (hosts <= 4 ? 0 : hosts <= 16 ? 1 : 2);
   };
   // An intact multi-host slice that only TPU work holds comes back whole
   // when that work ends, unless a CPU bundle is left on one of its hosts.
   auto held_by_tpu_alone = [&] {
-    if (e.single_host || e.slice < 0) return false;
-    const SliceEntry& s = slice(e.slice);
+    if (e.single_host || s_index < 0) return false;
+    const SliceEntry& s = slice(s_index);
     return s.info.intact && s.tpu_held_hosts > 0 && s.cpu_held_hosts == 0;
   };
   // A node with nothing left of the bundle kind's main resource comes last

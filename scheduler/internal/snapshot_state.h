@@ -51,14 +51,19 @@ class SnapshotState {
   // over slice indexes with a count.
   using FreeSliceIndex =
       absl::btree_map<SliceKey, std::shared_ptr<const CowBitset>>;
-  using PostingList = std::vector<uint32_t>;  // sorted node indexes
-  using ValueIndex =
-      absl::btree_map<std::string, std::shared_ptr<const PostingList>>;
+  using PostingList = std::vector<uint32_t>;  // sorted node slots
+  // A key's values, in copy-on-write chunks: ray.io/node-id alone has a
+  // value per node.
+  using ValueIndex = CowMap<std::shared_ptr<const PostingList>>;
   using LabelIndex =
       absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
   // PG id -> its allocations (sorted by bundle index), one shard.
   using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
   static constexpr int kPgShards = 4096;
+  // Node id -> slot, one shard.
+  using IdShard = absl::flat_hash_map<std::string, uint32_t>;
+  static constexpr int kIdShards = 4096;
+  static constexpr uint32_t kNoIndex = ~uint32_t{0};
 
   size_t num_nodes() const { return nodes_.size(); }
   size_t num_slices() const { return slices_.size(); }
@@ -67,7 +72,25 @@ class SnapshotState {
   // -1 when unknown.
   int64_t NodeIndex(absl::string_view node_id) const;
   int64_t SliceIndex(absl::string_view name) const;
-  // Label key -> value -> the nodes carrying it (any state).
+  // Nodes have a slot besides their index. The index is the node's place in
+  // id order (what bitsets and the solver use) and moves when nodes are
+  // added or removed before it; the slot never changes while the node
+  // lives. Posting lists and slice hosts hold slots, so adding a node does
+  // not renumber them. After a full build, slot == index.
+  uint32_t IndexOfSlot(uint32_t slot) const { return index_of_slot_[slot]; }
+  uint32_t SlotOf(uint32_t i) const { return slot_of_index_[i]; }
+  uint32_t HostIndex(const SliceEntry& se, size_t w) const {
+    return index_of_slot_[se.host_slots[w]];
+  }
+  // Slices have slots too (NodeEntry::slice_slot); their index is their
+  // place in name order. -1 when the node is in no slice.
+  int32_t SliceOf(const NodeEntry& e) const {
+    return e.slice_slot < 0
+               ? -1
+               : static_cast<int32_t>(slice_index_of_slot_[e.slice_slot]);
+  }
+  uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
+  // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
   const FreeSliceIndex& free_slices() const { return *free_slices_; }
   const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
@@ -85,13 +108,18 @@ class SnapshotState {
  private:
   friend class sliced::scheduler::SnapshotWriter;
 
+  static size_t IdShardOf(absl::string_view node_id);
   // True when slice s exists, is intact and free.
   bool SliceFreeIntact(int32_t s) const;
 
   CowArray<std::shared_ptr<const NodeEntry>, 8> nodes_;
   CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;
-  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> node_ids_;
-  std::shared_ptr<const absl::flat_hash_map<std::string, uint32_t>> slice_ids_;
+  CowArray<std::shared_ptr<const IdShard>, 6> node_ids_;  // by IdShardOf()
+  CowArray<uint32_t, 10> slot_of_index_;
+  CowArray<uint32_t, 10> index_of_slot_;  // kNoIndex for a free slot
+  CowArray<std::shared_ptr<const IdShard>, 6> slice_ids_;  // name -> slot
+  CowArray<uint32_t, 10> slice_slot_of_index_;
+  CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
   std::shared_ptr<const FreeSliceIndex> free_slices_;

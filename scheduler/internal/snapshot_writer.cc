@@ -1,11 +1,14 @@
 // SnapshotWriter: builds an InventorySnapshot's state from scratch, or edits
-// a copy of it by a delta in O(k log n); see snapshot_writer.h.
+// a copy of it by a delta: placements and releases in O(k log n), node
+// adds, removals and re-labels by ChangeNodeSet(); see snapshot_writer.h.
 //
 // Thread-safety: a writer owns its unpublished snapshot exclusively; it is
 // not thread-safe and lives inside one Build() or Apply() call.
 #include "scheduler/internal/snapshot_writer.h"
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -77,7 +80,7 @@ class SnapshotWriter {
     for (uint32_t i = 0; i < n; ++i) {
       st_.nodes_.Mutable(i) = std::move(table.entries[i]);
     }
-    st_.node_ids_ = std::move(table.ids);
+    InstallIdentitySlots(n);
     InstallEmptyIndexes(n);
 
     std::sort(allocations.begin(), allocations.end(), AllocationLess);
@@ -102,15 +105,31 @@ class SnapshotWriter {
   }
 
   // --- Incremental edit ------------------------------------------------------
-  // Returns false (and does nothing) when the delta needs a full rebuild.
-  absl::StatusOr<bool> TryApply(const SnapshotDelta& delta) {
-    if (!delta.remove_node_ids.empty()) return false;
+  // Applies `delta` to the copy. A delta that adds or removes nodes or moves
+  // a node between slices runs in three steps (releases, the node set,
+  // allocations); any other in one.
+  absl::Status Apply(const SnapshotDelta& delta) {
+    if (!ChangesNodeSet(delta)) return ApplyInPlace(delta);
+    if (!delta.release_pg_ids.empty()) {
+      // First, so that a removed node may have held bundles of released PGs
+      // (as a rebuild would see it).
+      SnapshotDelta releases;
+      releases.release_pg_ids = delta.release_pg_ids;
+      RETURN_IF_ERROR(ApplyInPlace(releases));
+    }
+    RETURN_IF_ERROR(ChangeNodeSet(delta.upsert_nodes, delta.remove_node_ids));
+    if (delta.add_allocations.empty()) return absl::OkStatus();
+    SnapshotDelta allocations;
+    allocations.add_allocations = delta.add_allocations;
+    return ApplyInPlace(allocations);
+  }
+
+  // Edits the copy by a delta that keeps the node set and every node's slice
+  // (ChangesNodeSet() is false), in O(k log n) for k touched nodes.
+  absl::Status ApplyInPlace(const SnapshotDelta& delta) {
     std::vector<uint32_t> upserted;
     for (const Node& node : delta.upsert_nodes) {
-      const int64_t i = st_.NodeIndex(node.node_id);
-      if (i < 0) return false;
-      if (!SameSliceLabels(st_.node(i).node, node)) return false;
-      upserted.push_back(static_cast<uint32_t>(i));
+      upserted.push_back(static_cast<uint32_t>(st_.NodeIndex(node.node_id)));
     }
     // Validate allocations before touching anything.
     for (const Allocation& a : delta.add_allocations) {
@@ -133,10 +152,11 @@ class SnapshotWriter {
     }
     absl::btree_set<uint32_t> slices;
     for (uint32_t i : nodes) {
-      if (st_.node(i).slice >= 0) slices.insert(st_.node(i).slice);
+      const int32_t s = st_.SliceOf(st_.node(i));
+      if (s >= 0) slices.insert(s);
     }
     for (uint32_t si : slices) {
-      for (uint32_t h : st_.slice(si).hosts) nodes.insert(h);
+      for (uint32_t h : HostIndexes(st_.slice(si))) nodes.insert(h);
     }
 
     free_map_ =
@@ -158,7 +178,8 @@ class SnapshotWriter {
       IndexSlice(si, true);
     }
     for (uint32_t i : nodes) IndexNode(i, true);
-    return true;
+    st_.free_slices_ = free_map_;
+    return absl::OkStatus();
   }
 
   std::shared_ptr<const InventorySnapshot> Finish() {
@@ -169,6 +190,521 @@ class SnapshotWriter {
   InventorySnapshot& snap() { return *s_; }
 
  private:
+  using NodeEntry = InventorySnapshot::NodeEntry;
+  using SliceEntry = InventorySnapshot::SliceEntry;
+
+  // True when `delta` adds or removes nodes or changes a label that decides
+  // a node's slice (its index or its slice's membership move).
+  bool ChangesNodeSet(const SnapshotDelta& delta) const {
+    if (!delta.remove_node_ids.empty()) return true;
+    for (const Node& node : delta.upsert_nodes) {
+      const int64_t i = st_.NodeIndex(node.node_id);
+      if (i < 0 || !SameSliceLabels(st_.node(i).node, node)) return true;
+    }
+    return false;
+  }
+
+  // What a node-set change does, by old and new index.
+  struct NodePlan {
+    absl::btree_set<uint32_t> removed;                       // old indexes
+    std::vector<std::pair<uint32_t, const Node*>> replaced;  // old index
+    std::vector<const Node*> added;                          // sorted by id
+    // New index -> old index, or -1 - i for added[i].
+    std::vector<int64_t> source;
+    std::vector<int32_t> old_to_new;  // -1 when removed
+    uint32_t first_moved = 0;         // old indexes below keep their index
+  };
+
+  // Slices whose members change, re-derived, and the new slice order.
+  struct SlicePlan {
+    // Affected names -> the slice derived from their new members (nullopt
+    // when no member is left).
+    absl::btree_map<std::string, std::optional<SliceInfo>> derived;
+    std::vector<int64_t> source;          // new index -> old index or -1 - i
+    std::vector<const SliceInfo*> added;  // new names, sorted
+    std::vector<int32_t> old_to_new;      // -1 when gone
+    std::vector<bool> rederived;          // by new index
+    uint32_t first_moved = 0;             // old indexes below keep their index
+    bool moved = false;                   // any index changes
+  };
+
+  // Checks upserts and removals, and lays out the new node order. Errors as
+  // InventorySnapshot::Apply().
+  absl::StatusOr<NodePlan> PlanNodes(const std::vector<Node>& upserts,
+                                     const std::vector<std::string>& removals) {
+    NodePlan plan;
+    absl::btree_map<std::string, const Node*> upserted;  // the last one wins
+    for (const Node& n : upserts) {
+      if (n.node_id.empty()) {
+        return absl::InvalidArgumentError("node_id must not be empty");
+      }
+      upserted[n.node_id] = &n;
+    }
+    for (const std::string& id : removals) {
+      const int64_t i = st_.NodeIndex(id);
+      const size_t dropped = upserted.erase(id);
+      if (i < 0 && dropped == 0) {
+        return absl::NotFoundError(
+            absl::StrCat("cannot remove unknown node ", id));
+      }
+      if (i < 0) continue;
+      if (!st_.node(i).allocations.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot remove node ", id, ": it still holds bundles"));
+      }
+      plan.removed.insert(static_cast<uint32_t>(i));
+    }
+    for (const auto& [id, node] : upserted) {
+      const int64_t i = st_.NodeIndex(id);
+      if (i >= 0) {
+        plan.replaced.emplace_back(static_cast<uint32_t>(i), node);
+      } else {
+        plan.added.push_back(node);
+      }
+    }
+    // Where each new id goes among the old ones: a binary search each, so
+    // only the merge below is linear, and it moves integers.
+    const uint32_t n = static_cast<uint32_t>(st_.num_nodes());
+    std::vector<uint32_t> insert_at;
+    insert_at.reserve(plan.added.size());
+    for (const Node* node : plan.added) {
+      uint32_t lo = 0, hi = n;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (st_.node(mid).node.node_id < node->node_id) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      insert_at.push_back(lo);
+    }
+    plan.old_to_new.assign(n, -1);
+    plan.source.reserve(n - plan.removed.size() + plan.added.size());
+    plan.first_moved = n;
+    size_t a = 0;
+    auto rm = plan.removed.begin();
+    for (uint32_t i = 0; i <= n; ++i) {
+      while (a < plan.added.size() && insert_at[a] == i) {
+        plan.source.push_back(-1 - static_cast<int64_t>(a++));
+      }
+      if (i == n) break;
+      if (rm != plan.removed.end() && *rm == i) {
+        ++rm;
+      } else {
+        plan.old_to_new[i] = static_cast<int32_t>(plan.source.size());
+        plan.source.push_back(i);
+      }
+      if (plan.first_moved == n &&
+          plan.old_to_new[i] != static_cast<int32_t>(i)) {
+        plan.first_moved = i;
+      }
+    }
+    return plan;
+  }
+
+  // Re-derives the slices any changed node leaves or joins, from their new
+  // members only, and lays out the new slice order.
+  SlicePlan PlanSlices(const NodePlan& nodes) {
+    SlicePlan plan;
+    auto note_old = [&](uint32_t i) {
+      const int32_t s = st_.SliceOf(st_.node(i));
+      if (s >= 0) plan.derived[st_.slice(s).info.name];
+    };
+    auto note_new = [&](const Node& node) {
+      std::string name = SliceNameOf(node);
+      if (!name.empty()) plan.derived[std::move(name)];
+    };
+    absl::flat_hash_set<uint32_t> changed(nodes.removed.begin(),
+                                          nodes.removed.end());
+    for (uint32_t i : nodes.removed) note_old(i);
+    for (const auto& [i, node] : nodes.replaced) {
+      note_old(i);
+      note_new(*node);
+      changed.insert(i);
+    }
+    for (const Node* node : nodes.added) note_new(*node);
+
+    absl::flat_hash_map<std::string, std::vector<const Node*>> members;
+    for (auto& [name, info] : plan.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (s < 0) continue;
+      for (uint32_t h : HostIndexes(st_.slice(s))) {
+        if (!changed.contains(h)) members[name].push_back(&st_.node(h).node);
+      }
+    }
+    for (const auto& [i, node] : nodes.replaced) {
+      std::string name = SliceNameOf(*node);
+      if (!name.empty()) members[name].push_back(node);
+    }
+    for (const Node* node : nodes.added) {
+      std::string name = SliceNameOf(*node);
+      if (!name.empty()) members[name].push_back(node);
+    }
+    for (auto& [name, info] : plan.derived) {
+      std::vector<SliceInfo> infos = DeriveSlices(members[name]);
+      if (!infos.empty()) info = std::move(infos[0]);
+    }
+
+    // The new order: old slices that stay, in place, and new names merged in.
+    const uint32_t count = static_cast<uint32_t>(st_.num_slices());
+    std::vector<uint32_t> insert_at;
+    for (const auto& [name, info] : plan.derived) {
+      if (!info.has_value() || st_.SliceIndex(name) >= 0) continue;
+      uint32_t lo = 0, hi = count;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (st_.slice(mid).info.name < name) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      insert_at.push_back(lo);
+      plan.added.push_back(&*info);
+    }
+    plan.old_to_new.assign(count, -1);
+    size_t a = 0;
+    for (uint32_t s = 0; s <= count; ++s) {
+      while (a < plan.added.size() && insert_at[a] == s) {
+        plan.source.push_back(-1 - static_cast<int64_t>(a++));
+        plan.rederived.push_back(true);
+      }
+      if (s == count) break;
+      auto it = plan.derived.find(st_.slice(s).info.name);
+      if (it != plan.derived.end() && !it->second.has_value()) continue;
+      plan.old_to_new[s] = static_cast<int32_t>(plan.source.size());
+      plan.source.push_back(s);
+      plan.rederived.push_back(it != plan.derived.end());
+    }
+    plan.first_moved = count;
+    for (uint32_t s = 0; s < count && plan.first_moved == count; ++s) {
+      if (plan.old_to_new[s] != static_cast<int32_t>(s)) plan.first_moved = s;
+    }
+    plan.moved = plan.first_moved < count || plan.source.size() != count;
+    return plan;
+  }
+
+  // Adds, removes and re-labels nodes without a rebuild: only the changed
+  // nodes' entries and labels and the slices they leave or join are made
+  // anew; other entries are shared. Posting lists and slice hosts name nodes
+  // by slot, so only what names nodes by index is renumbered when indexes
+  // move: the node table (pointers), the slot <-> index arrays and the rank
+  // bitsets (integers). Errors as InventorySnapshot::Apply().
+  absl::Status ChangeNodeSet(const std::vector<Node>& upserts,
+                             const std::vector<std::string>& removals) {
+    ASSIGN_OR_RETURN(NodePlan nodes, PlanNodes(upserts, removals));
+    SlicePlan slices = PlanSlices(nodes);
+    free_map_ =
+        std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
+    for (const auto& [name, info] : slices.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (s >= 0) IndexSlice(static_cast<uint32_t>(s), false);
+    }
+    const uint32_t first_new_slot =
+        static_cast<uint32_t>(st_.index_of_slot_.size());
+    st_.label_index_ = EditLabels(nodes, first_new_slot);
+    InstallNodes(nodes, first_new_slot);
+    InstallSlices(slices);
+    RenumberSliceIndexes(slices);
+    RenumberRankSets(nodes);
+
+    // Re-index what changed: the re-derived slices and every host of them,
+    // and the changed nodes.
+    absl::btree_set<uint32_t> touched;
+    for (uint32_t q = 0; q < slices.source.size(); ++q) {
+      if (!slices.rederived[q]) continue;
+      RecountSlice(q);
+      IndexSlice(q, true);
+      AddSliceKey(q);
+      for (uint32_t h : HostIndexes(st_.slice(q))) touched.insert(h);
+    }
+    for (const auto& [i, node] : nodes.replaced) {
+      touched.insert(static_cast<uint32_t>(nodes.old_to_new[i]));
+    }
+    for (uint32_t p = 0; p < nodes.source.size(); ++p) {
+      if (nodes.source[p] < 0) touched.insert(p);
+    }
+    for (uint32_t p : touched) {
+      IndexNode(p, false);
+      IndexNode(p, true);
+    }
+    for (auto it = by_key_->begin(); it != by_key_->end();) {
+      it = it->second.empty() ? by_key_->erase(it) : std::next(it);
+    }
+    st_.slices_by_key_ = std::move(by_key_);
+    st_.free_slices_ = free_map_;
+    return absl::OkStatus();
+  }
+
+  // The label index after the change: removed nodes' postings dropped,
+  // replaced nodes' changed labels moved, added nodes' labels added (added
+  // node a gets slot first_new_slot + a). Each touched posting list and
+  // value map is copied once; the rest is shared. Reads the old entries.
+  std::shared_ptr<const SnapshotState::LabelIndex> EditLabels(
+      const NodePlan& plan, uint32_t first_new_slot) {
+    struct Edit {
+      std::vector<uint32_t> add, drop;  // slots
+    };
+    absl::btree_map<std::string, absl::btree_map<std::string, Edit>> edits;
+    for (uint32_t i : plan.removed) {
+      for (const auto& [k, v] : st_.node(i).node.labels) {
+        edits[k][v].drop.push_back(st_.SlotOf(i));
+      }
+    }
+    for (const auto& [i, node] : plan.replaced) {
+      const uint32_t slot = st_.SlotOf(i);
+      const Labels& before = st_.node(i).node.labels;
+      const Labels& after = node->labels;
+      for (const auto& [k, v] : before) {
+        auto it = after.find(k);
+        if (it == after.end() || it->second != v) {
+          edits[k][v].drop.push_back(slot);
+        }
+      }
+      for (const auto& [k, v] : after) {
+        auto it = before.find(k);
+        if (it == before.end() || it->second != v) {
+          edits[k][v].add.push_back(slot);
+        }
+      }
+    }
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
+      for (const auto& [k, v] : plan.added[a]->labels) {
+        edits[k][v].add.push_back(first_new_slot + a);
+      }
+    }
+    auto edited = [](const SnapshotState::PostingList* old, Edit& edit) {
+      std::sort(edit.drop.begin(), edit.drop.end());
+      std::sort(edit.add.begin(), edit.add.end());
+      SnapshotState::PostingList kept, out;
+      if (old != nullptr) {
+        std::set_difference(old->begin(), old->end(), edit.drop.begin(),
+                            edit.drop.end(), std::back_inserter(kept));
+      }
+      out.reserve(kept.size() + edit.add.size());
+      std::merge(kept.begin(), kept.end(), edit.add.begin(), edit.add.end(),
+                 std::back_inserter(out));
+      return out;
+    };
+    auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
+    for (auto& [key, key_edits] : edits) {
+      auto old_key = index->find(key);
+      auto vi =
+          old_key == index->end()
+              ? std::make_shared<SnapshotState::ValueIndex>()
+              : std::make_shared<SnapshotState::ValueIndex>(*old_key->second);
+      for (auto& [value, edit] : key_edits) {
+        auto old_value = vi->find(value);
+        SnapshotState::PostingList out = edited(
+            old_value == vi->end() ? nullptr : old_value->second.get(), edit);
+        if (out.empty()) {
+          vi->Erase(value);
+        } else {
+          vi->Set(value, std::make_shared<const SnapshotState::PostingList>(
+                             std::move(out)));
+        }
+      }
+      if (vi->empty()) {
+        index->erase(key);
+      } else {
+        (*index)[key] = std::move(vi);
+      }
+    }
+    return index;
+  }
+
+  // Renumbers the free-slice bitsets and the slice key index after slices
+  // moved; re-derived slices leave the key index here and come back in
+  // AddSliceKey().
+  void RenumberSliceIndexes(const SlicePlan& plan) {
+    const size_t count = plan.source.size();
+    if (plan.moved) {
+      for (auto& [key, set] : *free_map_) {
+        set = std::make_shared<const CowBitset>(
+            set->Renumbered(plan.old_to_new, count, plan.first_moved));
+      }
+    }
+    by_key_ = std::make_shared<InventorySnapshot::SliceKeyIndex>();
+    for (const auto& [key, list] : *st_.slices_by_key_) {
+      std::vector<uint32_t>& out = (*by_key_)[key];
+      out.reserve(list.size());
+      for (uint32_t s : list) {
+        const int32_t to = plan.old_to_new[s];
+        if (to >= 0 && !plan.rederived[to]) out.push_back(to);
+      }
+    }
+  }
+
+  void AddSliceKey(uint32_t q) {
+    const SliceEntry& se = st_.slice(q);
+    if (!se.shape_known) return;
+    std::vector<uint32_t>& list = (*by_key_)[SliceKey{
+        se.shape.generation, se.shape.topology, se.tier, se.zone}];
+    list.insert(std::lower_bound(list.begin(), list.end(), q), q);
+  }
+
+  // Renumbers the rank bitsets after nodes moved.
+  void RenumberRankSets(const NodePlan& plan) {
+    const uint32_t n = static_cast<uint32_t>(plan.old_to_new.size());
+    if (plan.first_moved == n && plan.source.size() == n) return;
+    for (auto& per_kind : st_.rank_sets_) {
+      for (CowBitset& set : per_kind) {
+        set = set.Renumbered(plan.old_to_new, plan.source.size(),
+                             plan.first_moved);
+      }
+    }
+  }
+
+  // The new node table: shared entries for unchanged nodes (and shared
+  // chunks before the first index that moved), new ones for replaced and
+  // added nodes; then the slot <-> index arrays and the id shards.
+  void InstallNodes(const NodePlan& plan, uint32_t first_new_slot) {
+    const size_t n2 = plan.source.size();
+    owned_nodes_.clear();
+    absl::flat_hash_map<uint32_t, const Node*> replaced(plan.replaced.begin(),
+                                                        plan.replaced.end());
+    CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
+    table.Resize(n2);
+    CowArray<uint32_t, 10> slots = st_.slot_of_index_;
+    slots.Resize(n2);
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, n2);
+    for (uint32_t p = from; p < n2; ++p) {
+      const int64_t src = plan.source[p];
+      table.Mutable(p) = src >= 0 ? st_.nodes_[src] : nullptr;
+      slots.Mutable(p) = src >= 0 ? st_.slot_of_index_[src]
+                                  : first_new_slot + uint32_t(-1 - src);
+    }
+    for (const auto& [i, node] : plan.replaced) {
+      std::shared_ptr<const NodeEntry>& slot =
+          table.Mutable(plan.old_to_new[i]);
+      auto e = std::make_shared<NodeEntry>(*slot);
+      e->node = *node;
+      e->slice_slot = -1;  // set again from the slice it is a host of
+      e->single_host = false;
+      e->free = e->node.resources;
+      for (const Allocation& a : e->allocations) {
+        for (const auto& [name, amount] : a.resources) e->free[name] -= amount;
+      }
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+      slot = std::move(e);
+      owned_nodes_.insert(plan.old_to_new[i]);
+    }
+    for (uint32_t p = from; p < n2; ++p) {
+      if (plan.source[p] >= 0) continue;
+      auto e = std::make_shared<NodeEntry>();
+      e->node = *plan.added[-1 - plan.source[p]];
+      e->free = e->node.resources;
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+      table.Mutable(p) = std::move(e);
+      owned_nodes_.insert(p);
+    }
+    // Slots: removed nodes free theirs, added nodes take new ones, and every
+    // node from the first moved index on learns its new index.
+    CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
+    indexes.Resize(first_new_slot + plan.added.size(), SnapshotState::kNoIndex);
+    for (uint32_t i : plan.removed) {
+      const uint32_t slot = st_.SlotOf(i);
+      indexes.Mutable(slot) = SnapshotState::kNoIndex;
+      const std::string& id = st_.node(i).node.node_id;
+      MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
+    }
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
+      const std::string& id = plan.added[a]->node_id;
+      MutableIdShard(SnapshotState::IdShardOf(id))[id] = first_new_slot + a;
+    }
+    for (uint32_t p = from; p < n2; ++p) indexes.Mutable(slots[p]) = p;
+    st_.nodes_ = std::move(table);
+    st_.slot_of_index_ = std::move(slots);
+    st_.index_of_slot_ = std::move(indexes);
+  }
+
+  // The new slice table: new entries for re-derived slices, shared ones for
+  // the others, and every node's slice index.
+  void InstallSlices(const SlicePlan& plan) {
+    const size_t count = plan.source.size();
+    owned_slices_.clear();
+    CowArray<std::shared_ptr<const SliceEntry>, 8> table = st_.slices_;
+    table.Resize(count);
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
+    for (uint32_t q = 0; q < count; ++q) {
+      if (q < from && !plan.rederived[q]) continue;
+      const int64_t src = plan.source[q];
+      if (!plan.rederived[q]) {
+        table.Mutable(q) = st_.slices_[src];
+        continue;
+      }
+      const std::string& name =
+          src >= 0 ? st_.slice(src).info.name : plan.added[-1 - src]->name;
+      auto se = std::make_shared<SliceEntry>();
+      se->info = *plan.derived.at(name);
+      for (const std::string& id : se->info.node_ids) {
+        if (id.empty()) continue;
+        const SnapshotState::IdShard& shard =
+            *st_.node_ids_[SnapshotState::IdShardOf(id)];
+        se->host_slots.push_back(shard.at(id));
+      }
+      ResolveShape(*se);
+      table.Mutable(q) = std::move(se);
+      owned_slices_.insert(q);
+    }
+    InstallSliceSlots(plan);
+    st_.slices_ = std::move(table);
+    // Hosts of re-derived slices name them by slot (replaced nodes start
+    // with none); other nodes keep theirs, whatever index it has now.
+    for (uint32_t q = 0; q < count; ++q) {
+      if (!plan.rederived[q]) continue;
+      const SliceEntry& se = st_.slice(q);
+      const bool single = se.shape_known && se.shape.hosts == 1;
+      const int32_t slot = static_cast<int32_t>(st_.SliceSlotOf(q));
+      for (uint32_t h : HostIndexes(se)) {
+        const NodeEntry& e = st_.node(h);
+        if (e.slice_slot == slot && e.single_host == single) continue;
+        NodeEntry& m = MutableNode(h);
+        m.slice_slot = slot;
+        m.single_host = single;
+      }
+    }
+  }
+
+  // Slice slots after a change: slices that are gone free theirs, new ones
+  // take new slots, and every slice from the first moved index on learns
+  // its new index. Reads the old slot arrays; runs before the new slice
+  // table is installed.
+  void InstallSliceSlots(const SlicePlan& plan) {
+    const size_t count = plan.source.size();
+    const uint32_t first_new =
+        static_cast<uint32_t>(st_.slice_index_of_slot_.size());
+    CowArray<uint32_t, 10> slots = st_.slice_slot_of_index_;
+    slots.Resize(count);
+    CowArray<uint32_t, 10> indexes = st_.slice_index_of_slot_;
+    indexes.Resize(first_new + plan.added.size(), SnapshotState::kNoIndex);
+    for (const auto& [name, info] : plan.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (info.has_value() || s < 0) continue;
+      indexes.Mutable(st_.SliceSlotOf(static_cast<uint32_t>(s))) =
+          SnapshotState::kNoIndex;
+      MutableShard(st_.slice_ids_, owned_slice_id_shards_,
+                   SnapshotState::IdShardOf(name))
+          .erase(name);
+    }
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
+      const std::string& name = plan.added[a]->name;
+      MutableShard(st_.slice_ids_, owned_slice_id_shards_,
+                   SnapshotState::IdShardOf(name))[name] = first_new + a;
+    }
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
+    for (uint32_t q = from; q < count; ++q) {
+      const int64_t src = plan.source[q];
+      const uint32_t slot =
+          src >= 0 ? st_.SliceSlotOf(src) : first_new + uint32_t(-1 - src);
+      slots.Mutable(q) = slot;
+      indexes.Mutable(slot) = q;
+    }
+    st_.slice_slot_of_index_ = std::move(slots);
+    st_.slice_index_of_slot_ = std::move(indexes);
+  }
+
   // Node entries in node-id order and the id -> index map.
   struct NodeTable {
     std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>> entries;
@@ -224,8 +760,8 @@ class SnapshotWriter {
     for (auto& [k, values] : labels) {
       auto vi = std::make_shared<SnapshotState::ValueIndex>();
       for (auto& [v, list] : values) {
-        (*vi)[v] =
-            std::make_shared<const SnapshotState::PostingList>(std::move(list));
+        vi->Set(v, std::make_shared<const SnapshotState::PostingList>(
+                       std::move(list)));
       }
       (*label_index)[k] = std::move(vi);
     }
@@ -239,8 +775,6 @@ class SnapshotWriter {
     ptrs.reserve(table.entries.size());
     for (const auto& e : table.entries) ptrs.push_back(&e->node);
     std::vector<SliceInfo> infos = DeriveSlices(ptrs);
-    auto slice_ids =
-        std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
     st_.slices_ =
         CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
             infos.size());
@@ -250,17 +784,80 @@ class SnapshotWriter {
       for (const std::string& id : se->info.node_ids) {
         if (id.empty()) continue;
         const uint32_t ni = table.ids->at(id);
-        se->hosts.push_back(ni);
-        table.entries[ni]->slice = static_cast<int32_t>(si);
+        se->host_slots.push_back(ni);  // a full build's slots are indexes
+        table.entries[ni]->slice_slot = static_cast<int32_t>(si);
       }
       ResolveShape(*se);
-      for (uint32_t h : se->hosts) {
+      for (uint32_t h : se->host_slots) {
         table.entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
       }
-      (*slice_ids)[se->info.name] = si;
       st_.slices_.Mutable(si) = std::move(se);
     }
-    st_.slice_ids_ = std::move(slice_ids);
+    // Slice slots: as for nodes, slot == index after a full build.
+    st_.slice_slot_of_index_ = CowArray<uint32_t, 10>(infos.size());
+    st_.slice_index_of_slot_ = CowArray<uint32_t, 10>(infos.size());
+    std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
+    for (uint32_t si = 0; si < infos.size(); ++si) {
+      st_.slice_slot_of_index_.Mutable(si) = si;
+      st_.slice_index_of_slot_.Mutable(si) = si;
+      const std::string& name = st_.slice(si).info.name;
+      shards[SnapshotState::IdShardOf(name)][name] = si;
+    }
+    st_.slice_ids_ = MakeIdShards(std::move(shards));
+  }
+
+  std::vector<uint32_t> HostIndexes(const SliceEntry& se) const {
+    std::vector<uint32_t> out;
+    out.reserve(se.host_slots.size());
+    for (size_t w = 0; w < se.host_slots.size(); ++w) {
+      out.push_back(st_.HostIndex(se, w));
+    }
+    return out;
+  }
+
+  // After a full build: slot i is node i, and the id shards map ids to
+  // slots.
+  void InstallIdentitySlots(size_t n) {
+    st_.slot_of_index_ = CowArray<uint32_t, 10>(n);
+    st_.index_of_slot_ = CowArray<uint32_t, 10>(n);
+    std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
+    for (uint32_t i = 0; i < n; ++i) {
+      st_.slot_of_index_.Mutable(i) = i;
+      st_.index_of_slot_.Mutable(i) = i;
+      const std::string& id = st_.node(i).node.node_id;
+      shards[SnapshotState::IdShardOf(id)][id] = i;
+    }
+    st_.node_ids_ = MakeIdShards(std::move(shards));
+  }
+
+  static CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>
+  MakeIdShards(std::vector<SnapshotState::IdShard> shards) {
+    CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6> out(
+        shards.size());
+    auto empty = std::make_shared<const SnapshotState::IdShard>();
+    for (size_t k = 0; k < shards.size(); ++k) {
+      out.Mutable(k) = shards[k].empty()
+                           ? empty
+                           : std::make_shared<const SnapshotState::IdShard>(
+                                 std::move(shards[k]));
+    }
+    return out;
+  }
+
+  // Shard `shard` of a node-id or slice-name map, copied on first write.
+  static SnapshotState::IdShard& MutableShard(
+      CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>& shards,
+      absl::flat_hash_set<size_t>& owned, size_t shard) {
+    if (!owned.contains(shard)) {
+      shards.Mutable(shard) =
+          std::make_shared<SnapshotState::IdShard>(*shards[shard]);
+      owned.insert(shard);
+    }
+    return const_cast<SnapshotState::IdShard&>(*shards[shard]);
+  }
+
+  SnapshotState::IdShard& MutableIdShard(size_t shard) {
+    return MutableShard(st_.node_ids_, owned_id_shards_, shard);
   }
 
   // Empty PG shards, rank bitsets over n nodes and free-slice index.
@@ -378,7 +975,7 @@ class SnapshotWriter {
 
   void UpsertInPlace(uint32_t i, const Node& node) {
     InventorySnapshot::NodeEntry& e = MutableNode(i);
-    UpdateLabelIndex(i, e.node.labels, node.labels);
+    UpdateLabelIndex(st_.SlotOf(i), e.node.labels, node.labels);
     e.node = node;
     e.free = node.resources;
     for (const Allocation& a : e.allocations) {
@@ -387,26 +984,29 @@ class SnapshotWriter {
     e.tpu = Amount(node.resources, std::string(kResourceTpu)) > 0;
   }
 
+  // Moves node slot i's postings from `before` to `after`.
   void UpdateLabelIndex(uint32_t i, const Labels& before, const Labels& after) {
     if (before == after) return;
     auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
     auto edit = [&](const std::string& key, const std::string& value,
                     bool add) {
+      auto old_key = index->find(key);
       auto vi =
-          index->contains(key)
-              ? std::make_shared<SnapshotState::ValueIndex>(*(*index)[key])
+          old_key != index->end()
+              ? std::make_shared<SnapshotState::ValueIndex>(*old_key->second)
               : std::make_shared<SnapshotState::ValueIndex>();
+      auto old_value = vi->find(value);
       auto list =
-          vi->contains(value)
-              ? std::make_shared<SnapshotState::PostingList>(*(*vi)[value])
+          old_value != vi->end()
+              ? std::make_shared<SnapshotState::PostingList>(*old_value->second)
               : std::make_shared<SnapshotState::PostingList>();
       auto pos = std::lower_bound(list->begin(), list->end(), i);
       if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
       if (!add && pos != list->end() && *pos == i) list->erase(pos);
       if (list->empty()) {
-        vi->erase(value);
+        vi->Erase(value);
       } else {
-        (*vi)[value] = std::move(list);
+        vi->Set(value, std::move(list));
       }
       if (vi->empty()) {
         index->erase(key);
@@ -430,7 +1030,7 @@ class SnapshotWriter {
   void RecheckSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     std::vector<const Node*> hosts;
-    for (uint32_t h : old.hosts) hosts.push_back(&st_.node(h).node);
+    for (uint32_t h : HostIndexes(old)) hosts.push_back(&st_.node(h).node);
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     if (infos.size() == 1 && infos[0] == old.info) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
@@ -440,7 +1040,7 @@ class SnapshotWriter {
   void RecountSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     int64_t allocated = 0, tpu_held = 0, cpu_held = 0;
-    for (uint32_t h : old.hosts) {
+    for (uint32_t h : HostIndexes(old)) {
       const std::vector<Allocation>& held = st_.node(h).allocations;
       if (!held.empty()) ++allocated;
       bool tpu = false, cpu = false;
@@ -450,9 +1050,9 @@ class SnapshotWriter {
       tpu_held += tpu ? 1 : 0;
       cpu_held += cpu ? 1 : 0;
     }
-    const uint32_t w0 = old.hosts.empty() ? 0 : old.hosts[0];
+    const uint32_t w0 = old.host_slots.empty() ? 0 : st_.HostIndex(old, 0);
     auto label = [&](absl::string_view key) -> std::string {
-      if (old.hosts.empty()) return "";
+      if (old.host_slots.empty()) return "";
       auto it = st_.node(w0).node.labels.find(key);
       return it == st_.node(w0).node.labels.end() ? "" : it->second;
     };
@@ -510,8 +1110,12 @@ class SnapshotWriter {
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
   std::shared_ptr<SnapshotState::FreeSliceIndex> free_map_;
+  // Inside ChangeNodeSet(): the slice key index being rebuilt.
+  std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
+  absl::flat_hash_set<size_t> owned_id_shards_;
+  absl::flat_hash_set<size_t> owned_slice_id_shards_;
   std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
 };
 
@@ -528,8 +1132,7 @@ absl::StatusOr<std::shared_ptr<const InventorySnapshot>> BuildSnapshot(
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>> ApplyInPlace(
     std::unique_ptr<InventorySnapshot> copy, const SnapshotDelta& delta) {
   SnapshotWriter writer(std::move(copy));
-  ASSIGN_OR_RETURN(bool applied, writer.TryApply(delta));
-  if (!applied) return std::shared_ptr<const InventorySnapshot>();
+  RETURN_IF_ERROR(writer.Apply(delta));
   return writer.Finish();
 }
 

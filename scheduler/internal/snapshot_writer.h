@@ -24,10 +24,12 @@ absl::StatusOr<std::shared_ptr<const InventorySnapshot>> BuildSnapshot(
     std::unique_ptr<InventorySnapshot> empty, std::vector<Node> nodes,
     std::vector<Allocation> allocations);
 
-// Edits `copy` (a copy of the source snapshot) by `delta` in O(k log n) for
-// k touched nodes and publishes it. Returns nullptr when the delta adds or
-// removes nodes or changes slice membership labels (the caller rebuilds).
-// Errors as InventorySnapshot::Apply().
+// Edits `copy` (a copy of the source snapshot) by `delta` and publishes it.
+// Placements, releases and node updates that keep every node's slice cost
+// O(k log n) for k touched nodes; adding, removing or re-labelling nodes
+// re-derives only the slices those nodes leave or join and renumbers the
+// position indexes (integers and pointers; see ChangeNodeSet()). Errors as
+// InventorySnapshot::Apply().
 absl::StatusOr<std::shared_ptr<const InventorySnapshot>> ApplyInPlace(
     std::unique_ptr<InventorySnapshot> copy, const SnapshotDelta& delta);
 

@@ -91,8 +91,8 @@ class Stitcher {
 
   std::string BlockOf(uint32_t s) const {
     const InventorySnapshot::SliceEntry& se = snap_.slice(s);
-    if (se.hosts.empty()) return "";
-    const Labels& labels = snap_.node(se.hosts[0]).node.labels;
+    if (se.host_slots.empty()) return "";
+    const Labels& labels = snap_.node(snap_.HostIndex(se, 0)).node.labels;
     auto it = labels.find(kLabelTpuBlock);
     return it == labels.end() ? "" : it->second;
   }
@@ -138,7 +138,8 @@ class Stitcher {
       const int y = static_cast<int>(c) / g[0] % g[1];
       const int z = static_cast<int>(c) / (g[0] * g[1]);
       const int64_t X = u * g[0] + x, Y = v * g[1] + y, Z = w * g[2] + z;
-      out.emplace_back(X + sg[0] * (Y + sg[1] * Z), se.hosts[cells[c]]);
+      out.emplace_back(X + sg[0] * (Y + sg[1] * Z),
+                       snap_.HostIndex(se, cells[c]));
     }
     return out;
   }

@@ -241,7 +241,8 @@ class TopologyPlacer {
       ++stats.considered;
       ResourceSet total, free;
       int64_t in_scope = 0, schedulable = 0;
-      for (uint32_t i : *posting) {
+      for (uint32_t slot : *posting) {
+        const uint32_t i = snap_.IndexOfSlot(slot);
         const InventorySnapshot::NodeEntry& e = snap_.node(i);
         if (!Matches(scope, e.node.labels)) continue;
         if (priority_ != nullptr && !Matches(*priority_, e.node.labels)) {

@@ -90,7 +90,7 @@ std::vector<SliceGroupRow> SliceGroups(const InventorySnapshot& snap) {
         break;
     }
     int64_t free = 0;
-    for (uint32_t host : slice.hosts) {
+    for (uint32_t host : snap.HostIndexes(slice)) {
       const InventorySnapshot::NodeEntry& node = snap.node(host);
       row.total_chips += Chips(node.node.resources);
       if (scheduler::TakesPlacements(node.node)) free += Chips(node.free);

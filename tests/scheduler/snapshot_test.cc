@@ -1,5 +1,6 @@
 #include "scheduler/snapshot.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -42,7 +43,7 @@ std::string Describe(const InventorySnapshot& s) {
   for (uint32_t i = 0; i < s.num_nodes(); ++i) {
     const auto& e = s.node(i);
     absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
-                    " slice=", e.slice,
+                    " slice=", s.SliceIndexOf(e),
                     " rank=", StateOf(s).Rank(BundleKind::kCpuOnly, i), "/",
                     StateOf(s).Rank(BundleKind::kTpu, i), " free=");
     for (const auto& [k, v] : e.free) absl::StrAppend(&out, k, ":", v, ",");
@@ -72,8 +73,13 @@ std::string Describe(const InventorySnapshot& s) {
   }
   for (const auto& [k, values] : StateOf(s).label_index()) {
     for (const auto& [v, list] : *values) {
+      // Posting lists hold node slots; show node indexes.
+      std::vector<uint32_t> indexes;
+      for (uint32_t slot : *list)
+        indexes.push_back(StateOf(s).IndexOfSlot(slot));
+      std::sort(indexes.begin(), indexes.end());
       absl::StrAppend(&out, "label ", k, "=", v, ": ",
-                      absl::StrJoin(*list, ","), "\n");
+                      absl::StrJoin(indexes, ","), "\n");
     }
   }
   absl::StrAppend(&out, "allocations=", s.num_allocations(), "\n");

@@ -1,0 +1,135 @@
+// The copy-on-write containers behind snapshots: CowMap against std::map
+// under random edits (enough values to split chunks many times), with
+// copies that must not see later edits; CowBitset::Renumbered against a
+// plain renumbering.
+#include "scheduler/internal/cow.h"
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace sliced::scheduler::internal {
+namespace {
+
+std::map<std::string, int> Contents(const CowMap<int>& m) {
+  std::map<std::string, int> out;
+  std::string last;
+  bool first = true;
+  for (const auto& [k, v] : m) {
+    EXPECT_TRUE(first || last < k) << "out of order at " << k;
+    first = false;
+    last = k;
+    out[k] = v;
+  }
+  return out;
+}
+
+TEST(CowMapTest, MatchesStdMapUnderRandomEditsAndCopiesStayPut) {
+  std::mt19937 rng(3);
+  CowMap<int> m;
+  std::map<std::string, int> want;
+  std::vector<std::pair<CowMap<int>, std::map<std::string, int>>> copies;
+  for (int step = 0; step < 20000; ++step) {
+    const std::string key = absl::StrCat("k", rng() % 3000);
+    if (rng() % 4 == 0) {
+      m.Erase(key);
+      want.erase(key);
+    } else {
+      m.Set(key, step);
+      want[key] = step;
+    }
+    if (step % 2500 == 0) {
+      // As a snapshot writer does: the copied map is published and never
+      // written again; editing goes on in a fresh copy of it.
+      copies.emplace_back(m, want);
+      m = copies.back().first;
+    }
+  }
+  EXPECT_EQ(m.size(), want.size());
+  EXPECT_EQ(Contents(m), want);
+  for (const auto& [key, value] : want) {
+    auto it = m.find(key);
+    ASSERT_NE(it, m.end()) << key;
+    EXPECT_EQ(it->second, value);
+  }
+  EXPECT_EQ(m.find("absent"), m.end());
+  EXPECT_EQ(m.find(""), m.end());
+  EXPECT_FALSE(m.contains("zzz"));
+  for (auto& [copy, then] : copies) {
+    EXPECT_EQ(copy.size(), then.size());
+    EXPECT_EQ(Contents(copy), then);
+  }
+  // Editing a copy leaves the original alone.
+  CowMap<int> copy = m;
+  copy.Set("a-new-first-key", 1);
+  copy.Erase(want.begin()->first);
+  EXPECT_EQ(Contents(m), want);
+  EXPECT_TRUE(copy.contains("a-new-first-key"));
+}
+
+TEST(CowMapTest, EmptiedAndRefilled) {
+  CowMap<int> m;
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(m.begin(), m.end());
+  for (int i = 0; i < 2000; ++i) m.Set(absl::StrCat("v", i), i);
+  for (int i = 0; i < 2000; ++i) m.Erase(absl::StrCat("v", i));
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(m.begin(), m.end());
+  m.Set("b", 2);
+  m.Set("a", 1);  // smaller than the only chunk's first key
+  EXPECT_EQ((Contents(m)), (std::map<std::string, int>{{"a", 1}, {"b", 2}}));
+}
+
+TEST(CowBitsetTest, RenumberedMatchesAPlainRenumbering) {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 50; ++round) {
+    const size_t n = 1 + rng() % 10000;
+    CowBitset bits(n);
+    std::vector<bool> plain(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (rng() % 3 == 0) {
+        bits.Set(i, true);
+        plain[i] = true;
+      }
+    }
+    // Remove some indexes and insert some, keeping order; indexes below
+    // first_moved keep their place.
+    std::vector<int32_t> old_to_new(n, -1);
+    size_t next = 0, first_moved = n;
+    for (size_t i = 0; i < n; ++i) {
+      if (rng() % 50 == 0) next += 1 + rng() % 3;  // inserted before i
+      if (rng() % 50 == 0) continue;               // i removed
+      old_to_new[i] = static_cast<int32_t>(next++);
+      if (first_moved == n && old_to_new[i] != static_cast<int32_t>(i)) {
+        first_moved = i;
+      }
+    }
+    for (size_t i = 0; i < n && first_moved == n; ++i) {
+      if (old_to_new[i] < 0) first_moved = i;
+    }
+    const size_t bits2 = next + rng() % 3;
+    CowBitset out = bits.Renumbered(old_to_new, bits2, first_moved);
+    std::vector<bool> want(bits2);
+    int64_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (plain[i] && old_to_new[i] >= 0) {
+        want[old_to_new[i]] = true;
+        ++count;
+      }
+    }
+    ASSERT_EQ(out.bits(), bits2);
+    EXPECT_EQ(out.count(), count);
+    for (size_t i = 0; i < bits2; ++i) {
+      ASSERT_EQ(out.Test(i), want[i]) << "round " << round << " bit " << i;
+    }
+    // The source is untouched.
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits.Test(i), plain[i]);
+  }
+}
+
+}  // namespace
+}  // namespace sliced::scheduler::internal
