@@ -81,6 +81,13 @@ inline std::shared_ptr<const InventorySnapshot> Snap(
   return *snap;
 }
 
+inline ResourceSet Cpu(double n) { return {{"CPU", Units(n)}}; }
+inline ResourceSet Tpu(double n) { return {{"TPU", Units(n)}}; }
+
+inline void Append(std::vector<Node>& to, const std::vector<Node>& more) {
+  to.insert(to.end(), more.begin(), more.end());
+}
+
 inline std::vector<const Node*> Pointers(const std::vector<Node>& nodes) {
   std::vector<const Node*> out;
   for (const Node& n : nodes) out.push_back(&n);

@@ -11,9 +11,12 @@
 namespace sliced::scheduler {
 namespace {
 
+using ::sliced::scheduler::testing::Append;
+using ::sliced::scheduler::testing::Cpu;
 using ::sliced::scheduler::testing::CpuNode;
 using ::sliced::scheduler::testing::Slice;
 using ::sliced::scheduler::testing::Snap;
+using ::sliced::scheduler::testing::Tpu;
 using ::sliced::scheduler::testing::TpuHost;
 using ::sliced::scheduler::testing::Units;
 
@@ -24,13 +27,6 @@ LabelSelector Sel(const Wire& wire) { return *ParseLabelSelector(wire); }
 Bundle B(ResourceSet resources, const Wire& selector = {},
          std::string pinned = "") {
   return Bundle{std::move(resources), Sel(selector), std::move(pinned)};
-}
-
-ResourceSet Cpu(double n) { return {{"CPU", Units(n)}}; }
-ResourceSet Tpu(double n) { return {{"TPU", Units(n)}}; }
-
-void Append(std::vector<Node>& to, const std::vector<Node>& more) {
-  to.insert(to.end(), more.begin(), more.end());
 }
 
 PlacementRequest SliceRequest(TpuGeneration gen, std::string topology,

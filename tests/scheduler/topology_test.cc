@@ -15,12 +15,12 @@ namespace {
 using ::sliced::scheduler::testing::CpuNode;
 using ::sliced::scheduler::testing::Slice;
 using ::sliced::scheduler::testing::Snap;
+using ::sliced::scheduler::testing::Tpu;
 using ::sliced::scheduler::testing::Units;
 
 constexpr char kGpuDomain[] = "ray.io/gpu-domain";
 
 ResourceSet Gpu(double n) { return {{"GPU", Units(n)}, {"CPU", Units(1)}}; }
-ResourceSet Tpu(double n) { return {{"TPU", Units(n)}}; }
 
 // A GPU node with 8 GPUs in NVLink domain `domain`.
 Node GpuNode(const std::string& id, const std::string& domain,

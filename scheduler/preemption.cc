@@ -1,0 +1,331 @@
+#include "scheduler/preemption.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace sliced::scheduler {
+namespace {
+
+// What a set of victims costs, compared lexicographically: highest
+// priority, count, TPU taken, then the oldest victim's age (a younger
+// oldest victim, i.e. a larger sequence, is cheaper).
+using Cost = std::tuple<int32_t, size_t, int64_t, int64_t>;
+
+class Planner {
+ public:
+  Planner(const InventorySnapshot& snapshot, const PlacementRequest& request,
+          const PreemptionOptions& options)
+      : snapshot_(snapshot), request_(request), options_(options) {}
+
+  // Adds a candidate and what it holds. Returns false for a group that
+  // holds nothing (no use as a victim).
+  bool Add(const VictimCandidate& c) {
+    std::vector<Allocation> held = snapshot_.AllocationsOf(c.pg_id);
+    if (held.empty()) return false;
+    Victim v{c.pg_id, c.priority, c.sequence, 0, {}};
+    absl::btree_set<std::string> slices;
+    for (const Allocation& a : held) {
+      if (auto it = a.resources.find(kResourceTpu); it != a.resources.end()) {
+        v.tpu += it->second / kResourceScale;
+      }
+      const int64_t node = snapshot_.NodeIndex(a.node_id);
+      if (node < 0) continue;
+      nodes_of_[c.pg_id].insert(static_cast<uint32_t>(node));
+      const int32_t slice =
+          snapshot_.SliceIndexOf(snapshot_.node(static_cast<uint32_t>(node)));
+      if (slice >= 0) {
+        slices.insert(snapshot_.slice(static_cast<uint32_t>(slice)).info.name);
+      }
+    }
+    v.slices.assign(slices.begin(), slices.end());
+    victims_.push_back(std::move(v));
+    return true;
+  }
+
+  std::vector<Victim>& victims() { return victims_; }
+  int solves() const { return solves_; }
+  bool out_of_solves() const { return solves_ >= options_.max_solves; }
+
+  // The request solved with `set` (indexes into victims()) released.
+  Decision Try(const std::vector<size_t>& set) {
+    ++solves_;
+    SnapshotDelta delta;
+    for (size_t i : set) delta.release_pg_ids.push_back(victims_[i].pg_id);
+    auto released = snapshot_.Apply(delta);
+    if (!released.ok()) {
+      Decision d;
+      d.outcome = Decision::kUnschedulable;
+      d.diagnosis.summary = std::string(released.status().message());
+      return d;
+    }
+    return Solve(**released, request_);
+  }
+
+  Cost CostOf(const std::vector<size_t>& set) const {
+    Cost cost{INT32_MIN, set.size(), 0, 0};
+    int64_t oldest = INT64_MAX;
+    for (size_t i : set) {
+      const Victim& v = victims_[i];
+      std::get<0>(cost) = std::max(std::get<0>(cost), v.priority);
+      std::get<2>(cost) += v.tpu;
+      oldest = std::min(oldest, static_cast<int64_t>(v.sequence));
+    }
+    std::get<3>(cost) = set.empty() ? 0 : -oldest;
+    return cost;
+  }
+
+  // Of `pool`, the victims holding an allocation on a node `d` uses.
+  std::vector<size_t> OnNodesOf(const Decision& d,
+                                const std::vector<size_t>& pool) const {
+    absl::flat_hash_map<uint32_t, bool> used;
+    for (const std::string& id : d.bundle_nodes) {
+      const int64_t i = snapshot_.NodeIndex(id);
+      if (i >= 0) used[static_cast<uint32_t>(i)] = true;
+    }
+    std::vector<size_t> out;
+    for (size_t i : pool) {
+      for (uint32_t node : nodes_of_.at(victims_[i].pg_id)) {
+        if (used.contains(node)) {
+          out.push_back(i);
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+  // For a whole-slice request: the victims of the cheapest num_slices
+  // slices of the shape whose every holder is in `pool` (whole slices, so
+  // two half-freed slices never count as one). Empty when too few.
+  std::vector<size_t> CheapestSlices(const std::vector<size_t>& pool) const {
+    if (!request_.slice.has_value()) return {};
+    auto shape =
+        ResolveTpuShape(request_.slice->generation, request_.slice->topology);
+    if (!shape.ok()) return {};
+    const size_t want = static_cast<size_t>(request_.slice->num_slices);
+    absl::flat_hash_map<std::string, size_t> in_pool;
+    for (size_t i : pool) in_pool[victims_[i].pg_id] = i;
+    std::vector<std::pair<Cost, std::vector<size_t>>> options;
+    const SliceKey lo{shape->generation, shape->topology, "", ""};
+    for (auto it = snapshot_.slices_by_key().lower_bound(lo);
+         it != snapshot_.slices_by_key().end() &&
+         it->first.generation == shape->generation &&
+         it->first.topology == shape->topology;
+         ++it) {
+      for (uint32_t s : it->second) {
+        const InventorySnapshot::SliceEntry& slice = snapshot_.slice(s);
+        if (!slice.info.intact) continue;
+        // A free slice costs nothing: a multi-slice request may take it
+        // beside freed ones.
+        absl::btree_set<size_t> holders;
+        bool usable = true;
+        for (uint32_t host : snapshot_.HostIndexes(slice)) {
+          for (const Allocation& a : snapshot_.node(host).allocations) {
+            auto found = in_pool.find(a.pg_id);
+            if (found == in_pool.end()) {
+              usable = false;
+              break;
+            }
+            holders.insert(found->second);
+          }
+          if (!usable) break;
+        }
+        if (!usable || (holders.empty() && want == 1)) continue;
+        std::vector<size_t> set(holders.begin(), holders.end());
+        options.emplace_back(CostOf(set), std::move(set));
+      }
+    }
+    if (options.size() < want) return {};
+    std::stable_sort(
+        options.begin(), options.end(),
+        [](const auto& a, const auto& b) { return a.first < b.first; });
+    absl::btree_set<size_t> chosen;
+    for (size_t k = 0; k < want; ++k) {
+      chosen.insert(options[k].second.begin(), options[k].second.end());
+    }
+    return {chosen.begin(), chosen.end()};
+  }
+
+ private:
+  const InventorySnapshot& snapshot_;
+  const PlacementRequest& request_;
+  const PreemptionOptions& options_;
+  std::vector<Victim> victims_;
+  absl::flat_hash_map<std::string, absl::btree_set<uint32_t>> nodes_of_;
+  int solves_ = 0;
+};
+
+// The order victims are listed and spared in: the most costly to lose first
+// (highest priority, most TPU, oldest).
+bool CostlierFirst(const Victim& x, const Victim& y) {
+  return std::tie(y.priority, y.tpu, x.sequence, x.pg_id) <
+         std::tie(x.priority, x.tpu, y.sequence, y.pg_id);
+}
+
+std::string VictimsText(const std::vector<Victim>& victims) {
+  return absl::StrJoin(victims, ", ", [](std::string* out, const Victim& v) {
+    absl::StrAppend(out, v.pg_id);
+    if (v.tpu > 0) {
+      absl::StrAppend(out, " (", v.tpu, " TPU",
+                      v.slices.empty() ? "" : " on slice ",
+                      absl::StrJoin(v.slices, ", "), ")");
+    }
+  });
+}
+
+}  // namespace
+
+PreemptionPlan PlanPreemption(const InventorySnapshot& snapshot,
+                              const PlacementRequest& request,
+                              std::vector<VictimCandidate> candidates,
+                              const PreemptionOptions& options) {
+  PreemptionPlan plan;
+  // Lowest priority first, then younger first: the order victims are
+  // preferred in, which also decides which candidates a bound drops.
+  std::sort(candidates.begin(), candidates.end(),
+            [](const VictimCandidate& a, const VictimCandidate& b) {
+              return std::tie(a.priority, b.sequence, a.pg_id) <
+                     std::tie(b.priority, a.sequence, b.pg_id);
+            });
+  if (candidates.size() > options.max_candidates) {
+    candidates.resize(options.max_candidates);
+    plan.bound_hit = true;
+  }
+  Planner planner(snapshot, request, options);
+  for (const VictimCandidate& c : candidates) planner.Add(c);
+  std::vector<Victim>& all = planner.victims();
+
+  // (1) The lowest priority level that, released with every level below
+  // it, makes room. Releasing more never takes room away, so the levels are
+  // searched by bisection: a few solves however many priorities there are.
+  std::vector<size_t> level_end;  // one past the last victim of each level
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i + 1 == all.size() || all[i + 1].priority != all[i].priority) {
+      level_end.push_back(i + 1);
+    }
+  }
+  auto upto = [&](size_t k) {
+    std::vector<size_t> set(level_end[k]);
+    for (size_t i = 0; i < set.size(); ++i) set[i] = i;
+    return set;
+  };
+  Decision d;
+  d.outcome = Decision::kUnschedulable;
+  d.diagnosis.summary = "no running group of lower priority holds capacity";
+  bool fits = false;
+  std::vector<size_t> level;
+  if (!level_end.empty()) {
+    size_t lo = 0;
+    size_t hi = level_end.size() - 1;
+    d = planner.Try(upto(hi));
+    fits = d.outcome == Decision::kPlaced;
+    Decision at_hi = d;
+    while (fits && lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      Decision trial = planner.Try(upto(mid));
+      if (trial.outcome == Decision::kPlaced) {
+        hi = mid;
+        at_hi = std::move(trial);
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (fits) {
+      level = upto(hi);
+      d = std::move(at_hi);
+    }
+  }
+  auto finish = [&](std::string summary) {
+    plan.solves = planner.solves();
+    plan.summary = std::move(summary);
+    if (plan.bound_hit) {
+      absl::StrAppend(&plan.summary, " (search bounded at ",
+                      options.max_candidates, " candidates / ",
+                      options.max_solves,
+                      " solves: the set may not be minimal)");
+    }
+    return plan;
+  };
+  if (!fits) {
+    plan.decision = d;
+    return finish(absl::StrCat(
+        "preempting all ", all.size(),
+        " running group(s) of lower priority would not make room: ",
+        d.diagnosis.summary));
+  }
+
+  // (2) Only the groups in the way of that placement; for slices also the
+  // cheapest whole slices, whichever costs less.
+  std::vector<size_t> best = level;
+  Decision best_d = d;
+  auto consider = [&](std::vector<size_t> set) {
+    if (set.empty() || planner.CostOf(set) >= planner.CostOf(best)) return;
+    Decision trial = planner.Try(set);
+    if (trial.outcome != Decision::kPlaced) return;
+    best = std::move(set);
+    best_d = std::move(trial);
+  };
+  consider(planner.OnNodesOf(d, level));
+  consider(planner.CheapestSlices(level));
+
+  // One victim beats any two of the same level: try them cheapest first
+  // (least TPU, youngest), the first that makes room is the best single.
+  std::vector<size_t> singles = level;
+  std::sort(singles.begin(), singles.end(), [&](size_t a, size_t b) {
+    return planner.CostOf({a}) < planner.CostOf({b});
+  });
+  for (size_t i : singles) {
+    if (planner.CostOf({i}) >= planner.CostOf(best)) break;
+    if (planner.out_of_solves()) {
+      plan.bound_hit = true;
+      break;
+    }
+    Decision trial = planner.Try({i});
+    if (trial.outcome == Decision::kPlaced) {
+      best = {i};
+      best_d = std::move(trial);
+      break;
+    }
+  }
+
+  // (3) Spare victims while it still fits: the most costly to lose first
+  // (highest priority, most TPU, oldest).
+  std::vector<size_t> order = best;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return CostlierFirst(all[a], all[b]); });
+  for (size_t spare : order) {
+    if (planner.out_of_solves()) {
+      plan.bound_hit = true;
+      break;
+    }
+    std::vector<size_t> without;
+    for (size_t i : best) {
+      if (i != spare) without.push_back(i);
+    }
+    if (without.empty()) continue;
+    Decision trial = planner.Try(without);
+    if (trial.outcome == Decision::kPlaced) {
+      best = std::move(without);
+      best_d = std::move(trial);
+    }
+  }
+
+  std::sort(best.begin(), best.end(),
+            [&](size_t a, size_t b) { return CostlierFirst(all[a], all[b]); });
+  plan.found = true;
+  for (size_t i : best) plan.victims.push_back(all[i]);
+  plan.decision = std::move(best_d);
+  return finish(
+      absl::StrCat("preempting ", plan.victims.size(),
+                   " group(s) of priority <= ", plan.victims.front().priority,
+                   " makes room: ", VictimsText(plan.victims)));
+}
+
+}  // namespace sliced::scheduler
