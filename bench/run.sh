@@ -20,7 +20,8 @@
 # (default build-bench), JOBS=N in the environment for the build (default 1).
 # Steps: build sliced, sliced_sim and sliced_load (Release); sliced_sim
 # (quality replay, whole-slice batch vs max flow, solver latency 1k-100k;
-# then --workload=mixed: the mixed trace against the tuned tiered-first-fit);
+# then --workload=mixed: the mixed trace against the tuned tiered-first-fit;
+# then --workload=preemption: victim choice against a topology-blind rule);
 # sliced_load (throughput vs the health-check ceiling at 16 and 64 clients,
 # RSS per node / per PG, restart at 100k nodes + 50k PGs). Raw output: JSON
 # and the SVG plot in bench/results/ (or the quick dir).
@@ -142,6 +143,8 @@ if [[ $RENDER_ONLY == 0 ]]; then
   "$BUILD/bench/sliced_sim" "${MODE[@]}" --out_dir="$OUT" >/dev/null
   echo "== sliced_sim --workload=mixed ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_sim" "${MODE[@]}" --workload=mixed --out_dir="$OUT" >/dev/null
+  echo "== sliced_sim --workload=preemption ${MODE[*]:-}" >&2
+  "$BUILD/bench/sliced_sim" "${MODE[@]}" --workload=preemption --out_dir="$OUT" >/dev/null
   echo "== sliced_load ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_load" "${MODE[@]}" --daemon="$BUILD/server/sliced" \
     --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" >/dev/null
@@ -265,6 +268,7 @@ sections = [
     ("solver-scaling", "Solver latency on generated fleets (sliced_sim)", read("sim_scaling.md")),
     ("quality", "Placement quality (sliced_sim)", quality),
     ("quality-mixed", None, mixed),
+    ("quality-preemption", None, read("sim_preemption.md")),
 ]
 text = open(results).read()
 for name, title, body in sections:

@@ -7,6 +7,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -34,6 +35,9 @@ class Planner {
     for (const Allocation& a : held) {
       if (auto it = a.resources.find(kResourceTpu); it != a.resources.end()) {
         v.tpu += it->second / kResourceScale;
+      }
+      for (const auto& [name, amount] : a.resources) {
+        if (amount > 0) held_[c.pg_id].insert(name);
       }
       const int64_t node = snapshot_.NodeIndex(a.node_id);
       if (node < 0) continue;
@@ -66,6 +70,40 @@ class Planner {
       return d;
     }
     return Solve(**released, request_);
+  }
+
+  // Whether releasing victim i can help at all: for a slice request it
+  // holds a host of a slice of the generation asked for (any holder keeps
+  // a slice from being whole); otherwise it holds a resource some bundle
+  // asks for.
+  bool Relevant(size_t i) const {
+    const std::string& id = victims_[i].pg_id;
+    if (request_.slice.has_value()) {
+      for (uint32_t node : nodes_of_.at(id)) {
+        const int32_t s = snapshot_.SliceIndexOf(snapshot_.node(node));
+        if (s < 0) continue;
+        const InventorySnapshot::SliceEntry& slice =
+            snapshot_.slice(static_cast<uint32_t>(s));
+        if (slice.shape_known &&
+            slice.shape.generation == request_.slice->generation) {
+          return true;
+        }
+      }
+      return false;
+    }
+    auto asks = [&](const std::vector<Bundle>& bundles) {
+      for (const Bundle& b : bundles) {
+        for (const auto& [name, amount] : b.resources) {
+          if (amount > 0 && held_.at(id).contains(name)) return true;
+        }
+      }
+      return false;
+    };
+    if (asks(request_.bundles)) return true;
+    for (const std::vector<Bundle>& f : request_.fallbacks) {
+      if (asks(f)) return true;
+    }
+    return false;
   }
 
   Cost CostOf(const std::vector<size_t>& set) const {
@@ -159,6 +197,7 @@ class Planner {
   const PreemptionOptions& options_;
   std::vector<Victim> victims_;
   absl::flat_hash_map<std::string, absl::btree_set<uint32_t>> nodes_of_;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> held_;
   int solves_ = 0;
 };
 
@@ -272,12 +311,20 @@ PreemptionPlan PlanPreemption(const InventorySnapshot& snapshot,
     best = std::move(set);
     best_d = std::move(trial);
   };
+  std::vector<size_t> relevant;
+  for (size_t i : level) {
+    if (planner.Relevant(i)) relevant.push_back(i);
+  }
+  consider(relevant);
   consider(planner.OnNodesOf(d, level));
   consider(planner.CheapestSlices(level));
 
   // One victim beats any two of the same level: try them cheapest first
   // (least TPU, youngest), the first that makes room is the best single.
-  std::vector<size_t> singles = level;
+  // A slice request's single victims are the sole holders of a slice,
+  // which CheapestSlices() has weighed already.
+  std::vector<size_t> singles;
+  if (!request.slice.has_value()) singles = relevant;
   std::sort(singles.begin(), singles.end(), [&](size_t a, size_t b) {
     return planner.CostOf({a}) < planner.CostOf({b});
   });

@@ -5,6 +5,7 @@
 //   sliced_sim [--quick] [--check] --out_dir=DIR
 //   sliced_sim --workload=mixed [--quick] [--check] --out_dir=DIR
 //   sliced_sim --workload=subslice [--quick] [--check] [--pods=N] --out_dir=DIR
+//   sliced_sim --workload=preemption [--quick] [--check] --out_dir=DIR
 //
 // Writes DIR/sim.json, DIR/quality.svg, and the Markdown sections
 // DIR/sim_quality.md and DIR/sim_scaling.md that bench/run.sh splices into
@@ -12,12 +13,14 @@
 // comparison of issue 13 (bench/sim/mixed.h): DIR/mixed.json and
 // DIR/sim_mixed.md; with --workload=subslice the sub-slice comparison of
 // issue 16 (bench/sim/subslice.h): DIR/subslice.json and
-// DIR/sim_subslice.md. Progress goes to stderr when it is a terminal.
+// DIR/sim_subslice.md; with --workload=preemption the victim-choice
+// comparison of issue 18 (bench/sim/preemption.h): DIR/preemption.json and
+// DIR/sim_preemption.md. Progress goes to stderr when it is a terminal.
 #include <unistd.h>
 
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -36,6 +39,7 @@
 #include "bench/gen/fleet.h"
 #include "bench/gen/trace.h"
 #include "bench/sim/mixed.h"
+#include "bench/sim/preemption.h"
 #include "bench/sim/sim.h"
 #include "bench/sim/subslice.h"
 #include "scheduler/solver.h"
@@ -55,13 +59,16 @@ ABSL_FLAG(std::string, scaling_nodes, "",
           "fleet sizes for solver latency (default 1000,10000,100000; quick "
           "1000,10000)");
 ABSL_FLAG(std::string, out_dir, ".", "where the JSON, SVG and Markdown go");
-ABSL_FLAG(std::string, workload, "default",
-          "default: the replay, batches and solver scaling; mixed: the mixed "
-          "trace (multi-host slices, single-host TPU jobs, CPU gangs) against "
-          "the tuned tiered-first-fit (defaults: 2000 nodes, 6000 jobs, 5 seeds, "
-          "quick 2); subslice: sub-slices of v5p/v7x 4x4x4 pods against "
-          "first-fit carving (defaults: 64 pods, 4000 jobs, 3 seeds; quick 16, "
-          "800, 1)");
+ABSL_FLAG(
+    std::string, workload, "default",
+    "default: the replay, batches and solver scaling; mixed: the mixed "
+    "trace (multi-host slices, single-host TPU jobs, CPU gangs) against "
+    "the tuned tiered-first-fit (defaults: 2000 nodes, 6000 jobs, 5 seeds, "
+    "quick 2); subslice: sub-slices of v5p/v7x 4x4x4 pods against "
+    "first-fit carving (defaults: 64 pods, 4000 jobs, 3 seeds; quick 16, "
+    "800, 1); preemption: victim choice against a topology-blind "
+    "baseline (defaults: 48 slices, 24 preemptors, 5 seeds; quick 16, "
+    "12, 2)");
 ABSL_FLAG(double, cpu_load, 1.5,
           "mixed: offered CPU-gang load / CPU of the CPU-only nodes");
 ABSL_FLAG(int, tune_seeds, 3,
@@ -69,6 +76,12 @@ ABSL_FLAG(int, tune_seeds, 3,
           "tiered-first-fit's knobs are tuned");
 ABSL_FLAG(int64_t, pods, 0,
           "--workload=subslice: 4x4x4 pods per seed (default 64; quick 16)");
+ABSL_FLAG(
+    int64_t, slices, 0,
+    "--workload=preemption: v6e-16 slices per seed (default 48; quick 16)");
+ABSL_FLAG(int64_t, preemptors, 0,
+          "--workload=preemption: production requests per seed (default 24; "
+          "quick 12)");
 ABSL_FLAG(bool, check, false,
           "exit 1 unless every policy accepted jobs of every trace and no "
           "batch placed more slices than the max-flow bound");
@@ -242,10 +255,30 @@ int MainSubslice() {
   return RunSubslice(o);
 }
 
+// --workload=preemption: the flags that apply, with that workload's
+// defaults.
+int MainPreemption() {
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  PreemptionSimOptions o;
+  o.slices = absl::GetFlag(FLAGS_slices) > 0 ? absl::GetFlag(FLAGS_slices)
+                                             : (quick ? 16 : 48);
+  o.preemptors = absl::GetFlag(FLAGS_preemptors) > 0
+                     ? absl::GetFlag(FLAGS_preemptors)
+                     : (quick ? 12 : 24);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.seeds = absl::GetFlag(FLAGS_replay_seeds) > 0
+                ? absl::GetFlag(FLAGS_replay_seeds)
+                : (quick ? 2 : 5);
+  o.out_dir = absl::GetFlag(FLAGS_out_dir);
+  o.check = absl::GetFlag(FLAGS_check);
+  return RunPreemptionSim(o);
+}
+
 int Main() {
   const std::string workload = absl::GetFlag(FLAGS_workload);
   if (workload == "mixed") return MainMixed();
   if (workload == "subslice") return MainSubslice();
+  if (workload == "preemption") return MainPreemption();
   if (workload != "default") {
     std::fprintf(stderr, "sliced_sim: unknown --workload '%s'\n", workload.c_str());
     return 2;
