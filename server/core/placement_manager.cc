@@ -351,7 +351,8 @@ std::vector<PlacementGroupView> PlacementManager::List(
 }
 
 PlacementManager::Explanation PlacementManager::ExplainGroup(
-    const ClusterState& state, const PlacementGroup& group) const {
+    const ClusterState& state, const PlacementGroup& group,
+    std::optional<PreemptionWhatIf>& what_if) const {
   Explanation out;
   if (group.state == PgState::kCreated) {
     // Nothing to explain: say where it is.
@@ -389,29 +390,57 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     out.details.push_back(std::move(line));
   }
   out.bundle_nodes = d.bundle_nodes;
+  if (d.outcome == Decision::kUnschedulable) {
+    std::vector<scheduler::VictimCandidate> candidates;
+    for (const auto& [id, g] : state.pgs) {
+      if (g.state == PgState::kCreated && g.priority < group.priority &&
+          id != group.id) {
+        candidates.push_back({id, g.priority, g.sequence});
+      }
+    }
+    if (!candidates.empty()) {
+      what_if = PreemptionWhatIf{state.snapshot, std::move(request),
+                                 std::move(candidates)};
+    }
+  }
   return out;
+}
+
+void PlacementManager::AddPreemptionWhatIf(const PreemptionWhatIf& what_if,
+                                           Explanation& out) {
+  const scheduler::PreemptionPlan plan = scheduler::PlanPreemption(
+      *what_if.snapshot, what_if.request, what_if.candidates);
+  out.details.push_back(absl::StrCat(
+      "what-if (sliced does not preempt yet, docs/preemption.md): ",
+      plan.summary));
 }
 
 absl::StatusOr<PlacementManager::Explanation> PlacementManager::Explain(
     absl::string_view pg_id) const {
-  return cluster_->Read(
-      [&](const ClusterState& s) -> absl::StatusOr<Explanation> {
+  std::optional<PreemptionWhatIf> what_if;
+  absl::StatusOr<Explanation> out =
+      cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<Explanation> {
         auto it = s.pgs.find(pg_id);
         if (it == s.pgs.end()) return PgNotFound(pg_id);
-        return ExplainGroup(s, it->second);
+        return ExplainGroup(s, it->second, what_if);
       });
+  if (out.ok() && what_if.has_value()) AddPreemptionWhatIf(*what_if, *out);
+  return out;
 }
 
 absl::StatusOr<PlacementManager::Explanation> PlacementManager::ExplainDryRun(
     const PgSpec& spec) const {
-  return cluster_->Read(
-      [&](const ClusterState& s) -> absl::StatusOr<Explanation> {
+  std::optional<PreemptionWhatIf> what_if;
+  absl::StatusOr<Explanation> out =
+      cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<Explanation> {
         const std::string& cls = spec.group.compute_class;
         if (!cls.empty() && !s.classes.contains(cls)) {
           return ClassNotFound(cls);
         }
-        return ExplainGroup(s, spec.group);
+        return ExplainGroup(s, spec.group, what_if);
       });
+  if (out.ok() && what_if.has_value()) AddPreemptionWhatIf(*what_if, *out);
+  return out;
 }
 
 // ---------------------------------------------------------------- watch

@@ -26,6 +26,7 @@
 #define SLICED_SERVER_CORE_PLACEMENT_MANAGER_H_
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "scheduler/preemption.h"
 #include "scheduler/solver.h"
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
@@ -152,8 +154,21 @@ class PlacementManager : public Cluster::Observer {
                               const absl::btree_set<std::string>& lost);
   bool IsStarving(const PlacementGroup& g, absl::Time now) const;
   std::string BlockedBy(const PlacementGroup& starving) const;
+  // What Explain needs to ask, off the cluster lock, which running groups
+  // of lower priority would make room (docs/preemption.md).
+  struct PreemptionWhatIf {
+    std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+    scheduler::PlacementRequest request;
+    std::vector<scheduler::VictimCandidate> candidates;
+  };
+  // Sets `what_if` when the group is unschedulable and groups of lower
+  // priority hold capacity.
   Explanation ExplainGroup(const ClusterState& state,
-                           const PlacementGroup& group) const;
+                           const PlacementGroup& group,
+                           std::optional<PreemptionWhatIf>& what_if) const;
+  // Adds the what-if line to `out` (the daemon does not preempt yet).
+  static void AddPreemptionWhatIf(const PreemptionWhatIf& what_if,
+                                  Explanation& out);
   // Logs the groups of `changed` whose state differs from the one last
   // logged (a new reason alone is debug). Writer thread.
   void LogChanges(const std::vector<PlacementGroup>& changed);

@@ -554,5 +554,39 @@ TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
+  Start();
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  PgOwner batch;
+  batch.priority = 100;
+  PgOwner best_effort;
+  best_effort.priority = 0;
+  const std::string kept = Create(V6eSlices(1, batch));
+  const std::string victim = Create(V6eSlices(1, best_effort));
+  PgOwner production;
+  production.priority = 1000;
+  auto dry = core_->placement().ExplainDryRun(V6eSlices(1, production));
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  EXPECT_EQ(dry->outcome, "UNSCHEDULABLE");
+  ASSERT_FALSE(dry->details.empty());
+  EXPECT_EQ(
+      dry->details.back(),
+      absl::StrCat("what-if (sliced does not preempt yet, "
+                   "docs/preemption.md): preempting 1 group(s) of "
+                   "priority <= 0 makes room: ",
+                   victim, " (16 TPU on slice ",
+                   core_->placement().Get(victim)->group.slice_names[0], ")"));
+  // An equal priority has no candidates: no what-if line.
+  auto equal = core_->placement().ExplainDryRun(V6eSlices(1, best_effort));
+  ASSERT_TRUE(equal.ok());
+  for (const std::string& line : equal->details) {
+    EXPECT_EQ(line.find("what-if"), std::string::npos) << line;
+  }
+  // Nothing was preempted.
+  EXPECT_EQ(core_->placement().Get(victim)->group.state, PgState::kCreated);
+  EXPECT_EQ(core_->placement().Get(kept)->group.state, PgState::kCreated);
+}
+
 }  // namespace
 }  // namespace sliced::server
