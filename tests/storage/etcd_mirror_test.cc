@@ -112,6 +112,9 @@ class CuttableProxy {
         fds.push_back({b, POLLIN, 0});
       }
       if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      // Only the pairs polled above have entries in fds; one accepted below
+      // waits for the next round.
+      const size_t polled = pairs_.size();
       if (fds[0].revents & POLLIN) {
         int client = accept(listener_, nullptr, nullptr);
         int upstream = cut || client < 0 ? -1 : Connect();
@@ -123,6 +126,10 @@ class CuttableProxy {
       }
       std::vector<std::pair<int, int>> alive;
       for (size_t i = 0; i < pairs_.size(); ++i) {
+        if (i >= polled) {
+          alive.push_back(pairs_[i]);
+          continue;
+        }
         bool open = true;
         for (int side = 0; side < 2 && open; ++side) {
           const pollfd& p = fds[1 + 2 * i + side];
