@@ -163,6 +163,7 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
   request.set_request_id(flags.Get("request-id"));
   request.set_compute_class(flags.Get("compute-class"));
   request.set_priority(priority);
+  request.set_priority_class(flags.Get("priority-class"));
   return PlacementResult(ctx, flags, ctx.client->SubmitScalingConfig(request));
 }
 
@@ -427,6 +428,9 @@ std::vector<Command> PlacementCommands() {
             {"name", "NAME", "placement group name"},
             {"request-id", "R", "idempotency key (default: generated)"},
             {"priority", "P", "higher is scheduled first"},
+            {"priority-class", "C",
+             "a priority class of the daemon (e.g. production, batch, "
+             "best-effort); sets the priority"},
             {"allow-subslice", "",
              "may carve each slice out of a larger intact slice (default: "
              "only when no slice of the exact shape exists)"},

@@ -216,6 +216,12 @@ void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
     }
     head.AddRow({"topology", absl::StrJoin(levels, " > ")});
   }
+  if (!pg.priority_class().empty() || pg.priority() != 0) {
+    head.AddRow({"priority", pg.priority_class().empty()
+                                 ? absl::StrCat(pg.priority())
+                                 : absl::StrCat(pg.priority_class(), " (",
+                                                pg.priority(), ")")});
+  }
   if (!pg.compute_class().empty()) {
     head.AddRow(
         {"compute class", absl::StrCat(pg.compute_class(), " (priority ",

@@ -30,7 +30,7 @@ class Planner {
   bool Add(const VictimCandidate& c) {
     std::vector<Allocation> held = snapshot_.AllocationsOf(c.pg_id);
     if (held.empty()) return false;
-    Victim v{c.pg_id, c.priority, c.sequence, 0, {}};
+    Victim v{c.pg_id, c.priority, c.sequence, 0, {}, c.label};
     absl::btree_set<std::string> slices;
     for (const Allocation& a : held) {
       if (auto it = a.resources.find(kResourceTpu); it != a.resources.end()) {
@@ -210,12 +210,16 @@ bool CostlierFirst(const Victim& x, const Victim& y) {
 
 std::string VictimsText(const std::vector<Victim>& victims) {
   return absl::StrJoin(victims, ", ", [](std::string* out, const Victim& v) {
-    absl::StrAppend(out, v.pg_id);
+    std::vector<std::string> about;
+    if (!v.label.empty()) about.push_back(v.label);
     if (v.tpu > 0) {
-      absl::StrAppend(out, " (", v.tpu, " TPU",
-                      v.slices.empty() ? "" : " on slice ",
-                      absl::StrJoin(v.slices, ", "), ")");
+      about.push_back(absl::StrCat(v.tpu, " TPU",
+                                   v.slices.empty() ? "" : " on slice ",
+                                   absl::StrJoin(v.slices, ", ")));
     }
+    absl::StrAppend(out, v.pg_id);
+    if (!about.empty())
+      absl::StrAppend(out, " (", absl::StrJoin(about, ", "), ")");
   });
 }
 

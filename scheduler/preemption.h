@@ -29,6 +29,9 @@ struct VictimCandidate {
   // Arrival order: a larger sequence is a younger group, which loses less
   // work when preempted.
   uint64_t sequence = 0;
+  // Shown first in the summary's parentheses (e.g. the priority class);
+  // "" for none.
+  std::string label;
 
   friend bool operator==(const VictimCandidate&,
                          const VictimCandidate&) = default;
@@ -51,6 +54,7 @@ struct Victim {
   // per chip) and the slices whose hosts it holds, by name.
   int64_t tpu = 0;
   std::vector<std::string> slices;
+  std::string label;  // the candidate's
 
   friend bool operator==(const Victim&, const Victim&) = default;
 };

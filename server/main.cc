@@ -65,6 +65,15 @@ ABSL_FLAG(bool, subslicing, true,
           "let slice requests that allow it be placed on aligned sub-boxes "
           "of larger intact slices (sub-slices); false: whole slices of the "
           "exact shape only, whatever the request says");
+ABSL_FLAG(std::string, priority_classes,
+          sliced::server::PriorityClasses::kDefaultSpec,
+          "named priorities a request may give as priority_class: "
+          "name=value[:non-preemptible],... (a non-preemptible class's groups "
+          "are never preemption victims)");
+ABSL_FLAG(std::string, default_priority_class,
+          sliced::server::PriorityClasses::kDefaultClass,
+          "the class of a request that names no class and no priority; empty: "
+          "none (priority 0, no class)");
 ABSL_FLAG(std::string, store, "rocksdb",
           "where the facts live: rocksdb (embedded, --data_dir) or etcd "
           "(high availability: a leader elected in etcd, standbys that "
@@ -103,6 +112,13 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.starvation_bound = absl::GetFlag(FLAGS_starvation_bound);
   options.subslicing = absl::GetFlag(FLAGS_subslicing);
+  {
+    auto classes = sliced::server::PriorityClasses::Parse(
+        absl::GetFlag(FLAGS_priority_classes),
+        absl::GetFlag(FLAGS_default_priority_class));
+    if (!classes.ok()) return classes.status();
+    options.priority_classes = *std::move(classes);
+  }
   options.telemetry_max_age = absl::GetFlag(FLAGS_telemetry_max_age);
   options.log_lines_per_node = absl::GetFlag(FLAGS_log_lines_per_node);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);

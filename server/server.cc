@@ -184,7 +184,8 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
       PlacementManager::Options{.starvation_bound = options.starvation_bound,
                                 .max_pending = options.limits.max_pending_pgs,
                                 .log = &impl.log,
-                                .subslicing = options.subslicing},
+                                .subslicing = options.subslicing,
+                                .priority_classes = options.priority_classes},
       &impl.metrics);
   impl.cluster->set_observer(impl.placement.get());
   impl.nodes = std::make_unique<NodeManager>(

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "server/core/limits.h"
 #include "server/core/logger.h"
+#include "server/core/priority_classes.h"
 #include "storage/store.h"
 
 namespace grpc {
@@ -41,6 +42,8 @@ struct ServerOptions {
   // Slice requests may be carved out of larger slices when they allow it;
   // false: never (--subslicing).
   bool subslicing = true;
+  // Named priorities (--priority_classes, --default_priority_class).
+  PriorityClasses priority_classes;
   // TPU telemetry older than this is dropped from /metrics.
   absl::Duration telemetry_max_age = absl::Seconds(60);
   // libtpu log lines kept per node (a ring).

@@ -296,6 +296,7 @@ absl::Status PgFromRecord(const PlacementGroupRecord& r, PlacementGroup& g) {
   g.request_id = r.request_id();
   g.compute_class = r.compute_class();
   g.priority = r.priority();
+  g.priority_class = r.priority_class();
   g.priority_index = r.priority_index();
   g.fallback_index = r.fallback_index();
   g.reason = r.pending_reason();
@@ -409,6 +410,7 @@ PlacementGroupRecord ToRecord(const PlacementGroup& g) {
   r.set_request_id(g.request_id);
   r.set_compute_class(g.compute_class);
   r.set_priority(g.priority);
+  r.set_priority_class(g.priority_class);
   r.set_priority_index(g.priority_index);
   r.set_fallback_index(g.fallback_index);
   r.set_pending_reason(g.reason);

@@ -174,7 +174,7 @@ class World {
     for (const auto& [id, running] : running_) {
       const Group& g = groups_.at(id);
       if (running && g.priority < priority) {
-        out.push_back({id, g.priority, g.sequence});
+        out.push_back({id, g.priority, g.sequence, ""});
       }
     }
     return out;

@@ -125,8 +125,8 @@ absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
 
 template <typename Request>
 PgOwner OwnerOf(const Request& in) {
-  return PgOwner{in.job_id(), in.name(), in.request_id(), in.compute_class(),
-                 in.priority()};
+  return PgOwner{in.job_id(),        in.name(),     in.request_id(),
+                 in.compute_class(), in.priority(), in.priority_class()};
 }
 
 ScalingConfig ScalingConfigFromProto(const v1::ScalingConfig& c) {
@@ -327,6 +327,7 @@ void PlacementGroupToProto(const PlacementGroupView& view,
   out->set_request_id(g.request_id);
   out->set_compute_class(g.compute_class);
   out->set_priority(g.priority);
+  out->set_priority_class(g.priority_class);
   out->set_pending_reason(g.reason);
   out->mutable_slice_names()->Assign(g.slice_names.begin(),
                                      g.slice_names.end());

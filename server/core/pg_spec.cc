@@ -59,6 +59,7 @@ absl::StatusOr<PgSpec> NewPgSpec(scheduler::PlacementRequest request,
   RETURN_IF_ERROR(ValidateName(owner.name, "name", limits));
   RETURN_IF_ERROR(ValidateName(owner.request_id, "request_id", limits));
   RETURN_IF_ERROR(ValidateName(owner.compute_class, "compute_class", limits));
+  RETURN_IF_ERROR(ValidateName(owner.priority_class, "priority_class", limits));
   RETURN_IF_ERROR(scheduler::ValidateRequest(request));
   PgSpec spec;
   PlacementGroup& g = spec.group;
@@ -67,6 +68,7 @@ absl::StatusOr<PgSpec> NewPgSpec(scheduler::PlacementRequest request,
   g.request_id = owner.request_id;
   g.compute_class = owner.compute_class;
   g.priority = owner.priority;
+  g.priority_class = owner.priority_class;
   for (const scheduler::Bundle& b : request.bundles) {
     g.bundles.push_back(PlacedBundle{b.resources, b.selector, ""});
   }

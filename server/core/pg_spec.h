@@ -23,6 +23,7 @@ struct PgOwner {
   std::string request_id;  // idempotency key; "" for none
   std::string compute_class;
   int32_t priority = 0;
+  std::string priority_class;  // resolved at create (PriorityClasses)
 };
 
 // A validated request, not yet given an id, sequence or state.

@@ -90,6 +90,9 @@ struct PlacementGroup {
   std::string name;
   std::string request_id;  // idempotency key; "" for none
   std::string compute_class;
+  // The priority class named at create ("" for none) and the priority it
+  // resolved to (or the integer asked for without a class).
+  std::string priority_class;
   int32_t priority = 0;
 
   // Which compute-class priority / fallback list holds it (-1: none/primary).

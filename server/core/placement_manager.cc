@@ -178,6 +178,8 @@ const PlacementGroup* PlacementManager::Starving(
 
 absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
   PlacementGroup& g = spec.group;
+  RETURN_IF_ERROR(
+      options_.priority_classes.Resolve(g.priority_class, g.priority));
   if (!g.request_id.empty()) {
     if (const PlacementGroup* existing = txn.FindPgByRequestId(g.request_id)) {
       g = *existing;
@@ -393,9 +395,11 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
   if (d.outcome == Decision::kUnschedulable) {
     std::vector<scheduler::VictimCandidate> candidates;
     for (const auto& [id, g] : state.pgs) {
+      const PriorityClass* cls =
+          options_.priority_classes.Find(g.priority_class);
       if (g.state == PgState::kCreated && g.priority < group.priority &&
-          id != group.id) {
-        candidates.push_back({id, g.priority, g.sequence});
+          id != group.id && (cls == nullptr || cls->preemptible)) {
+        candidates.push_back({id, g.priority, g.sequence, g.priority_class});
       }
     }
     if (!candidates.empty()) {
@@ -437,7 +441,10 @@ absl::StatusOr<PlacementManager::Explanation> PlacementManager::ExplainDryRun(
         if (!cls.empty() && !s.classes.contains(cls)) {
           return ClassNotFound(cls);
         }
-        return ExplainGroup(s, spec.group, what_if);
+        PlacementGroup group = spec.group;
+        RETURN_IF_ERROR(options_.priority_classes.Resolve(group.priority_class,
+                                                          group.priority));
+        return ExplainGroup(s, group, what_if);
       });
   if (out.ok() && what_if.has_value()) AddPreemptionWhatIf(*what_if, *out);
   return out;

@@ -43,6 +43,7 @@
 #include "server/core/coordinator.h"
 #include "server/core/logger.h"
 #include "server/core/pg_spec.h"
+#include "server/core/priority_classes.h"
 
 namespace sliced::server {
 
@@ -61,6 +62,8 @@ class PlacementManager : public Cluster::Observer {
     Logger* log = nullptr;
     // False: slice requests are never carved, whatever they allow.
     bool subslicing = true;
+    // Named priorities; a create resolves its class against them.
+    PriorityClasses priority_classes;
   };
 
   // Told of every solve (metrics). Called on the writer thread.

@@ -157,6 +157,38 @@ class PythonClientEndToEnd(unittest.TestCase):
             list(client.watch(timeout=0.3))
         self.assertEqual(err.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
 
+    def test_priority_classes_and_the_preemption_what_if(self):
+        _, client = self.start()
+        with client:
+            batch = client.submit(SEED, priority_class="batch")
+            self.assertEqual(batch.state, "CREATED", batch.pending_reason)
+            self.assertEqual((batch.priority_class, batch.priority), ("batch", 100))
+            self.assertEqual(client.get(batch.id).priority_class, "batch")
+            plain = client.create_placement_group([{"CPU": 1}])
+            self.assertEqual((plain.priority_class, plain.priority), ("best-effort", 0))
+            for kwargs, field in (({"priority_class": "urgent"}, "priority_class"),
+                                  ({"priority_class": "batch", "priority": 5}, "priority")):
+                with self.assertRaises(SlicedError) as err:
+                    client.submit(SEED, **kwargs)
+                self.assertEqual(err.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertTrue(err.exception.message.startswith(field + ": "),
+                                err.exception.message)
+            # A production dry run on the full v6e fleet names the victim
+            # preemption would take; nothing happens to it.
+            why = client.explain(SEED, priority_class="production")
+            self.assertEqual(why.outcome.lower(), "unschedulable")
+            self.assertIn("what-if (sliced does not preempt yet, docs/preemption.md): "
+                          "preempting 1 group(s) of priority <= 100 makes room: "
+                          "%s (batch, 16 TPU on slice v6e-a)" % batch.id, why.details)
+            self.assertEqual(client.get(batch.id).state, "CREATED")
+            # An equal priority never takes the batch group; the best-effort
+            # CPU group alone would not free the slice.
+            what_if = [d for d in client.explain(SEED, priority_class="batch").details
+                       if d.startswith("what-if")]
+            self.assertEqual(len(what_if), 1, what_if)
+            self.assertIn("would not make room", what_if[0])
+            self.assertNotIn(batch.id, what_if[0])
+
     def test_nodes_with_selectors(self):
         _, client = self.start()
         nodes = client.nodes()

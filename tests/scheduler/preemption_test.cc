@@ -76,10 +76,10 @@ TEST(PreemptionTest, OneWholeSliceBeatsTwoHalfSlices) {
 
   // Youngest first in a chip-counting baseline: small-a, small-b.
   PreemptionPlan plan = PlanPreemption(*snap, want,
-                                       {{"half-a", 0, 1},
-                                        {"half-b", 0, 2},
-                                        {"small-a", 0, 3},
-                                        {"small-b", 0, 4}});
+                                       {{"half-a", 0, 1, ""},
+                                        {"half-b", 0, 2, ""},
+                                        {"small-a", 0, 3, ""},
+                                        {"small-b", 0, 4, ""}});
   ASSERT_TRUE(plan.found) << plan.summary;
   EXPECT_EQ(plan.decision.outcome, Decision::kPlaced);
   ASSERT_EQ(plan.victims.size(), 2u) << plan.summary;
@@ -101,8 +101,9 @@ TEST(PreemptionTest, OneVictimHoldingAWholeSliceBeatsTwo) {
   Hold(held, "y", {"a-w2", "a-w3"});
   Hold(held, "whole", {"b-w0", "b-w1", "b-w2", "b-w3"});
   auto snap = Snap(TwoSlices(), held);
-  PreemptionPlan plan = PlanPreemption(
-      *snap, SliceRequest("4x4"), {{"whole", 0, 1}, {"x", 0, 2}, {"y", 0, 3}});
+  PreemptionPlan plan =
+      PlanPreemption(*snap, SliceRequest("4x4"),
+                     {{"whole", 0, 1, ""}, {"x", 0, 2, ""}, {"y", 0, 3, ""}});
   ASSERT_TRUE(plan.found) << plan.summary;
   EXPECT_EQ(Ids(plan), "whole");
   EXPECT_EQ(plan.victims[0].tpu, 16);
@@ -114,9 +115,9 @@ TEST(PreemptionTest, LowerPriorityBeatsFewerVictims) {
   Hold(held, "lo-2", {"a-w2", "a-w3"});
   Hold(held, "batch", {"b-w0", "b-w1", "b-w2", "b-w3"});
   auto snap = Snap(TwoSlices(), held);
-  PreemptionPlan plan =
-      PlanPreemption(*snap, SliceRequest("4x4"),
-                     {{"batch", 100, 1}, {"lo-1", 0, 2}, {"lo-2", 0, 3}});
+  PreemptionPlan plan = PlanPreemption(
+      *snap, SliceRequest("4x4"),
+      {{"batch", 100, 1, ""}, {"lo-1", 0, 2, ""}, {"lo-2", 0, 3, ""}});
   ASSERT_TRUE(plan.found) << plan.summary;
   EXPECT_EQ(Ids(plan), "lo-1,lo-2");  // the older first on ties
   EXPECT_EQ(plan.victims[0].priority, 0);
@@ -130,8 +131,8 @@ TEST(PreemptionTest, HigherLevelOnlyWhenTheLowerCannotMakeRoom) {
   auto snap = Snap(TwoSlices(), held);
   // "prod" is not a candidate (equal or higher priority than the
   // preemptor): freeing "lo" does not free slice a, so batch goes.
-  PreemptionPlan plan = PlanPreemption(*snap, SliceRequest("4x4"),
-                                       {{"batch", 100, 1}, {"lo", 0, 2}});
+  PreemptionPlan plan = PlanPreemption(
+      *snap, SliceRequest("4x4"), {{"batch", 100, 1, ""}, {"lo", 0, 2, ""}});
   ASSERT_TRUE(plan.found) << plan.summary;
   EXPECT_EQ(Ids(plan), "batch");
 }
@@ -145,7 +146,7 @@ TEST(PreemptionTest, NoCandidateHoldingTheRightCapacity) {
   held.push_back(Allocation{"cpu-job", 0, "cpu", Cpu(8)});
   auto snap = Snap(nodes, held);
   PreemptionPlan plan =
-      PlanPreemption(*snap, SliceRequest("4x4"), {{"cpu-job", 0, 1}});
+      PlanPreemption(*snap, SliceRequest("4x4"), {{"cpu-job", 0, 1, ""}});
   EXPECT_FALSE(plan.found);
   EXPECT_TRUE(plan.victims.empty());
   EXPECT_NE(plan.decision.outcome, Decision::kPlaced);
@@ -167,8 +168,8 @@ TEST(PreemptionTest, MultiSliceTakesAFreeSliceAndFreesTheCheapestOther) {
   Hold(held, "old", {"a-w0", "a-w1", "a-w2", "a-w3"});
   Hold(held, "young", {"b-w0", "b-w1", "b-w2", "b-w3"});
   auto snap = Snap(nodes, held);
-  PreemptionPlan plan = PlanPreemption(*snap, SliceRequest("4x4", 2),
-                                       {{"old", 0, 1}, {"young", 0, 2}});
+  PreemptionPlan plan = PlanPreemption(
+      *snap, SliceRequest("4x4", 2), {{"old", 0, 1, ""}, {"young", 0, 2, ""}});
   ASSERT_TRUE(plan.found) << plan.summary;
   EXPECT_EQ(Ids(plan), "young");
   std::vector<std::string> slices = plan.decision.slice_names;
@@ -183,7 +184,7 @@ TEST(PreemptionTest, PlainGangFreesOnlyWhatItNeeds) {
       Allocation{"g3", 0, "n3", Cpu(2)}, Allocation{"g4", 0, "n3", Cpu(2)}};
   auto snap = Snap(nodes, held);
   const std::vector<VictimCandidate> all = {
-      {"g1", 0, 1}, {"g2", 0, 2}, {"g3", 0, 3}, {"g4", 0, 4}};
+      {"g1", 0, 1, ""}, {"g2", 0, 2, ""}, {"g3", 0, 3, ""}, {"g4", 0, 4, ""}};
 
   // One bundle of 6 CPU: any one group makes room (g3 or g4 leaves 6 free
   // on n3); the youngest goes.
@@ -210,9 +211,9 @@ TEST(PreemptionTest, BoundIsSaidInTheSummary) {
   auto snap = Snap(TwoSlices(), held);
   PreemptionOptions tight;
   tight.max_solves = 1;
-  PreemptionPlan plan =
-      PlanPreemption(*snap, SliceRequest("4x4"),
-                     {{"x", 0, 1}, {"y", 0, 2}, {"z", 0, 3}}, tight);
+  PreemptionPlan plan = PlanPreemption(
+      *snap, SliceRequest("4x4"),
+      {{"x", 0, 1, ""}, {"y", 0, 2, ""}, {"z", 0, 3, ""}}, tight);
   ASSERT_TRUE(plan.found) << plan.summary;
   EXPECT_TRUE(plan.bound_hit);
   EXPECT_NE(plan.summary.find("(search bounded at 4096 candidates / 1 solves: "
@@ -222,8 +223,9 @@ TEST(PreemptionTest, BoundIsSaidInTheSummary) {
 
   PreemptionOptions few;
   few.max_candidates = 1;  // keeps only the lowest-priority, youngest: z
-  PreemptionPlan cut = PlanPreemption(
-      *snap, SliceRequest("4x4"), {{"x", 0, 1}, {"y", 0, 2}, {"z", 0, 3}}, few);
+  PreemptionPlan cut =
+      PlanPreemption(*snap, SliceRequest("4x4"),
+                     {{"x", 0, 1, ""}, {"y", 0, 2, ""}, {"z", 0, 3, ""}}, few);
   EXPECT_TRUE(cut.bound_hit);
   EXPECT_EQ(Ids(cut), "z");
 }
@@ -283,7 +285,7 @@ TEST(PreemptionPropertyTest, VictimsMakeRoomAndNoneCanBeSpared) {
       snap = *snap->Apply(delta);
       const int32_t prio = std::array<int32_t, 3>{0, 50, 100}[rng() % 3];
       if (prio < preemptor) {
-        candidates.push_back({pg, prio, static_cast<uint64_t>(g)});
+        candidates.push_back({pg, prio, static_cast<uint64_t>(g), ""});
       } else {
         higher.insert(pg);
       }

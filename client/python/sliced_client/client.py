@@ -119,6 +119,8 @@ class PlacementGroup:
     compute_class: str = ""
     slice_names: List[str] = dataclasses.field(default_factory=list)
     bundles: List[Bundle] = dataclasses.field(default_factory=list)
+    priority: int = 0
+    priority_class: str = ""
 
     @property
     def id(self) -> str:
@@ -141,7 +143,8 @@ class PlacementGroup:
             job_id=pg.job_id, name=pg.name, request_id=pg.request_id,
             compute_class=pg.compute_class, slice_names=list(pg.slice_names),
             bundles=[Bundle(resources=dict(b.resources), label_selector=dict(b.label_selector),
-                            node_id=b.node_id) for b in pg.bundles])
+                            node_id=b.node_id) for b in pg.bundles],
+            priority=pg.priority, priority_class=pg.priority_class)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,14 +294,18 @@ class Client:
 
     def submit(self, scaling_config: ScalingConfig, *, job_id: str = "",
                compute_class: str = "", request_id: Optional[str] = None,
-               priority: int = 0, name: str = "") -> PlacementGroup:
+               priority: int = 0, name: str = "",
+               priority_class: str = "") -> PlacementGroup:
         """Submits a ScalingConfig; returns the group (CREATED, PENDING or
         INFEASIBLE). An invalid config raises SlicedError(INVALID_ARGUMENT)
-        with Ray's message. The same request_id returns the same group."""
+        with Ray's message. The same request_id returns the same group.
+        priority_class names one of the daemon's classes (by default
+        production, batch, best-effort) and sets the priority."""
         request = _pb.SubmitScalingConfigRequest(
             scaling_config=scaling_config.to_proto(), job_id=job_id, name=name,
             request_id=request_id or "req-" + uuid.uuid4().hex,
-            compute_class=compute_class, priority=priority)
+            compute_class=compute_class, priority=priority,
+            priority_class=priority_class)
         return PlacementGroup.from_proto(
             self._call(self._placement.SubmitScalingConfig, request, retry=True))
 
@@ -307,7 +314,8 @@ class Client:
             topology_strategy: Optional[List[Dict[str, Union[str, int]]]] = None,
             bundle_label_selector: Optional[List[Dict[str, str]]] = None,
             job_id: str = "", name: str = "", compute_class: str = "",
-            request_id: Optional[str] = None, priority: int = 0) -> PlacementGroup:
+            request_id: Optional[str] = None, priority: int = 0,
+            priority_class: str = "") -> PlacementGroup:
         """Ray's placement_group(): one resource dict per bundle, strategy
         PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD, and optionally one
         label selector per bundle. topology_strategy takes Ray's shape, a list
@@ -336,6 +344,7 @@ class Client:
             strategy=_pb.PlacementStrategy.Value(strategy) if strategy else 0,
             topology_strategy=_topology_levels(topology_strategy or []),
             job_id=job_id, name=name, compute_class=compute_class, priority=priority,
+            priority_class=priority_class,
             request_id=request_id or "req-" + uuid.uuid4().hex)
         return PlacementGroup.from_proto(
             self._call(self._placement.CreatePlacementGroup, request, retry=True))
@@ -471,15 +480,19 @@ class Client:
                 stream.cancel()
 
     def explain(self, target: Union[PgRef, ScalingConfig], *, job_id: str = "",
-                compute_class: str = "") -> Explanation:
+                compute_class: str = "", priority: int = 0,
+                priority_class: str = "") -> Explanation:
         """Why a group is pending (or where it is placed). Given a
         ScalingConfig instead, a dry run: what would happen if it were
-        submitted now (nothing is created)."""
+        submitted now (nothing is created); when it would wait behind groups
+        of lower priority, a detail line names the ones preemption would
+        take."""
         if isinstance(target, ScalingConfig):
             request = _pb.ExplainPlacementGroupRequest(
                 dry_run_scaling_config=_pb.SubmitScalingConfigRequest(
                     scaling_config=target.to_proto(), job_id=job_id,
-                    compute_class=compute_class))
+                    compute_class=compute_class, priority=priority,
+                    priority_class=priority_class))
         else:
             request = _pb.ExplainPlacementGroupRequest(placement_group_id=_pg_id(target))
         r = self._call(self._placement.ExplainPlacementGroup, request, retry=True)

@@ -554,19 +554,21 @@ TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
             absl::StatusCode::kNotFound);
 }
 
+PgOwner OfClass(const std::string& priority_class, int32_t priority = 0) {
+  PgOwner owner;
+  owner.priority_class = priority_class;
+  owner.priority = priority;
+  return owner;
+}
+
 TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
   Start();
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
   ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
-  PgOwner batch;
-  batch.priority = 100;
-  PgOwner best_effort;
-  best_effort.priority = 0;
-  const std::string kept = Create(V6eSlices(1, batch));
-  const std::string victim = Create(V6eSlices(1, best_effort));
-  PgOwner production;
-  production.priority = 1000;
-  auto dry = core_->placement().ExplainDryRun(V6eSlices(1, production));
+  const std::string kept = Create(V6eSlices(1, OfClass("batch")));
+  const std::string victim = Create(V6eSlices(1));  // the default class
+  auto dry =
+      core_->placement().ExplainDryRun(V6eSlices(1, OfClass("production")));
   ASSERT_TRUE(dry.ok()) << dry.status();
   EXPECT_EQ(dry->outcome, "UNSCHEDULABLE");
   ASSERT_FALSE(dry->details.empty());
@@ -575,10 +577,10 @@ TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
       absl::StrCat("what-if (sliced does not preempt yet, "
                    "docs/preemption.md): preempting 1 group(s) of "
                    "priority <= 0 makes room: ",
-                   victim, " (16 TPU on slice ",
+                   victim, " (best-effort, 16 TPU on slice ",
                    core_->placement().Get(victim)->group.slice_names[0], ")"));
   // An equal priority has no candidates: no what-if line.
-  auto equal = core_->placement().ExplainDryRun(V6eSlices(1, best_effort));
+  auto equal = core_->placement().ExplainDryRun(V6eSlices(1));
   ASSERT_TRUE(equal.ok());
   for (const std::string& line : equal->details) {
     EXPECT_EQ(line.find("what-if"), std::string::npos) << line;
@@ -586,6 +588,54 @@ TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
   // Nothing was preempted.
   EXPECT_EQ(core_->placement().Get(victim)->group.state, PgState::kCreated);
   EXPECT_EQ(core_->placement().Get(kept)->group.state, PgState::kCreated);
+  // A bad class in a dry run is refused like a create.
+  auto bad = core_->placement().ExplainDryRun(V6eSlices(1, OfClass("urgent")));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PlacementManagerTest, PriorityClassesResolveAtCreateAndSurviveRestart) {
+  CoreOptions options;
+  auto classes = PriorityClasses::Parse(
+      "serving=2000:non-preemptible,batch=100,scavenger=-10", "batch");
+  ASSERT_TRUE(classes.ok()) << classes.status();
+  options.placement.priority_classes = *classes;
+  Start(options);
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  const std::string serving = Create(V6eSlices(1, OfClass("serving")));
+  const std::string plain = Create(Cpus(1, 1));
+  const std::string bare = Create(Cpus(1, 1, OfClass("", 7)));
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  EXPECT_EQ(get(serving).priority_class, "serving");
+  EXPECT_EQ(get(serving).priority, 2000);
+  EXPECT_EQ(get(plain).priority_class, "batch");
+  EXPECT_EQ(get(plain).priority, 100);
+  EXPECT_EQ(get(bare).priority_class, "");
+  EXPECT_EQ(get(bare).priority, 7);
+
+  // Refused, and nothing is created.
+  const size_t before = core_->placement().List({}).size();
+  for (PgOwner owner : {OfClass("production"), OfClass("batch", 5)}) {
+    auto refused = core_->Create(Cpus(1, 1, owner));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << refused.status();
+  }
+  EXPECT_EQ(core_->placement().List({}).size(), before);
+
+  // A non-preemptible class is never offered as a victim.
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  const std::string scavenger = Create(V6eSlices(1, OfClass("scavenger")));
+  auto dry = core_->placement().ExplainDryRun(V6eSlices(2, OfClass("", 5000)));
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  const std::string said = absl::StrJoin(dry->details, "\n");
+  EXPECT_NE(said.find("would not make room"), std::string::npos) << said;
+  EXPECT_EQ(said.find(serving), std::string::npos) << said;
+
+  Restart(options);
+  EXPECT_EQ(get(serving).priority_class, "serving");
+  EXPECT_EQ(get(serving).priority, 2000);
+  EXPECT_EQ(get(scavenger).priority, -10);
 }
 
 }  // namespace
