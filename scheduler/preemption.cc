@@ -31,17 +31,18 @@ class Planner {
     std::vector<Allocation> held = snapshot_.AllocationsOf(c.pg_id);
     if (held.empty()) return false;
     Victim v{c.pg_id, c.priority, c.sequence, 0, {}, c.label};
+    Holdings& h = holdings_.emplace_back();
     absl::btree_set<std::string> slices;
     for (const Allocation& a : held) {
       if (auto it = a.resources.find(kResourceTpu); it != a.resources.end()) {
         v.tpu += it->second / kResourceScale;
       }
       for (const auto& [name, amount] : a.resources) {
-        if (amount > 0) held_[c.pg_id].insert(name);
+        if (amount > 0) h.resources.insert(name);
       }
       const int64_t node = snapshot_.NodeIndex(a.node_id);
       if (node < 0) continue;
-      nodes_of_[c.pg_id].insert(static_cast<uint32_t>(node));
+      h.nodes.insert(static_cast<uint32_t>(node));
       const int32_t slice =
           snapshot_.SliceIndexOf(snapshot_.node(static_cast<uint32_t>(node)));
       if (slice >= 0) {
@@ -77,9 +78,9 @@ class Planner {
   // a slice from being whole); otherwise it holds a resource some bundle
   // asks for.
   bool Relevant(size_t i) const {
-    const std::string& id = victims_[i].pg_id;
+    const Holdings& h = holdings_[i];
     if (request_.slice.has_value()) {
-      for (uint32_t node : nodes_of_.at(id)) {
+      for (uint32_t node : h.nodes) {
         const int32_t s = snapshot_.SliceIndexOf(snapshot_.node(node));
         if (s < 0) continue;
         const InventorySnapshot::SliceEntry& slice =
@@ -94,7 +95,7 @@ class Planner {
     auto asks = [&](const std::vector<Bundle>& bundles) {
       for (const Bundle& b : bundles) {
         for (const auto& [name, amount] : b.resources) {
-          if (amount > 0 && held_.at(id).contains(name)) return true;
+          if (amount > 0 && h.resources.contains(name)) return true;
         }
       }
       return false;
@@ -122,14 +123,14 @@ class Planner {
   // Of `pool`, the victims holding an allocation on a node `d` uses.
   std::vector<size_t> OnNodesOf(const Decision& d,
                                 const std::vector<size_t>& pool) const {
-    absl::flat_hash_map<uint32_t, bool> used;
+    absl::flat_hash_set<uint32_t> used;
     for (const std::string& id : d.bundle_nodes) {
       const int64_t i = snapshot_.NodeIndex(id);
-      if (i >= 0) used[static_cast<uint32_t>(i)] = true;
+      if (i >= 0) used.insert(static_cast<uint32_t>(i));
     }
     std::vector<size_t> out;
     for (size_t i : pool) {
-      for (uint32_t node : nodes_of_.at(victims_[i].pg_id)) {
+      for (uint32_t node : holdings_[i].nodes) {
         if (used.contains(node)) {
           out.push_back(i);
           break;
@@ -195,9 +196,13 @@ class Planner {
   const InventorySnapshot& snapshot_;
   const PlacementRequest& request_;
   const PreemptionOptions& options_;
+  // What victims_[i] holds: node indexes and resource names.
+  struct Holdings {
+    absl::btree_set<uint32_t> nodes;
+    absl::flat_hash_set<std::string> resources;
+  };
   std::vector<Victim> victims_;
-  absl::flat_hash_map<std::string, absl::btree_set<uint32_t>> nodes_of_;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> held_;
+  std::vector<Holdings> holdings_;  // parallel to victims_
   int solves_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -162,7 +163,7 @@ class World {
     }
     Commit(delta);
     g.sequence = next_++;
-    running_[id] = true;
+    running_.insert(id);
     return true;
   }
 
@@ -171,9 +172,9 @@ class World {
   // Running groups below `priority`, as the planner takes them.
   std::vector<scheduler::VictimCandidate> Candidates(int32_t priority) const {
     std::vector<scheduler::VictimCandidate> out;
-    for (const auto& [id, running] : running_) {
+    for (const std::string& id : running_) {
       const Group& g = groups_.at(id);
-      if (running && g.priority < priority) {
+      if (g.priority < priority) {
         out.push_back({id, g.priority, g.sequence, ""});
       }
     }
@@ -189,7 +190,7 @@ class World {
       for (const Allocation& a : snap_->AllocationsOf(id))
         chips += TpuOf(a.resources);
       delta.release_pg_ids.push_back(id);
-      running_[id] = false;
+      running_.erase(id);
       waiting_.push_back(id);
     }
     Commit(delta);
@@ -233,7 +234,7 @@ class World {
 
   Snapshot snap_;
   std::map<std::string, Group> groups_;
-  std::map<std::string, bool> running_;
+  std::set<std::string> running_;
   std::vector<std::string> waiting_;
   uint64_t next_;
 };

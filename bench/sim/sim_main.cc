@@ -220,6 +220,15 @@ bool Sane(const std::vector<std::vector<SimResult>>& seed_results,
   return sane;
 }
 
+// A size flag's value when given (> 0), else the workload's default for
+// --quick or a full run.
+template <typename T>
+T SizeFlag(const absl::Flag<T>& flag, T quick_default, T full_default) {
+  const T given = absl::GetFlag(flag);
+  if (given > 0) return given;
+  return absl::GetFlag(FLAGS_quick) ? quick_default : full_default;
+}
+
 // --workload=mixed: the flags that apply, with that workload's defaults.
 int MainMixed() {
   const bool quick = absl::GetFlag(FLAGS_quick);
@@ -227,8 +236,7 @@ int MainMixed() {
   if (absl::GetFlag(FLAGS_nodes) > 0) o.nodes = absl::GetFlag(FLAGS_nodes);
   if (absl::GetFlag(FLAGS_jobs) > 0) o.jobs = absl::GetFlag(FLAGS_jobs);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.seeds = absl::GetFlag(FLAGS_replay_seeds) > 0 ? absl::GetFlag(FLAGS_replay_seeds)
-                                                  : (quick ? 2 : 5);
+  o.seeds = SizeFlag(FLAGS_replay_seeds, 2, 5);
   o.tune_seeds = quick ? 1 : absl::GetFlag(FLAGS_tune_seeds);
   o.load = absl::GetFlag(FLAGS_load);
   o.cpu_load = absl::GetFlag(FLAGS_cpu_load);
@@ -239,16 +247,11 @@ int MainMixed() {
 
 // --workload=subslice: the flags that apply, with that workload's defaults.
 int MainSubslice() {
-  const bool quick = absl::GetFlag(FLAGS_quick);
   SubsliceOptions o;
-  o.pods = absl::GetFlag(FLAGS_pods) > 0 ? absl::GetFlag(FLAGS_pods)
-                                         : (quick ? 16 : 64);
-  o.jobs = absl::GetFlag(FLAGS_jobs) > 0 ? absl::GetFlag(FLAGS_jobs)
-                                         : (quick ? 800 : 4000);
+  o.pods = SizeFlag<int64_t>(FLAGS_pods, 16, 64);
+  o.jobs = SizeFlag<int64_t>(FLAGS_jobs, 800, 4000);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.seeds = absl::GetFlag(FLAGS_replay_seeds) > 0
-                ? absl::GetFlag(FLAGS_replay_seeds)
-                : (quick ? 1 : 3);
+  o.seeds = SizeFlag(FLAGS_replay_seeds, 1, 3);
   o.load = absl::GetFlag(FLAGS_load);
   o.out_dir = absl::GetFlag(FLAGS_out_dir);
   o.check = absl::GetFlag(FLAGS_check);
@@ -258,17 +261,11 @@ int MainSubslice() {
 // --workload=preemption: the flags that apply, with that workload's
 // defaults.
 int MainPreemption() {
-  const bool quick = absl::GetFlag(FLAGS_quick);
   PreemptionSimOptions o;
-  o.slices = absl::GetFlag(FLAGS_slices) > 0 ? absl::GetFlag(FLAGS_slices)
-                                             : (quick ? 16 : 48);
-  o.preemptors = absl::GetFlag(FLAGS_preemptors) > 0
-                     ? absl::GetFlag(FLAGS_preemptors)
-                     : (quick ? 12 : 24);
+  o.slices = SizeFlag<int64_t>(FLAGS_slices, 16, 48);
+  o.preemptors = SizeFlag<int64_t>(FLAGS_preemptors, 12, 24);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.seeds = absl::GetFlag(FLAGS_replay_seeds) > 0
-                ? absl::GetFlag(FLAGS_replay_seeds)
-                : (quick ? 2 : 5);
+  o.seeds = SizeFlag(FLAGS_replay_seeds, 2, 5);
   o.out_dir = absl::GetFlag(FLAGS_out_dir);
   o.check = absl::GetFlag(FLAGS_check);
   return RunPreemptionSim(o);
