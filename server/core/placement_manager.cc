@@ -434,16 +434,16 @@ absl::StatusOr<PlacementManager::Explanation> PlacementManager::Explain(
 
 absl::StatusOr<PlacementManager::Explanation> PlacementManager::ExplainDryRun(
     const PgSpec& spec) const {
+  PlacementGroup group = spec.group;
+  RETURN_IF_ERROR(
+      options_.priority_classes.Resolve(group.priority_class, group.priority));
   std::optional<PreemptionWhatIf> what_if;
   absl::StatusOr<Explanation> out =
       cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<Explanation> {
-        const std::string& cls = spec.group.compute_class;
+        const std::string& cls = group.compute_class;
         if (!cls.empty() && !s.classes.contains(cls)) {
           return ClassNotFound(cls);
         }
-        PlacementGroup group = spec.group;
-        RETURN_IF_ERROR(options_.priority_classes.Resolve(group.priority_class,
-                                                          group.priority));
         return ExplainGroup(s, group, what_if);
       });
   if (out.ok() && what_if.has_value()) AddPreemptionWhatIf(*what_if, *out);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -39,8 +38,6 @@ PriorityClasses::PriorityClasses() {
 absl::StatusOr<PriorityClasses> PriorityClasses::Parse(
     absl::string_view spec, absl::string_view default_class) {
   PriorityClasses out{NoClasses{}};
-  absl::flat_hash_set<std::string> names;
-  absl::flat_hash_set<int32_t> values;
   for (absl::string_view entry :
        absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     entry = absl::StripAsciiWhitespace(entry);
@@ -63,8 +60,9 @@ absl::StatusOr<PriorityClasses> PriorityClasses::Parse(
                               "followed by :",
                               kNonPreemptible));
     }
-    if (!names.insert(c.name).second) return Bad(entry, "the name repeats");
-    if (!values.insert(c.value).second) {
+    if (out.Find(c.name) != nullptr) return Bad(entry, "the name repeats");
+    if (std::any_of(out.classes_.begin(), out.classes_.end(),
+                    [&](const PriorityClass& o) { return o.value == c.value; })) {
       return Bad(entry, "another class has the same value");
     }
     out.classes_.push_back(std::move(c));
