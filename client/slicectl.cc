@@ -164,6 +164,25 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
   request.set_compute_class(flags.Get("compute-class"));
   request.set_priority(priority);
   request.set_priority_class(flags.Get("priority-class"));
+  if (flags.Has("preemption-policy")) {
+    v1::PreemptionPolicy policy;
+    if (!v1::PreemptionPolicy_Parse(flags.Get("preemption-policy"), &policy) ||
+        policy == v1::PREEMPTION_POLICY_UNSPECIFIED) {
+      return Usage(absl::StrCat(
+          "--preemption-policy: PREEMPT_LOWER_PRIORITY or NEVER, got \"",
+          flags.Get("preemption-policy"), "\""));
+    }
+    request.set_preemption_policy(policy);
+  }
+  if (flags.Has("on-preemption")) {
+    v1::OnPreemption on;
+    if (!v1::OnPreemption_Parse(flags.Get("on-preemption"), &on) ||
+        on == v1::ON_PREEMPTION_UNSPECIFIED) {
+      return Usage(absl::StrCat("--on-preemption: REQUEUE or REMOVE, got \"",
+                                flags.Get("on-preemption"), "\""));
+    }
+    request.set_on_preemption(on);
+  }
   return PlacementResult(ctx, flags, ctx.client->SubmitScalingConfig(request));
 }
 
@@ -186,7 +205,8 @@ int CmdPgList(Context& ctx, const ParsedFlags& flags) {
             absl::AsciiStrToUpper(flags.Get("state")), &state) ||
         state == v1::PLACEMENT_GROUP_STATE_UNSPECIFIED) {
       return Usage(absl::StrCat(
-          "--state: want PENDING, CREATED, RESCHEDULING or INFEASIBLE, got ",
+          "--state: want PENDING, CREATED, RESCHEDULING, PREEMPTING or "
+          "INFEASIBLE, got ",
           Quote(flags.Get("state"))));
     }
     if (state == v1::REMOVED) {
@@ -431,6 +451,11 @@ std::vector<Command> PlacementCommands() {
             {"priority-class", "C",
              "a priority class of the daemon (e.g. production, batch, "
              "best-effort); sets the priority"},
+            {"preemption-policy", "P",
+             "PREEMPT_LOWER_PRIORITY (default: may preempt groups of lower "
+             "priority) or NEVER (waits)"},
+            {"on-preemption", "O",
+             "when preempted itself: REQUEUE (default) or REMOVE"},
             {"allow-subslice", "",
              "may carve each slice out of a larger intact slice (default: "
              "only when no slice of the exact shape exists)"},

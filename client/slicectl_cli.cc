@@ -293,7 +293,8 @@ std::string Table::Render(bool color, absl::string_view indent) const {
 const char* StateColor(absl::string_view state) {
   std::string s = absl::AsciiStrToUpper(state);
   if (s == "ALIVE" || s == "CREATED" || s == "FREE") return "32";  // green
-  if (s == "DRAINING" || s == "PENDING" || s == "RESCHEDULING") {
+  if (s == "DRAINING" || s == "PENDING" || s == "RESCHEDULING" ||
+      s == "PREEMPTING") {
     return "33";  // yellow
   }
   if (s == "DEAD" || s == "INFEASIBLE" || s == "BROKEN") return "31";  // red

@@ -222,6 +222,23 @@ void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
                                  : absl::StrCat(pg.priority_class(), " (",
                                                 pg.priority(), ")")});
   }
+  if (pg.preemption_policy() == v1::NEVER || pg.on_preemption() == v1::REMOVE) {
+    head.AddRow({"preemption",
+                 absl::StrCat(v1::PreemptionPolicy_Name(pg.preemption_policy()),
+                              ", when preempted ",
+                              v1::OnPreemption_Name(pg.on_preemption()))});
+  }
+  if (pg.state() == v1::PREEMPTING) {
+    head.AddRow(
+        {"preempted by", absl::StrCat(pg.preempted_by(), ", leaves at ",
+                                      TimeText(pg.preemption_deadline()))});
+  }
+  if (pg.preempting_size() > 0) {
+    head.AddRow(
+        {"preempting",
+         absl::StrCat(absl::StrJoin(pg.preempting(), ", "), ", placed at ",
+                      TimeText(pg.preemption_deadline()))});
+  }
   if (!pg.compute_class().empty()) {
     head.AddRow(
         {"compute class", absl::StrCat(pg.compute_class(), " (priority ",

@@ -74,6 +74,15 @@ ABSL_FLAG(std::string, default_priority_class,
           sliced::server::PriorityClasses::kDefaultClass,
           "the class of a request that names no class and no priority; empty: "
           "none (priority 0, no class)");
+ABSL_FLAG(bool, preemption, true,
+          "let a placement group that does not fit preempt running groups of "
+          "strictly lower priority (docs/preemption.md); false: it waits");
+ABSL_FLAG(absl::Duration, preemption_grace, absl::Seconds(30),
+          "how long a preempted group keeps its capacity after it is told "
+          "(state PREEMPTING) before it is requeued or removed");
+ABSL_FLAG(absl::Duration, preemption_cooldown, absl::ZeroDuration(),
+          "a group placed less than this long ago is not preempted (as "
+          "Slurm's PreemptExemptTime; 0, the default: no such protection)");
 ABSL_FLAG(std::string, store, "rocksdb",
           "where the facts live: rocksdb (embedded, --data_dir) or etcd "
           "(high availability: a leader elected in etcd, standbys that "
@@ -112,6 +121,9 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.starvation_bound = absl::GetFlag(FLAGS_starvation_bound);
   options.subslicing = absl::GetFlag(FLAGS_subslicing);
+  options.preemption = absl::GetFlag(FLAGS_preemption);
+  options.preemption_grace = absl::GetFlag(FLAGS_preemption_grace);
+  options.preemption_cooldown = absl::GetFlag(FLAGS_preemption_cooldown);
   {
     auto classes = sliced::server::PriorityClasses::Parse(
         absl::GetFlag(FLAGS_priority_classes),
@@ -150,10 +162,15 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
       sliced::server::Logger::ParseLevel(absl::GetFlag(FLAGS_log_level));
   if (!log_level.ok()) return log_level.status();
   options.log_level = *log_level;
-  if (options.heartbeat_timeout < absl::ZeroDuration() ||
-      options.starvation_bound < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "--heartbeat_timeout and --starvation_bound must be >= 0");
+  for (const auto& [name, value] :
+       {std::pair{"heartbeat_timeout", options.heartbeat_timeout},
+        std::pair{"starvation_bound", options.starvation_bound},
+        std::pair{"preemption_grace", options.preemption_grace},
+        std::pair{"preemption_cooldown", options.preemption_cooldown}}) {
+    if (value < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " must be >= 0, got ", absl::FormatDuration(value)));
+    }
   }
   return options;
 }

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -109,6 +110,7 @@ struct SlicedServer::Impl {
   // managers and the cluster, so those are destroyed only after this.
   void StopCore() {
     if (nodes != nullptr) nodes->StopLeases();
+    if (placement != nullptr) placement->StopPreemptionChecks();
     coordinator.reset();
   }
 
@@ -181,11 +183,18 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
                         {.clock = nullptr, .observer = &impl.metrics}));
   impl.placement = std::make_unique<PlacementManager>(
       impl.coordinator.get(), impl.cluster.get(),
-      PlacementManager::Options{.starvation_bound = options.starvation_bound,
-                                .max_pending = options.limits.max_pending_pgs,
-                                .log = &impl.log,
-                                .subslicing = options.subslicing,
-                                .priority_classes = options.priority_classes},
+      PlacementManager::Options{
+          .starvation_bound = options.starvation_bound,
+          .max_pending = options.limits.max_pending_pgs,
+          .log = &impl.log,
+          .subslicing = options.subslicing,
+          .priority_classes = options.priority_classes,
+          .preemption = options.preemption,
+          .preemption_grace = options.preemption_grace,
+          .preemption_cooldown = options.preemption_cooldown,
+          .preemption_check_interval =
+              std::clamp(options.preemption_grace / 4, absl::Milliseconds(100),
+                         absl::Seconds(1))},
       &impl.metrics);
   impl.cluster->set_observer(impl.placement.get());
   impl.nodes = std::make_unique<NodeManager>(

@@ -44,6 +44,11 @@ struct ServerOptions {
   bool subslicing = true;
   // Named priorities (--priority_classes, --default_priority_class).
   PriorityClasses priority_classes;
+  // Preemption (docs/preemption.md): on/off, the victims' grace period, and
+  // how long a newly placed group is safe from it.
+  bool preemption = true;
+  absl::Duration preemption_grace = absl::Seconds(30);
+  absl::Duration preemption_cooldown = absl::ZeroDuration();
   // TPU telemetry older than this is dropped from /metrics.
   absl::Duration telemetry_max_age = absl::Seconds(60);
   // libtpu log lines kept per node (a ring).

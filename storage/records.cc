@@ -42,6 +42,8 @@ PgStateRecord ToRecord(PgState state) {
       return PG_INFEASIBLE;
     case PgState::kRemoved:
       return PG_REMOVED;
+    case PgState::kPreempting:
+      return PG_PREEMPTING;
   }
   return PG_STATE_RECORD_UNSPECIFIED;
 }
@@ -56,6 +58,8 @@ absl::StatusOr<PgState> FromRecord(PgStateRecord state) {
       return PgState::kRescheduling;
     case PG_INFEASIBLE:
       return PgState::kInfeasible;
+    case PG_PREEMPTING:
+      return PgState::kPreempting;
     default:
       return absl::DataLossError(absl::StrCat("unknown state ", state));
   }
@@ -304,6 +308,19 @@ absl::Status PgFromRecord(const PlacementGroupRecord& r, PlacementGroup& g) {
   g.update_time = absl::FromUnixMillis(r.update_time_ms());
   g.queued_time = absl::FromUnixMillis(r.queued_time_ms());
   g.sequence = r.sequence();
+  g.preemption_policy = r.never_preempt()
+                            ? server::PreemptionPolicy::kNever
+                            : server::PreemptionPolicy::kPreemptLowerPriority;
+  g.on_preemption = r.remove_on_preemption() ? server::OnPreemption::kRemove
+                                             : server::OnPreemption::kRequeue;
+  g.preempted_by = r.preempted_by();
+  g.preempting.assign(r.preempting().begin(), r.preempting().end());
+  g.preemption_deadline =
+      r.preemption_deadline_ms() == 0
+          ? absl::InfinitePast()
+          : absl::FromUnixMillis(r.preemption_deadline_ms());
+  g.placed_time = absl::FromUnixMillis(r.placed_time_ms());
+  g.removed = r.removed();
   if (r.has_scaling_config()) {
     g.scaling_config = ScalingConfigFromRecord(r.scaling_config());
   }
@@ -418,6 +435,15 @@ PlacementGroupRecord ToRecord(const PlacementGroup& g) {
   r.set_update_time_ms(absl::ToUnixMillis(g.update_time));
   r.set_queued_time_ms(absl::ToUnixMillis(g.queued_time));
   r.set_sequence(g.sequence);
+  r.set_never_preempt(g.preemption_policy == server::PreemptionPolicy::kNever);
+  r.set_remove_on_preemption(g.on_preemption == server::OnPreemption::kRemove);
+  r.set_preempted_by(g.preempted_by);
+  r.mutable_preempting()->Add(g.preempting.begin(), g.preempting.end());
+  r.set_preemption_deadline_ms(g.preemption_deadline == absl::InfinitePast()
+                                   ? 0
+                                   : absl::ToUnixMillis(g.preemption_deadline));
+  r.set_placed_time_ms(absl::ToUnixMillis(g.placed_time));
+  r.set_removed(g.removed);
   if (g.scaling_config) {
     ScalingConfigToRecord(*g.scaling_config, r.mutable_scaling_config());
   }

@@ -124,9 +124,40 @@ absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
 }
 
 template <typename Request>
-PgOwner OwnerOf(const Request& in) {
-  return PgOwner{in.job_id(),        in.name(),     in.request_id(),
-                 in.compute_class(), in.priority(), in.priority_class()};
+absl::StatusOr<PgOwner> OwnerOf(const Request& in) {
+  PgOwner owner{in.job_id(),
+                in.name(),
+                in.request_id(),
+                in.compute_class(),
+                in.priority(),
+                in.priority_class(),
+                PreemptionPolicy::kPreemptLowerPriority,
+                OnPreemption::kRequeue};
+  switch (in.preemption_policy()) {
+    case v1::PREEMPTION_POLICY_UNSPECIFIED:
+    case v1::PREEMPT_LOWER_PRIORITY:
+      break;
+    case v1::NEVER:
+      owner.preemption_policy = PreemptionPolicy::kNever;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "preemption_policy: unknown value ", in.preemption_policy(),
+          " (PREEMPT_LOWER_PRIORITY or NEVER)"));
+  }
+  switch (in.on_preemption()) {
+    case v1::ON_PREEMPTION_UNSPECIFIED:
+    case v1::REQUEUE:
+      break;
+    case v1::REMOVE:
+      owner.on_preemption = OnPreemption::kRemove;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("on_preemption: unknown value ", in.on_preemption(),
+                       " (REQUEUE or REMOVE)"));
+  }
+  return owner;
 }
 
 ScalingConfig ScalingConfigFromProto(const v1::ScalingConfig& c) {
@@ -239,13 +270,15 @@ absl::StatusOr<PgSpec> PgSpecFromProto(
                          limits));
     request.fallbacks.push_back(std::move(bundles));
   }
-  return NewPgSpec(std::move(request), OwnerOf(in), limits);
+  ASSIGN_OR_RETURN(PgOwner owner, OwnerOf(in));
+  return NewPgSpec(std::move(request), owner, limits);
 }
 
 absl::StatusOr<PgSpec> PgSpecFromProto(const v1::SubmitScalingConfigRequest& in,
                                        const Limits& limits) {
+  ASSIGN_OR_RETURN(PgOwner owner, OwnerOf(in));
   return PgSpecFromScalingConfig(ScalingConfigFromProto(in.scaling_config()),
-                                 OwnerOf(in), limits);
+                                 owner, limits);
 }
 
 absl::StatusOr<PlacementManager::ListFilter> ListFilterFromProto(
@@ -266,6 +299,9 @@ absl::StatusOr<PlacementManager::ListFilter> ListFilterFromProto(
       break;
     case v1::INFEASIBLE:
       filter.state = PgState::kInfeasible;
+      break;
+    case v1::PREEMPTING:
+      filter.state = PgState::kPreempting;
       break;
     case v1::REMOVED:
       return absl::InvalidArgumentError(
@@ -290,6 +326,8 @@ v1::PlacementGroupState PgStateToProto(PgState state) {
       return v1::INFEASIBLE;
     case PgState::kRemoved:
       return v1::REMOVED;
+    case PgState::kPreempting:
+      return v1::PREEMPTING;
   }
   return v1::PLACEMENT_GROUP_STATE_UNSPECIFIED;
 }
@@ -328,10 +366,20 @@ void PlacementGroupToProto(const PlacementGroupView& view,
   out->set_compute_class(g.compute_class);
   out->set_priority(g.priority);
   out->set_priority_class(g.priority_class);
+  out->set_preemption_policy(g.preemption_policy == PreemptionPolicy::kNever
+                                 ? v1::NEVER
+                                 : v1::PREEMPT_LOWER_PRIORITY);
+  out->set_on_preemption(
+      g.on_preemption == OnPreemption::kRemove ? v1::REMOVE : v1::REQUEUE);
+  out->set_preempted_by(g.preempted_by);
+  out->mutable_preempting()->Assign(g.preempting.begin(), g.preempting.end());
+  if (g.preemption_deadline != absl::InfinitePast()) {
+    ToTimestamp(g.preemption_deadline, out->mutable_preemption_deadline());
+  }
   out->set_pending_reason(g.reason);
   out->mutable_slice_names()->Assign(g.slice_names.begin(),
                                      g.slice_names.end());
-  if (g.state == PgState::kCreated) {
+  if (g.state == PgState::kCreated || g.state == PgState::kPreempting) {
     // Which priority / fallback holds it; meaningless while it waits.
     out->set_priority_index(g.priority_index);
     out->set_fallback_index(g.fallback_index);

@@ -261,6 +261,13 @@ Metrics::Metrics()
               .Name("sliced_placement_decisions_total")
               .Help("Solver decisions by outcome and compute-class priority")
               .Register(*registry_)),
+      preemptions_(prometheus::BuildCounter()
+                       .Name("sliced_preemptions_total")
+                       .Help("Preemption victims by their priority class and "
+                             "what became of them: requeued, removed, "
+                             "cancelled (the preemptor went without them) or "
+                             "rescheduled (lost a node first)")
+                       .Register(*registry_)),
       solve_seconds_(prometheus::BuildHistogram()
                          .Name("sliced_solve_duration_seconds")
                          .Help("Time the solver took per decision")
@@ -296,6 +303,14 @@ void Metrics::OnDecision(const scheduler::Decision& d, absl::Duration took) {
   std::string outcome(scheduler::OutcomeName(d.outcome));
   for (char& c : outcome) c = static_cast<char>(std::tolower(c));
   ObserveDecision(outcome, d.priority_index, absl::ToDoubleSeconds(took));
+}
+
+void Metrics::OnPreemption(const PlacementGroup& victim,
+                           absl::string_view outcome) {
+  preemptions_
+      .Add({{"priority_class", Or(victim.priority_class, "none")},
+            {"outcome", std::string(outcome)}})
+      .Increment();
 }
 
 void Metrics::ObserveRpc(absl::string_view method, absl::string_view code,

@@ -56,6 +56,8 @@ class Metrics : public Coordinator::CommitObserver,
   // PlacementManager::DecisionObserver
   void OnDecision(const scheduler::Decision& decision,
                   absl::Duration took) override;
+  void OnPreemption(const PlacementGroup& victim,
+                    absl::string_view outcome) override;
 
   // Counts every RPC by method and code and times it.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
@@ -66,6 +68,7 @@ class Metrics : public Coordinator::CommitObserver,
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Family<prometheus::Histogram>& rpc_seconds_;
   prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Family<prometheus::Counter>& preemptions_;
   prometheus::Histogram& solve_seconds_;
   prometheus::Histogram& commit_seconds_;
   prometheus::Histogram& commit_ops_;

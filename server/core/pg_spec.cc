@@ -49,6 +49,8 @@ absl::string_view PgStateName(PgState state) {
       return "INFEASIBLE";
     case PgState::kRemoved:
       return "REMOVED";
+    case PgState::kPreempting:
+      return "PREEMPTING";
   }
   return "UNKNOWN";
 }
@@ -69,6 +71,8 @@ absl::StatusOr<PgSpec> NewPgSpec(scheduler::PlacementRequest request,
   g.compute_class = owner.compute_class;
   g.priority = owner.priority;
   g.priority_class = owner.priority_class;
+  g.preemption_policy = owner.preemption_policy;
+  g.on_preemption = owner.on_preemption;
   for (const scheduler::Bundle& b : request.bundles) {
     g.bundles.push_back(PlacedBundle{b.resources, b.selector, ""});
   }
@@ -108,7 +112,10 @@ PlacementGroupView ViewOf(const PlacementGroup& group,
                           const scheduler::InventorySnapshot& snapshot) {
   PlacementGroupView view{group, {}};
   ScalingConfigPlan plan;
-  if (group.state != PgState::kCreated || !WorkerPlan(group, plan)) {
+  // A PREEMPTING group still runs until its grace period ends.
+  if ((group.state != PgState::kCreated &&
+       group.state != PgState::kPreempting) ||
+      !WorkerPlan(group, plan)) {
     return view;
   }
   std::vector<PlacedNode> placed;

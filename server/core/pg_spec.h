@@ -24,6 +24,8 @@ struct PgOwner {
   std::string compute_class;
   int32_t priority = 0;
   std::string priority_class;  // resolved at create (PriorityClasses)
+  PreemptionPolicy preemption_policy = PreemptionPolicy::kPreemptLowerPriority;
+  OnPreemption on_preemption = OnPreemption::kRequeue;
 };
 
 // A validated request, not yet given an id, sequence or state.

@@ -23,13 +23,17 @@ namespace sliced::server {
 
 // The life of a placement group (DESIGN §1):
 // PENDING -> CREATED -> (RESCHEDULING -> CREATED)* -> REMOVED, or INFEASIBLE
-// while no inventory of this cluster could ever hold it.
+// while no inventory of this cluster could ever hold it. A CREATED group
+// chosen as a preemption victim goes PREEMPTING, then back to PENDING (or
+// REMOVED) when its grace period ends (docs/preemption.md).
 enum class PgState {
   kPending,       // queued: does not fit now
   kCreated,       // placed: every bundle holds its node's capacity
   kRescheduling,  // lost a node; being re-placed (keeps what survived)
   kInfeasible,    // can never fit the inventory as it is; re-checked
   kRemoved,       // gone (only ever seen by watchers)
+  kPreempting,    // placed, told to leave: holds its capacity until
+                  // preemption_deadline
 };
 
 absl::string_view PgStateName(PgState state);
@@ -41,8 +45,15 @@ inline bool IsQueued(PgState s) {
 }
 // Groups whose bundles hold capacity.
 inline bool HoldsCapacity(PgState s) {
-  return s == PgState::kCreated || s == PgState::kRescheduling;
+  return s == PgState::kCreated || s == PgState::kRescheduling ||
+         s == PgState::kPreempting;
 }
+
+// Kubernetes' preemptionPolicy: whether a group that does not fit may take
+// the capacity of running groups of lower priority, or waits.
+enum class PreemptionPolicy { kPreemptLowerPriority, kNever };
+// What becomes of a preempted group when its grace period ends.
+enum class OnPreemption { kRequeue, kRemove };
 
 // JaxTrainer / Ray Train v2 ScalingConfig, as given (validated by
 // PlanScalingConfig). Wire values: resources are doubles here.
@@ -94,6 +105,22 @@ struct PlacementGroup {
   // resolved to (or the integer asked for without a class).
   std::string priority_class;
   int32_t priority = 0;
+  PreemptionPolicy preemption_policy = PreemptionPolicy::kPreemptLowerPriority;
+  OnPreemption on_preemption = OnPreemption::kRequeue;
+
+  // Preemption (docs/preemption.md). A victim: the group that preempts it
+  // (kept once it is requeued, so that it never preempts that group back).
+  std::string preempted_by;
+  // A preemptor, while it waits for them: its victims.
+  std::vector<std::string> preempting;
+  // PREEMPTING: when it leaves (the end of its grace period, or the time
+  // its owner removed it). A preemptor: when its victims' grace ends.
+  absl::Time preemption_deadline = absl::InfinitePast();
+  // PREEMPTING: its owner removed it; it leaves, REMOVED, with its
+  // preemptor's other victims.
+  bool removed = false;
+  // When it was last placed; the preemption cool-down counts from here.
+  absl::Time placed_time = absl::UnixEpoch();
 
   // Which compute-class priority / fallback list holds it (-1: none/primary).
   int priority_index = -1;

@@ -1,5 +1,7 @@
 #include "server/core/placement_manager.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <iterator>
 #include <memory>
@@ -56,6 +58,46 @@ std::string GroupChangeLine(const PlacementGroup& g) {
   return line;
 }
 
+// "pg-1 (production, priority 1000)".
+std::string Who(const PlacementGroup& g) {
+  return absl::StrCat(g.id, " (",
+                      g.priority_class.empty() ? "no class" : g.priority_class,
+                      ", priority ", g.priority, ")");
+}
+
+std::string TimeString(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+// `g` as a group not placed: the request's bundles on no node.
+void Unplace(PlacementGroup& g) {
+  g.bundles.clear();
+  for (const scheduler::Bundle& b : g.request.bundles) {
+    g.bundles.push_back(PlacedBundle{b.resources, b.selector, ""});
+  }
+  g.slice_names.clear();
+  g.priority_index = -1;
+  g.fallback_index = -1;
+}
+
+// What became of a group that left PREEMPTING, by its new state.
+absl::string_view PreemptionOutcome(PgState state) {
+  switch (state) {
+    case PgState::kRemoved:
+      return "removed";
+    case PgState::kCreated:
+      return "cancelled";
+    case PgState::kRescheduling:
+      return "rescheduled";
+    default:
+      return "requeued";
+  }
+}
+
+// Preemption plans one RetryQueue pass may run (each is bounded itself,
+// scheduler/preemption.h); the rest wait for the next pass.
+constexpr int kMaxPreemptionPlansPerRetry = 2;
+
 bool Waits(const PlacementGroup& g) {
   return g.state == PgState::kPending || g.state == PgState::kRescheduling;
 }
@@ -102,18 +144,62 @@ PlacementManager::PlacementManager(Coordinator* coordinator, Cluster* cluster,
     : coordinator_(coordinator),
       cluster_(cluster),
       options_(options),
-      decisions_(decisions) {}
+      decisions_(decisions) {
+  cluster_->Read([&](const ClusterState& s) {
+    for (const auto& [id, g] : s.pgs) {
+      if (g.state == PgState::kPreempting) preempting_.insert(id);
+    }
+    return 0;
+  });
+  if (options_.preemption_check_interval > absl::ZeroDuration()) {
+    ticker_ = std::thread([this] { PreemptionLoop(); });
+  }
+}
+
+PlacementManager::~PlacementManager() { StopPreemptionChecks(); }
+
+void PlacementManager::StopPreemptionChecks() {
+  {
+    absl::MutexLock lock(&ticker_mu_);
+    stopping_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void PlacementManager::PreemptionLoop() {
+  pthread_setname_np(pthread_self(), "sliced-preempt");
+  while (true) {
+    {
+      absl::MutexLock lock(&ticker_mu_);
+      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(ticker_mu_) {
+        return stopping_;
+      };
+      if (ticker_mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                                      options_.preemption_check_interval)) {
+        return;
+      }
+    }
+    CompletePreemptions();
+  }
+}
 
 // ---------------------------------------------------------------- solving
 
-absl::StatusOr<Decision> PlacementManager::TryPlace(
-    Txn& txn, PlacementGroup& group, const PlacementRequest& asked) {
+absl::StatusOr<PlacementRequest> PlacementManager::SolveRequest(
+    Txn& txn, const PlacementGroup& group,
+    const PlacementRequest& asked) const {
   ASSIGN_OR_RETURN(PlacementRequest request,
                    WithPriorities(asked, group.compute_class,
                                   txn.FindClass(group.compute_class)));
   if (!options_.subslicing && request.slice.has_value()) {
     request.slice->subslicing = scheduler::Subslicing::kNever;
   }
+  return request;
+}
+
+absl::StatusOr<Decision> PlacementManager::TryPlace(
+    Txn& txn, PlacementGroup& group, const PlacementRequest& asked) {
+  ASSIGN_OR_RETURN(PlacementRequest request, SolveRequest(txn, group, asked));
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
   const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);
@@ -144,6 +230,7 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   RETURN_IF_ERROR(txn.ApplyDelta(delta));
   group.slice_names = d.slice_names;
   group.state = PgState::kCreated;
+  group.placed_time = txn.now();
   group.reason.clear();
   group.priority_index = d.priority_index;
   group.fallback_index = d.fallback_index;
@@ -217,6 +304,9 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
     }
   }
   if (d.outcome != Decision::kPlaced && !room) return full;
+  if (d.outcome == Decision::kUnschedulable) {
+    RETURN_IF_ERROR(StartPreemption(txn, g).status());
+  }
   txn.PutPg(g);
   return absl::OkStatus();
 }
@@ -235,13 +325,230 @@ void PlacementManager::Create(PgSpec spec, ViewDone done) {
 }
 
 void PlacementManager::Remove(const std::string& pg_id, Done done) {
-  coordinator_->Submit(WriteOp{[pg_id](Txn& txn) {
-                                 if (txn.FindPg(pg_id) == nullptr)
-                                   return PgNotFound(pg_id);
-                                 scheduler::SnapshotDelta delta;
-                                 delta.release_pg_ids.push_back(pg_id);
-                                 RETURN_IF_ERROR(txn.ApplyDelta(delta));
-                                 txn.DeletePg(pg_id);
+  coordinator_->Submit(
+      WriteOp{[this, pg_id](Txn& txn) { return RemoveInTxn(txn, pg_id); },
+              std::move(done)});
+}
+
+absl::Status PlacementManager::RemoveInTxn(Txn& txn, const std::string& pg_id) {
+  const PlacementGroup* current = txn.FindPg(pg_id);
+  if (current == nullptr) return PgNotFound(pg_id);
+  const PlacementGroup* preemptor = current->state == PgState::kPreempting
+                                        ? txn.FindPg(current->preempted_by)
+                                        : nullptr;
+  if (preemptor != nullptr) {
+    // Its capacity is promised to the preemptor: it stays, held, until the
+    // preemptor's other victims are gone too (at once if none is left).
+    PlacementGroup victim = *current;
+    victim.removed = true;
+    victim.update_time = txn.now();
+    victim.reason =
+        absl::StrCat("PREEMPTING: removed; its capacity goes to ",
+                     preemptor->id, " when its other victims leave (by ",
+                     TimeString(preemptor->preemption_deadline), ")");
+    txn.PutPg(victim);
+    if (!VictimsDue(txn, *preemptor)) return absl::OkStatus();
+    PlacementGroup p = *preemptor;
+    return FinishPreemption(txn, p);
+  }
+  if (!current->preempting.empty()) {
+    PlacementGroup p = *current;
+    CancelPreemption(txn, p);
+  }
+  scheduler::SnapshotDelta delta;
+  delta.release_pg_ids.push_back(pg_id);
+  RETURN_IF_ERROR(txn.ApplyDelta(delta));
+  txn.DeletePg(pg_id);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- preemption
+
+bool PlacementManager::MayPreempt(const PlacementGroup& preemptor,
+                                  const PlacementGroup& victim,
+                                  absl::Time now) const {
+  if (victim.state != PgState::kCreated ||
+      victim.priority >= preemptor.priority || victim.id == preemptor.id ||
+      victim.id == preemptor.preempted_by) {
+    return false;
+  }
+  const PriorityClass* cls =
+      options_.priority_classes.Find(victim.priority_class);
+  if (cls != nullptr && !cls->preemptible) return false;
+  return now - victim.placed_time >= options_.preemption_cooldown;
+}
+
+absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
+                                                       PlacementGroup& group) {
+  if (!options_.preemption ||
+      group.preemption_policy == PreemptionPolicy::kNever ||
+      group.state != PgState::kPending || !group.preempting.empty()) {
+    return false;
+  }
+  std::vector<scheduler::VictimCandidate> candidates;
+  txn.ForEachPg([&](const PlacementGroup& g) {
+    if (MayPreempt(group, g, txn.now())) {
+      candidates.push_back({g.id, g.priority, g.sequence, g.priority_class});
+    }
+    return true;
+  });
+  if (candidates.empty()) return false;
+  ASSIGN_OR_RETURN(PlacementRequest request,
+                   SolveRequest(txn, group, group.request));
+  ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+  const scheduler::PreemptionPlan plan =
+      scheduler::PlanPreemption(*snapshot, request, candidates);
+  if (!plan.found) return true;
+  const absl::Time deadline = txn.now() + options_.preemption_grace;
+  for (const scheduler::Victim& v : plan.victims) {
+    PlacementGroup victim = *txn.FindPg(v.pg_id);
+    victim.state = PgState::kPreempting;
+    victim.preempted_by = group.id;
+    victim.preemption_deadline = deadline;
+    victim.update_time = txn.now();
+    victim.reason = absl::StrCat(
+        "PREEMPTING: preempted by ", Who(group), "; leaves at ",
+        TimeString(deadline), ", then ",
+        victim.on_preemption == OnPreemption::kRemove ? "removed" : "requeued");
+    // With no grace it leaves in this same commit: watchers are told still.
+    if (options_.preemption_grace <= absl::ZeroDuration()) {
+      txn.NotifyIntermediate(victim);
+    }
+    txn.PutPg(victim);
+    group.preempting.push_back(v.pg_id);
+  }
+  group.preemption_deadline = deadline;
+  group.update_time = txn.now();
+  group.reason =
+      absl::StrCat("PENDING: ", plan.summary, "; placed when they leave at ",
+                   TimeString(deadline));
+  if (options_.preemption_grace <= absl::ZeroDuration()) {
+    RETURN_IF_ERROR(FinishPreemption(txn, group));
+  }
+  return true;
+}
+
+bool PlacementManager::VictimsDue(Txn& txn,
+                                  const PlacementGroup& preemptor) const {
+  for (const std::string& id : preemptor.preempting) {
+    const PlacementGroup* v = txn.FindPg(id);
+    if (v == nullptr || v->state != PgState::kPreempting ||
+        v->preempted_by != preemptor.id) {
+      continue;
+    }
+    if (!v->removed && v->preemption_deadline > txn.now()) return false;
+  }
+  return true;
+}
+
+absl::Status PlacementManager::FinishPreemption(Txn& txn,
+                                                PlacementGroup& preemptor) {
+  scheduler::SnapshotDelta release;
+  for (const std::string& id : preemptor.preempting) {
+    const PlacementGroup* current = txn.FindPg(id);
+    if (current == nullptr || current->state != PgState::kPreempting ||
+        current->preempted_by != preemptor.id) {
+      continue;
+    }
+    release.release_pg_ids.push_back(id);
+    if (current->removed || current->on_preemption == OnPreemption::kRemove) {
+      txn.DeletePg(id);
+      continue;
+    }
+    PlacementGroup victim = *current;
+    Unplace(victim);
+    victim.state = PgState::kPending;
+    victim.preemption_deadline = absl::InfinitePast();
+    victim.queued_time = victim.update_time = txn.now();
+    victim.reason =
+        absl::StrCat("PENDING: preempted by ", Who(preemptor), "; requeued");
+    txn.PutPg(victim);
+  }
+  RETURN_IF_ERROR(txn.ApplyDelta(release));
+  preemptor.preempting.clear();
+  preemptor.preemption_deadline = absl::InfinitePast();
+  RETURN_IF_ERROR(TryPlace(txn, preemptor, preemptor.request).status());
+  txn.PutPg(preemptor);
+  txn.RequestPendingRetry();
+  return absl::OkStatus();
+}
+
+void PlacementManager::CancelPreemption(Txn& txn, PlacementGroup& preemptor) {
+  for (const std::string& id : preemptor.preempting) {
+    const PlacementGroup* current = txn.FindPg(id);
+    if (current == nullptr || current->state != PgState::kPreempting ||
+        current->preempted_by != preemptor.id) {
+      continue;
+    }
+    PlacementGroup victim = *current;
+    if (victim.removed) {
+      // Its owner removed it meanwhile: it goes now.
+      scheduler::SnapshotDelta release;
+      release.release_pg_ids.push_back(id);
+      if (txn.ApplyDelta(release).ok()) txn.DeletePg(id);
+      continue;
+    }
+    victim.state = PgState::kCreated;
+    victim.preempted_by.clear();
+    victim.preemption_deadline = absl::InfinitePast();
+    victim.reason.clear();
+    victim.update_time = txn.now();
+    txn.PutPg(victim);
+  }
+  preemptor.preempting.clear();
+  preemptor.preemption_deadline = absl::InfinitePast();
+}
+
+void PlacementManager::CompletePreemptions(Done done) {
+  if (!done) done = [](const absl::Status&) {};
+  const absl::Time now = coordinator_->Now();
+  absl::Time since;
+  {
+    absl::MutexLock lock(&ticker_mu_);
+    since = last_check_;
+    last_check_ = now;
+  }
+  bool cooled = false;  // a victim's cool-down ended since the last check
+  std::vector<std::string> due = cluster_->Read([&](const ClusterState& s) {
+    std::vector<std::string> ids;
+    std::optional<int32_t> top;  // the highest priority that may preempt
+    for (const auto& [id, g] : s.pgs) {
+      if (!g.preempting.empty() && g.preemption_deadline <= now) {
+        ids.push_back(id);
+      }
+      if (g.state == PgState::kPending && g.preempting.empty() &&
+          g.preemption_policy != PreemptionPolicy::kNever) {
+        top = std::max(top.value_or(g.priority), g.priority);
+      }
+    }
+    if (!options_.preemption || !top.has_value()) return ids;
+    for (const auto& [id, g] : s.pgs) {
+      const absl::Time free_at = g.placed_time + options_.preemption_cooldown;
+      if (g.state == PgState::kCreated && g.priority < *top &&
+          free_at > since && free_at <= now) {
+        cooled = true;
+        break;
+      }
+    }
+    return ids;
+  });
+  if (due.empty() && !cooled) {
+    done(absl::OkStatus());
+    return;
+  }
+  coordinator_->Submit(WriteOp{[this, cooled, due = std::move(due)](Txn& txn) {
+                                 for (const std::string& id : due) {
+                                   const PlacementGroup* g = txn.FindPg(id);
+                                   if (g == nullptr || g->preempting.empty() ||
+                                       !VictimsDue(txn, *g)) {
+                                     continue;
+                                   }
+                                   PlacementGroup p = *g;
+                                   RETURN_IF_ERROR(FinishPreemption(txn, p));
+                                 }
+                                 // New victims: the queue is re-tried (and may
+                                 // preempt them).
+                                 if (cooled) txn.RequestPendingRetry();
                                  return absl::OkStatus();
                                },
                                std::move(done)});
@@ -252,6 +559,7 @@ void PlacementManager::Remove(const std::string& pg_id, Done done) {
 void PlacementManager::RetryQueue(Txn& txn) {
   txn.MarkQueueRetried();
   std::optional<PlacementGroup> blocker;  // a starving group not placed
+  int plans = 0;
   for (const std::string& id : txn.PendingQueue()) {
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr) continue;
@@ -270,11 +578,20 @@ void PlacementManager::RetryQueue(Txn& txn) {
                  g.state == PgState::kRescheduling ? ReplacementRequest(g, {})
                                                    : g.request);
     if (!d.ok()) continue;
-    if (d->outcome != Decision::kPlaced && IsStarving(g, txn.now())) {
-      blocker = g;
+    if (d->outcome == Decision::kPlaced) {
+      // Placed without its victims: they stay.
+      CancelPreemption(txn, g);
+    } else if (!g.preempting.empty()) {
+      g.reason = current->reason;  // still waits for its victims
+    } else if (d->outcome == Decision::kUnschedulable &&
+               plans < kMaxPreemptionPlansPerRetry) {
+      auto planned = StartPreemption(txn, g);
+      if (!planned.ok()) continue;
+      plans += *planned ? 1 : 0;
     }
+    if (IsStarving(g, txn.now())) blocker = g;
     if (d->outcome == Decision::kPlaced || g.state != current->state ||
-        g.reason != current->reason) {
+        g.reason != current->reason || g.preempting != current->preempting) {
       txn.PutPg(g);
     }
   }
@@ -284,6 +601,15 @@ absl::Status PlacementManager::RescheduleLost(
     Txn& txn, const PlacementGroup& current,
     const absl::btree_set<std::string>& lost) {
   PlacementGroup g = current;
+  if (g.state == PgState::kPreempting && g.removed) {
+    // Removed by its owner and now lost a node: nothing to re-place.
+    scheduler::SnapshotDelta release;
+    release.release_pg_ids.push_back(g.id);
+    RETURN_IF_ERROR(txn.ApplyDelta(release));
+    txn.DeletePg(g.id);
+    return absl::OkStatus();
+  }
+  g.preemption_deadline = absl::InfinitePast();
   const PlacementRequest request = ReplacementRequest(g, lost);
   // Release everything; a plain group keeps its surviving bundles by
   // pinning them, a slice group is re-placed whole elsewhere.
@@ -356,7 +682,7 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     const ClusterState& state, const PlacementGroup& group,
     std::optional<PreemptionWhatIf>& what_if) const {
   Explanation out;
-  if (group.state == PgState::kCreated) {
+  if (HoldsCapacity(group.state) && group.state != PgState::kRescheduling) {
     // Nothing to explain: say where it is.
     out.outcome = std::string(scheduler::OutcomeName(Decision::kPlaced));
     absl::btree_set<std::string> nodes;
@@ -365,12 +691,15 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
       out.bundle_nodes.push_back(b.node_id);
     }
     out.summary = absl::StrCat(
-        "CREATED: holds ", group.bundles.size(), " bundle(s) on ", nodes.size(),
-        " node(s)",
+        PgStateName(group.state), ": holds ", group.bundles.size(),
+        " bundle(s) on ", nodes.size(), " node(s)",
         group.slice_names.empty()
             ? ""
             : absl::StrCat(", slices ",
                            absl::StrJoin(group.slice_names, ", ")));
+    if (group.state == PgState::kPreempting) {
+      out.details.push_back(group.reason);
+    }
     return out;
   }
   const ComputeClass* cls = nullptr;
@@ -392,21 +721,39 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     out.details.push_back(std::move(line));
   }
   out.bundle_nodes = d.bundle_nodes;
-  if (d.outcome == Decision::kUnschedulable) {
-    std::vector<scheduler::VictimCandidate> candidates;
-    for (const auto& [id, g] : state.pgs) {
-      const PriorityClass* cls =
-          options_.priority_classes.Find(g.priority_class);
-      if (g.state == PgState::kCreated && g.priority < group.priority &&
-          id != group.id && (cls == nullptr || cls->preemptible)) {
-        candidates.push_back({id, g.priority, g.sequence, g.priority_class});
-      }
-    }
-    if (!candidates.empty()) {
-      what_if = PreemptionWhatIf{state.snapshot, std::move(request),
-                                 std::move(candidates)};
+  if (d.outcome != Decision::kUnschedulable) return out;
+  if (!group.preempting.empty()) {
+    out.details.push_back(absl::StrCat(
+        "preemption: waiting for ", absl::StrJoin(group.preempting, ", "),
+        " to leave (by ", TimeString(group.preemption_deadline), ")"));
+    return out;
+  }
+  const absl::Time now = coordinator_->Now();
+  std::vector<scheduler::VictimCandidate> candidates;
+  int cooling = 0;  // would be candidates but for the cool-down
+  for (const auto& [id, g] : state.pgs) {
+    if (MayPreempt(group, g, now)) {
+      candidates.push_back({id, g.priority, g.sequence, g.priority_class});
+    } else if (MayPreempt(group, g, absl::InfiniteFuture())) {
+      ++cooling;
     }
   }
+  if (cooling > 0) {
+    out.details.push_back(absl::StrCat(
+        "preemption: ", cooling,
+        " running group(s) of lower priority were placed less than ",
+        absl::FormatDuration(options_.preemption_cooldown),
+        " ago (--preemption_cooldown) and are not victims yet"));
+  }
+  if (candidates.empty()) return out;
+  std::string prefix = "preemption: ";
+  if (!options_.preemption) {
+    prefix = "preemption is off (--preemption=false), so it waits; ";
+  } else if (group.preemption_policy == PreemptionPolicy::kNever) {
+    prefix = "preemption_policy NEVER, so it waits; ";
+  }
+  what_if = PreemptionWhatIf{state.snapshot, std::move(request),
+                             std::move(candidates), std::move(prefix)};
   return out;
 }
 
@@ -414,9 +761,7 @@ void PlacementManager::AddPreemptionWhatIf(const PreemptionWhatIf& what_if,
                                            Explanation& out) {
   const scheduler::PreemptionPlan plan = scheduler::PlanPreemption(
       *what_if.snapshot, what_if.request, what_if.candidates);
-  out.details.push_back(absl::StrCat(
-      "what-if (sliced does not preempt yet, docs/preemption.md): ",
-      plan.summary));
+  out.details.push_back(absl::StrCat(what_if.prefix, plan.summary));
 }
 
 absl::StatusOr<PlacementManager::Explanation> PlacementManager::Explain(
@@ -471,6 +816,13 @@ void PlacementManager::Unwatch(Watcher* watcher) {
 void PlacementManager::Published(const std::vector<PlacementGroup>& changed,
                                  const scheduler::InventorySnapshot& snapshot) {
   LogChanges(changed);
+  for (const PlacementGroup& g : changed) {
+    if (g.state == PgState::kPreempting) {
+      preempting_.insert(g.id);
+    } else if (preempting_.erase(g.id) > 0 && decisions_ != nullptr) {
+      decisions_->OnPreemption(g, PreemptionOutcome(g.state));
+    }
+  }
   std::vector<PlacementGroupView> views;
   views.reserve(changed.size());
   for (const PlacementGroup& g : changed) views.push_back(ViewOf(g, snapshot));

@@ -13,6 +13,11 @@
 //  - Node loss: the groups on lost nodes go RESCHEDULING in the same commit;
 //    a slice group is re-placed whole, a plain group re-places only its lost
 //    bundles (the others stay pinned).
+//  - Preemption (docs/preemption.md): a group that does not fit may take
+//    the capacity of running groups of lower priority. Its victims go
+//    PREEMPTING and keep their capacity for the grace period (so nothing
+//    else can take it), then leave (requeued or removed) and the preemptor
+//    is placed, in one commit. All of it is in the records.
 //  - Watchers see the current state of every group, then every change, in
 //    commit order (Cluster::Observer::Published). The log (Options::log)
 //    gets one line per state change there: placed, queued, rescheduling,
@@ -29,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -64,6 +70,18 @@ class PlacementManager : public Cluster::Observer {
     bool subslicing = true;
     // Named priorities; a create resolves its class against them.
     PriorityClasses priority_classes;
+    // False: a group that does not fit waits, whatever its priority
+    // (--preemption).
+    bool preemption = true;
+    // How long a victim keeps its capacity after it is told
+    // (--preemption_grace). Zero: it leaves in the same commit.
+    absl::Duration preemption_grace = absl::Seconds(30);
+    // A group placed less than this long ago is not a victim
+    // (--preemption_cooldown; Slurm's PreemptExemptTime). Zero: none.
+    absl::Duration preemption_cooldown = absl::ZeroDuration();
+    // How often a thread ends the grace periods that are due. Zero: no
+    // thread (tests call CompletePreemptions).
+    absl::Duration preemption_check_interval = absl::ZeroDuration();
   };
 
   // Told of every solve (metrics). Called on the writer thread.
@@ -72,6 +90,11 @@ class PlacementManager : public Cluster::Observer {
     virtual ~DecisionObserver() = default;
     virtual void OnDecision(const scheduler::Decision& decision,
                             absl::Duration took) = 0;
+    // A victim left PREEMPTING (after the commit): `outcome` is
+    // "requeued", "removed", "cancelled" (its preemptor was placed
+    // without it or removed) or "rescheduled" (it lost a node first).
+    virtual void OnPreemption(const PlacementGroup& /*victim*/,
+                              absl::string_view /*outcome*/) {}
   };
 
   // A watch stream. Deliver must not block.
@@ -99,6 +122,7 @@ class PlacementManager : public Cluster::Observer {
   // coordinator starts.
   PlacementManager(Coordinator* coordinator, Cluster* cluster, Options options,
                    DecisionObserver* decisions);
+  ~PlacementManager() override;
 
   using ViewDone = std::function<void(absl::StatusOr<PlacementGroupView>)>;
   using Done = std::function<void(const absl::Status&)>;
@@ -110,7 +134,18 @@ class PlacementManager : public Cluster::Observer {
   // Unavailable when the commit failed.
   void Create(PgSpec spec, ViewDone done);
   // Releases the group's capacity and forgets it. NotFound when unknown.
+  // A PREEMPTING group stays until its preemptor's other victims leave (its
+  // capacity is the preemptor's), but leaves REMOVED, not requeued; a
+  // preemptor's victims go back to CREATED.
   void Remove(const std::string& pg_id, Done done);
+
+  // Ends the grace periods that are due: each preemptor's victims leave
+  // (requeued or removed) and it is placed, in one commit. When groups'
+  // cool-downs ended since the last call, re-tries the queue too.
+  void CompletePreemptions(Done done = nullptr);
+  // Stops the thread that calls CompletePreemptions (before the
+  // coordinator goes).
+  void StopPreemptionChecks();
 
   absl::StatusOr<PlacementGroupView> Get(absl::string_view pg_id) const;
   std::vector<PlacementGroupView> List(const ListFilter& filter) const;
@@ -153,6 +188,29 @@ class PlacementManager : public Cluster::Observer {
   const PlacementGroup* Starving(Txn& txn,
                                  const std::vector<std::string>& queue,
                                  int32_t priority) const;
+  // Whether `victim` may be preempted by `preemptor` now: CREATED, of
+  // strictly lower priority, of a preemptible class, placed at least the
+  // cool-down ago, and not the group that preempted `preemptor`.
+  bool MayPreempt(const PlacementGroup& preemptor, const PlacementGroup& victim,
+                  absl::Time now) const;
+  // The request `group` is solved with: its compute class's priorities,
+  // sub-slicing off when the daemon says so.
+  absl::StatusOr<scheduler::PlacementRequest> SolveRequest(
+      Txn& txn, const PlacementGroup& group,
+      const scheduler::PlacementRequest& asked) const;
+  // `group` (PENDING, not placed) preempts the cheapest set of victims that
+  // makes room, if any; returns whether it did. With no grace the victims
+  // leave and it is placed at once.
+  absl::StatusOr<bool> StartPreemption(Txn& txn, PlacementGroup& group);
+  // The victims of `preemptor` still PREEMPTING for it leave; it is placed
+  // if it fits. Stores both.
+  absl::Status FinishPreemption(Txn& txn, PlacementGroup& preemptor);
+  // Whether every victim still PREEMPTING for `preemptor` is due.
+  bool VictimsDue(Txn& txn, const PlacementGroup& preemptor) const;
+  // The victims still PREEMPTING for `preemptor` go back to CREATED.
+  void CancelPreemption(Txn& txn, PlacementGroup& preemptor);
+  absl::Status RemoveInTxn(Txn& txn, const std::string& pg_id);
+  void PreemptionLoop();
   absl::Status RescheduleLost(Txn& txn, const PlacementGroup& current,
                               const absl::btree_set<std::string>& lost);
   bool IsStarving(const PlacementGroup& g, absl::Time now) const;
@@ -163,13 +221,14 @@ class PlacementManager : public Cluster::Observer {
     std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
     scheduler::PlacementRequest request;
     std::vector<scheduler::VictimCandidate> candidates;
+    std::string prefix;  // "preemption: ", or why it will not
   };
   // Sets `what_if` when the group is unschedulable and groups of lower
   // priority hold capacity.
   Explanation ExplainGroup(const ClusterState& state,
                            const PlacementGroup& group,
                            std::optional<PreemptionWhatIf>& what_if) const;
-  // Adds the what-if line to `out` (the daemon does not preempt yet).
+  // Adds the preemption line to `out`: what preempting would free.
   static void AddPreemptionWhatIf(const PreemptionWhatIf& what_if,
                                   Explanation& out);
   // Logs the groups of `changed` whose state differs from the one last
@@ -184,6 +243,16 @@ class PlacementManager : public Cluster::Observer {
   // The state last logged per live group. Touched only by Published, on the
   // writer thread.
   absl::flat_hash_map<std::string, PgState> logged_states_;
+  // Groups last published PREEMPTING (for DecisionObserver::OnPreemption):
+  // seeded at construction, then touched only by Published.
+  absl::flat_hash_set<std::string> preempting_;
+
+  absl::Mutex ticker_mu_;
+  bool stopping_ ABSL_GUARDED_BY(ticker_mu_) = false;
+  // When CompletePreemptions last looked (cool-downs that ended since then
+  // re-try the queue).
+  absl::Time last_check_ ABSL_GUARDED_BY(ticker_mu_) = absl::InfinitePast();
+  std::thread ticker_;
 
   absl::Mutex watch_mu_;
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "base/status_macros.h"
 
 namespace sliced::server {
@@ -101,17 +102,30 @@ std::vector<std::string> Txn::PendingQueue() const {
   return ids;
 }
 
-bool Txn::AnyPg(const std::function<bool(const PlacementGroup&)>& pred) const {
+void Txn::ForEachPg(
+    const std::function<bool(const PlacementGroup&)>& visit) const {
   for (const auto& [id, pg] : committed_.pgs) {
     const PlacementGroup* current = FindPg(id);
-    if (current != nullptr && pred(*current)) return true;
+    if (current != nullptr && !visit(*current)) return;
   }
+  // Groups created in this commit group, once each (as the op sees them).
+  absl::flat_hash_set<absl::string_view> created;
   for (const Changes<PlacementGroup>* changes : {&group_.pgs, &own_.pgs}) {
     for (const auto& [id, change] : *changes) {
-      if (change && pred(*change)) return true;
+      if (committed_.pgs.contains(id) || !created.insert(id).second) continue;
+      const PlacementGroup* current = FindPg(id);
+      if (current != nullptr && !visit(*current)) return;
     }
   }
-  return false;
+}
+
+bool Txn::AnyPg(const std::function<bool(const PlacementGroup&)>& pred) const {
+  bool any = false;
+  ForEachPg([&](const PlacementGroup& pg) {
+    any = pred(pg);
+    return !any;
+  });
+  return any;
 }
 
 std::vector<std::string> Txn::PgsOnNode(absl::string_view node_id) {

@@ -111,6 +111,9 @@ class Txn {
   }
   // Ids of queued groups in queue order, with the group's changes so far.
   std::vector<std::string> PendingQueue() const;
+  // Calls `visit` on every live group as this op sees it, once each, until
+  // it returns false.
+  void ForEachPg(const std::function<bool(const PlacementGroup&)>& visit) const;
   // True when some live group (as this op sees them) satisfies `pred`.
   bool AnyPg(const std::function<bool(const PlacementGroup&)>& pred) const;
   // Ids of live groups holding a bundle on `node_id`, sorted.

@@ -56,7 +56,8 @@ class PythonClientEndToEnd(unittest.TestCase):
             "allow_subslice": None})
         self.assertEqual(sorted(sliced_client.__all__), sorted(
             ["Bundle", "Client", "DEFAULT_ADDRESS", "Explanation", "Node",
-             "PlacementGroup", "ScalingConfig", "SlicedError", "Worker"]))
+             "PlacementGroup", "PreemptionListener", "ScalingConfig", "SlicedError",
+             "Worker"]))
         self.assertEqual(sliced_client.DEFAULT_ADDRESS, "127.0.0.1:50051")
 
     def test_submit_wait_get_explain_remove(self):
@@ -157,7 +158,7 @@ class PythonClientEndToEnd(unittest.TestCase):
             list(client.watch(timeout=0.3))
         self.assertEqual(err.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
 
-    def test_priority_classes_and_the_preemption_what_if(self):
+    def test_priority_classes_and_the_preemption_dry_run(self):
         _, client = self.start()
         with client:
             batch = client.submit(SEED, priority_class="batch")
@@ -177,14 +178,14 @@ class PythonClientEndToEnd(unittest.TestCase):
             # preemption would take; nothing happens to it.
             why = client.explain(SEED, priority_class="production")
             self.assertEqual(why.outcome.lower(), "unschedulable")
-            self.assertIn("what-if (sliced does not preempt yet, docs/preemption.md): "
+            self.assertIn("preemption: "
                           "preempting 1 group(s) of priority <= 100 makes room: "
                           "%s (batch, 16 TPU on slice v6e-a)" % batch.id, why.details)
             self.assertEqual(client.get(batch.id).state, "CREATED")
             # An equal priority never takes the batch group; the best-effort
             # CPU group alone would not free the slice.
             what_if = [d for d in client.explain(SEED, priority_class="batch").details
-                       if d.startswith("what-if")]
+                       if d.startswith("preemption: ")]
             self.assertEqual(len(what_if), 1, what_if)
             self.assertIn("would not make room", what_if[0])
             self.assertNotIn(batch.id, what_if[0])

@@ -11,10 +11,11 @@ from sliced_client.client import (  # noqa: F401
     Explanation,
     Node,
     PlacementGroup,
+    PreemptionListener,
     ScalingConfig,
     SlicedError,
     Worker,
 )
 
 __all__ = ["Bundle", "Client", "DEFAULT_ADDRESS", "Explanation", "Node", "PlacementGroup",
-           "ScalingConfig", "SlicedError", "Worker"]
+           "PreemptionListener", "ScalingConfig", "SlicedError", "Worker"]

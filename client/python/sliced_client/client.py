@@ -26,9 +26,10 @@ A Client is safe to share between threads (gRPC channels and stubs are).
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 import uuid
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
 import grpc
 
@@ -105,9 +106,12 @@ class Bundle:
 
 @dataclasses.dataclass(frozen=True)
 class PlacementGroup:
-    """state: PENDING, CREATED, RESCHEDULING, REMOVED or INFEASIBLE. Field
-    names are the proto's (dataclasses.asdict gives what `slicectl --json`
-    and grpcurl print); `id` is short for placement_group_id."""
+    """state: PENDING, CREATED, RESCHEDULING, PREEMPTING, REMOVED or
+    INFEASIBLE. Field names are the proto's (dataclasses.asdict gives what
+    `slicectl --json` and grpcurl print); `id` is short for
+    placement_group_id. A PREEMPTING group still runs: it was preempted by
+    `preempted_by` and keeps its capacity until `preemption_deadline` (unix
+    seconds), then is requeued or removed (`on_preemption`)."""
 
     placement_group_id: str
     state: str
@@ -121,6 +125,11 @@ class PlacementGroup:
     bundles: List[Bundle] = dataclasses.field(default_factory=list)
     priority: int = 0
     priority_class: str = ""
+    preemption_policy: str = "PREEMPT_LOWER_PRIORITY"
+    on_preemption: str = "REQUEUE"
+    preempted_by: str = ""
+    preemption_deadline: Optional[float] = None
+    preempting: List[str] = dataclasses.field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -144,7 +153,14 @@ class PlacementGroup:
             compute_class=pg.compute_class, slice_names=list(pg.slice_names),
             bundles=[Bundle(resources=dict(b.resources), label_selector=dict(b.label_selector),
                             node_id=b.node_id) for b in pg.bundles],
-            priority=pg.priority, priority_class=pg.priority_class)
+            priority=pg.priority, priority_class=pg.priority_class,
+            preemption_policy=_pb.PreemptionPolicy.Name(
+                pg.preemption_policy or _pb.PREEMPT_LOWER_PRIORITY),
+            on_preemption=_pb.OnPreemption.Name(pg.on_preemption or _pb.REQUEUE),
+            preempted_by=pg.preempted_by,
+            preemption_deadline=(pg.preemption_deadline.ToNanoseconds() / 1e9
+                                 if pg.HasField("preemption_deadline") else None),
+            preempting=list(pg.preempting))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,8 +237,69 @@ def _topology_levels(levels: List[Dict[str, Union[str, int]]]) -> list:
     return out + node
 
 
+_PREEMPTION_POLICIES = ("PREEMPT_LOWER_PRIORITY", "NEVER")
+_ON_PREEMPTION = ("REQUEUE", "REMOVE")
+
+
+def _preemption_fields(preemption_policy: str, on_preemption: str) -> dict:
+    """The request fields for preemption_policy / on_preemption ("" for the
+    defaults, PREEMPT_LOWER_PRIORITY and REQUEUE)."""
+    for name, value, allowed in (("preemption_policy", preemption_policy, _PREEMPTION_POLICIES),
+                                 ("on_preemption", on_preemption, _ON_PREEMPTION)):
+        if value and value not in allowed:
+            raise ValueError("%s must be one of %s, got %r"
+                             % (name, ", ".join(allowed), value))
+    return {"preemption_policy": _pb.PreemptionPolicy.Value(preemption_policy)
+            if preemption_policy else 0,
+            "on_preemption": _pb.OnPreemption.Value(on_preemption) if on_preemption else 0}
+
+
 def _pg_id(pg: PgRef) -> str:
     return pg.id if isinstance(pg, PlacementGroup) else pg
+
+
+class PreemptionListener:
+    """A thread that calls a callback for every preemption notice
+    (Client.on_preempted). stop() ends it; `error` holds the SlicedError
+    that ended it early, if any."""
+
+    def __init__(self, client: "Client", callback, job_id: str, placement_group_id: str):
+        self.error: Optional[SlicedError] = None
+        self._lock = threading.Lock()
+        self._stream = None
+        self._stopped = False
+        self._notices = client._preemption_notices(job_id, placement_group_id, None,
+                                                   self._opened)
+        self._callback = callback
+        self._thread = threading.Thread(target=self._run, name="sliced-preemption",
+                                        daemon=True)
+        self._thread.start()
+
+    def _opened(self, stream) -> None:
+        with self._lock:
+            self._stream = stream
+            if self._stopped:
+                stream.cancel()
+
+    def _run(self) -> None:
+        try:
+            for pg in self._notices:
+                try:
+                    self._callback(pg)
+                except Exception:  # the listener outlives a bad callback
+                    _log.exception("preemption callback failed for %s", pg.id)
+        except SlicedError as e:
+            with self._lock:
+                if not self._stopped:
+                    self.error = e
+
+    def stop(self, timeout: Optional[float] = 5.0) -> None:
+        """Cancels the stream and waits for the thread."""
+        with self._lock:
+            self._stopped = True
+            if self._stream is not None:
+                self._stream.cancel()
+        self._thread.join(timeout)
 
 
 class Client:
@@ -295,17 +372,22 @@ class Client:
     def submit(self, scaling_config: ScalingConfig, *, job_id: str = "",
                compute_class: str = "", request_id: Optional[str] = None,
                priority: int = 0, name: str = "",
-               priority_class: str = "") -> PlacementGroup:
+               priority_class: str = "", preemption_policy: str = "",
+               on_preemption: str = "") -> PlacementGroup:
         """Submits a ScalingConfig; returns the group (CREATED, PENDING or
         INFEASIBLE). An invalid config raises SlicedError(INVALID_ARGUMENT)
         with Ray's message. The same request_id returns the same group.
         priority_class names one of the daemon's classes (by default
-        production, batch, best-effort) and sets the priority."""
+        production, batch, best-effort) and sets the priority; a group that
+        does not fit may preempt running groups of lower priority unless
+        preemption_policy="NEVER"; on_preemption ("REQUEUE" or "REMOVE") says
+        what becomes of this group when it is preempted itself."""
         request = _pb.SubmitScalingConfigRequest(
             scaling_config=scaling_config.to_proto(), job_id=job_id, name=name,
             request_id=request_id or "req-" + uuid.uuid4().hex,
             compute_class=compute_class, priority=priority,
-            priority_class=priority_class)
+            priority_class=priority_class,
+            **_preemption_fields(preemption_policy, on_preemption))
         return PlacementGroup.from_proto(
             self._call(self._placement.SubmitScalingConfig, request, retry=True))
 
@@ -315,7 +397,8 @@ class Client:
             bundle_label_selector: Optional[List[Dict[str, str]]] = None,
             job_id: str = "", name: str = "", compute_class: str = "",
             request_id: Optional[str] = None, priority: int = 0,
-            priority_class: str = "") -> PlacementGroup:
+            priority_class: str = "", preemption_policy: str = "",
+            on_preemption: str = "") -> PlacementGroup:
         """Ray's placement_group(): one resource dict per bundle, strategy
         PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD, and optionally one
         label selector per bundle. topology_strategy takes Ray's shape, a list
@@ -345,7 +428,8 @@ class Client:
             topology_strategy=_topology_levels(topology_strategy or []),
             job_id=job_id, name=name, compute_class=compute_class, priority=priority,
             priority_class=priority_class,
-            request_id=request_id or "req-" + uuid.uuid4().hex)
+            request_id=request_id or "req-" + uuid.uuid4().hex,
+            **_preemption_fields(preemption_policy, on_preemption))
         return PlacementGroup.from_proto(
             self._call(self._placement.CreatePlacementGroup, request, retry=True))
 
@@ -459,11 +543,19 @@ class Client:
         the generator is closed (or `timeout` seconds pass: SlicedError with
         DEADLINE_EXCEEDED). Closing it cancels the stream. Opened on a standby,
         it is opened again on the leader the standby names."""
+        return self._watch(job_id, placement_group_id, timeout, None)
+
+    def _watch(self, job_id: str, placement_group_id: str, timeout: Optional[float],
+               opened: Optional[Callable]) -> Iterator[PlacementGroup]:
+        """watch(); `opened(stream)`, when given, is told of every stream
+        opened (so that another thread can cancel it)."""
         request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
                                                   placement_group_id=placement_group_id)
         method, delivered = self._placement.WatchPlacementGroups, False
         for redirects in range(4):
             stream = method(request, timeout=timeout, metadata=self._metadata)
+            if opened is not None:
+                opened(stream)
             try:
                 for event in stream:
                     delivered = True
@@ -479,20 +571,49 @@ class Client:
             finally:
                 stream.cancel()
 
+    def preemption_notices(self, job_id: str = "", placement_group_id: str = "",
+                           timeout: Optional[float] = None) -> Iterator[PlacementGroup]:
+        """Yields a matching group each time it is preempted (goes PREEMPTING),
+        once per preemption, including groups already PREEMPTING when it
+        starts: the moment to checkpoint. The group keeps its capacity until
+        its preemption_deadline; removing it sooner lets the preemptor start
+        sooner. Built on watch(): same filters, timeout and errors."""
+        return self._preemption_notices(job_id, placement_group_id, timeout, None)
+
+    def _preemption_notices(self, job_id: str, placement_group_id: str,
+                            timeout: Optional[float],
+                            opened: Optional[Callable]) -> Iterator[PlacementGroup]:
+        told = set()
+        for pg in self._watch(job_id, placement_group_id, timeout, opened):
+            if pg.state != "PREEMPTING":
+                continue
+            notice = (pg.id, pg.preempted_by, pg.preemption_deadline)
+            if notice not in told:
+                told.add(notice)
+                yield pg
+
+    def on_preempted(self, callback: Callable[[PlacementGroup], None], *,
+                     job_id: str = "", placement_group_id: str = "") -> "PreemptionListener":
+        """Calls `callback(group)` on a background thread for every preemption
+        notice (see preemption_notices) until the returned listener is
+        stopped. An exception in the callback is logged and the listener goes
+        on; a stream that fails ends the listener (see `.error`)."""
+        return PreemptionListener(self, callback, job_id, placement_group_id)
+
     def explain(self, target: Union[PgRef, ScalingConfig], *, job_id: str = "",
                 compute_class: str = "", priority: int = 0,
-                priority_class: str = "") -> Explanation:
+                priority_class: str = "", preemption_policy: str = "") -> Explanation:
         """Why a group is pending (or where it is placed). Given a
         ScalingConfig instead, a dry run: what would happen if it were
         submitted now (nothing is created); when it would wait behind groups
-        of lower priority, a detail line names the ones preemption would
-        take."""
+        of lower priority, a detail line names the ones it would preempt."""
         if isinstance(target, ScalingConfig):
             request = _pb.ExplainPlacementGroupRequest(
                 dry_run_scaling_config=_pb.SubmitScalingConfigRequest(
                     scaling_config=target.to_proto(), job_id=job_id,
                     compute_class=compute_class, priority=priority,
-                    priority_class=priority_class))
+                    priority_class=priority_class,
+                    **_preemption_fields(preemption_policy, "")))
         else:
             request = _pb.ExplainPlacementGroupRequest(placement_group_id=_pg_id(target))
         r = self._call(self._placement.ExplainPlacementGroup, request, retry=True)

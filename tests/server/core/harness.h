@@ -62,6 +62,7 @@ class Core {
 
   ~Core() {
     if (nodes_ != nullptr) nodes_->StopLeases();  // drain while managers live
+    if (placement_ != nullptr) placement_->StopPreemptionChecks();
     coordinator_.reset();
   }
 
@@ -100,6 +101,10 @@ class Core {
   absl::Status PutClass(ComputeClass cls) {
     return WaitStatus(
         [&](auto done) { placement_->PutClass(std::move(cls), done); });
+  }
+  absl::Status CompletePreemptions() {
+    return WaitStatus(
+        [&](auto done) { placement_->CompletePreemptions(done); });
   }
   absl::Status CheckLeases() {
     return WaitStatus([&](auto done) { nodes_->CheckLeases(done); });

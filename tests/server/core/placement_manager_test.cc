@@ -4,6 +4,7 @@
 // (slice groups whole, plain groups only the lost bundles), and watchers.
 #include "server/core/placement_manager.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,10 +85,12 @@ class PlacementManagerTest : public ::testing::Test {
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = *std::move(core);
   }
-  // Restarts on the same store, as after kill -9.
+  // Restarts on the same store, as after kill -9 (the clock goes on).
   void Restart(CoreOptions options = {}) {
+    const absl::Time now = core_->now();
     core_.reset();
     Start(options);
+    core_->Advance(now - core_->now());
   }
   std::string Create(PgSpec spec) {
     auto view = core_->Create(std::move(spec));
@@ -554,6 +557,14 @@ TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
             absl::StatusCode::kNotFound);
 }
 
+// Preemption on with a 30 s grace and the given cool-down.
+CoreOptions Preempting(absl::Duration cooldown) {
+  CoreOptions options;
+  options.placement.preemption_grace = absl::Seconds(30);
+  options.placement.preemption_cooldown = cooldown;
+  return options;
+}
+
 PgOwner OfClass(const std::string& priority_class, int32_t priority = 0) {
   PgOwner owner;
   owner.priority_class = priority_class;
@@ -562,7 +573,7 @@ PgOwner OfClass(const std::string& priority_class, int32_t priority = 0) {
 }
 
 TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
-  Start();
+  Start(Preempting(absl::ZeroDuration()));
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
   ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
   const std::string kept = Create(V6eSlices(1, OfClass("batch")));
@@ -574,16 +585,24 @@ TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
   ASSERT_FALSE(dry->details.empty());
   EXPECT_EQ(
       dry->details.back(),
-      absl::StrCat("what-if (sliced does not preempt yet, "
-                   "docs/preemption.md): preempting 1 group(s) of "
+      absl::StrCat("preemption: preempting 1 group(s) of "
                    "priority <= 0 makes room: ",
                    victim, " (best-effort, 16 TPU on slice ",
                    core_->placement().Get(victim)->group.slice_names[0], ")"));
-  // An equal priority has no candidates: no what-if line.
+  // A group that may not preempt says why it would wait.
+  PgSpec never = V6eSlices(1, OfClass("production"));
+  never.group.preemption_policy = PreemptionPolicy::kNever;
+  auto waits = core_->placement().ExplainDryRun(never);
+  ASSERT_TRUE(waits.ok());
+  EXPECT_EQ(waits->details.back().rfind(
+                "preemption_policy NEVER, so it waits; preempting 1", 0),
+            0)
+      << waits->details.back();
+  // An equal priority has no candidates: no preemption line.
   auto equal = core_->placement().ExplainDryRun(V6eSlices(1));
   ASSERT_TRUE(equal.ok());
   for (const std::string& line : equal->details) {
-    EXPECT_EQ(line.find("what-if"), std::string::npos) << line;
+    EXPECT_EQ(line.find("preempt"), std::string::npos) << line;
   }
   // Nothing was preempted.
   EXPECT_EQ(core_->placement().Get(victim)->group.state, PgState::kCreated);
@@ -636,6 +655,181 @@ TEST_F(PlacementManagerTest, PriorityClassesResolveAtCreateAndSurviveRestart) {
   EXPECT_EQ(get(serving).priority_class, "serving");
   EXPECT_EQ(get(serving).priority, 2000);
   EXPECT_EQ(get(scavenger).priority, -10);
+}
+
+// ---------------------------------------------------------------- preemption
+
+TEST_F(PlacementManagerTest,
+       APreemptorWaitsOutTheGraceThenTakesTheVictimsSlice) {
+  const CoreOptions options = Preempting(absl::ZeroDuration());
+  Start(options);
+  for (const char* s : {"s1", "s2", "s3"}) {
+    ASSERT_TRUE(core_->Register(Slice(s, "TPU-V6E", "4x4")).ok());
+  }
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  const std::string low = Create(V6eSlices(1));  // best-effort
+  const std::string batch1 = Create(V6eSlices(1, OfClass("batch")));
+  const std::string batch2 = Create(V6eSlices(1, OfClass("batch")));
+  const std::vector<std::string> low_slice = get(low).slice_names;
+  Recorder recorder;
+  core_->placement().Watch(&recorder);
+  const absl::Time deadline = core_->now() + absl::Seconds(30);
+
+  const std::string prod = Create(V6eSlices(1, OfClass("production")));
+  EXPECT_EQ(get(prod).state, PgState::kPending);
+  EXPECT_EQ(get(prod).preempting, std::vector<std::string>{low});
+  EXPECT_EQ(get(prod).preemption_deadline, deadline);
+  EXPECT_EQ(get(low).state, PgState::kPreempting);
+  EXPECT_EQ(get(low).preempted_by, prod);
+  EXPECT_EQ(get(low).preemption_deadline, deadline);
+  EXPECT_NE(get(low).reason.find("preempted by " + prod), std::string::npos)
+      << get(low).reason;
+  EXPECT_EQ(get(batch1).state, PgState::kCreated);
+  EXPECT_EQ(get(batch2).state, PgState::kCreated);
+  // The victim keeps its capacity: nothing else takes it meanwhile, and a
+  // second preemptor picks a different victim.
+  EXPECT_EQ(get(Create(V6eSlices(1, OfClass("", -5)))).state,
+            PgState::kPending);
+  const std::string prod2 = Create(V6eSlices(1, OfClass("production")));
+  ASSERT_EQ(get(prod2).preempting.size(), 1u);
+  EXPECT_NE(get(prod2).preempting[0], low);
+  core_->placement().Unwatch(&recorder);
+  const std::vector<std::string> seen = recorder.seen();
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), low + ":PREEMPTING"), 1);
+
+  core_->Advance(absl::Seconds(29));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(low).state, PgState::kPreempting);
+  // kill -9 in the grace period: all of it is in the store.
+  Restart(options);
+  EXPECT_EQ(get(low).state, PgState::kPreempting);
+  EXPECT_EQ(get(low).preemption_deadline, deadline);
+  EXPECT_EQ(get(prod).preempting, std::vector<std::string>{low});
+
+  core_->Advance(absl::Seconds(2));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(prod).state, PgState::kCreated);
+  EXPECT_EQ(get(prod).slice_names, low_slice);
+  EXPECT_TRUE(get(prod).preempting.empty());
+  EXPECT_EQ(get(prod2).state, PgState::kCreated);
+  // The victim is requeued, on no node, and remembers who preempted it.
+  EXPECT_EQ(get(low).state, PgState::kPending);
+  EXPECT_EQ(get(low).preempted_by, prod);
+  for (const PlacedBundle& b : get(low).bundles) EXPECT_EQ(b.node_id, "");
+  // No counter-preemption: it is best-effort, the others are higher.
+  EXPECT_TRUE(get(low).preempting.empty());
+}
+
+TEST_F(PlacementManagerTest,
+       RemovingThePreemptorCancelsRemovingVictimsHurries) {
+  Start(Preempting(absl::ZeroDuration()));
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  const std::string a = Create(V6eSlices(1));
+  const std::string b = Create(V6eSlices(1));
+  const std::string prod = Create(V6eSlices(2, OfClass("production")));
+  EXPECT_EQ(get(prod).preempting.size(), 2u);
+  ASSERT_TRUE(core_->Remove(prod).ok());
+  for (const std::string& id : {a, b}) {
+    EXPECT_EQ(get(id).state, PgState::kCreated);
+    EXPECT_EQ(get(id).preempted_by, "");
+    EXPECT_EQ(get(id).reason, "");
+  }
+
+  const std::string again = Create(V6eSlices(2, OfClass("production")));
+  EXPECT_EQ(get(a).state, PgState::kPreempting);
+  // A victim its owner removes keeps the capacity for the preemptor until
+  // the other victim goes too; then the preemptor starts at once.
+  ASSERT_TRUE(core_->Remove(a).ok());
+  EXPECT_EQ(get(a).state, PgState::kPreempting);
+  EXPECT_TRUE(get(a).removed);
+  EXPECT_EQ(get(again).state, PgState::kPending);
+  EXPECT_EQ(core_->Create(V6eSlices(1)).value().group.state, PgState::kPending);
+  ASSERT_TRUE(core_->Remove(b).ok());
+  EXPECT_EQ(get(again).state, PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(a), PgState::kRemoved);
+  EXPECT_EQ(core_->StateOf(b), PgState::kRemoved);
+}
+
+TEST_F(PlacementManagerTest, OffNeverAndTheCoolDownKeepGroupsWaiting) {
+  CoreOptions off = Preempting(absl::Minutes(1));
+  off.placement.preemption = false;
+  Start(off);
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  const std::string low = Create(V6eSlices(1));
+  core_->Advance(absl::Minutes(2));
+  const std::string waits = Create(V6eSlices(1, OfClass("production")));
+  EXPECT_EQ(get(waits).state, PgState::kPending);
+  EXPECT_TRUE(get(waits).preempting.empty());
+  EXPECT_NE(absl::StrJoin(core_->placement().Explain(waits)->details, "\n")
+                .find("preemption is off (--preemption=false), so it waits; "
+                      "preempting 1 group(s)"),
+            std::string::npos);
+  ASSERT_TRUE(core_->Remove(waits).ok());
+  ASSERT_TRUE(core_->Remove(low).ok());
+
+  Restart(Preempting(absl::Minutes(1)));
+  const std::string fresh = Create(V6eSlices(1));
+  PgSpec never_spec = V6eSlices(1, OfClass("production"));
+  never_spec.group.preemption_policy = PreemptionPolicy::kNever;
+  const std::string never = Create(never_spec);
+  const std::string prod = Create(V6eSlices(1, OfClass("production")));
+  EXPECT_TRUE(get(never).preempting.empty());
+  EXPECT_TRUE(get(prod).preempting.empty());  // fresh is cooling down
+  EXPECT_NE(absl::StrJoin(core_->placement().Explain(prod)->details, "\n")
+                .find("1 running group(s) of lower priority were placed less "
+                      "than 1m ago"),
+            std::string::npos);
+  // When the cool-down ends the queue is re-tried: `prod` preempts, the
+  // group that says NEVER still waits (it is first in the queue).
+  core_->Advance(absl::Seconds(61));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_TRUE(get(never).preempting.empty());
+  EXPECT_EQ(get(prod).preempting, std::vector<std::string>{fresh});
+  // Turned off meanwhile: a preemption under way still completes.
+  CoreOptions later = Preempting(absl::Minutes(1));
+  later.placement.preemption = false;
+  Restart(later);
+  core_->Advance(absl::Seconds(30));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(prod).state, PgState::kCreated);
+  EXPECT_EQ(get(fresh).state, PgState::kPending);
+}
+
+TEST_F(PlacementManagerTest,
+       NoGraceLeavesAtOnceAndAFailedCommitChangesNothing) {
+  CoreOptions options = Preempting(absl::ZeroDuration());
+  options.placement.preemption_grace = absl::ZeroDuration();
+  Start(options);
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  PgSpec removable = V6eSlices(1);
+  removable.group.on_preemption = OnPreemption::kRemove;
+  const std::string low = Create(removable);
+
+  core_->faults().FailWrites(1);
+  auto failed = core_->Create(V6eSlices(1, OfClass("production")));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(core_->StateOf(low), PgState::kCreated);
+  EXPECT_EQ(core_->placement().List({}).size(), 1u);
+
+  Recorder recorder;
+  core_->placement().Watch(&recorder);
+  const std::string prod = Create(V6eSlices(1, OfClass("production")));
+  core_->placement().Unwatch(&recorder);
+  EXPECT_EQ(core_->StateOf(prod), PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(low), PgState::kRemoved);
+  // Told, even though it left in the same commit.
+  EXPECT_EQ(recorder.seen(),
+            (std::vector<std::string>{low + ":CREATED", low + ":PREEMPTING",
+                                      low + ":REMOVED", prod + ":CREATED"}));
 }
 
 }  // namespace
