@@ -57,11 +57,17 @@ class PreemptionEndToEnd(unittest.TestCase):
         with grpc.insecure_channel("127.0.0.1:%d" % d.port) as ch:
             sliced_pb2_grpc.InventoryStub(ch).RegisterNodes(P.RegisterNodesRequest(
                 nodes=v6e_slice("s1") + v6e_slice("s2") + v6e_slice("s3")), timeout=10)
+        # s1 held by two best-effort halves, then one best-effort group and
+        # one batch group on a whole slice each: the minimal set for a
+        # production slice is the single best-effort group, not the halves.
+        halves = [client.create_placement_group(
+            [{"TPU": 4}] * 2, "STRICT_SPREAD", bundle_label_selector=[{"TPU_NAME": "s1"}] * 2,
+            job_id="halves") for _ in range(2)]
         research = client.submit(V6E, job_id="research")  # best-effort
-        batch = [client.submit(V6E, job_id="batch", priority_class="batch")
-                 for _ in range(2)]
-        for pg in [research] + batch:
+        batch = [client.submit(V6E, job_id="batch", priority_class="batch")]
+        for pg in halves + [research] + batch:
             self.assertEqual(pg.state, "CREATED", pg)
+        self.assertEqual(client.explain(V6E).outcome, "UNSCHEDULABLE")
         research_slice = research.slice_names
 
         # The dry run names the victim before anything happens.
@@ -88,7 +94,7 @@ class PreemptionEndToEnd(unittest.TestCase):
         self.assertAlmostEqual(notice.preemption_deadline, time.time() + GRACE_S, delta=3)
         # Still running: its workers are still there.
         self.assertEqual(len(notice.workers), 4)
-        for pg in batch:
+        for pg in halves + batch:
             self.assertEqual(client.get(pg).state, "CREATED")
 
         # kill -9 within the grace period; the restart resumes it.
@@ -108,7 +114,7 @@ class PreemptionEndToEnd(unittest.TestCase):
         self.assertEqual(len(placed.workers), 4)
         requeued = client.get(research)
         self.assertEqual((requeued.state, requeued.preempted_by), ("PENDING", prod.id))
-        for pg in batch:
+        for pg in halves + batch:
             self.assertEqual(client.get(pg).state, "CREATED")
         self.assertEqual(self.metric(d, "sliced_preemptions_total",
                                      priority_class="best-effort", outcome="requeued"), 1)

@@ -369,6 +369,30 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertIn("INFEASIBLE", r.stderr)
         self.assertIn("state            INFEASIBLE", r.stdout)
 
+    def test_preemption_flags_and_rows(self):
+        self.start()
+        self.register_fleet()
+        r = self.ctl(*SEED, "--priority-class", "batch", "--on-preemption", "REMOVE")
+        self.assertRegex(r.stdout, r"preemption\s+PREEMPT_LOWER_PRIORITY, when preempted REMOVE")
+        victim = re.search(r"placement group\s+(pg-\w+)", r.stdout).group(1)
+        r = self.ctl(*SEED, "--priority-class", "production", "--preemption-policy", "NEVER")
+        self.assertRegex(r.stdout, r"state\s+PENDING")
+        self.assertRegex(r.stdout, r"preemption\s+NEVER, when preempted REQUEUE")
+        self.assertNotIn("preempting", r.stdout)
+        r = self.ctl(*SEED, "--priority-class", "production")
+        preemptor = re.search(r"placement group\s+(pg-\w+)", r.stdout).group(1)
+        self.assertRegex(r.stdout, r"preempting\s+%s, placed at " % victim)
+        r = self.ctl("pg", "get", victim)
+        self.assertRegex(r.stdout, r"state\s+PREEMPTING")
+        self.assertRegex(r.stdout, r"preempted by\s+%s, leaves at " % preemptor)
+        r = self.ctl("pg", "list", "--state", "preempting")
+        self.assertIn(victim, r.stdout)
+        for flag, value, want in (("--preemption-policy", "SOMETIMES",
+                                   "--preemption-policy: PREEMPT_LOWER_PRIORITY or NEVER"),
+                                  ("--on-preemption", "KEEP", "--on-preemption: REQUEUE or REMOVE")):
+            r = self.ctl(*SEED, flag, value, code=2)
+            self.assertIn(want, r.stderr)
+
     def test_pg_create_and_compute_classes(self):
         self.start()
         self.register_fleet()
