@@ -175,8 +175,7 @@ absl::Status CheckListen(const ServerOptions& options, bool tls, bool auth) {
 // Wires the core (cluster, coordinator, managers) and the gRPC edge.
 absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
                                 std::unique_ptr<storage::Store> store) {
-  impl.cluster =
-      std::make_unique<Cluster>([] { return absl::Now(); }, &impl.logs);
+  impl.cluster = std::make_unique<Cluster>(&impl.logs);
   ASSIGN_OR_RETURN(
       impl.coordinator,
       Coordinator::Open(std::move(store), impl.cluster.get(),

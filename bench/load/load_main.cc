@@ -15,8 +15,14 @@
 //    the fleet in batches of 1,000, then create_remove phases (16 clients)
 //    alternating quiet and with one new node registering every 0.5 s,
 //    paired per repetition so each ratio comes from back-to-back phases.
+// 4. Heartbeats (issue 17): per fleet size, a fresh daemon with leases on:
+//    the daemon's CPU for every node beating once per --beat_lease (one
+//    node per RPC, then --beat_batch per RPC) with nothing else running,
+//    then create_remove phases quiet / with single beats / with batched
+//    beats, back to back per repetition.
 // Writes DIR/load.json and the Markdown sections DIR/load.md,
-// DIR/scale.md and DIR/churn.md (--parts picks which of 1-3 run). With --target=HOST:PORT it only runs (1) against that
+// DIR/scale.md, DIR/churn.md and DIR/heartbeats.md (--parts picks which of
+// 1-4 run). With --target=HOST:PORT it only runs (1) against that
 // daemon (no daemon CPU, no scaling). --check exits 1 when a phase made no
 // progress or more than 1 % of its RPCs failed.
 #include <fcntl.h>
@@ -29,8 +35,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -45,6 +51,7 @@
 #include "bench/common/output.h"
 #include "bench/common/stats.h"
 #include "bench/gen/fleet.h"
+#include "bench/load/beats.h"
 #include "bench/load/closed_loop.h"
 #include "bench/load/daemon.h"
 #include "grpcpp/create_channel.h"
@@ -69,8 +76,13 @@ ABSL_FLAG(int, restarts, 0, "restarts timed per fleet size (default 3; quick 1)"
 ABSL_FLAG(std::string, work_dir, "/tmp", "where the daemons' temp data dirs go");
 ABSL_FLAG(std::string, out_dir, ".", "where the JSON and Markdown go");
 ABSL_FLAG(uint64_t, seed, 1, "fleet and client seed");
-ABSL_FLAG(std::string, parts, "throughput,scale,churn",
-          "which parts run: throughput, scale, churn");
+ABSL_FLAG(std::string, parts, "throughput,scale,churn,heartbeats",
+          "which parts run: throughput, scale, churn, heartbeats");
+ABSL_FLAG(
+    std::string, beat_nodes, "",
+    "fleet sizes for the heartbeat runs (default 10000,100000; quick 1000)");
+ABSL_FLAG(double, beat_lease, 10, "seconds between two heartbeats of one node");
+ABSL_FLAG(int, beat_batch, 1000, "heartbeats per RPC in the batched phases");
 ABSL_FLAG(std::string, churn_nodes, "",
           "fleet sizes for the churn runs (default 10000,100000; quick 1000)");
 ABSL_FLAG(double, churn_interval, 0.5, "seconds between churn registrations");
@@ -223,6 +235,18 @@ std::string LoadAverage() {
   return absl::StrCat(one, " ", five, " ", fifteen);
 }
 
+// The create_remove phase of repetition `rep` that churn and heartbeat
+// phases are measured against (--churn_clients clients).
+LoadOptions CreateRemovePhase(int rep, double duration) {
+  LoadOptions lo;
+  lo.workload = "create_remove";
+  lo.clients = absl::GetFlag(FLAGS_churn_clients);
+  lo.duration_s = duration;
+  lo.warmup_s = absl::GetFlag(FLAGS_warmup);
+  lo.seed = absl::GetFlag(FLAGS_seed) + rep;
+  return lo;
+}
+
 // One quiet phase and the churn phase run right after it.
 struct ChurnPair {
   LoadResult quiet, churn;
@@ -295,12 +319,7 @@ absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes
   const DaemonProbe probe{[d] { return d->CpuSeconds(); }, nullptr};
   int64_t next = 0;
   for (int rep = 0; rep < reps; ++rep) {
-    LoadOptions lo;
-    lo.workload = "create_remove";
-    lo.clients = absl::GetFlag(FLAGS_churn_clients);
-    lo.duration_s = duration;
-    lo.warmup_s = absl::GetFlag(FLAGS_warmup);
-    lo.seed = absl::GetFlag(FLAGS_seed) + rep;
+    const LoadOptions lo = CreateRemovePhase(rep, duration);
     ChurnPair pair;
     Progress("churn at %d nodes, rep %d/%d: quiet", nodes, rep + 1, reps);
     pair.load_quiet = LoadAverage();
@@ -322,6 +341,165 @@ absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes
   RemoveTree(dir);
   RemoveTree(dir + ".log");
   return p;
+}
+
+// Heartbeats: the daemon alone under them, and creates beside them.
+struct BeatAlone {
+  BeatResult beats;
+  double daemon_cores = 0;
+  std::string load;
+};
+struct BeatTriple {  // one repetition, back to back
+  LoadResult quiet, single, batched;
+  BeatResult single_beats, batched_beats;
+  std::string load;
+};
+struct BeatPoint {
+  int64_t nodes = 0;
+  BeatAlone single, batched;
+  std::vector<BeatTriple> reps;
+};
+
+absl::StatusOr<BeatPoint> MeasureHeartbeats(const std::string& binary,
+                                            int64_t nodes, int reps,
+                                            double duration) {
+  BeatPoint p;
+  p.nodes = nodes;
+  const std::string dir = TempDir("beats");
+  // Leases on (the checker scans every node each second), long enough that
+  // no node of the fleet turns DEAD while a phase does not beat it.
+  auto daemon =
+      DaemonProcess::Start(binary, dir, {"--heartbeat_timeout=3600s"});
+  if (!daemon.ok()) return daemon.status();
+  const Fleet fleet = GenerateFleet({nodes, absl::GetFlag(FLAGS_seed)});
+  auto channels = Channels((*daemon)->target(), 1);
+  auto side = Channels((*daemon)->target(), 2)[1];  // the agents' connection
+  if (absl::Status s = Register(channels[0], fleet); !s.ok()) return s;
+  DaemonProcess* d = daemon->get();
+  const DaemonProbe probe{[d] { return d->CpuSeconds(); }, nullptr};
+  BeatOptions single;
+  for (const scheduler::Node& n : fleet.nodes)
+    single.node_ids.push_back(n.node_id);
+  single.lease_s = absl::GetFlag(FLAGS_beat_lease);
+  BeatOptions batched = single;
+  batched.batch = absl::GetFlag(FLAGS_beat_batch);
+  batched.threads = 2;
+  // Runs `body` while `beats` are sent; returns what the beats did.
+  auto with_beats = [&](const BeatOptions& beats,
+                        const std::function<void()>& body) {
+    std::atomic<bool> stop{false};
+    BeatResult r;
+    std::thread sender([&] { r = RunBeats(side, beats, stop); });
+    body();
+    stop = true;
+    sender.join();
+    return r;
+  };
+  auto alone = [&](const BeatOptions& beats, const char* what) {
+    Progress("heartbeats at %d nodes: %s, alone", nodes, what);
+    BeatAlone a;
+    a.load = LoadAverage();
+    double cpu0 = 0;
+    const auto t0 = Clock::now();
+    a.beats = with_beats(beats, [&] {
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup)));
+      cpu0 = d->CpuSeconds();
+      std::this_thread::sleep_for(std::chrono::duration<double>(duration));
+      const double wall =
+          std::chrono::duration<double>(Clock::now() - t0).count() -
+          absl::GetFlag(FLAGS_warmup);
+      a.daemon_cores = (d->CpuSeconds() - cpu0) / wall;
+    });
+    return a;
+  };
+  p.single = alone(single, "one node per RPC");
+  p.batched = alone(batched, "batched");
+  for (int rep = 0; rep < reps; ++rep) {
+    const LoadOptions lo = CreateRemovePhase(rep, duration);
+    BeatTriple t;
+    t.load = LoadAverage();
+    Progress("heartbeats at %d nodes, rep %d/%d: quiet", nodes, rep + 1, reps);
+    t.quiet = RunClosedLoop(channels, lo, probe);
+    Progress("heartbeats at %d nodes, rep %d/%d: one node per RPC", nodes,
+             rep + 1, reps);
+    t.single_beats = with_beats(
+        single, [&] { t.single = RunClosedLoop(channels, lo, probe); });
+    Progress("heartbeats at %d nodes, rep %d/%d: batched", nodes, rep + 1,
+             reps);
+    t.batched_beats = with_beats(
+        batched, [&] { t.batched = RunClosedLoop(channels, lo, probe); });
+    p.reps.push_back(std::move(t));
+  }
+  (*daemon)->Stop(SIGTERM);
+  RemoveTree(dir);
+  RemoveTree(dir + ".log");
+  return p;
+}
+
+std::string HeartbeatMarkdown(const std::vector<BeatPoint>& points,
+                              double duration) {
+  const int batch = absl::GetFlag(FLAGS_beat_batch);
+  std::string md = absl::StrFormat(
+      "Per fleet size a fresh daemon (durable, `--heartbeat_timeout=3600s`: "
+      "the "
+      "lease checker scans every node each second, and no node expires). Every "
+      "node heartbeats once per %.0f s, paced evenly (open loop, on its own "
+      "connection): one node per Heartbeat RPC (32 sender threads), or %d per "
+      "RPC "
+      "(2 threads). First the daemon with beats and nothing else (its CPU over "
+      "%.1f s), then per repetition create_remove (%d clients) quiet, with the "
+      "single beats, with the batched beats, back to back. Ratios are to the "
+      "quiet phase of the same repetition; bold: medians. Load average (1/5/15 "
+      "min) at the start.\n\n"
+      "| nodes | beats | beats/s sent (RPC p99 ms) | daemon CPU, beats alone "
+      "(cores) | load |\n"
+      "| --- | --- | --- | --- | --- |\n",
+      absl::GetFlag(FLAGS_beat_lease), batch, duration,
+      absl::GetFlag(FLAGS_churn_clients));
+  for (const BeatPoint& p : points) {
+    for (const auto& [what, a] : {std::pair{"1 per RPC", &p.single},
+                                  std::pair{"batched", &p.batched}}) {
+      absl::StrAppendFormat(&md, "| %d | %s | %.0f (%.1f) | %.2f | %s |\n",
+                            p.nodes, what, a->beats.beats_per_s,
+                            a->beats.p99_ms, a->daemon_cores, a->load);
+    }
+  }
+  md +=
+      "\n| nodes | rep | quiet ops/s, p99 ms | + 1 per RPC: ops/s, p99 ms "
+      "(ratios) | "
+      "+ batched: ops/s, p99 ms (ratios) | beats/s sent (1 per RPC; batched) | "
+      "load |\n"
+      "| --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const BeatPoint& p : points) {
+    std::vector<double> single_ops, single_p99, batched_ops, batched_p99;
+    for (size_t i = 0; i < p.reps.size(); ++i) {
+      const BeatTriple& t = p.reps[i];
+      auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
+      single_ops.push_back(ratio(t.single.ops_per_s, t.quiet.ops_per_s));
+      single_p99.push_back(ratio(t.single.p99_us, t.quiet.p99_us));
+      batched_ops.push_back(ratio(t.batched.ops_per_s, t.quiet.ops_per_s));
+      batched_p99.push_back(ratio(t.batched.p99_us, t.quiet.p99_us));
+      absl::StrAppendFormat(
+          &md,
+          "| %d | %d | %.0f, %.1f | %.0f, %.1f (%.2f, %.2f) | %.0f, %.1f "
+          "(%.2f, %.2f) | %.0f; %.0f | %s |\n",
+          p.nodes, static_cast<int>(i + 1), t.quiet.ops_per_s,
+          t.quiet.p99_us / 1000, t.single.ops_per_s, t.single.p99_us / 1000,
+          single_ops.back(), single_p99.back(), t.batched.ops_per_s,
+          t.batched.p99_us / 1000, batched_ops.back(), batched_p99.back(),
+          t.single_beats.beats_per_s, t.batched_beats.beats_per_s, t.load);
+    }
+    absl::StrAppendFormat(&md,
+                          "| %d | **median** | | (**%.2f**, **%.2f**) | "
+                          "(**%.2f**, **%.2f**) | | |\n",
+                          p.nodes, Median(single_ops), Median(single_p99),
+                          Median(batched_ops), Median(batched_p99));
+  }
+  md +=
+      "\nTarget (issue 17, item 4): with every node beating once per lease, "
+      "placements' p99 within 2× quiet (p99 ratio ≤ 2).\n";
+  return md;
 }
 
 // The churn section: per size, registration time and the quiet/churn pairs.
@@ -520,6 +698,25 @@ int Main() {
       churn.push_back(*std::move(p));
     }
   }
+  // 4. Heartbeats.
+  std::string beat_flag = absl::GetFlag(FLAGS_beat_nodes);
+  if (beat_flag.empty()) beat_flag = quick ? "1000" : "10000,100000";
+  std::vector<BeatPoint> beats;
+  if (!binary.empty() && part("heartbeats")) {
+    for (int64_t n : ParseList(beat_flag == "none" ? "" : beat_flag)) {
+      auto p = MeasureHeartbeats(binary, n, reps, duration);
+      if (!p.ok()) {
+        std::fprintf(stderr, "sliced_load: heartbeats at %d nodes: %s\n",
+                     static_cast<int>(n), p.status().ToString().c_str());
+        return 1;
+      }
+      for (const BeatTriple& t : p->reps) {
+        sane = sane && Sane(t.quiet) && Sane(t.single) && Sane(t.batched) &&
+               t.single_beats.errors == 0 && t.batched_beats.errors == 0;
+      }
+      beats.push_back(*std::move(p));
+    }
+  }
   Progress("%s", "");
 
   // JSON.
@@ -682,9 +879,12 @@ int Main() {
   if (!churn.empty()) files.emplace_back("churn.md", ch);
   if (!throughput) files.erase(files.begin(), files.begin() + 2);  // no load.*
   if (!throughput && !churn.empty()) files.emplace_back("churn.json", j.str() + "\n");
+  const std::string hb =
+      beats.empty() ? "" : HeartbeatMarkdown(beats, duration);
+  if (!beats.empty()) files.emplace_back("heartbeats.md", hb);
   if (!WriteOutputs(out_dir, files)) return 1;
-  std::printf("%s\n%s%s", throughput ? md.c_str() : "", scale.empty() ? "" : sc.c_str(),
-              ch.c_str());
+  std::printf("%s\n%s%s%s", throughput ? md.c_str() : "",
+              scale.empty() ? "" : sc.c_str(), ch.c_str(), hb.c_str());
   if (absl::GetFlag(FLAGS_check) && !sane) return 1;
   return 0;
 }

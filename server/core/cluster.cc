@@ -40,22 +40,16 @@ void AddAllocations(const PlacementGroup& pg,
 
 }  // namespace
 
-Cluster::Cluster(std::function<absl::Time()> clock, LogStore* logs)
-    : clock_(std::move(clock)), logs_(logs) {}
+Cluster::Cluster(LogStore* logs) : logs_(logs) {}
 
 absl::StatusOr<ClusterState> Cluster::Build(
     const storage::StoredState& stored) const {
-  const absl::Time now = clock_();
   ClusterState state;
   std::vector<scheduler::Node> nodes;
   nodes.reserve(stored.nodes.size());
   for (const scheduler::Node& node : stored.nodes) {
     nodes.push_back(node);
-    absl::Time beat = now;  // a fresh lease after a restart
-    if (auto it = state_.nodes.find(node.node_id); it != state_.nodes.end()) {
-      beat = it->second.last_heartbeat;
-    }
-    state.nodes[node.node_id] = NodeEntry{node, beat};
+    state.nodes[node.node_id] = NodeEntry{node};
   }
   std::vector<scheduler::Allocation> allocations;
   for (const PlacementGroup& pg : stored.placement_groups) {

@@ -42,9 +42,8 @@ class Cluster : public Coordinator::Machine {
                            const scheduler::InventorySnapshot& snapshot) = 0;
   };
 
-  // `clock` gives fresh leases to nodes on restore. `logs` (optional) is
-  // restored from the store's log table.
-  Cluster(std::function<absl::Time()> clock, LogStore* logs);
+  // `logs` (optional) is restored from the store's log table.
+  explicit Cluster(LogStore* logs);
 
   // REQUIRES: called once, before the coordinator starts.
   void set_observer(Observer* observer) { observer_ = observer; }
@@ -68,13 +67,11 @@ class Cluster : public Coordinator::Machine {
   void Abandon() override;
 
  private:
-  // The in-memory state for what the store holds; keeps the heartbeat
-  // times of nodes in the current state.
+  // The in-memory state for what the store holds.
   absl::StatusOr<ClusterState> Build(const storage::StoredState& stored) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Merge(Txn& txn, storage::Mutation& writes);
 
-  const std::function<absl::Time()> clock_;
   LogStore* const logs_;
   Observer* observer_ = nullptr;
 

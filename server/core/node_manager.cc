@@ -173,10 +173,11 @@ absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
 }
 
 NodeView ViewOf(const NodeEntry& entry,
-                const scheduler::InventorySnapshot& snapshot) {
+                const scheduler::InventorySnapshot& snapshot,
+                absl::Time last_heartbeat) {
   NodeView view;
   view.node = entry.node;
-  view.last_heartbeat = entry.last_heartbeat;
+  view.last_heartbeat = last_heartbeat;
   absl::StatusOr<scheduler::ResourceSet> free =
       snapshot.FreeResources(entry.node.node_id);
   view.available = free.ok() ? *free : entry.node.resources;
@@ -241,7 +242,8 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
       placement_(placement),
       logs_(logs),
       telemetry_(telemetry),
-      options_(options) {
+      options_(options),
+      leases_(coordinator->Now()) {
   if (options_.heartbeat_timeout > absl::ZeroDuration()) {
     lease_checker_ = std::thread([this] { LeaseLoop(); });
   }
@@ -263,10 +265,11 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
   auto changes = std::make_shared<NodeChanges>(options_.log);
   SubmitForValue<std::vector<NodeView>>(
       *coordinator_,
-      [nodes = std::move(nodes), changes](Txn& txn,
-                                          std::vector<NodeView>& views) {
+      [this, nodes = std::move(nodes), changes](Txn& txn,
+                                                std::vector<NodeView>& views) {
         for (const scheduler::Node& node : nodes) {
-          NodeEntry entry{node, txn.now()};
+          leases_.Renew(node.node_id, txn.now());
+          NodeEntry entry{node};
           const NodeEntry* old = txn.FindNode(node.node_id);
           // Re-registration keeps a drain; a dead node that registers is
           // back.
@@ -279,24 +282,60 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           }
           // The same node again (an agent retrying, or coming back after a
           // daemon restart) only renews its lease: nothing to store.
-          if (old != nullptr && old->node == entry.node) {
-            txn.TouchNode(entry);
-            continue;
-          }
+          if (old != nullptr && old->node == entry.node) continue;
           changes->Note(old, entry.node,
                         old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);
         }
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
         for (const scheduler::Node& node : nodes) {
-          views.push_back(ViewOf(*txn.FindNode(node.node_id), *snapshot));
+          views.push_back(
+              ViewOf(*txn.FindNode(node.node_id), *snapshot, txn.now()));
         }
         return absl::OkStatus();
       },
       LogWhenCommitted(changes, std::move(done)));
 }
 
+namespace {
+
+// True when `beat` would change nothing of `node` but its lease: it is not
+// DEAD, the state it reports (if any) is its state, the health it reports
+// (if any) leaves its quarantine as it is.
+bool OnlyRenews(const scheduler::Node& node, const NodeBeat& beat) {
+  return node.state != NodeState::kDead &&
+         beat.state.value_or(node.state) == node.state &&
+         (!beat.health ||
+          QuarantineReason(*beat.health) == node.quarantine_reason);
+}
+
+}  // namespace
+
 void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
+  // The usual beat only renews a lease: no write op, only a read of the
+  // cluster state, so 10k beats/s do not queue behind (or ahead of)
+  // placements on the writer.
+  auto only_renew = [&] {
+    return cluster_->Read([&](const ClusterState& s) {
+      for (const NodeBeat& beat : beats) {
+        auto it = s.nodes.find(beat.node_id);
+        if (it == s.nodes.end() || !OnlyRenews(it->second.node, beat)) {
+          return false;
+        }
+      }
+      return true;
+    });
+  };
+  if (only_renew()) {
+    const absl::Time now = coordinator_->Now();
+    for (const NodeBeat& beat : beats) leases_.Renew(beat.node_id, now);
+    // A lease check may have turned one DEAD meanwhile: then the op below
+    // revives it.
+    if (only_renew()) {
+      done(absl::OkStatus());
+      return;
+    }
+  }
   auto changes = std::make_shared<NodeChanges>(options_.log);
   coordinator_->Submit(WriteOp{
       [this, beats = std::move(beats), changes](Txn& txn) {
@@ -308,8 +347,8 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
                 absl::StrCat("heartbeats[", i, "].node_id: no node ",
                              Quote(beats[i].node_id), "; register it first"));
           }
+          leases_.Renew(beats[i].node_id, txn.now());
           NodeEntry next = *entry;
-          next.last_heartbeat = txn.now();
           // A beat from a node marked dead brings it back.
           next.node.state = beats[i].state.value_or(
               entry->node.state == NodeState::kDead ? NodeState::kAlive
@@ -317,10 +356,7 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
           if (beats[i].health) {
             next.node.quarantine_reason = QuarantineReason(*beats[i].health);
           }
-          if (next.node == entry->node) {
-            txn.TouchNode(next);
-            continue;
-          }
+          if (next.node == entry->node) continue;
           changes->Note(entry, next.node,
                         beats[i].state ? "reported by its heartbeat"
                                        : "heartbeat after DEAD");
@@ -351,7 +387,7 @@ void NodeManager::SetDraining(const std::string& node_id, bool draining,
   auto changes = std::make_shared<NodeChanges>(options_.log);
   SubmitForValue<NodeView>(
       *coordinator_,
-      [node_id, draining, changes](Txn& txn, NodeView& view) {
+      [this, node_id, draining, changes](Txn& txn, NodeView& view) {
         const NodeEntry* entry = txn.FindNode(node_id);
         if (entry == nullptr) return NodeNotFound(node_id);
         if (entry->node.state == NodeState::kDead) {
@@ -367,7 +403,7 @@ void NodeManager::SetDraining(const std::string& node_id, bool draining,
         if (next.node.state != entry->node.state) txn.PutNode(next);
         changes->Note(entry, next.node, draining ? "DrainNode" : "UndrainNode");
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
-        view = ViewOf(next, *snapshot);
+        view = ViewOf(next, *snapshot, leases_.Last(node_id));
         return absl::OkStatus();
       },
       LogWhenCommitted(changes, std::move(done)));
@@ -407,6 +443,7 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
       },
       [this, node_id, changes, done = std::move(done)](const absl::Status& s) {
         if (s.ok()) {
+          leases_.Forget(node_id);
           if (logs_ != nullptr) logs_->Forget(node_id);
           if (telemetry_ != nullptr) telemetry_->Forget(node_id);
         }
@@ -421,7 +458,7 @@ absl::StatusOr<NodeView> NodeManager::Get(absl::string_view node_id) const {
   return cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<NodeView> {
     auto it = s.nodes.find(node_id);
     if (it == s.nodes.end()) return NodeNotFound(node_id);
-    return ViewOf(it->second, *s.snapshot);
+    return ViewOf(it->second, *s.snapshot, leases_.Last(node_id));
   });
 }
 
@@ -447,7 +484,9 @@ std::vector<NodeView> NodeManager::List(
         break;
       }
       auto entry = s.nodes.find(snap.node(*it).node.node_id);
-      if (entry != s.nodes.end()) out.push_back(ViewOf(entry->second, snap));
+      if (entry != s.nodes.end()) {
+        out.push_back(ViewOf(entry->second, snap, leases_.Last(entry->first)));
+      }
     }
     return out;
   });
@@ -508,8 +547,7 @@ void NodeManager::CheckLeases(Done done) {
   std::vector<std::string> expired = cluster_->Read([&](const ClusterState& s) {
     std::vector<std::string> ids;
     for (const auto& [id, entry] : s.nodes) {
-      if (entry.node.state != NodeState::kDead &&
-          entry.last_heartbeat < deadline) {
+      if (entry.node.state != NodeState::kDead && leases_.Last(id) < deadline) {
         ids.push_back(id);
       }
     }
@@ -529,18 +567,19 @@ void NodeManager::CheckLeases(Done done) {
             for (const std::string& id : expired) {
               const NodeEntry* entry = txn.FindNode(id);
               // Re-check: a heartbeat may have come in meanwhile.
-              if (entry == nullptr || entry->last_heartbeat >= cutoff ||
+              const absl::Time last = leases_.Last(id);
+              if (entry == nullptr || last >= cutoff ||
                   entry->node.state == NodeState::kDead) {
                 continue;
               }
               NodeEntry dead = *entry;
               dead.node.state = NodeState::kDead;
-              changes->Note(entry, dead.node,
-                            absl::StrCat("lease expired (no heartbeat for ",
-                                         absl::FormatDuration(absl::Trunc(
-                                             txn.now() - entry->last_heartbeat,
-                                             absl::Milliseconds(100))),
-                                         ")"));
+              changes->Note(
+                  entry, dead.node,
+                  absl::StrCat("lease expired (no heartbeat for ",
+                               absl::FormatDuration(absl::Trunc(
+                                   txn.now() - last, absl::Milliseconds(100))),
+                               ")"));
               txn.PutNode(dead);
               lost.push_back(id);
             }

@@ -35,6 +35,7 @@
 #include "scheduler/subslices.h"
 #include "server/core/cluster.h"
 #include "server/core/coordinator.h"
+#include "server/core/leases.h"
 #include "server/core/limits.h"
 #include "server/core/logger.h"
 
@@ -122,7 +123,9 @@ class NodeManager {
 
   // REQUIRES: `nodes` passed ValidateNodes.
   void Register(std::vector<scheduler::Node> nodes, NodesDone done);
-  // NotFound names the first unknown node (nothing is applied).
+  // NotFound names the first unknown node (nothing is applied). Beats that
+  // change nothing but the lease (the usual case) are answered at once,
+  // without a write op: leases live in memory only (Leases).
   void Heartbeat(std::vector<NodeBeat> beats, Done done);
   using ViewDone = std::function<void(absl::StatusOr<NodeView>)>;
   // ALIVE -> DRAINING; a no-op on a draining node. FailedPrecondition for a
@@ -164,6 +167,7 @@ class NodeManager {
   LogStore* const logs_;
   TelemetryStore* const telemetry_;
   const Options options_;
+  Leases leases_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

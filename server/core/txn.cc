@@ -51,10 +51,6 @@ void Txn::PutNode(const NodeEntry& entry) {
   own_.nodes[entry.node.node_id] = entry;
 }
 
-void Txn::TouchNode(const NodeEntry& entry) {
-  own_.nodes[entry.node.node_id] = entry;
-}
-
 void Txn::RemoveNode(absl::string_view node_id) {
   mutation_.DeleteNode(node_id);
   pending_nodes_.remove_node_ids.emplace_back(node_id);

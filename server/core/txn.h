@@ -36,10 +36,9 @@
 
 namespace sliced::server {
 
+// A node as the cluster state holds it (its lease is in Leases).
 struct NodeEntry {
   scheduler::Node node;
-  // In memory only: a restart gives every node a fresh lease.
-  absl::Time last_heartbeat = absl::InfinitePast();
 };
 
 // Queue order: priority descending, then arrival, then id.
@@ -95,8 +94,6 @@ class Txn {
   const NodeEntry* FindNode(absl::string_view node_id) const;
   // Stores `entry` durably (and in the engine snapshot).
   void PutNode(const NodeEntry& entry);
-  // Updates `entry` in memory only (a lease renewal that changes no state).
-  void TouchNode(const NodeEntry& entry);
   void RemoveNode(absl::string_view node_id);
 
   // ---- Placement groups

@@ -187,7 +187,7 @@ TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
 
 TEST(CoordinatorTest, OpsSubmittedBeforeRunWaitForTheWriter) {
   storage::MemoryStore memory;
-  Cluster cluster([] { return absl::Now(); }, nullptr);
+  Cluster cluster(nullptr);
   auto coordinator = Coordinator::Open(
       std::make_unique<storage::FaultInjectingStore>(&memory), &cluster, {});
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();

@@ -41,7 +41,7 @@ class Core {
     std::unique_ptr<Core> core(new Core());
     auto store = std::make_unique<storage::FaultInjectingStore>(&memory);
     core->faults_ = store.get();
-    core->cluster_ = std::make_unique<Cluster>(core->Clock(), &core->logs_);
+    core->cluster_ = std::make_unique<Cluster>(&core->logs_);
     auto coordinator =
         Coordinator::Open(std::move(store), core->cluster_.get(),
                           {.clock = core->Clock(), .observer = nullptr});

@@ -473,6 +473,44 @@ class Recorder : public PlacementManager::Watcher {
   std::vector<std::string> reasons_;
 };
 
+TEST_F(PlacementManagerTest, ABeatThatOnlyRenewsTakesNoWriteOp) {
+  Start(Options(absl::Minutes(5), 100, absl::Seconds(10)));
+  ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
+  // Every commit fails from here: a beat that changes nothing but the lease
+  // is still answered (it commits nothing), and it still counts.
+  core_->faults().FailWrites(1000);
+  core_->Advance(absl::Seconds(8));
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"a", std::nullopt, std::nullopt},
+                               NodeBeat{"b", scheduler::NodeState::kAlive,
+                                        std::vector<std::string>{}}})
+                  .ok());
+  EXPECT_EQ(core_->nodes().Get("a")->last_heartbeat, core_->now());
+  // A beat that changes the node (quarantine) is a write, and fails here.
+  EXPECT_EQ(core_
+                ->Heartbeat({NodeBeat{"b", std::nullopt,
+                                      std::vector<std::string>{"hbm ecc"}}})
+                .code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(core_->nodes().Get("b")->node.quarantine_reason, "");
+  // An unknown node is NotFound, naming it, as before.
+  EXPECT_EQ(
+      core_->Heartbeat({NodeBeat{"ghost", std::nullopt, std::nullopt}}).code(),
+      absl::StatusCode::kNotFound);
+  core_->faults().FailWrites(0);
+  core_->Advance(absl::Seconds(4));  // 12 s since registration, 4 s since beats
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  EXPECT_EQ(core_->nodes().Get("a")->node.state, scheduler::NodeState::kAlive);
+  EXPECT_EQ(core_->nodes().Get("b")->node.state, scheduler::NodeState::kAlive);
+  // A DEAD node's beat revives it through the writer.
+  core_->Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  ASSERT_EQ(core_->nodes().Get("a")->node.state, scheduler::NodeState::kDead);
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"a", std::nullopt, std::nullopt}}).ok());
+  EXPECT_EQ(core_->nodes().Get("a")->node.state, scheduler::NodeState::kAlive);
+}
+
 TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());

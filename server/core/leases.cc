@@ -1,0 +1,33 @@
+#include "server/core/leases.h"
+
+#include <algorithm>
+
+#include "absl/hash/hash.h"
+
+namespace sliced::server {
+
+Leases::Shard& Leases::ShardOf(absl::string_view node_id) const {
+  return shards_[absl::Hash<absl::string_view>()(node_id) % kShards];
+}
+
+void Leases::Renew(absl::string_view node_id, absl::Time at) {
+  Shard& shard = ShardOf(node_id);
+  absl::MutexLock lock(&shard.mu);
+  auto [it, fresh] = shard.last.try_emplace(node_id, at);
+  if (!fresh) it->second = std::max(it->second, at);
+}
+
+absl::Time Leases::Last(absl::string_view node_id) const {
+  Shard& shard = ShardOf(node_id);
+  absl::MutexLock lock(&shard.mu);
+  auto it = shard.last.find(node_id);
+  return it == shard.last.end() ? epoch_ : std::max(epoch_, it->second);
+}
+
+void Leases::Forget(absl::string_view node_id) {
+  Shard& shard = ShardOf(node_id);
+  absl::MutexLock lock(&shard.mu);
+  shard.last.erase(node_id);
+}
+
+}  // namespace sliced::server
