@@ -16,7 +16,7 @@
 namespace sliced::client {
 namespace {
 
-// The trailing metadata a standby names the leader in (server/ha.h).
+// The trailing metadata a standby names the leader in (server/api/status.h).
 constexpr char kLeaderMetadataKey[] = "sliced-leader";
 constexpr int kMaxRedirects = 3;
 

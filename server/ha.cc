@@ -22,6 +22,7 @@
 #include "grpcpp/server_builder.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
+#include "server/api/status.h"
 
 namespace sliced::server {
 namespace {
@@ -33,6 +34,28 @@ void Say(const std::string& line) {
 
 // How long a failed start as leader waits before campaigning again.
 constexpr absl::Duration kRetryPause = absl::Seconds(1);
+
+// The answer to a call this daemon does not serve, as a standby or stepping
+// down: UNAVAILABLE naming the leader (in the message, and as
+// api::WithLeader for the trailing metadata) when one is known that is not
+// this daemon. Asks etcd.
+absl::Status NotLeader(storage::EtcdElection& election) {
+  absl::StatusOr<std::string> leader = election.LeaderValue();
+  if (leader.ok() && *leader == election.value()) {
+    leader = absl::NotFoundError("this daemon's key is not gone yet");
+  }
+  if (!leader.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "not the leader: this sliced is a standby and no leader is known "
+        "(a failover is in progress?); retry: ",
+        leader.status().message()));
+  }
+  return api::WithLeader(
+      absl::UnavailableError(absl::StrCat(
+          "not the leader: this sliced is a standby; the leader is at ",
+          *leader)),
+      *leader);
+}
 
 prometheus::MetricFamily Family(const char* name, const char* help,
                                 prometheus::MetricType type, double value) {
@@ -196,27 +219,14 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
-    absl::StatusOr<std::string> leader = election_->LeaderValue();
-    std::string message;
-    if (leader.ok()) {
-      context->AddTrailingMetadata(kLeaderMetadataKey, *leader);
-      message = absl::StrCat("not the leader: this sliced is a standby; the "
-                             "leader is at ",
-                             *leader);
-    } else {
-      message = absl::StrCat(
-          "not the leader: this sliced is a standby and no leader is known "
-          "(a failover is in progress?); retry: ",
-          leader.status().message());
-    }
+    const grpc::Status status =
+        api::ToGrpcStatus(NotLeader(*election_), *context);
     class Finished : public grpc::ServerGenericBidiReactor {
      public:
-      explicit Finished(const std::string& message) {
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
-      }
+      explicit Finished(const grpc::Status& status) { Finish(status); }
       void OnDone() override { delete this; }
     };
-    return new Finished(message);
+    return new Finished(status);
   }
 
  private:
@@ -419,7 +429,10 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
     absl::MutexLock lock(&mu_);
     serving = std::move(server_);
   }
-  serving->Shutdown();
+  // Clients are sent where the standby would send them. A commit under way
+  // is answered within the store's retry_for (one TTL); the rest at once.
+  serving->StepDown(NotLeader(election_),
+                    options_.lease_ttl + absl::Seconds(2));
   if (!why.empty()) Say(absl::StrCat("lost leadership: ", why));
 }
 

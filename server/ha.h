@@ -4,8 +4,9 @@
 // Each daemon runs this loop:
 //  1. standby: serve the gRPC port with a redirect only — every call is
 //     answered UNAVAILABLE "not the leader; the leader is at ADDR", ADDR
-//     also in the trailing metadata key `sliced-leader` (kLeaderMetadataKey),
-//     and health is NOT_SERVING — and the metrics port with this daemon's
+//     also in the trailing metadata key `sliced-leader`
+//     (api::kLeaderMetadataKey), and health is NOT_SERVING — and the
+//     metrics port with this daemon's
 //     series only (its role, its copy, the process: docs/ha.md lists them;
 //     the leader exports them too, beside its own);
 //     keep a hot copy of the cluster's records (storage/etcd/etcd_mirror.h:
@@ -17,9 +18,13 @@
 //     once it has caught up with the election (every earlier leader's
 //     writes applied) — or reads etcd when it has not within 2 s — and
 //     serve as SlicedServer does;
-//  3. on losing leadership (the lease lapsed, or a commit failed the fence):
-//     shut the server down — queued and in-flight writes are answered
-//     UNAVAILABLE, none is acknowledged — and go back to 1 (a fresh copy).
+//  3. on losing leadership (the lease lapsed, a commit failed the fence, or
+//     Shutdown()): step down (SlicedServer::StepDown) — new calls, queued
+//     writes and open streams are answered as the standby answers them
+//     (UNAVAILABLE naming the new leader); a write being committed gets
+//     its commit's answer, so none is acknowledged unless committed; the
+//     calls in flight finish before the server stops — and go back to 1
+//     (a fresh copy).
 //
 // Thread-safe: Shutdown() and ReloadAuth() may be called from any thread.
 #ifndef SLICED_SERVER_HA_H_
@@ -41,9 +46,6 @@
 #include "storage/etcd/etcd_store.h"
 
 namespace sliced::server {
-
-// Trailing metadata naming the leader on a standby's UNAVAILABLE.
-inline constexpr char kLeaderMetadataKey[] = "sliced-leader";
 
 struct HaOptions {
   // etcd members, host:port, comma-separated (--etcd_endpoints). Required.

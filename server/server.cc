@@ -91,6 +91,10 @@ bool IsLoopback(const std::string& listen) {
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
+// How long a stepping-down leader refuses calls before its gRPC server
+// stops (SlicedServer::StepDown).
+constexpr absl::Duration kStepDownDrain = absl::Milliseconds(500);
+
 }  // namespace
 
 // Construction order is wiring order. Teardown: Shutdown() stops the gRPC
@@ -343,14 +347,33 @@ size_t SlicedServer::node_count() const {
 }
 
 void SlicedServer::Shutdown() {
+  // Unary calls finish in milliseconds; watch and tail streams never end on
+  // their own, so they are ended first.
+  Stop(absl::UnavailableError("sliced is shutting down"),
+       absl::Milliseconds(200));
+}
+
+void SlicedServer::StepDown(const absl::Status& refusal, absl::Duration grace) {
+  if (impl_ == nullptr || impl_->shut_down) return;
+  impl_->gate->Refuse(refusal);
+  impl_->coordinator->Refuse(refusal);
+  impl_->streams.EndAll(refusal);
+  // gRPC drops a call whose headers reach a server after its Shutdown began
+  // (before any handler runs: the client sees CANCELLED, not a refusal).
+  // So the port answers the refusal for a while first: a client that
+  // follows the leader (client/, slicectl, the agents) is sent there by its
+  // next call, and has nothing in flight here when the server stops.
+  absl::SleepFor(kStepDownDrain);
+  Stop(refusal, grace);
+}
+
+void SlicedServer::Stop(const absl::Status& end, absl::Duration grace) {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->shut_down = true;
   impl_->server->GetHealthCheckService()->SetServingStatus(false);
-  // Unary calls finish in milliseconds; watch and tail streams never end on
-  // their own, so they are cancelled once the grace period is over (a longer
-  // one only delays every SIGTERM while a client watches).
-  impl_->server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(200));
+  impl_->streams.EndAll(end);
+  // Calls still running after the grace period are cancelled.
+  impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   impl_->server->Wait();
   impl_->http.reset();
   impl_->StopCore();

@@ -108,8 +108,19 @@ class SlicedServer {
   bool tls() const;
   bool auth() const;
 
-  // Stops accepting calls, finishes the ones in flight, stops the writer.
+  // Stops accepting calls, ends the watch and log streams (UNAVAILABLE),
+  // finishes the calls in flight, stops the writer.
   void Shutdown();
+
+  // Leadership is gone (server/ha.h): every new call, every queued write and
+  // every stream is answered `refusal` (UNAVAILABLE naming the leader,
+  // api::WithLeader: nothing was done); a write being committed gets the
+  // commit's answer (never OK unless committed). For 0.5 s the port goes on
+  // refusing (clients that follow the leader leave); then shuts down as
+  // Shutdown() does, letting the calls in flight finish on their own for up
+  // to `grace` (cover the store's commit retries); only calls still running
+  // after it are cancelled.
+  void StepDown(const absl::Status& refusal, absl::Duration grace);
 
  private:
   struct Impl;
@@ -124,6 +135,8 @@ class SlicedServer {
       std::unique_ptr<storage::Store> store);
   static absl::Status Wire(Impl& impl, const ServerOptions& options,
                            std::unique_ptr<storage::Store> store);
+  // Shutdown: ends the streams with `end`, then waits up to `grace`.
+  void Stop(const absl::Status& end, absl::Duration grace);
   std::unique_ptr<Impl> impl_;
 };
 

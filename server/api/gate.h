@@ -12,6 +12,7 @@
 // Gate::Stream look the method up in kRpcRules, admit or refuse the caller
 // (Unauthenticated / PermissionDenied), and only then run the handler's
 // body. Health and reflection are not sliced services and stay open.
+// A leader stepping down (server/ha.h) makes the gate Refuse() every call.
 //
 // Thread-safe.
 #ifndef SLICED_SERVER_API_GATE_H_
@@ -22,8 +23,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/api/auth.h"
 #include "server/api/status.h"
@@ -111,7 +114,8 @@ class Gate {
   explicit Gate(const Authenticator* auth) : auth_(auth) {}
 
   // OK when the caller may call `rpc`; for agent RPCs, for every node of
-  // `node_ids`. Unauthenticated or PermissionDenied otherwise.
+  // `node_ids`. Unauthenticated or PermissionDenied otherwise; Refuse()'s
+  // status once it was called.
   absl::Status Admit(const grpc::ServerContextBase& context, Rpc rpc,
                      const std::vector<std::string>& node_ids = {}) const;
 
@@ -134,8 +138,9 @@ class Gate {
     absl::Status admitted = Admit(*context, rpc, node_ids);
     if (!admitted.ok()) return FinishUnary(context, admitted);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    body(
-        [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });
+    body([context, reactor](const absl::Status& s) {
+      reactor->Finish(ToGrpcStatus(s, *context));
+    });
     return reactor;
   }
 
@@ -145,14 +150,23 @@ class Gate {
   grpc::ServerWriteReactor<Message>* Stream(
       grpc::CallbackServerContext* context, Rpc rpc, Body body) const {
     absl::Status admitted = Admit(*context, rpc);
-    if (!admitted.ok()) return new FailedStream<Message>(admitted);
+    if (!admitted.ok()) return new FailedStream<Message>(admitted, *context);
     absl::StatusOr<grpc::ServerWriteReactor<Message>*> stream = body();
-    if (!stream.ok()) return new FailedStream<Message>(stream.status());
+    if (!stream.ok()) {
+      return new FailedStream<Message>(stream.status(), *context);
+    }
     return *stream;
   }
 
+  // Leadership is gone (server/ha.h): from now on every call is answered
+  // `refusal` (UNAVAILABLE naming the leader, WithLeader) before its
+  // handler runs.
+  void Refuse(const absl::Status& refusal);
+
  private:
   const Authenticator* const auth_;
+  mutable absl::Mutex mu_;
+  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sliced::server::api

@@ -114,7 +114,7 @@ PlacementService::WatchPlacementGroups(
                 grpc::ServerWriteReactor<v1::PlacementGroupEvent>*> {
         RETURN_IF_ERROR(streams_->TryAcquire());
         auto* reactor = new WatchReactor(placement_, *request);
-        reactor->set_slot(streams_);
+        reactor->set_slot(streams_, context);
         return reactor;
       });
 }

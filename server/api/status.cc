@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "absl/strings/cord.h"
+#include "absl/types/optional.h"
+
 namespace sliced::server::api {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -10,10 +13,30 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+namespace {
+
+// The absl::Status payload WithLeader sets (never sent as it is).
+constexpr char kLeaderPayload[] = "sliced.dev/leader";
+
+}  // namespace
+
+absl::Status WithLeader(absl::Status status, absl::string_view leader) {
+  status.SetPayload(kLeaderPayload, absl::Cord(leader));
+  return status;
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status,
+                          grpc::ServerContextBase& context) {
+  if (absl::optional<absl::Cord> leader = status.GetPayload(kLeaderPayload)) {
+    context.AddTrailingMetadata(kLeaderMetadataKey, std::string(*leader));
+  }
+  return ToGrpcStatus(status);
+}
+
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(ToGrpcStatus(status, *context));
   return reactor;
 }
 

@@ -5,7 +5,8 @@
 // WatchPlacementGroups and TailLogs.
 //
 // Thread-safe. Deletes itself when gRPC is done with the call; `on_done`
-// runs first (unsubscribe there).
+// runs first (unsubscribe there). StreamLimiter::EndAll ends every open
+// stream when the server stops (UNAVAILABLE: clients open it again).
 #ifndef SLICED_SERVER_API_STREAM_REACTOR_H_
 #define SLICED_SERVER_API_STREAM_REACTOR_H_
 
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -22,14 +24,26 @@
 
 namespace sliced::server::api {
 
-// Counts open streams against a limit. Thread-safe.
+// Counts open streams against a limit, and ends them all when the server
+// stops (EndAll). Thread-safe.
 class StreamLimiter {
  public:
+  // An open stream, as EndAll ends it.
+  class Stream {
+   public:
+    // Ends the stream now with `status`.
+    virtual void EndWith(const absl::Status& status) = 0;
+
+   protected:
+    ~Stream() = default;
+  };
+
   explicit StreamLimiter(int max) : max_(max) {}
   // Takes a slot; ResourceExhausted (and nothing taken) when `max` streams
-  // are open.
+  // are open, EndAll's status (and nothing taken) once it ran.
   absl::Status TryAcquire() {
     absl::MutexLock lock(&mu_);
+    if (!ended_.ok()) return ended_;
     if (open_ >= max_) {
       return absl::ResourceExhaustedError(
           absl::StrCat("too many open streams (", max_, "); retry later"));
@@ -37,9 +51,29 @@ class StreamLimiter {
     ++open_;
     return absl::OkStatus();
   }
-  void Release() {
+  // `stream` holds a slot taken by TryAcquire until Release(stream). Ended at
+  // once when EndAll ran meanwhile.
+  void Hold(Stream* stream) {
     absl::MutexLock lock(&mu_);
+    if (!ended_.ok()) {
+      stream->EndWith(ended_);
+      return;
+    }
+    streams_.insert(stream);
+  }
+  void Release(Stream* stream) {
+    absl::MutexLock lock(&mu_);
+    streams_.erase(stream);
     --open_;
+  }
+  // Ends every open stream with `status` (not OK), and refuses new ones with
+  // it.
+  void EndAll(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    ended_ = status;
+    // A stream's OnDone (which releases it) never runs inside EndWith: gRPC
+    // schedules it on another thread, and Release waits for this lock.
+    for (Stream* stream : streams_) stream->EndWith(status);
   }
   int max() const { return max_; }
 
@@ -47,10 +81,13 @@ class StreamLimiter {
   const int max_;
   absl::Mutex mu_;
   int open_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<Stream*> streams_ ABSL_GUARDED_BY(mu_);
+  absl::Status ended_ ABSL_GUARDED_BY(mu_);
 };
 
 template <typename Message>
-class StreamReactor : public grpc::ServerWriteReactor<Message> {
+class StreamReactor : public grpc::ServerWriteReactor<Message>,
+                      public StreamLimiter::Stream {
  public:
   explicit StreamReactor(std::function<void()> on_done = nullptr)
       : on_done_(std::move(on_done)) {}
@@ -58,8 +95,14 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
   void set_on_done(std::function<void()> on_done) {
     on_done_ = std::move(on_done);
   }
-  // The stream holds a slot of `limiter` (already acquired) until it is done.
-  void set_slot(StreamLimiter* limiter) { slot_ = limiter; }
+  // The stream holds a slot of `limiter` (already acquired) until it is
+  // done, and ends when the limiter ends every stream; `context` is the
+  // call's (for the trailing metadata of that end).
+  void set_slot(StreamLimiter* limiter, grpc::ServerContextBase* context) {
+    slot_ = limiter;
+    context_ = context;
+    limiter->Hold(this);
+  }
 
   // Queues `message`; dropped once the stream is ending.
   void Deliver(Message message) {
@@ -73,6 +116,19 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
   void FinishWhenDrained() {
     absl::MutexLock lock(&mu_);
     End(grpc::Status::OK);
+  }
+
+  // Ends the stream now with `status` (with the leader it names in the
+  // trailing metadata): the write in flight completes, the queued messages
+  // are dropped. Nothing if it has finished already.
+  void EndWith(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (ending_ && !writing_) return;   // Finish was called
+    pending_.resize(writing_ ? 1 : 0);  // keep only the write in flight
+    ending_ = true;
+    end_status_ = context_ == nullptr ? ToGrpcStatus(status)
+                                      : ToGrpcStatus(status, *context_);
+    if (!writing_) this->Finish(end_status_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -97,7 +153,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
 
   void OnDone() override {
     if (on_done_) on_done_();
-    if (slot_ != nullptr) slot_->Release();
+    if (slot_ != nullptr) slot_->Release(this);
     delete this;
   }
 
@@ -116,6 +172,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
 
   std::function<void()> on_done_;
   StreamLimiter* slot_ = nullptr;
+  grpc::ServerContextBase* context_ = nullptr;
   absl::Mutex mu_;
   std::deque<Message> pending_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -127,8 +184,8 @@ class StreamReactor : public grpc::ServerWriteReactor<Message> {
 template <typename Message>
 class FailedStream : public grpc::ServerWriteReactor<Message> {
  public:
-  explicit FailedStream(const absl::Status& status) {
-    this->Finish(ToGrpcStatus(status));
+  FailedStream(const absl::Status& status, grpc::ServerContextBase& context) {
+    this->Finish(ToGrpcStatus(status, context));
   }
   void OnDone() override { delete this; }
 };

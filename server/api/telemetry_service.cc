@@ -98,7 +98,7 @@ grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
         auto* reactor = new TailReactor(
             logs, absl::flat_hash_set<std::string>(nodes.begin(), nodes.end()),
             filter, request->follow());
-        reactor->set_slot(streams_);
+        reactor->set_slot(streams_, context);
         logs->Read(
             nodes, filter,
             [reactor](const LogLine& line) { reactor->Send(line); },

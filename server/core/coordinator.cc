@@ -51,14 +51,34 @@ absl::Status Coordinator::Resync() {
 }
 
 void Coordinator::Submit(WriteOp op) {
+  absl::Status refused;
   {
     absl::MutexLock lock(&queue_mu_);
-    if (!stopping_) {
+    if (!refusal_.ok()) {
+      refused = refusal_;
+    } else if (!stopping_) {
       queue_.push_back(std::move(op));
       return;
+    } else {
+      refused = absl::UnavailableError("sliced is shutting down");
     }
   }
-  op.done(absl::UnavailableError("sliced is shutting down"));
+  op.done(refused);
+}
+
+void Coordinator::Refuse(const absl::Status& why) {
+  std::deque<WriteOp> queued;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    refusal_ = why;
+    queued.swap(queue_);
+  }
+  for (WriteOp& op : queued) op.done(why);
+}
+
+bool Coordinator::refusing() const {
+  absl::MutexLock lock(&queue_mu_);
+  return !refusal_.ok();
 }
 
 void Coordinator::WriterLoop() {
@@ -124,7 +144,9 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     // A failed commit may still have reached the store in part or whole (a
     // write that failed only its sync): re-read the store so that memory
     // matches what a restart would load, before anything else is decided.
-    needs_resync_ = !Resync().ok();
+    // Once refusing, nothing else is decided here: no re-read (a whole
+    // etcd prefix) holding up the answers of this group.
+    needs_resync_ = refusing() || !Resync().ok();
   }
   for (WriteOp* op : applied) op->done(committed);
 }

@@ -18,9 +18,14 @@
 // The coordinator knows nothing of nodes, placement groups or queues: that
 // is the Machine's. It owns the order of events: run, commit, install, reply.
 //
-// Thread-safety: Submit may be called from any thread. `apply` callbacks run
-// on the writer thread; `done` callbacks run on the writer thread after the
-// commit and must not block.
+// A leader that steps down (server/ha.h) Refuse()s what has not run yet:
+// nothing more is committed, and nobody waits on a writer that may re-send a
+// commit for a while.
+//
+// Thread-safety: Submit and Refuse may be called from any thread. `apply`
+// callbacks run on the writer thread; `done` callbacks run on the writer
+// thread after the commit (or on the thread that refused the op) and must
+// not block.
 #ifndef SLICED_SERVER_CORE_COORDINATOR_H_
 #define SLICED_SERVER_CORE_COORDINATOR_H_
 
@@ -111,8 +116,15 @@ class Coordinator {
   // Stops accepting ops, finishes those queued, and joins the writer.
   ~Coordinator();
 
-  // Queues `op`. After shutdown began, `done` gets Unavailable at once.
+  // Queues `op`. After shutdown began, `done` gets Unavailable at once;
+  // after Refuse(), its status.
   void Submit(WriteOp op);
+
+  // From now on ops are answered `why` (not OK) instead of being run: the
+  // queued ones now, later ones as they are submitted. The group being
+  // committed gets the commit's answer; after a failed one the store is not
+  // re-read (nothing runs on this state any more).
+  void Refuse(const absl::Status& why);
 
   absl::Time Now() const { return options_.clock(); }
 
@@ -121,6 +133,8 @@ class Coordinator {
               Options options);
   void WriterLoop();
   void RunGroup(std::vector<WriteOp> ops);
+  // Whether Refuse() was called.
+  bool refusing() const;
   // Restores the machine from what the store holds now. Writer thread only.
   absl::Status Resync();
 
@@ -131,6 +145,7 @@ class Coordinator {
   mutable absl::Mutex queue_mu_;
   std::deque<WriteOp> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  absl::Status refusal_ ABSL_GUARDED_BY(queue_mu_);
 
   // Set when a commit failed and re-reading the store failed too: the next
   // group re-reads first (writer thread only).

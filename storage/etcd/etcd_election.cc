@@ -22,6 +22,11 @@ void EtcdElection::set_value(absl::string_view value) {
   value_ = std::string(value);
 }
 
+std::string EtcdElection::value() {
+  absl::MutexLock lock(&mu_);
+  return value_;
+}
+
 EtcdElection::~EtcdElection() {
   Stop();
   StopKeepAlive();

@@ -60,6 +60,8 @@ class EtcdElection {
 
   // Replaces what the next Campaign proclaims (EtcdElectionOptions::value).
   void set_value(absl::string_view value);
+  // What this process proclaims.
+  std::string value();
 
   // Leadership is gone (the store's fence failed): wakes AwaitLost.
   void MarkLost(absl::string_view why);

@@ -95,6 +95,7 @@ absl::Status EtcdStore::CheckSchema() {
 }
 
 absl::StatusOr<StoredState> EtcdStore::Load() {
+  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
   std::shared_ptr<EtcdMirror> mirror = std::move(mirror_);
   mirror_ = nullptr;
   std::string* loaded_from = loaded_from_;

@@ -15,7 +15,8 @@
 // storage/etcd/etcd_mirror.h), which holds the same records without reading
 // etcd again; when the copy has not caught up within `mirror_wait` (or
 // failed), Load reads etcd as above. Later Loads (a resync after a failed
-// commit) always read etcd.
+// commit) always read etcd, except on a fenced store: Unavailable at once
+// (the daemon is stepping down; a new leader loads its own).
 // Commit turns a Mutation into Txns, later writes to a key winning:
 //  - one Txn when the mutation fits etcd's limits (max_txn_ops keys,
 //    max_request_bytes); otherwise consecutive Txns split only between

@@ -104,6 +104,9 @@ TEST_F(EtcdStoreTest, AFencedCommitFailsOnceTheLeaderKeyIsGone) {
   ASSERT_EQ(state->nodes.size(), 1u);
   EXPECT_EQ(state->nodes[0].node_id, "a");
   EXPECT_EQ(store->Commit(first).code(), absl::StatusCode::kUnavailable);
+  // Nor reads it again (a resync of a deposed leader would only delay its
+  // answers).
+  EXPECT_EQ(store->Load().status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(EtcdStoreTest, AMutationAboveTheTxnLimitIsSplitBetweenUnits) {

@@ -41,5 +41,16 @@ TEST(GateTest, WithoutAuthEveryoneIsAdmitted) {
   }
 }
 
+TEST(GateTest, ARefusingGateAnswersEveryCallWithTheRefusal) {
+  Gate gate(nullptr);
+  const absl::Status refusal =
+      WithLeader(absl::UnavailableError("not the leader"), "127.0.0.1:9");
+  gate.Refuse(refusal);
+  grpc::ServerContext context;
+  for (const RpcRule& rule : kRpcRules) {
+    EXPECT_EQ(gate.Admit(context, rule.rpc, {"any-node"}), refusal);
+  }
+}
+
 }  // namespace
 }  // namespace sliced::server::api

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/fault_injecting_store.h"
@@ -114,6 +115,42 @@ TEST(CoordinatorTest,
   EXPECT_EQ(NodeCount(*c),
             2u);  // a, c
   EXPECT_EQ(memory.Load()->nodes.size(), 2u);
+}
+
+TEST(CoordinatorTest, RefusedOpsAreAnsweredWithoutRunning) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  // One op in a slow commit that then fails; two queued behind it.
+  c->faults().SetCommitDelay(absl::Milliseconds(200));
+  c->faults().FailSyncs(1);
+  std::vector<absl::Status> answers(3);
+  absl::Notification committing;
+  absl::BlockingCounter answered(3);
+  auto submit = [&](int i) {
+    c->coordinator().Submit(WriteOp{[&, i](Txn& t) {
+                                      if (i == 0) committing.Notify();
+                                      return Put("n" + std::to_string(i))(t);
+                                    },
+                                    [&, i](const absl::Status& s) {
+                                      answers[i] = s;
+                                      answered.DecrementCount();
+                                    }});
+  };
+  submit(0);
+  committing.WaitForNotification();
+  submit(1);
+  submit(2);
+  const absl::Status refusal = absl::UnavailableError("not the leader");
+  c->coordinator().Refuse(refusal);
+  EXPECT_EQ(c->Op(Put("late")), refusal);
+  answered.Wait();
+  EXPECT_EQ(answers[0].code(), absl::StatusCode::kUnavailable);  // the commit's
+  EXPECT_NE(answers[0], refusal);
+  EXPECT_EQ(answers[1], refusal);
+  EXPECT_EQ(answers[2], refusal);
+  // At most the failed commit's op reached the store (a failed sync).
+  EXPECT_LE(memory.Load()->nodes.size(), 1u);
 }
 
 TEST(CoordinatorTest, SlowCommitsGroupWaitingOps) {

@@ -1,0 +1,253 @@
+"""A leader's step-down as its clients see it (issue 19, docs/ha.md "What a
+client sees at step-down"): one etcd member and two sliced daemons on
+loopback. Threads that list a sizeable inventory (ListNodes, 5,000 per page)
+and create groups without pause, and an open WatchPlacementGroups stream,
+all against the leader, following an UNAVAILABLE's `sliced-leader` trailing
+metadata to the next one as the sliced clients do. Then leadership goes:
+
+1. its election key is deleted in etcd (the next commit fails the fence);
+2. (the other daemon leads now) it is SIGSTOPped past its lease, then
+   SIGCONTed, with calls in flight all the while.
+
+Each time every failed call must have failed UNAVAILABLE (never CANCELLED,
+UNKNOWN or INTERNAL: clients follow and retry only UNAVAILABLE), the watch
+stream must end UNAVAILABLE naming the new leader, refused calls name it
+(never the old one), and the load goes on there. At the end every
+acknowledged create is on the leader. Skipped where /usr/bin/etcd is missing.
+"""
+import collections
+import os
+import queue
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+from sliced_testlib import sliced_pb2, sliced_pb2_grpc
+from test_etcd_failover_e2e import ETCD, LEASE_TTL_S, Etcd, HaDaemon, free_port
+from test_placement_e2e import cpu_node
+
+P = sliced_pb2
+NODES = 3000
+LISTERS = 3
+CREATORS = 3
+CALL_TIMEOUT_S = 30  # longer than a SIGSTOP round: calls stay in flight
+
+
+class Load:
+    """Lists, creates and one watch, sent to one daemon and then, as every
+    sliced client does, to the leader an UNAVAILABLE names in its trailing
+    metadata; until stopped. Counts how each call ended."""
+
+    def __init__(self, addr, addrs):
+        self.addr = addr  # the leader at the start
+        self.channels = {a: grpc.insecure_channel(a) for a in addrs}
+        self.current = addr
+        self.lock = threading.Lock()
+        self.codes = collections.Counter()  # status code name -> calls
+        self.failures = []  # (method, code, details, leader metadata)
+        self.slowest = 0.0  # seconds, the longest call
+        self.acked = []  # group ids acknowledged
+        self.ok_on = collections.Counter()  # daemon -> calls answered OK
+        self.stop = threading.Event()
+        self.watch_events = queue.Queue()
+        self.watch_end = None  # (code, details, leader metadata)
+        self.threads = []
+
+    def stubs(self):
+        with self.lock:
+            addr = self.current
+        ch = self.channels[addr]
+        return addr, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
+
+    def _record(self, method, error, took):
+        leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
+        with self.lock:
+            if error.code() == grpc.StatusCode.UNAVAILABLE and leader in self.channels:
+                self.current = leader  # follow it
+            self.slowest = max(self.slowest, took)
+            self.codes[error.code().name] += 1
+            self.failures.append((method, error.code().name, error.details(), leader))
+
+    def _ok(self, addr, took):
+        with self.lock:
+            self.ok_on[addr] += 1
+            self.slowest = max(self.slowest, took)
+            self.codes["OK"] += 1
+
+    def _lister(self):
+        while not self.stop.is_set():
+            start = time.monotonic()
+            addr, inventory, _ = self.stubs()
+            try:
+                token = ""
+                while True:
+                    r = inventory.ListNodes(
+                        P.ListNodesRequest(page_size=5000, page_token=token),
+                        timeout=CALL_TIMEOUT_S)
+                    token = r.next_page_token
+                    if not token:
+                        break
+                self._ok(addr, time.monotonic() - start)
+            except grpc.RpcError as e:
+                self._record("ListNodes", e, time.monotonic() - start)
+                time.sleep(0.05)
+
+    def _creator(self, k):
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            start = time.monotonic()
+            addr, _, placement = self.stubs()
+            try:
+                pg = placement.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                    bundles=[P.Bundle(resources={"CPU": 1})],
+                    request_id="%s-c%d-%d" % (self.addr, k, i)), timeout=CALL_TIMEOUT_S)
+                with self.lock:
+                    self.acked.append(pg.placement_group_id)
+                self._ok(addr, time.monotonic() - start)
+            except grpc.RpcError as e:
+                self._record("CreatePlacementGroup", e, time.monotonic() - start)
+                time.sleep(0.05)
+
+    def _watcher(self):
+        stream = self.stubs()[2].WatchPlacementGroups(P.WatchPlacementGroupsRequest(),
+                                                     timeout=120)
+        try:
+            for event in stream:
+                self.watch_events.put(event.placement_group.placement_group_id)
+            self.watch_end = ("OK", "", None)
+        except grpc.RpcError as e:
+            self.watch_end = (e.code().name, e.details(),
+                              dict(e.trailing_metadata() or ()).get("sliced-leader"))
+        self.watch_events.put(None)
+
+    def start(self):
+        self.threads = [threading.Thread(target=self._watcher, daemon=True)]
+        self.threads += [threading.Thread(target=self._lister, daemon=True)
+                         for _ in range(LISTERS)]
+        self.threads += [threading.Thread(target=self._creator, args=(k,), daemon=True)
+                         for k in range(CREATORS)]
+        for t in self.threads:
+            t.start()
+
+    def named(self, leader):
+        """Whether a failed call named `leader` in its trailing metadata."""
+        with self.lock:
+            return any(f[3] == leader for f in self.failures)
+
+    def calls(self):
+        with self.lock:
+            return sum(self.codes.values())
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=CALL_TIMEOUT_S + 10)
+        for ch in self.channels.values():
+            ch.close()
+
+
+@unittest.skipUnless(os.access(ETCD, os.X_OK), ETCD + " is missing: apt-get install etcd-server")
+class EtcdStepDown(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="sliced-stepdown-e2e-")
+        self.addCleanup(shutil.rmtree, self.root, True)
+        self.etcd = Etcd(self.root, members=1)
+        self.addCleanup(self.etcd.close)
+        cluster = "sd%d" % os.getpid()
+        self.daemons = [HaDaemon(free_port(), self.etcd.endpoints(), cluster, self.root)
+                        for _ in range(2)]
+        for d in self.daemons:
+            self.addCleanup(d.close)
+        self.daemons[0].start()
+        self.daemons[0].leader_key = leader_key(self.daemons[0].wait_line("leading"))
+        self.daemons[1].start().wait_line("standby on")
+
+    def register(self, leader):
+        with grpc.insecure_channel(leader.addr) as ch:
+            inv = sliced_pb2_grpc.InventoryStub(ch)
+            nodes = [cpu_node("n-%05d" % i, 64, pool="p%d" % (i % 7))
+                     for i in range(NODES)]
+            for i in range(0, NODES, 100):  # etcd's default --max-txn-ops is 128
+                inv.RegisterNodes(P.RegisterNodesRequest(nodes=nodes[i:i + 100]), timeout=30)
+
+    def step_down(self, leader, standby, how):
+        """Runs the load against `leader`, takes its leadership away `how`,
+        and returns the load once the old leader stands by again."""
+        load = Load(leader.addr, [d.addr for d in self.daemons])
+        load.start()
+        # The watch is open (its first event), and the load runs.
+        self.assertIsNotNone(load.watch_events.get(timeout=30), load.watch_end)
+        deadline = time.monotonic() + 60
+        while load.calls() < 20 or not load.acked:
+            self.assertLess(time.monotonic(), deadline, load.codes)
+            time.sleep(0.05)
+        before = load.calls()
+        if how == "delete":
+            out = self.etcd.etcdctl("del", leader.leader_key)
+            self.assertEqual(out.strip(), "1", out)
+        else:
+            leader.signal(signal.SIGSTOP)
+            standby.leader_key = leader_key(standby.wait_line("leading", timeout=30))
+            time.sleep(0.5)  # more calls pile up on the paused leader
+            leader.signal(signal.SIGCONT)
+        leader.wait_line("lost leadership", timeout=30)
+        leader.wait_line("standby on", timeout=30)
+        if how == "delete":
+            standby.leader_key = leader_key(standby.wait_line("leading", timeout=30))
+        # The load goes on at the new leader.
+        deadline = time.monotonic() + 30
+        target = load.ok_on[standby.addr] + 10
+        while load.ok_on[standby.addr] < target:
+            self.assertLess(time.monotonic(), deadline, (load.codes, load.failures[-5:]))
+            time.sleep(0.05)
+        load.finish()
+        self.assertGreater(load.calls(), before)
+        return load
+
+    def check(self, load, new_leader):
+        print("\n%s: %s, watch %s, slowest call %.2fs"
+              % (load.addr, dict(load.codes), load.watch_end, load.slowest), flush=True)
+        bad = [f for f in load.failures if f[1] != "UNAVAILABLE"]
+        self.assertEqual(bad, [], "calls failed other than UNAVAILABLE: %s" % load.codes)
+        # The watch was ended by the step-down itself: UNAVAILABLE naming the
+        # new leader, where the client opens it again.
+        self.assertEqual(load.watch_end[0], "UNAVAILABLE", load.watch_end)
+        self.assertEqual(load.watch_end[2], new_leader.addr, load.watch_end)
+        # Refused calls named the new leader too, never the old one.
+        self.assertTrue(load.named(new_leader.addr), load.failures[:5])
+        self.assertNotIn(load.addr, {f[3] for f in load.failures})
+
+    def test_calls_in_flight_at_step_down_end_unavailable(self):
+        a, b = self.daemons
+        self.register(a)
+        # 1. The election key is deleted: the next commit fails the fence.
+        first = self.step_down(a, b, "delete")
+        self.check(first, b)
+        # 2. The new leader is paused past its lease, then resumed.
+        second = self.step_down(b, a, "stop")
+        self.check(second, a)
+        # Every acknowledged create is on the leader now.
+        with grpc.insecure_channel(a.addr) as ch:
+            live = {pg.placement_group_id for pg in sliced_pb2_grpc.PlacementStub(ch)
+                    .ListPlacementGroups(P.ListPlacementGroupsRequest(), timeout=30)
+                    .placement_groups}
+        acked = first.acked + second.acked
+        self.assertEqual([pg for pg in acked if pg not in live], [])
+        print("\nstep-down: key deleted: %s, watch %s; paused past the lease: %s, "
+              "watch %s; %d acknowledged creates, all live"
+              % (dict(first.codes), first.watch_end[0], dict(second.codes),
+                 second.watch_end[0], len(acked)), flush=True)
+
+
+def leader_key(line):
+    return line.split("etcd key ")[1].split(",")[0]
+
+
+if __name__ == "__main__":
+    unittest.main()
