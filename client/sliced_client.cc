@@ -186,6 +186,9 @@ absl::Status SlicedClient::Call(
     grpc::ClientContext context;
     Prepare(&context, deadline);
     status = attempt(&context);
+    // A call the server dropped as it stopped (a standby turning leader:
+    // docs/ha.md) did nothing either; this client never cancels its own.
+    if (status.error_code() == grpc::StatusCode::CANCELLED) continue;
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
     // A standby names the leader and did nothing: go there, at once, without
     // spending an attempt.

@@ -2,7 +2,8 @@
 // Telemetry). Every call returns absl::Status / absl::StatusOr with the
 // server's code and message unchanged (absl and gRPC share the codes), runs
 // under a deadline, and is retried with exponential backoff on UNAVAILABLE
-// when a retry cannot do anything twice:
+// (and on CANCELLED, which only a server dropping the call as it stops can
+// cause here) when a retry cannot do anything twice:
 //   - reads (Get/List/Explain/GetClusterSummary, the opening of a watch);
 //   - upserts whose repetition is harmless (RegisterNodes, DrainNode,
 //     UndrainNode, PutComputeClass, Heartbeat);

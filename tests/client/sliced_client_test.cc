@@ -78,6 +78,7 @@ class FakePlacement final : public v1::Placement::Service {
   }
 
   int fail_first = 0;
+  grpc::StatusCode fail_code = grpc::StatusCode::UNAVAILABLE;
   grpc::Status status = grpc::Status::OK;
   absl::Duration delay = absl::ZeroDuration();
   bool watch_creates = true;
@@ -85,9 +86,7 @@ class FakePlacement final : public v1::Placement::Service {
  private:
   grpc::Status Next() {
     int n = ++calls_;
-    if (n <= fail_first) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "try again");
-    }
+    if (n <= fail_first) return grpc::Status(fail_code, "try again");
     return status;
   }
 
@@ -172,6 +171,25 @@ TEST_F(SlicedClientTest, RemovesAreTriedOnce) {
   EXPECT_EQ(Client()->RemovePlacementGroup("pg-1").code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(fake_.calls(), 1);
+}
+
+// What a daemon that stops its server as the call arrives answers (a
+// standby turning leader): retried as UNAVAILABLE is, removes excepted.
+TEST_F(SlicedClientTest, ACallTheServerCancelledIsRetriedWhenRetryable) {
+  fake_.fail_code = grpc::StatusCode::CANCELLED;
+  fake_.fail_first = 1;
+  ASSERT_TRUE(Client()->GetPlacementGroup("pg-1").ok());
+  EXPECT_EQ(fake_.calls(), 2);
+  fake_.fail_first = 3;
+  ASSERT_TRUE(
+      Client()->SubmitScalingConfig(v1::SubmitScalingConfigRequest()).ok());
+  const std::vector<std::string> ids = fake_.request_ids();
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0], ids[1]);  // the same request: it cannot create twice
+  fake_.fail_first = 5;
+  EXPECT_EQ(Client()->RemovePlacementGroup("pg-1").code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(fake_.calls(), 5);  // tried once
 }
 
 TEST_F(SlicedClientTest, OtherErrorsComeBackAsGivenWithoutRetry) {

@@ -320,6 +320,37 @@ class PythonClientEndToEnd(unittest.TestCase):
                 unreachable.submit(SEED)
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
 
+    def test_a_call_the_server_cancelled_is_retried_when_retryable(self):
+        # What a daemon answers a call that reaches it as it stops its server
+        # (a standby turning leader, docs/ha.md): retried as UNAVAILABLE is;
+        # a remove is still sent once.
+        from concurrent import futures
+        calls = []
+
+        class Cancelling(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls.append("get")
+                if calls.count("get") == 1:
+                    context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.CREATED)
+
+            def RemovePlacementGroup(self, request, context):
+                calls.append("remove")
+                context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        sliced_pb2_grpc.add_PlacementServicer_to_server(Cancelling(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        with Client("127.0.0.1:%d" % port, timeout=5) as client:
+            self.assertEqual(client.get("pg-1").state, "CREATED")
+            with self.assertRaises(SlicedError) as err:
+                client.remove("pg-1")
+            self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
+        self.assertEqual(calls, ["get", "get", "remove"])
+
     def test_tls_and_bearer_tokens(self):
         from test_security_e2e import TOKENS, read
         from test_slicectl_e2e import start_secure_daemon

@@ -708,7 +708,11 @@ class Client:
                     # The leader it followed is gone: back to the address given
                     # (which may list every daemon), whose standby names the next.
                     method = self._rebind(method, self._home) or method
-                if (retry and e.code() == grpc.StatusCode.UNAVAILABLE
+                # CANCELLED: a daemon dropped the call as it stopped (a
+                # standby turning leader, docs/ha.md); this client never
+                # cancels its own unary calls.
+                if (retry and e.code() in (grpc.StatusCode.UNAVAILABLE,
+                                           grpc.StatusCode.CANCELLED)
                         and attempt < self._max_attempts
                         and time.monotonic() + backoff < deadline):
                     time.sleep(backoff)
