@@ -118,8 +118,11 @@ Client::Client(Runner* runner, int index, const std::shared_ptr<grpc::Channel>& 
       rng_(runner->options.seed * 1000003 + index),
       placement_(v1::Placement::NewStub(channel)),
       health_(health::Health::NewStub(channel)) {
-  create_req_.set_job_id("bench");
-  scaling_req_.set_job_id("bench");
+  const std::string job = runner->options.job_per_client
+                              ? "bench-" + std::to_string(index)
+                              : std::string("bench");
+  create_req_.set_job_id(job);
+  scaling_req_.set_job_id(job);
 }
 
 void Client::Issue() {

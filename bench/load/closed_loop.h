@@ -35,6 +35,9 @@ struct LoadOptions {
   double warmup_s = 0.3;     // before the window; not counted
   int64_t max_ops = 0;       // create_only: stop after this many (0: no cap)
   uint64_t seed = 1;
+  // Job ids of the groups created: "bench", or "bench-<client index>" when
+  // true (one job per client, as Ray drivers would).
+  bool job_per_client = false;
 };
 
 struct LoadResult {

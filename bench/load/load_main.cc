@@ -20,10 +20,14 @@
 //    node per RPC, then --beat_batch per RPC) with nothing else running,
 //    then create_remove phases quiet / with single beats / with batched
 //    beats, back to back per repetition.
+// 5. Watchers (issue 17): a fresh daemon with --fleet_nodes nodes;
+//    create_remove (one job per client) quiet, then with 1,000 watchers
+//    each on its own job, then with 50 and 200 unfiltered watchers, back to
+//    back per repetition.
 // Writes DIR/load.json and the Markdown sections DIR/load.md,
-// DIR/scale.md, DIR/churn.md and DIR/heartbeats.md (--parts picks which of
-// 1-4 run). With --target=HOST:PORT it only runs (1) against that
-// daemon (no daemon CPU, no scaling). --check exits 1 when a phase made no
+// DIR/scale.md, DIR/churn.md, DIR/heartbeats.md and DIR/watch.md (--parts
+// picks which of 1-5 run). With --target=HOST:PORT it only runs (1) against
+// that daemon (no daemon CPU, no scaling). --check exits 1 when a phase made no
 // progress or more than 1 % of its RPCs failed.
 #include <fcntl.h>
 #include <signal.h>
@@ -54,6 +58,7 @@
 #include "bench/load/beats.h"
 #include "bench/load/closed_loop.h"
 #include "bench/load/daemon.h"
+#include "bench/load/watchers.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "sliced/v1/sliced.grpc.pb.h"
@@ -76,8 +81,8 @@ ABSL_FLAG(int, restarts, 0, "restarts timed per fleet size (default 3; quick 1)"
 ABSL_FLAG(std::string, work_dir, "/tmp", "where the daemons' temp data dirs go");
 ABSL_FLAG(std::string, out_dir, ".", "where the JSON and Markdown go");
 ABSL_FLAG(uint64_t, seed, 1, "fleet and client seed");
-ABSL_FLAG(std::string, parts, "throughput,scale,churn,heartbeats",
-          "which parts run: throughput, scale, churn, heartbeats");
+ABSL_FLAG(std::string, parts, "throughput,scale,churn,heartbeats,watch",
+          "which parts run: throughput, scale, churn, heartbeats, watch");
 ABSL_FLAG(
     std::string, beat_nodes, "",
     "fleet sizes for the heartbeat runs (default 10000,100000; quick 1000)");
@@ -502,6 +507,111 @@ std::string HeartbeatMarkdown(const std::vector<BeatPoint>& points,
   return md;
 }
 
+// Watchers: creates beside open watch streams.
+struct WatchSetup {
+  std::string name;  // "none", "1000 filtered", ...
+  int streams = 0;
+  bool filtered = false;  // each on its own job (bench-<i>) or every group
+};
+struct WatchPhase {
+  LoadResult creates;
+  int64_t events = 0, ended = 0;
+  int64_t rss = 0;
+  std::string load;
+};
+
+absl::StatusOr<std::vector<std::vector<WatchPhase>>> MeasureWatch(
+    const std::string& binary, const std::vector<WatchSetup>& setups, int reps,
+    double duration) {
+  const std::string dir = TempDir("watch");
+  auto daemon = DaemonProcess::Start(
+      binary, dir, {"--heartbeat_timeout=0", "--max_streams=5000"});
+  if (!daemon.ok()) return daemon.status();
+  const Fleet fleet = GenerateFleet(
+      {absl::GetFlag(FLAGS_fleet_nodes), absl::GetFlag(FLAGS_seed)});
+  auto channels = Channels((*daemon)->target(), 1);
+  auto side = Channels((*daemon)->target(), 2)[1];  // the watchers' connection
+  if (absl::Status s = Register(channels[0], fleet); !s.ok()) return s;
+  DaemonProcess* d = daemon->get();
+  const DaemonProbe probe{[d] { return d->CpuSeconds(); }, nullptr};
+  std::vector<std::vector<WatchPhase>> out(setups.size());
+  for (int rep = 0; rep < reps; ++rep) {
+    LoadOptions lo = CreateRemovePhase(rep, duration);
+    lo.job_per_client = true;
+    for (size_t k = 0; k < setups.size(); ++k) {
+      const WatchSetup& w = setups[k];
+      Progress("watch, rep %d/%d: %s", rep + 1, reps, w.name);
+      WatchPhase phase;
+      phase.load = LoadAverage();
+      {
+        Watchers watchers(side, w.streams, [&](int i) {
+          return w.filtered ? "bench-" + std::to_string(i) : std::string();
+        });
+        // Let every stream open (and deliver its current state).
+        std::this_thread::sleep_for(std::chrono::milliseconds(500 + w.streams));
+        const int64_t before = watchers.events();
+        phase.creates = RunClosedLoop(channels, lo, probe);
+        phase.events = watchers.events() - before;
+        phase.ended = watchers.ended();
+        phase.rss = d->RssBytes();
+      }
+      out[k].push_back(std::move(phase));
+    }
+  }
+  (*daemon)->Stop(SIGTERM);
+  RemoveTree(dir);
+  RemoveTree(dir + ".log");
+  return out;
+}
+
+std::string WatchMarkdown(const std::vector<WatchSetup>& setups,
+                          const std::vector<std::vector<WatchPhase>>& phases,
+                          double duration) {
+  std::string md = absl::StrFormat(
+      "A fresh daemon (durable, `--heartbeat_timeout=0`, `--max_streams=5000`) "
+      "with "
+      "%d nodes; create_remove at %d clients, each client's groups in its own "
+      "job "
+      "(`bench-<client>`), %.1f s measured per phase; per repetition the "
+      "phases "
+      "run back to back: no watcher, then the watchers below opened first (on "
+      "their own connection, C++ callback API, reading and discarding), closed "
+      "after. Filtered watcher i watches job `bench-<i>`, so %d of them see "
+      "events. Ratios are to the no-watcher phase of the same repetition; "
+      "bold: medians.\n\n"
+      "| watchers | rep | creates ops/s, p99 ms | ops ratio | p99 ratio | "
+      "events delivered | streams ended by the server | daemon RSS | load |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+      static_cast<int>(absl::GetFlag(FLAGS_fleet_nodes)),
+      absl::GetFlag(FLAGS_churn_clients), duration,
+      absl::GetFlag(FLAGS_churn_clients));
+  for (size_t k = 0; k < setups.size(); ++k) {
+    std::vector<double> ops, p99;
+    for (size_t r = 0; r < phases[k].size(); ++r) {
+      const WatchPhase& p = phases[k][r];
+      const LoadResult& quiet = phases[0][r].creates;
+      ops.push_back(quiet.ops_per_s > 0 ? p.creates.ops_per_s / quiet.ops_per_s
+                                        : 0);
+      p99.push_back(quiet.p99_us > 0 ? p.creates.p99_us / quiet.p99_us : 0);
+      absl::StrAppendFormat(
+          &md,
+          "| %s | %d | %.0f, %.1f | %.2f | %.2f | %d | %d | %.0f MB | %s |\n",
+          setups[k].name, static_cast<int>(r + 1), p.creates.ops_per_s,
+          p.creates.p99_us / 1000, ops.back(), p99.back(),
+          static_cast<int>(p.events), static_cast<int>(p.ended), Mb(p.rss),
+          p.load);
+    }
+    absl::StrAppendFormat(
+        &md, "| %s | **median** | | **%.2f** | **%.2f** | | | | |\n",
+        setups[k].name, Median(ops), Median(p99));
+  }
+  md +=
+      "\nTarget (issue 17, item 5): with 1,000 filtered watchers, creates "
+      "within 20 % "
+      "of the no-watcher figure (ops ratio ≥ 0.80).\n";
+  return md;
+}
+
 // The churn section: per size, registration time and the quiet/churn pairs.
 std::string ChurnMarkdown(const std::vector<ChurnPoint>& points, double duration) {
   std::string md = absl::StrFormat(
@@ -698,6 +808,24 @@ int Main() {
       churn.push_back(*std::move(p));
     }
   }
+  // 5. Watchers.
+  const std::vector<WatchSetup> watch_setups = {{"none", 0, false},
+                                                {"1000 filtered", 1000, true},
+                                                {"50 unfiltered", 50, false},
+                                                {"200 unfiltered", 200, false}};
+  std::vector<std::vector<WatchPhase>> watch;
+  if (!binary.empty() && part("watch")) {
+    auto w = MeasureWatch(binary, watch_setups, reps, duration);
+    if (!w.ok()) {
+      std::fprintf(stderr, "sliced_load: watch: %s\n",
+                   w.status().ToString().c_str());
+      return 1;
+    }
+    for (const auto& phases : *w) {
+      for (const WatchPhase& p : phases) sane = sane && Sane(p.creates);
+    }
+    watch = *std::move(w);
+  }
   // 4. Heartbeats.
   std::string beat_flag = absl::GetFlag(FLAGS_beat_nodes);
   if (beat_flag.empty()) beat_flag = quick ? "1000" : "10000,100000";
@@ -882,9 +1010,13 @@ int Main() {
   const std::string hb =
       beats.empty() ? "" : HeartbeatMarkdown(beats, duration);
   if (!beats.empty()) files.emplace_back("heartbeats.md", hb);
+  const std::string wm =
+      watch.empty() ? "" : WatchMarkdown(watch_setups, watch, duration);
+  if (!watch.empty()) files.emplace_back("watch.md", wm);
   if (!WriteOutputs(out_dir, files)) return 1;
-  std::printf("%s\n%s%s%s", throughput ? md.c_str() : "",
-              scale.empty() ? "" : sc.c_str(), ch.c_str(), hb.c_str());
+  std::printf("%s\n%s%s%s%s", throughput ? md.c_str() : "",
+              scale.empty() ? "" : sc.c_str(), ch.c_str(), hb.c_str(),
+              wm.c_str());
   if (absl::GetFlag(FLAGS_check) && !sane) return 1;
   return 0;
 }

@@ -136,8 +136,16 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     writing_ = false;
     pending_.pop_front();
     if (!ok) {
+      // The call is gone (cancelled, or the client went away). Finish was
+      // held back for this write if the stream was already ending: call it
+      // now, once, or the reactor never completes and the server's
+      // Shutdown waits for it forever.
       pending_.clear();
-      End(grpc::Status::CANCELLED);
+      if (!ending_) {
+        ending_ = true;
+        end_status_ = grpc::Status::CANCELLED;
+      }
+      this->Finish(end_status_);
     } else if (!pending_.empty()) {
       WriteNext();
     } else if (ending_) {

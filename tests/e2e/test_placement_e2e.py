@@ -1,4 +1,6 @@
 """End to end: placement groups and ScalingConfigs on the real daemon."""
+import signal
+import subprocess
 import threading
 import time
 import unittest
@@ -44,6 +46,47 @@ class PlacementEndToEnd(unittest.TestCase):
 
     def register(self, inv, nodes):
         inv.RegisterNodes(P.RegisterNodesRequest(nodes=nodes), timeout=10)
+
+    def test_watches_cancelled_mid_write_let_the_daemon_stop(self):
+        # A watch stream cancelled while a write to it is in flight must
+        # still complete on the server: a leaked one made SIGTERM wait
+        # forever in the gRPC server's shutdown.
+        d, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        inv.RegisterNodes(P.RegisterNodesRequest(nodes=[cpu_node("c%d" % i, 64)
+                                                        for i in range(8)]), timeout=10)
+        stop = threading.Event()
+
+        def churn():
+            while not stop.is_set():
+                pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                    bundles=[P.Bundle(resources={"CPU": 1})] * 4), timeout=10)
+                pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
+                    placement_group_id=pg.placement_group_id), timeout=10)
+        churner = threading.Thread(target=churn)
+        churner.start()
+        streams = []
+        try:
+            for _ in range(5):
+                watches = [grpc.insecure_channel("127.0.0.1:%d" % d.port)
+                           for _ in range(20)]
+                for c in watches:
+                    streams.append((c, sliced_pb2_grpc.PlacementStub(c).WatchPlacementGroups(
+                        P.WatchPlacementGroupsRequest())))
+                time.sleep(0.3)  # events flow; the clients read none of them
+                for c, stream in streams:
+                    stream.cancel()
+                    c.close()
+                streams.clear()
+        finally:
+            stop.set()
+            churner.join()
+        d.proc.send_signal(signal.SIGTERM)
+        try:
+            d.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.fail("sliced did not stop within 15 s of SIGTERM after watches "
+                      "were cancelled mid-write")
+        self.assertEqual(d.proc.returncode, 0)
 
     def test_seed_jaxtrainer_example_gets_a_whole_slice_and_env(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")
