@@ -56,6 +56,10 @@ ABSL_FLAG(
 ABSL_FLAG(int, max_streams, 1000,
           "open WatchPlacementGroups + TailLogs streams; more are "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_watch_buffer_bytes, 4 << 20,
+          "bytes of events a WatchPlacementGroups stream may hold for a "
+          "client that reads too slowly; beyond, the stream ends ABORTED "
+          "(\"fell behind\") and the client watches again");
 ABSL_FLAG(std::string, log_level, "info",
           "what the daemon logs on stderr: error (failures only), info (also "
           "node DEAD/ALIVE/DRAINING and placement-group "
@@ -146,13 +150,17 @@ absl::StatusOr<sliced::server::ServerOptions> OptionsFromFlags() {
   options.limits.max_bundles_per_pg = absl::GetFlag(FLAGS_max_bundles_per_pg);
   options.limits.max_pending_pgs = absl::GetFlag(FLAGS_max_pending);
   options.limits.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.limits.max_watch_buffer_bytes =
+      absl::GetFlag(FLAGS_max_watch_buffer_bytes);
   for (const auto& [name, value] :
        {std::pair{"max_message_bytes", options.limits.max_message_bytes},
         std::pair{"max_nodes_per_batch", options.limits.max_nodes_per_batch},
         std::pair{"max_labels_per_node", options.limits.max_labels_per_node},
         std::pair{"max_bundles_per_pg", options.limits.max_bundles_per_pg},
         std::pair{"max_pending", options.limits.max_pending_pgs},
-        std::pair{"max_streams", options.limits.max_streams}}) {
+        std::pair{"max_streams", options.limits.max_streams},
+        std::pair{"max_watch_buffer_bytes",
+                  options.limits.max_watch_buffer_bytes}}) {
     if (value < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", name, " must be >= 1"));

@@ -126,6 +126,7 @@ struct SlicedServer::Impl {
   std::unique_ptr<Cluster> cluster;
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<PlacementManager> placement;
+  std::unique_ptr<api::WatchHub> watch_hub;  // on `placement`
   std::unique_ptr<NodeManager> nodes;
   std::unique_ptr<TelemetryManager> telemetry_manager;
   std::unique_ptr<api::Authenticator> auth;
@@ -211,8 +212,10 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
   impl.gate = std::make_unique<api::Gate>(impl.auth.get());
   impl.inventory_service = std::make_unique<api::InventoryService>(
       impl.nodes.get(), impl.placement.get(), options.limits, impl.gate.get());
+  impl.watch_hub = std::make_unique<api::WatchHub>(impl.placement.get());
   impl.placement_service = std::make_unique<api::PlacementService>(
-      impl.placement.get(), options.limits, &impl.streams, impl.gate.get());
+      impl.placement.get(), impl.watch_hub.get(), options.limits, &impl.streams,
+      impl.gate.get());
   impl.telemetry_service = std::make_unique<api::TelemetryService>(
       impl.telemetry_manager.get(), &impl.streams, impl.gate.get());
   impl.web_api = std::make_unique<api::WebApi>(

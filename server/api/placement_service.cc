@@ -12,33 +12,33 @@ namespace {
 
 using Finish = std::function<void(const absl::Status&)>;
 
-// One WatchPlacementGroups stream: the current state, then every change.
-class WatchReactor : public StreamReactor<v1::PlacementGroupEvent>,
-                     public PlacementManager::Watcher {
+// One WatchPlacementGroups stream: the current state, then every change,
+// serialized once by the hub for every stream that gets it.
+class WatchReactor : public StreamReactor<grpc::ByteBuffer>,
+                     public WatchHub::Stream {
  public:
-  WatchReactor(PlacementManager* placement,
-               v1::WatchPlacementGroupsRequest filter)
-      : placement_(placement), filter_(std::move(filter)) {
-    set_on_done([this] { placement_->Unwatch(this); });
-    placement_->Watch(this);
+  explicit WatchReactor(WatchHub* hub) : hub_(hub) {
+    set_on_done([this] { hub_->Remove(this); });
   }
-
-  void Deliver(const PlacementGroupView& view) override {
-    const PlacementGroup& g = view.group;
-    if ((!filter_.job_id().empty() && filter_.job_id() != g.job_id) ||
-        (!filter_.placement_group_id().empty() &&
-         filter_.placement_group_id() != g.id)) {
-      return;
-    }
-    v1::PlacementGroupEvent event;
-    PlacementGroupToProto(view, event.mutable_placement_group());
-    StreamReactor::Deliver(std::move(event));
-  }
+  void Send(const grpc::ByteBuffer& event) override { Deliver(event); }
 
  private:
-  PlacementManager* const placement_;
-  const v1::WatchPlacementGroupsRequest filter_;
+  WatchHub* const hub_;
 };
+
+// WatchPlacementGroupsRequest from the raw request.
+absl::StatusOr<v1::WatchPlacementGroupsRequest> ParseWatch(
+    const grpc::ByteBuffer& raw) {
+  grpc::ByteBuffer copy(raw);
+  v1::WatchPlacementGroupsRequest request;
+  if (!grpc::SerializationTraits<v1::WatchPlacementGroupsRequest>::Deserialize(
+           &copy, &request)
+           .ok()) {
+    return absl::InvalidArgumentError(
+        "request: not a WatchPlacementGroupsRequest");
+  }
+  return request;
+}
 
 }  // namespace
 
@@ -104,17 +104,20 @@ grpc::ServerUnaryReactor* PlacementService::RemovePlacementGroup(
   });
 }
 
-grpc::ServerWriteReactor<v1::PlacementGroupEvent>*
-PlacementService::WatchPlacementGroups(
-    grpc::CallbackServerContext* context,
-    const v1::WatchPlacementGroupsRequest* request) {
-  return gate_->Stream<v1::PlacementGroupEvent>(
+grpc::ServerWriteReactor<grpc::ByteBuffer>*
+PlacementService::WatchPlacementGroups(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* raw) {
+  return gate_->Stream<grpc::ByteBuffer>(
       context, Rpc::kWatchPlacementGroups,
-      [&]() -> absl::StatusOr<
-                grpc::ServerWriteReactor<v1::PlacementGroupEvent>*> {
+      [&]() -> absl::StatusOr<grpc::ServerWriteReactor<grpc::ByteBuffer>*> {
+        ASSIGN_OR_RETURN(v1::WatchPlacementGroupsRequest request,
+                         ParseWatch(*raw));
         RETURN_IF_ERROR(streams_->TryAcquire());
-        auto* reactor = new WatchReactor(placement_, *request);
+        auto* reactor = new WatchReactor(hub_);
         reactor->set_slot(streams_, context);
+        hub_->Add(reactor, request.job_id(), request.placement_group_id());
+        // The current state is queued whatever its size; then the bound.
+        reactor->set_max_pending_bytes(limits_.max_watch_buffer_bytes);
         return reactor;
       });
 }

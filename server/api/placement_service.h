@@ -1,7 +1,10 @@
 // sliced.v1.Placement on gRPC's callback API. Each handler: pass the gate,
 // convert the request, call the placement manager, convert the result back.
 // WatchPlacementGroups streams the current state of every matching group,
-// then every change.
+// then every change; it is a raw method (serialized events, fanned out by
+// WatchHub: each change serialized once for all the streams it concerns),
+// and a stream whose client falls more than Limits::max_watch_buffer_bytes
+// behind (past the current state it was sent first) ends ABORTED.
 //
 // Thread-safe: handlers run on gRPC's threads; state lives in the managers.
 #ifndef SLICED_SERVER_API_PLACEMENT_SERVICE_H_
@@ -9,18 +12,23 @@
 
 #include "server/api/gate.h"
 #include "server/api/stream_reactor.h"
+#include "server/api/watch_hub.h"
 #include "server/core/limits.h"
 #include "server/core/placement_manager.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
 namespace sliced::server::api {
 
-class PlacementService final : public v1::Placement::CallbackService {
+class PlacementService final
+    : public v1::Placement::WithRawCallbackMethod_WatchPlacementGroups<
+          v1::Placement::CallbackService> {
  public:
   // REQUIRES: every pointer outlives the service.
-  PlacementService(PlacementManager* placement, const Limits& limits,
-                   StreamLimiter* streams, const Gate* gate)
+  PlacementService(PlacementManager* placement, WatchHub* hub,
+                   const Limits& limits, StreamLimiter* streams,
+                   const Gate* gate)
       : placement_(placement),
+        hub_(hub),
         limits_(limits),
         streams_(streams),
         gate_(gate) {}
@@ -45,9 +53,9 @@ class PlacementService final : public v1::Placement::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::RemovePlacementGroupRequest* request,
       v1::RemovePlacementGroupResponse* response) override;
-  grpc::ServerWriteReactor<v1::PlacementGroupEvent>* WatchPlacementGroups(
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchPlacementGroups(
       grpc::CallbackServerContext* context,
-      const v1::WatchPlacementGroupsRequest* request) override;
+      const grpc::ByteBuffer* raw) override;
   grpc::ServerUnaryReactor* ExplainPlacementGroup(
       grpc::CallbackServerContext* context,
       const v1::ExplainPlacementGroupRequest* request,
@@ -60,6 +68,7 @@ class PlacementService final : public v1::Placement::CallbackService {
                                    v1::PlacementGroup* response);
 
   PlacementManager* const placement_;
+  WatchHub* const hub_;
   const Limits limits_;
   StreamLimiter* const streams_;
   const Gate* const gate_;

@@ -6,7 +6,9 @@
 //
 // Thread-safe. Deletes itself when gRPC is done with the call; `on_done`
 // runs first (unsubscribe there). StreamLimiter::EndAll ends every open
-// stream when the server stops (UNAVAILABLE: clients open it again).
+// stream when the server stops (UNAVAILABLE: clients open it again). What
+// waits to be written is bounded (set_max_pending_bytes): a client that
+// reads too slowly gets ABORTED saying so, rather than the daemon's memory.
 #ifndef SLICED_SERVER_API_STREAM_REACTOR_H_
 #define SLICED_SERVER_API_STREAM_REACTOR_H_
 
@@ -19,6 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/api/status.h"
 
@@ -85,6 +89,14 @@ class StreamLimiter {
   absl::Status ended_ ABSL_GUARDED_BY(mu_);
 };
 
+// The bytes a queued message holds.
+inline size_t MessageBytes(const grpc::ByteBuffer& message) {
+  return message.Length();
+}
+inline size_t MessageBytes(const google::protobuf::MessageLite& message) {
+  return message.ByteSizeLong();
+}
+
 template <typename Message>
 class StreamReactor : public grpc::ServerWriteReactor<Message>,
                       public StreamLimiter::Stream {
@@ -104,10 +116,30 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     limiter->Hold(this);
   }
 
+  // From now on at most `bytes` more than what waits now may wait to be
+  // written (so a large first batch, e.g. the current state, is let
+  // through); past it the stream ends ABORTED, saying the client fell
+  // behind.
+  void set_max_pending_bytes(size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    max_pending_bytes_ = pending_bytes_ + bytes;
+  }
+
   // Queues `message`; dropped once the stream is ending.
   void Deliver(Message message) {
     absl::MutexLock lock(&mu_);
     if (ending_) return;
+    const size_t bytes = MessageBytes(message);
+    if (max_pending_bytes_ > 0 && pending_bytes_ + bytes > max_pending_bytes_) {
+      EndNow(grpc::Status(
+          grpc::StatusCode::ABORTED,
+          absl::StrCat("this stream fell behind: ", pending_.size(),
+                       " messages (", pending_bytes_,
+                       " bytes) were waiting for the client to read them; "
+                       "open it again for the current state")));
+      return;
+    }
+    pending_bytes_ += bytes;
     pending_.push_back(std::move(message));
     if (!writing_) WriteNext();
   }
@@ -123,17 +155,14 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   // are dropped. Nothing if it has finished already.
   void EndWith(const absl::Status& status) override {
     absl::MutexLock lock(&mu_);
-    if (ending_ && !writing_) return;   // Finish was called
-    pending_.resize(writing_ ? 1 : 0);  // keep only the write in flight
-    ending_ = true;
-    end_status_ = context_ == nullptr ? ToGrpcStatus(status)
-                                      : ToGrpcStatus(status, *context_);
-    if (!writing_) this->Finish(end_status_);
+    EndNow(context_ == nullptr ? ToGrpcStatus(status)
+                               : ToGrpcStatus(status, *context_));
   }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     writing_ = false;
+    pending_bytes_ -= MessageBytes(pending_.front());
     pending_.pop_front();
     if (!ok) {
       // The call is gone (cancelled, or the client went away). Finish was
@@ -141,6 +170,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
       // now, once, or the reactor never completes and the server's
       // Shutdown waits for it forever.
       pending_.clear();
+      pending_bytes_ = 0;
       if (!ending_) {
         ending_ = true;
         end_status_ = grpc::Status::CANCELLED;
@@ -155,7 +185,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
 
   void OnCancel() override {
     absl::MutexLock lock(&mu_);
-    pending_.resize(writing_ ? 1 : 0);  // keep only the write in flight
+    DropQueued();
     End(grpc::Status::CANCELLED);
   }
 
@@ -170,6 +200,20 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     writing_ = true;
     this->StartWrite(&pending_.front());
   }
+  // Drops what waits, keeping only the write in flight.
+  void DropQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    pending_.resize(writing_ ? 1 : 0);
+    pending_bytes_ = writing_ ? MessageBytes(pending_.front()) : 0;
+  }
+  // Ends with `status` now: the write in flight completes, the queued
+  // messages are dropped. Nothing if it has finished already.
+  void EndNow(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_ && !writing_) return;  // Finish was called
+    DropQueued();
+    ending_ = true;
+    end_status_ = std::move(status);
+    if (!writing_) this->Finish(end_status_);
+  }
   // Finishes now if idle; otherwise OnWriteDone finishes after the queue.
   void End(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ending_) return;
@@ -183,6 +227,8 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   grpc::ServerContextBase* context_ = nullptr;
   absl::Mutex mu_;
   std::deque<Message> pending_ ABSL_GUARDED_BY(mu_);
+  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of pending_
+  size_t max_pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);

@@ -808,6 +808,13 @@ void PlacementManager::Watch(Watcher* watcher) {
   });
 }
 
+void PlacementManager::WithCurrentState(
+    const ListFilter& filter,
+    const std::function<void(const std::vector<PlacementGroupView>&)>& start) {
+  absl::MutexLock lock(&watch_mu_);
+  start(List(filter));
+}
+
 void PlacementManager::Unwatch(Watcher* watcher) {
   absl::MutexLock lock(&watch_mu_);
   watchers_.erase(watcher);

@@ -159,6 +159,12 @@ class PlacementManager : public Cluster::Observer {
   // to it, atomically with respect to changes. Unwatch before destroying it.
   void Watch(Watcher* watcher);
   void Unwatch(Watcher* watcher);
+  // Calls `start` with the current state of the groups `filter` matches,
+  // while no change is delivered to watchers: what `start` subscribes (to a
+  // watcher registered here) sees every later change and no earlier one.
+  void WithCurrentState(
+      const ListFilter& filter,
+      const std::function<void(const std::vector<PlacementGroupView>&)>& start);
 
   // Compute classes. DeleteClass: NotFound when unknown, FailedPrecondition
   // while live groups use it.

@@ -351,6 +351,45 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
         self.assertEqual(calls, ["get", "get", "remove"])
 
+    def test_a_watch_that_falls_behind_ends_aborted_and_is_opened_again(self):
+        d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",
+                   "--max_watch_buffer_bytes=65536").start()
+        self.addCleanup(d.close)
+        register_demo_fleet(d.port)
+        # No flow-control window growth (BDP): what a watcher does not read
+        # backs up on the daemon, as it would behind a slow reader.
+        fixed_window = [("grpc.http2.bdp_probe", 0)]
+        ch = grpc.insecure_channel("127.0.0.1:%d" % d.port, options=fixed_window)
+        self.addCleanup(ch.close)
+        pl = sliced_pb2_grpc.PlacementStub(ch)
+        raw = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(), timeout=60)
+        client = Client("127.0.0.1:%d" % d.port, options=fixed_window)
+        self.addCleanup(client.close)
+        watch = client.watch()
+        kept = client.create_placement_group([{"CPU": 1}], job_id="kept")
+        self.assertEqual(next(watch).id, kept.id)  # then it reads nothing for a while
+        # Far more than 64 KiB of events (plus the transport's windows) that
+        # neither watcher reads.
+        for _ in range(1500):
+            pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                bundles=[P.Bundle(resources={"CPU": 1})] * 8, job_id="churn"), timeout=10)
+            pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
+                placement_group_id=pg.placement_group_id), timeout=10)
+        with self.assertRaises(grpc.RpcError) as err:
+            for _ in raw:
+                pass
+        self.assertEqual(err.exception.code(), grpc.StatusCode.ABORTED)
+        self.assertIn("this stream fell behind", err.exception.details())
+        # The client's watch opens the stream again: the current state
+        # (the kept group) comes again, and the stream goes on.
+        later = client.create_placement_group([{"CPU": 1}], job_id="later")
+        seen = set()
+        for pg in watch:
+            seen.add(pg.id)
+            if later.id in seen and kept.id in seen:
+                break
+        watch.close()
+
     def test_tls_and_bearer_tokens(self):
         from test_security_e2e import TOKENS, read
         from test_slicectl_e2e import start_secure_daemon

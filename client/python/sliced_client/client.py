@@ -542,7 +542,10 @@ class Client:
         """Yields the matching groups' current state, then every change, until
         the generator is closed (or `timeout` seconds pass: SlicedError with
         DEADLINE_EXCEEDED). Closing it cancels the stream. Opened on a standby,
-        it is opened again on the leader the standby names."""
+        it is opened again on the leader the standby names. If the reader
+        falls so far behind that the daemon ends the stream (ABORTED, "fell
+        behind"), it is opened again: the current state follows, then every
+        change (up to 3 times)."""
         return self._watch(job_id, placement_group_id, timeout, None)
 
     def _watch(self, job_id: str, placement_group_id: str, timeout: Optional[float],
@@ -552,7 +555,7 @@ class Client:
         request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
                                                   placement_group_id=placement_group_id)
         method, delivered = self._placement.WatchPlacementGroups, False
-        for redirects in range(4):
+        for retries in range(4):
             stream = method(request, timeout=timeout, metadata=self._metadata)
             if opened is not None:
                 opened(stream)
@@ -562,7 +565,11 @@ class Client:
                     yield PlacementGroup.from_proto(event.placement_group)
                 return
             except grpc.RpcError as e:
-                followed = (None if delivered or redirects == 3
+                if (e.code() == grpc.StatusCode.ABORTED and "fell behind" in (e.details() or "")
+                        and retries < 3):
+                    _log.warning("watch fell behind, opening it again: %s", e.details())
+                    continue
+                followed = (None if delivered or retries == 3
                             or e.code() != grpc.StatusCode.UNAVAILABLE
                             else self._follow(e, method))
                 if followed is None:

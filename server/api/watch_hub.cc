@@ -1,0 +1,91 @@
+#include "server/api/watch_hub.h"
+
+#include <vector>
+
+#include "server/api/convert_placement.h"
+#include "sliced/v1/sliced.grpc.pb.h"
+
+namespace sliced::server::api {
+namespace {
+
+// `view` as a serialized PlacementGroupEvent.
+grpc::ByteBuffer EventOf(const PlacementGroupView& view) {
+  v1::PlacementGroupEvent event;
+  PlacementGroupToProto(view, event.mutable_placement_group());
+  grpc::ByteBuffer out;
+  bool own = false;
+  (void)grpc::SerializationTraits<v1::PlacementGroupEvent>::Serialize(
+      event, &out, &own);
+  return out;
+}
+
+}  // namespace
+
+WatchHub::WatchHub(PlacementManager* placement) : placement_(placement) {
+  placement_->Watch(this);
+}
+
+WatchHub::~WatchHub() { placement_->Unwatch(this); }
+
+void WatchHub::Add(Stream* stream, const std::string& job_id,
+                   const std::string& pg_id) {
+  PlacementManager::ListFilter filter;
+  filter.job_id = job_id;
+  placement_->WithCurrentState(
+      filter, [&](const std::vector<PlacementGroupView>& current) {
+        for (const PlacementGroupView& view : current) {
+          if (pg_id.empty() || view.group.id == pg_id) {
+            stream->Send(EventOf(view));
+          }
+        }
+        absl::MutexLock lock(&mu_);
+        filters_[stream] = Filter{job_id, pg_id};
+        if (!pg_id.empty()) {
+          by_pg_[pg_id].insert(stream);
+        } else if (!job_id.empty()) {
+          by_job_[job_id].insert(stream);
+        } else {
+          all_.insert(stream);
+        }
+      });
+}
+
+void WatchHub::Remove(Stream* stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = filters_.find(stream);
+  if (it == filters_.end()) return;
+  auto drop = [stream](auto& index, const std::string& key) {
+    auto bucket = index.find(key);
+    if (bucket == index.end()) return;
+    bucket->second.erase(stream);
+    if (bucket->second.empty()) index.erase(bucket);
+  };
+  if (!it->second.pg_id.empty()) {
+    drop(by_pg_, it->second.pg_id);
+  } else if (!it->second.job_id.empty()) {
+    drop(by_job_, it->second.job_id);
+  } else {
+    all_.erase(stream);
+  }
+  filters_.erase(it);
+}
+
+void WatchHub::Deliver(const PlacementGroupView& view) {
+  const PlacementGroup& g = view.group;
+  absl::MutexLock lock(&mu_);
+  std::vector<Stream*> targets(all_.begin(), all_.end());
+  if (auto it = by_job_.find(g.job_id); it != by_job_.end()) {
+    targets.insert(targets.end(), it->second.begin(), it->second.end());
+  }
+  if (auto it = by_pg_.find(g.id); it != by_pg_.end()) {
+    for (Stream* s : it->second) {
+      const std::string& job = filters_.at(s).job_id;
+      if (job.empty() || job == g.job_id) targets.push_back(s);
+    }
+  }
+  if (targets.empty()) return;
+  const grpc::ByteBuffer event = EventOf(view);  // once for all of them
+  for (Stream* s : targets) s->Send(event);
+}
+
+}  // namespace sliced::server::api

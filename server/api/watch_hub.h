@@ -1,0 +1,68 @@
+// The fan-out of placement-group changes to WatchPlacementGroups streams
+// (issue 17, item 5). One PlacementManager watcher for all streams: a change
+// goes only to the streams whose filter it matches (indexed by job and by
+// group id, so its cost is that of the streams it concerns), and is
+// converted and serialized once for all of them. Each stream's queue is
+// bounded (server/api/stream_reactor.h): a slow reader is ended ABORTED, not
+// buffered without limit.
+//
+// Thread-safe. Lock order: the manager's watch lock, then the hub's, then a
+// stream's.
+#ifndef SLICED_SERVER_API_WATCH_HUB_H_
+#define SLICED_SERVER_API_WATCH_HUB_H_
+
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "server/core/placement_manager.h"
+
+namespace sliced::server::api {
+
+class WatchHub : public PlacementManager::Watcher {
+ public:
+  // A stream as the hub feeds it: serialized PlacementGroupEvents.
+  class Stream {
+   public:
+    virtual void Send(const grpc::ByteBuffer& event) = 0;
+
+   protected:
+    ~Stream() = default;
+  };
+
+  // REQUIRES: `placement` outlives the hub.
+  explicit WatchHub(PlacementManager* placement);
+  ~WatchHub() override;
+
+  // Sends `stream` the current state of the groups of `job_id` (or every
+  // job: "") and `pg_id` (or every group: ""), then every change to them,
+  // until Remove(stream).
+  void Add(Stream* stream, const std::string& job_id, const std::string& pg_id);
+  void Remove(Stream* stream);
+
+  // PlacementManager::Watcher (writer thread).
+  void Deliver(const PlacementGroupView& view) override;
+
+ private:
+  struct Filter {
+    std::string job_id, pg_id;
+  };
+
+  PlacementManager* const placement_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<Stream*, Filter> filters_ ABSL_GUARDED_BY(mu_);
+  // Each stream in one index: by group id when it names one, else by job
+  // when it names one, else `all_`.
+  absl::flat_hash_map<std::string, absl::flat_hash_set<Stream*>> by_pg_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_set<Stream*>> by_job_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Stream*> all_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sliced::server::api
+
+#endif  // SLICED_SERVER_API_WATCH_HUB_H_
