@@ -19,9 +19,23 @@
 
 namespace sliced::server::api {
 
-class PlacementService final
-    : public v1::Placement::WithRawCallbackMethod_WatchPlacementGroups<
-          v1::Placement::CallbackService> {
+// Every method on the callback API, WatchPlacementGroups raw. The chain is
+// spelled out (not CallbackService + the raw method on top, whose two
+// WatchPlacementGroups would hide each other): a new Placement method must
+// be added here.
+using PlacementServiceBase =
+    v1::Placement::WithCallbackMethod_CreatePlacementGroup<
+        v1::Placement::WithCallbackMethod_SubmitScalingConfig<
+            v1::Placement::WithCallbackMethod_GetPlacementGroup<
+                v1::Placement::WithCallbackMethod_ListPlacementGroups<
+                    v1::Placement::WithCallbackMethod_RemovePlacementGroup<
+                        v1::Placement::
+                            WithRawCallbackMethod_WatchPlacementGroups<
+                                v1::Placement::
+                                    WithCallbackMethod_ExplainPlacementGroup<
+                                        v1::Placement::Service>>>>>>>;
+
+class PlacementService final : public PlacementServiceBase {
  public:
   // REQUIRES: every pointer outlives the service.
   PlacementService(PlacementManager* placement, WatchHub* hub,

@@ -353,7 +353,7 @@ absl::Status PlacementManager::RemoveInTxn(Txn& txn, const std::string& pg_id) {
   }
   if (!current->preempting.empty()) {
     PlacementGroup p = *current;
-    CancelPreemption(txn, p);
+    RETURN_IF_ERROR(CancelPreemption(txn, p));
   }
   scheduler::SnapshotDelta delta;
   delta.release_pg_ids.push_back(pg_id);
@@ -473,7 +473,8 @@ absl::Status PlacementManager::FinishPreemption(Txn& txn,
   return absl::OkStatus();
 }
 
-void PlacementManager::CancelPreemption(Txn& txn, PlacementGroup& preemptor) {
+absl::Status PlacementManager::CancelPreemption(Txn& txn,
+                                                PlacementGroup& preemptor) {
   for (const std::string& id : preemptor.preempting) {
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr || current->state != PgState::kPreempting ||
@@ -485,7 +486,8 @@ void PlacementManager::CancelPreemption(Txn& txn, PlacementGroup& preemptor) {
       // Its owner removed it meanwhile: it goes now.
       scheduler::SnapshotDelta release;
       release.release_pg_ids.push_back(id);
-      if (txn.ApplyDelta(release).ok()) txn.DeletePg(id);
+      RETURN_IF_ERROR(txn.ApplyDelta(release));
+      txn.DeletePg(id);
       continue;
     }
     victim.state = PgState::kCreated;
@@ -497,6 +499,7 @@ void PlacementManager::CancelPreemption(Txn& txn, PlacementGroup& preemptor) {
   }
   preemptor.preempting.clear();
   preemptor.preemption_deadline = absl::InfinitePast();
+  return absl::OkStatus();
 }
 
 void PlacementManager::CompletePreemptions(Done done) {
@@ -580,7 +583,7 @@ void PlacementManager::RetryQueue(Txn& txn) {
     if (!d.ok()) continue;
     if (d->outcome == Decision::kPlaced) {
       // Placed without its victims: they stay.
-      CancelPreemption(txn, g);
+      if (!CancelPreemption(txn, g).ok()) continue;
     } else if (!g.preempting.empty()) {
       g.reason = current->reason;  // still waits for its victims
     } else if (d->outcome == Decision::kUnschedulable &&

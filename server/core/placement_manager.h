@@ -213,8 +213,9 @@ class PlacementManager : public Cluster::Observer {
   absl::Status FinishPreemption(Txn& txn, PlacementGroup& preemptor);
   // Whether every victim still PREEMPTING for `preemptor` is due.
   bool VictimsDue(Txn& txn, const PlacementGroup& preemptor) const;
-  // The victims still PREEMPTING for `preemptor` go back to CREATED.
-  void CancelPreemption(Txn& txn, PlacementGroup& preemptor);
+  // The victims still PREEMPTING for `preemptor` go back to CREATED (or
+  // go, when their owner removed them meanwhile).
+  absl::Status CancelPreemption(Txn& txn, PlacementGroup& preemptor);
   absl::Status RemoveInTxn(Txn& txn, const std::string& pg_id);
   void PreemptionLoop();
   absl::Status RescheduleLost(Txn& txn, const PlacementGroup& current,
