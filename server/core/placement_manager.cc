@@ -94,9 +94,10 @@ absl::string_view PreemptionOutcome(PgState state) {
   }
 }
 
-// Preemption plans one RetryQueue pass may run (each is bounded itself,
-// scheduler/preemption.h); the rest wait for the next pass.
-constexpr int kMaxPreemptionPlansPerRetry = 2;
+// Searches for victims (a scan of the groups, then a plan bounded by
+// scheduler/preemption.h) one RetryQueue pass may run; the other waiting
+// groups search on a later pass.
+constexpr int kMaxPreemptionSearchesPerRetry = 2;
 
 bool Waits(const PlacementGroup& g) {
   return g.state == PgState::kPending || g.state == PgState::kRescheduling;
@@ -392,7 +393,7 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
     }
     return true;
   });
-  if (candidates.empty()) return false;
+  if (candidates.empty()) return true;  // searched: nobody to preempt
   ASSIGN_OR_RETURN(PlacementRequest request,
                    SolveRequest(txn, group, group.request));
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
@@ -562,7 +563,24 @@ void PlacementManager::CompletePreemptions(Done done) {
 void PlacementManager::RetryQueue(Txn& txn) {
   txn.MarkQueueRetried();
   std::optional<PlacementGroup> blocker;  // a starving group not placed
-  int plans = 0;
+  // Searches for victims this pass may still run; and the lowest priority
+  // of a running group (found once, when first needed): a group at or
+  // below it has no victim, and costs no search.
+  int searches = kMaxPreemptionSearchesPerRetry;
+  std::optional<std::optional<int32_t>> lowest_running;
+  auto may_have_victims = [&](const PlacementGroup& g) {
+    if (!lowest_running.has_value()) {
+      std::optional<int32_t> lowest;
+      txn.ForEachPg([&](const PlacementGroup& other) {
+        if (other.state == PgState::kCreated) {
+          lowest = std::min(lowest.value_or(other.priority), other.priority);
+        }
+        return true;
+      });
+      lowest_running = lowest;
+    }
+    return lowest_running->has_value() && **lowest_running < g.priority;
+  };
   for (const std::string& id : txn.PendingQueue()) {
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr) continue;
@@ -586,11 +604,11 @@ void PlacementManager::RetryQueue(Txn& txn) {
       if (!CancelPreemption(txn, g).ok()) continue;
     } else if (!g.preempting.empty()) {
       g.reason = current->reason;  // still waits for its victims
-    } else if (d->outcome == Decision::kUnschedulable &&
-               plans < kMaxPreemptionPlansPerRetry) {
-      auto planned = StartPreemption(txn, g);
-      if (!planned.ok()) continue;
-      plans += *planned ? 1 : 0;
+    } else if (d->outcome == Decision::kUnschedulable && searches > 0 &&
+               may_have_victims(g)) {
+      auto searched = StartPreemption(txn, g);
+      if (!searched.ok()) continue;
+      searches -= *searched ? 1 : 0;
     }
     if (IsStarving(g, txn.now())) blocker = g;
     if (d->outcome == Decision::kPlaced || g.state != current->state ||

@@ -205,8 +205,8 @@ class PlacementManager : public Cluster::Observer {
       Txn& txn, const PlacementGroup& group,
       const scheduler::PlacementRequest& asked) const;
   // `group` (PENDING, not placed) preempts the cheapest set of victims that
-  // makes room, if any; returns whether it did. With no grace the victims
-  // leave and it is placed at once.
+  // makes room, if any; returns whether it searched (false: it may not
+  // preempt). With no grace the victims leave and it is placed at once.
   absl::StatusOr<bool> StartPreemption(Txn& txn, PlacementGroup& group);
   // The victims of `preemptor` still PREEMPTING for it leave; it is placed
   // if it fits. Stores both.
