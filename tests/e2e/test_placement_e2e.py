@@ -47,6 +47,52 @@ class PlacementEndToEnd(unittest.TestCase):
     def register(self, inv, nodes):
         inv.RegisterNodes(P.RegisterNodesRequest(nodes=nodes), timeout=10)
 
+    def test_watch_filters_by_job_and_group_together(self):
+        d, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        inv.RegisterNodes(P.RegisterNodesRequest(nodes=[cpu_node("c0", 64)]), timeout=10)
+
+        def create(job):
+            return pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                bundles=[P.Bundle(resources={"CPU": 1})], job_id=job), timeout=10)
+        a, b = create("a"), create("b")
+        requests = {
+            "a+a": P.WatchPlacementGroupsRequest(job_id="a",
+                                                 placement_group_id=a.placement_group_id),
+            "b+a": P.WatchPlacementGroupsRequest(job_id="b",
+                                                 placement_group_id=a.placement_group_id),
+            "job b": P.WatchPlacementGroupsRequest(job_id="b"),
+        }
+        seen = {name: [] for name in requests}
+        streams = {name: pl.WatchPlacementGroups(r, timeout=30) for name, r in requests.items()}
+
+        def read(name):
+            try:
+                for ev in streams[name]:
+                    seen[name].append((ev.placement_group.placement_group_id,
+                                       P.PlacementGroupState.Name(ev.placement_group.state)))
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.CANCELLED)
+        readers = [threading.Thread(target=read, args=(name,)) for name in requests]
+        for t in readers:
+            t.start()
+        wait_until(lambda: len(seen["a+a"]) == 1 and len(seen["job b"]) == 1,
+                   what="every stream's current state")
+        for pg in (a, b):
+            pl.RemovePlacementGroup(P.RemovePlacementGroupRequest(
+                placement_group_id=pg.placement_group_id), timeout=10)
+        wait_until(lambda: len(seen["a+a"]) == 2 and len(seen["job b"]) == 2,
+                   what="the REMOVED events")
+        time.sleep(0.3)  # anything wrongly sent to "b+a" would arrive by now
+        for stream in streams.values():
+            stream.cancel()
+        for t in readers:
+            t.join(timeout=10)
+        self.assertEqual(seen["a+a"], [(a.placement_group_id, "CREATED"),
+                                       (a.placement_group_id, "REMOVED")])
+        self.assertEqual(seen["b+a"], [])  # group a is not of job b
+        self.assertEqual(seen["job b"], [(b.placement_group_id, "CREATED"),
+                                         (b.placement_group_id, "REMOVED")])
+
     def test_watches_cancelled_mid_write_let_the_daemon_stop(self):
         # A watch stream cancelled while a write to it is in flight must
         # still complete on the server: a leaked one made SIGTERM wait

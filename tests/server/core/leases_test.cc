@@ -1,0 +1,48 @@
+// Node leases: a renewal keeps the later time, a node never renewed counts
+// from the epoch, a forgotten node counts from the epoch again; renewals
+// from many threads at once lose none.
+#include "server/core/leases.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace sliced::server {
+namespace {
+
+const absl::Time kEpoch = absl::FromUnixSeconds(1'800'000'000);
+
+TEST(LeasesTest, LaterRenewalsWinAndUnknownNodesCountFromTheEpoch) {
+  Leases leases(kEpoch);
+  EXPECT_EQ(leases.Last("a"), kEpoch);
+  leases.Renew("a", kEpoch + absl::Seconds(5));
+  leases.Renew("a", kEpoch + absl::Seconds(3));  // late, out of order
+  EXPECT_EQ(leases.Last("a"), kEpoch + absl::Seconds(5));
+  // A renewal before the epoch (a clock behind) counts from the epoch.
+  leases.Renew("b", kEpoch - absl::Seconds(1));
+  EXPECT_EQ(leases.Last("b"), kEpoch);
+  leases.Forget("a");
+  EXPECT_EQ(leases.Last("a"), kEpoch);
+}
+
+TEST(LeasesTest, ConcurrentRenewalsOfManyNodesAreAllKept) {
+  Leases leases(kEpoch);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&leases, t] {
+      for (int i = 0; i < 1000; ++i) {
+        leases.Renew(absl::StrCat("n", i), kEpoch + absl::Seconds(t + 1));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(leases.Last(absl::StrCat("n", i)), kEpoch + absl::Seconds(4));
+  }
+}
+
+}  // namespace
+}  // namespace sliced::server
