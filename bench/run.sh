@@ -23,8 +23,9 @@
 # then --workload=mixed: the mixed trace against the tuned tiered-first-fit;
 # then --workload=preemption: victim choice against a topology-blind rule);
 # sliced_load (throughput vs the health-check ceiling at 16 and 64 clients,
-# RSS per node / per PG, restart at 100k nodes + 50k PGs). Raw output: JSON
-# and the SVG plot in bench/results/ (or the quick dir).
+# RSS per node / per PG, restart at 100k nodes + 50k PGs, churn, heartbeats
+# at 10k and 100k nodes, watch fan-out). Raw output: JSON, the Markdown
+# tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -265,6 +266,8 @@ sections = [
     ("load", "End to end over gRPC (sliced_load)", read("load.md")),
     ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
     ("churn", "Churn: node registrations while placing (sliced_load)", read("churn.md")),
+    ("heartbeats", "Heartbeats at scale (sliced_load)", read("heartbeats.md")),
+    ("watch", "Watch fan-out (sliced_load)", read("watch.md")),
     ("solver-scaling", "Solver latency on generated fleets (sliced_sim)", read("sim_scaling.md")),
     ("quality", "Placement quality (sliced_sim)", quality),
     ("quality-mixed", None, mixed),
