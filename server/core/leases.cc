@@ -24,6 +24,18 @@ absl::Time Leases::Last(absl::string_view node_id) const {
   return it == shard.last.end() ? epoch_ : std::max(epoch_, it->second);
 }
 
+std::vector<std::string> Leases::Stale(absl::Time deadline) const {
+  std::vector<std::string> out;
+  if (epoch_ >= deadline) return out;  // nobody can be late yet
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    for (const auto& [id, last] : shard.last) {
+      if (last < deadline) out.push_back(id);
+    }
+  }
+  return out;
+}
+
 void Leases::Forget(absl::string_view node_id) {
   Shard& shard = ShardOf(node_id);
   absl::MutexLock lock(&shard.mu);

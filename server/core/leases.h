@@ -9,6 +9,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -29,6 +30,10 @@ class Leases {
   absl::Time Last(absl::string_view node_id) const;
   // Forgets a removed node.
   void Forget(absl::string_view node_id);
+  // The nodes renewed (or recorded at the epoch) whose last heartbeat is
+  // before `deadline`, in no order. Takes one shard lock at a time, never
+  // all: a lease check does not hold up renewals (nor the cluster lock).
+  std::vector<std::string> Stale(absl::Time deadline) const;
 
  private:
   static constexpr int kShards = 16;

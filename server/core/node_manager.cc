@@ -244,6 +244,13 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
       telemetry_(telemetry),
       options_(options),
       leases_(coordinator->Now()) {
+  // Every node loaded counts as renewed now (a fresh lease after a
+  // restart), and is in the table CheckLeases scans.
+  const absl::Time epoch = coordinator->Now();
+  cluster_->Read([&](const ClusterState& s) {
+    for (const auto& [id, entry] : s.nodes) leases_.Renew(id, epoch);
+    return 0;
+  });
   if (options_.heartbeat_timeout > absl::ZeroDuration()) {
     lease_checker_ = std::thread([this] { LeaseLoop(); });
   }
@@ -314,27 +321,24 @@ bool OnlyRenews(const scheduler::Node& node, const NodeBeat& beat) {
 void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
   // The usual beat only renews a lease: no write op, only a read of the
   // cluster state, so 10k beats/s do not queue behind (or ahead of)
-  // placements on the writer.
-  auto only_renew = [&] {
-    return cluster_->Read([&](const ClusterState& s) {
-      for (const NodeBeat& beat : beats) {
-        auto it = s.nodes.find(beat.node_id);
-        if (it == s.nodes.end() || !OnlyRenews(it->second.node, beat)) {
-          return false;
-        }
+  // placements on the writer. Renewed under that read, so that no commit
+  // lands between the check and the renewal. A beat that races the expiry
+  // of its own lease (already a whole timeout late) may still see its node
+  // turn DEAD after it; its next beat revives it through the writer.
+  const absl::Time now = coordinator_->Now();
+  const bool renewed = cluster_->Read([&](const ClusterState& s) {
+    for (const NodeBeat& beat : beats) {
+      auto it = s.nodes.find(beat.node_id);
+      if (it == s.nodes.end() || !OnlyRenews(it->second.node, beat)) {
+        return false;
       }
-      return true;
-    });
-  };
-  if (only_renew()) {
-    const absl::Time now = coordinator_->Now();
-    for (const NodeBeat& beat : beats) leases_.Renew(beat.node_id, now);
-    // A lease check may have turned one DEAD meanwhile: then the op below
-    // revives it.
-    if (only_renew()) {
-      done(absl::OkStatus());
-      return;
     }
+    for (const NodeBeat& beat : beats) leases_.Renew(beat.node_id, now);
+    return true;
+  });
+  if (renewed) {
+    done(absl::OkStatus());
+    return;
   }
   auto changes = std::make_shared<NodeChanges>(options_.log);
   coordinator_->Submit(WriteOp{
@@ -544,15 +548,25 @@ void NodeManager::LeaseLoop() {
 
 void NodeManager::CheckLeases(Done done) {
   const absl::Time deadline = coordinator_->Now() - options_.heartbeat_timeout;
+  // The late ones from the lease table first (no cluster lock held for a
+  // pass over every node), then which of them are live nodes not DEAD yet.
+  std::vector<std::string> late = leases_.Stale(deadline);
+  std::sort(late.begin(), late.end());  // marked DEAD in id order
+  std::vector<std::string> gone;        // renewed once, no node now
   std::vector<std::string> expired = cluster_->Read([&](const ClusterState& s) {
     std::vector<std::string> ids;
-    for (const auto& [id, entry] : s.nodes) {
-      if (entry.node.state != NodeState::kDead && leases_.Last(id) < deadline) {
-        ids.push_back(id);
+    for (std::string& id : late) {
+      auto it = s.nodes.find(id);
+      if (it == s.nodes.end()) {
+        gone.push_back(std::move(id));
+      } else if (it->second.node.state != NodeState::kDead) {
+        ids.push_back(std::move(id));
       }
     }
     return ids;
   });
+  // E.g. registered by a commit that failed: not a node, not a lease.
+  for (const std::string& id : gone) leases_.Forget(id);
   if (expired.empty()) {
     if (done) done(absl::OkStatus());
     return;

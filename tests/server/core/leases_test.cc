@@ -1,8 +1,9 @@
 // Node leases: a renewal keeps the later time, a node never renewed counts
-// from the epoch, a forgotten node counts from the epoch again; renewals
-// from many threads at once lose none.
+// from the epoch, a forgotten node counts from the epoch again; Stale lists
+// the late ones; renewals from many threads at once lose none.
 #include "server/core/leases.h"
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,22 @@ TEST(LeasesTest, LaterRenewalsWinAndUnknownNodesCountFromTheEpoch) {
   EXPECT_EQ(leases.Last("b"), kEpoch);
   leases.Forget("a");
   EXPECT_EQ(leases.Last("a"), kEpoch);
+}
+
+TEST(LeasesTest, StaleListsTheLateOnesAndNobodyBeforeATimeoutPassed) {
+  Leases leases(kEpoch);
+  leases.Renew("early", kEpoch);
+  leases.Renew("late", kEpoch + absl::Seconds(20));
+  // Within one timeout of the epoch, nobody is late.
+  EXPECT_TRUE(leases.Stale(kEpoch).empty());
+  EXPECT_EQ(leases.Stale(kEpoch + absl::Seconds(10)),
+            std::vector<std::string>{"early"});
+  std::vector<std::string> both = leases.Stale(kEpoch + absl::Seconds(30));
+  std::sort(both.begin(), both.end());
+  EXPECT_EQ(both, (std::vector<std::string>{"early", "late"}));
+  leases.Forget("early");
+  EXPECT_EQ(leases.Stale(kEpoch + absl::Seconds(30)),
+            std::vector<std::string>{"late"});
 }
 
 TEST(LeasesTest, ConcurrentRenewalsOfManyNodesAreAllKept) {
