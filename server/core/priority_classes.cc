@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/quote.h"
 
 namespace sliced::server {
 namespace {
@@ -107,8 +108,8 @@ absl::Status PriorityClasses::Resolve(std::string& priority_class,
   const PriorityClass* c = Find(priority_class);
   if (c == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("priority_class: unknown class \"", priority_class,
-                     "\"; this daemon has ", Describe()));
+        absl::StrCat("priority_class: unknown class ", Quote(priority_class),
+                     "; this daemon has ", Describe()));
   }
   if (priority != 0 && priority != c->value) {
     return absl::InvalidArgumentError(
