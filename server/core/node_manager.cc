@@ -1,7 +1,5 @@
 #include "server/core/node_manager.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -252,19 +250,16 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
     return 0;
   });
   if (options_.heartbeat_timeout > absl::ZeroDuration()) {
-    lease_checker_ = std::thread([this] { LeaseLoop(); });
+    lease_checker_.Start(
+        "sliced-leases",
+        std::min(options_.lease_check_interval, options_.heartbeat_timeout / 4),
+        [this] { CheckLeases(); });
   }
 }
 
 NodeManager::~NodeManager() { StopLeases(); }
 
-void NodeManager::StopLeases() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (lease_checker_.joinable()) lease_checker_.join();
-}
+void NodeManager::StopLeases() { lease_checker_.Stop(); }
 
 // ---------------------------------------------------------------- writes
 
@@ -530,21 +525,6 @@ std::vector<SliceView> NodeManager::ListSlices() const {
 }
 
 // ---------------------------------------------------------------- leases
-
-void NodeManager::LeaseLoop() {
-  pthread_setname_np(pthread_self(), "sliced-leases");
-  const absl::Duration interval =
-      std::min(options_.lease_check_interval, options_.heartbeat_timeout / 4);
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      auto stopping = [this]()
-                          ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), interval)) return;
-    }
-    CheckLeases();
-  }
-}
 
 void NodeManager::CheckLeases(Done done) {
   const absl::Time deadline = coordinator_->Now() - options_.heartbeat_timeout;

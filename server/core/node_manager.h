@@ -22,7 +22,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -38,6 +37,7 @@
 #include "server/core/leases.h"
 #include "server/core/limits.h"
 #include "server/core/logger.h"
+#include "server/core/ticker.h"
 
 namespace sliced::server {
 
@@ -157,7 +157,6 @@ class NodeManager {
   void CheckLeases(Done done = nullptr);
 
  private:
-  void LeaseLoop();
   // Drain (`draining`) or Undrain.
   void SetDraining(const std::string& node_id, bool draining, ViewDone done);
 
@@ -169,9 +168,7 @@ class NodeManager {
   const Options options_;
   Leases leases_;
 
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread lease_checker_;
+  Ticker lease_checker_;
 };
 
 }  // namespace sliced::server

@@ -1,7 +1,5 @@
 #include "server/core/placement_manager.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <iterator>
 #include <memory>
@@ -153,36 +151,14 @@ PlacementManager::PlacementManager(Coordinator* coordinator, Cluster* cluster,
     return 0;
   });
   if (options_.preemption_check_interval > absl::ZeroDuration()) {
-    ticker_ = std::thread([this] { PreemptionLoop(); });
+    ticker_.Start("sliced-preempt", options_.preemption_check_interval,
+                  [this] { CompletePreemptions(); });
   }
 }
 
 PlacementManager::~PlacementManager() { StopPreemptionChecks(); }
 
-void PlacementManager::StopPreemptionChecks() {
-  {
-    absl::MutexLock lock(&ticker_mu_);
-    stopping_ = true;
-  }
-  if (ticker_.joinable()) ticker_.join();
-}
-
-void PlacementManager::PreemptionLoop() {
-  pthread_setname_np(pthread_self(), "sliced-preempt");
-  while (true) {
-    {
-      absl::MutexLock lock(&ticker_mu_);
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(ticker_mu_) {
-        return stopping_;
-      };
-      if (ticker_mu_.AwaitWithTimeout(absl::Condition(&stopping),
-                                      options_.preemption_check_interval)) {
-        return;
-      }
-    }
-    CompletePreemptions();
-  }
-}
+void PlacementManager::StopPreemptionChecks() { ticker_.Stop(); }
 
 // ---------------------------------------------------------------- solving
 
@@ -508,7 +484,7 @@ void PlacementManager::CompletePreemptions(Done done) {
   const absl::Time now = coordinator_->Now();
   absl::Time since;
   {
-    absl::MutexLock lock(&ticker_mu_);
+    absl::MutexLock lock(&check_mu_);
     since = last_check_;
     last_check_ = now;
   }

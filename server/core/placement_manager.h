@@ -34,7 +34,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +49,7 @@
 #include "server/core/logger.h"
 #include "server/core/pg_spec.h"
 #include "server/core/priority_classes.h"
+#include "server/core/ticker.h"
 
 namespace sliced::server {
 
@@ -217,7 +217,6 @@ class PlacementManager : public Cluster::Observer {
   // go, when their owner removed them meanwhile).
   absl::Status CancelPreemption(Txn& txn, PlacementGroup& preemptor);
   absl::Status RemoveInTxn(Txn& txn, const std::string& pg_id);
-  void PreemptionLoop();
   absl::Status RescheduleLost(Txn& txn, const PlacementGroup& current,
                               const absl::btree_set<std::string>& lost);
   bool IsStarving(const PlacementGroup& g, absl::Time now) const;
@@ -254,12 +253,11 @@ class PlacementManager : public Cluster::Observer {
   // seeded at construction, then touched only by Published.
   absl::flat_hash_set<std::string> preempting_;
 
-  absl::Mutex ticker_mu_;
-  bool stopping_ ABSL_GUARDED_BY(ticker_mu_) = false;
+  absl::Mutex check_mu_;
   // When CompletePreemptions last looked (cool-downs that ended since then
   // re-try the queue).
-  absl::Time last_check_ ABSL_GUARDED_BY(ticker_mu_) = absl::InfinitePast();
-  std::thread ticker_;
+  absl::Time last_check_ ABSL_GUARDED_BY(check_mu_) = absl::InfinitePast();
+  Ticker ticker_;  // calls CompletePreemptions
 
   absl::Mutex watch_mu_;
   absl::flat_hash_set<Watcher*> watchers_ ABSL_GUARDED_BY(watch_mu_);
