@@ -346,7 +346,7 @@ int SlicedServer::metrics_port() const {
 
 size_t SlicedServer::node_count() const {
   return impl_->cluster->Read(
-      [](const ClusterState& s) { return s.nodes.size(); });
+      [](const ClusterState& s) { return s.snapshot->num_nodes(); });
 }
 
 void SlicedServer::Shutdown() {

@@ -49,12 +49,6 @@ std::string Or(const std::string& value, const char* fallback) {
   return value.empty() ? fallback : value;
 }
 
-// Where a node's chip series belong.
-struct NodeInfo {
-  std::string slice, accelerator;
-};
-using NodeInfos = absl::btree_map<std::string, NodeInfo>;
-
 // Queue, nodes, chips, slices and fragmentation from the cluster summary.
 void AddSummaryFamilies(const ClusterSummary& summary,
                         std::vector<MetricFamily>& out) {
@@ -135,7 +129,8 @@ void AddSummaryFamilies(const ClusterSummary& summary,
 
 // Per-chip TPU telemetry of the nodes still in the inventory.
 void AddChipFamilies(const TelemetryStore& telemetry, absl::Time now,
-                     const NodeInfos& nodes, std::vector<MetricFamily>& out) {
+                     const scheduler::InventorySnapshot& nodes,
+                     std::vector<MetricFamily>& out) {
   GaugeFamily util("sliced_tpu_tensorcore_utilization_percent",
                    "TensorCore utilization reported by the node agent");
   GaugeFamily duty("sliced_tpu_duty_cycle_percent", "TPU duty cycle");
@@ -144,13 +139,19 @@ void AddChipFamilies(const TelemetryStore& telemetry, absl::Time now,
   GaugeFamily bw("sliced_tpu_memory_bandwidth_utilization_percent",
                  "HBM bandwidth utilization");
   for (const auto& [node_id, report] : telemetry.Fresh(now)) {
-    auto it = nodes.find(node_id);
-    if (it == nodes.end()) continue;  // removed nodes have no series
+    const scheduler::Node* node = nodes.FindNode(node_id);
+    if (node == nullptr) continue;  // removed nodes have no series
+    auto label = [&](absl::string_view key) {
+      auto it = node->labels.find(key);
+      return it == node->labels.end() ? std::string() : it->second;
+    };
+    const std::string slice = label(scheduler::kLabelTpuSliceName);
+    const std::string accelerator = label(scheduler::kLabelAcceleratorType);
     for (const ChipMetrics& c : report.chips) {
       std::vector<std::pair<std::string, std::string>> labels = {
           {"node", node_id},
-          {"slice", it->second.slice},
-          {"accelerator_type", it->second.accelerator},
+          {"slice", slice},
+          {"accelerator_type", accelerator},
           {"chip", absl::StrCat(c.chip_index)}};
       // A value the agent did not send has no series (not a 0).
       for (auto [family, value] :
@@ -176,25 +177,14 @@ class StateCollector : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const absl::Time now = clock_->Now();
-    auto [summary, nodes, snapshot] =
-        cluster_->Read([&](const ClusterState& state) {
-      NodeInfos info;
-      for (const auto& [id, entry] : state.nodes) {
-        const auto& l = entry.node.labels;
-        auto get = [&](absl::string_view k) {
-          auto it = l.find(k);
-          return it == l.end() ? std::string() : it->second;
-        };
-        info[id] = {get(scheduler::kLabelTpuSliceName),
-                    get(scheduler::kLabelAcceleratorType)};
-      }
-      return std::tuple{Summarize(state, now), std::move(info),
-                        state.snapshot};
+    auto [summary, snapshot] = cluster_->Read([&](const ClusterState& state) {
+      return std::pair{Summarize(state, now), state.snapshot};
     });
     AddSubsliceFigures(*snapshot, summary);
     std::vector<MetricFamily> out;
     AddSummaryFamilies(summary, out);
-    if (telemetry_ != nullptr) AddChipFamilies(*telemetry_, now, nodes, out);
+    if (telemetry_ != nullptr)
+      AddChipFamilies(*telemetry_, now, *snapshot, out);
     return out;
   }
 

@@ -47,10 +47,7 @@ absl::StatusOr<ClusterState> Cluster::Build(
   ClusterState state;
   std::vector<scheduler::Node> nodes;
   nodes.reserve(stored.nodes.size());
-  for (const scheduler::Node& node : stored.nodes) {
-    nodes.push_back(node);
-    state.nodes[node.node_id] = NodeEntry{node};
-  }
+  for (const scheduler::Node& node : stored.nodes) nodes.push_back(node);
   std::vector<scheduler::Allocation> allocations;
   for (const PlacementGroup& pg : stored.placement_groups) {
     AddAllocations(pg, allocations);
@@ -181,7 +178,6 @@ void Cluster::Install() {
         state_.queue.insert(QueueKeyOf(*change));
       }
     }
-    InstallInto(group_.nodes, state_.nodes);
     InstallInto(group_.pgs, state_.pgs);
     InstallInto(group_.classes, state_.classes);
     if (group_.snapshot) state_.snapshot = group_.snapshot;

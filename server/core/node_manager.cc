@@ -31,15 +31,14 @@ class NodeChanges {
 
   // Notes `next` when it is new (`old` null) or its state changed: `node
   // "x" DEAD (was ALIVE): lease expired`.
-  void Note(const NodeEntry* old, const scheduler::Node& next,
+  void Note(const scheduler::Node* old, const scheduler::Node& next,
             absl::string_view why) {
-    if (old != nullptr && old->node.state == next.state) return;
+    if (old != nullptr && old->state == next.state) return;
     Add(absl::StrCat(
         "node ", Quote(next.node_id), " ", scheduler::NodeStateName(next.state),
         old == nullptr
             ? ""
-            : absl::StrCat(" (was ", scheduler::NodeStateName(old->node.state),
-                           ")"),
+            : absl::StrCat(" (was ", scheduler::NodeStateName(old->state), ")"),
         ": ", why));
   }
   // Notes a quarantine that begins, ends or changes its reason.
@@ -170,16 +169,16 @@ absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
   return node;
 }
 
-NodeView ViewOf(const NodeEntry& entry,
+NodeView ViewOf(const scheduler::Node& entry,
                 const scheduler::InventorySnapshot& snapshot,
                 absl::Time last_heartbeat) {
   NodeView view;
-  view.node = entry.node;
+  view.node = entry;
   view.last_heartbeat = last_heartbeat;
   absl::StatusOr<scheduler::ResourceSet> free =
-      snapshot.FreeResources(entry.node.node_id);
-  view.available = free.ok() ? *free : entry.node.resources;
-  const int64_t index = snapshot.NodeIndex(entry.node.node_id);
+      snapshot.FreeResources(entry.node_id);
+  view.available = free.ok() ? *free : entry.resources;
+  const int64_t index = snapshot.NodeIndex(entry.node_id);
   if (index >= 0) {
     absl::btree_set<std::string> ids;
     for (const scheduler::Allocation& a : snapshot.node(index).allocations) {
@@ -246,7 +245,9 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
   // restart), and is in the table CheckLeases scans.
   const absl::Time epoch = coordinator->Now();
   cluster_->Read([&](const ClusterState& s) {
-    for (const auto& [id, entry] : s.nodes) leases_.Renew(id, epoch);
+    for (size_t i = 0; i < s.snapshot->num_nodes(); ++i) {
+      leases_.Renew(s.snapshot->node(i).node.node_id, epoch);
+    }
     return 0;
   });
   if (options_.heartbeat_timeout > absl::ZeroDuration()) {
@@ -271,21 +272,21 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
                                                 std::vector<NodeView>& views) {
         for (const scheduler::Node& node : nodes) {
           leases_.Renew(node.node_id, txn.now());
-          NodeEntry entry{node};
-          const NodeEntry* old = txn.FindNode(node.node_id);
+          scheduler::Node entry = node;
+          const scheduler::Node* old = txn.FindNode(node.node_id);
           // Re-registration keeps a drain; a dead node that registers is
           // back.
-          if (old != nullptr && old->node.state == NodeState::kDraining) {
-            entry.node.state = NodeState::kDraining;
+          if (old != nullptr && old->state == NodeState::kDraining) {
+            entry.state = NodeState::kDraining;
           }
           // ... and a quarantine: only the agent's health report lifts it.
           if (old != nullptr) {
-            entry.node.quarantine_reason = old->node.quarantine_reason;
+            entry.quarantine_reason = old->quarantine_reason;
           }
           // The same node again (an agent retrying, or coming back after a
           // daemon restart) only renews its lease: nothing to store.
-          if (old != nullptr && old->node == entry.node) continue;
-          changes->Note(old, entry.node,
+          if (old != nullptr && *old == entry) continue;
+          changes->Note(old, entry,
                         old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);
         }
@@ -323,8 +324,8 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
   const absl::Time now = coordinator_->Now();
   const bool renewed = cluster_->Read([&](const ClusterState& s) {
     for (const NodeBeat& beat : beats) {
-      auto it = s.nodes.find(beat.node_id);
-      if (it == s.nodes.end() || !OnlyRenews(it->second.node, beat)) {
+      const scheduler::Node* node = s.snapshot->FindNode(beat.node_id);
+      if (node == nullptr || !OnlyRenews(*node, beat)) {
         return false;
       }
     }
@@ -340,32 +341,32 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
       [this, beats = std::move(beats), changes](Txn& txn) {
         std::vector<std::string> lost;
         for (size_t i = 0; i < beats.size(); ++i) {
-          const NodeEntry* entry = txn.FindNode(beats[i].node_id);
+          const scheduler::Node* entry = txn.FindNode(beats[i].node_id);
           if (entry == nullptr) {
             return absl::NotFoundError(
                 absl::StrCat("heartbeats[", i, "].node_id: no node ",
                              Quote(beats[i].node_id), "; register it first"));
           }
           leases_.Renew(beats[i].node_id, txn.now());
-          NodeEntry next = *entry;
+          scheduler::Node next = *entry;
           // A beat from a node marked dead brings it back.
-          next.node.state = beats[i].state.value_or(
-              entry->node.state == NodeState::kDead ? NodeState::kAlive
-                                                    : entry->node.state);
+          next.state = beats[i].state.value_or(entry->state == NodeState::kDead
+                                                   ? NodeState::kAlive
+                                                   : entry->state);
           if (beats[i].health) {
-            next.node.quarantine_reason = QuarantineReason(*beats[i].health);
+            next.quarantine_reason = QuarantineReason(*beats[i].health);
           }
-          if (next.node == entry->node) continue;
-          changes->Note(entry, next.node,
+          if (next == *entry) continue;
+          changes->Note(entry, next,
                         beats[i].state ? "reported by its heartbeat"
                                        : "heartbeat after DEAD");
-          changes->NoteHealth(entry->node, next.node);
+          changes->NoteHealth(*entry, next);
           txn.PutNode(next);
-          const bool died = next.node.state == NodeState::kDead &&
-                            entry->node.state != NodeState::kDead;
-          const bool sickened = entry->node.quarantine_reason.empty() &&
-                                !next.node.quarantine_reason.empty();
-          if (died || sickened) lost.push_back(next.node.node_id);
+          const bool died = next.state == NodeState::kDead &&
+                            entry->state != NodeState::kDead;
+          const bool sickened = entry->quarantine_reason.empty() &&
+                                !next.quarantine_reason.empty();
+          if (died || sickened) lost.push_back(next.node_id);
         }
         return lost.empty() ? absl::OkStatus()
                             : placement_->HandleNodesLost(txn, lost);
@@ -387,20 +388,20 @@ void NodeManager::SetDraining(const std::string& node_id, bool draining,
   SubmitForValue<NodeView>(
       *coordinator_,
       [this, node_id, draining, changes](Txn& txn, NodeView& view) {
-        const NodeEntry* entry = txn.FindNode(node_id);
+        const scheduler::Node* entry = txn.FindNode(node_id);
         if (entry == nullptr) return NodeNotFound(node_id);
-        if (entry->node.state == NodeState::kDead) {
+        if (entry->state == NodeState::kDead) {
           return absl::FailedPreconditionError(
               absl::StrCat("node_id: node ", Quote(node_id), " is DEAD; ",
                            draining ? "nothing to drain"
                                     : "a dead node comes back by heartbeat or "
                                       "re-registration"));
         }
-        NodeEntry next = *entry;
-        next.node.state = draining ? NodeState::kDraining : NodeState::kAlive;
+        scheduler::Node next = *entry;
+        next.state = draining ? NodeState::kDraining : NodeState::kAlive;
         // Back ALIVE, PutNode has the queue re-tried in this commit.
-        if (next.node.state != entry->node.state) txn.PutNode(next);
-        changes->Note(entry, next.node, draining ? "DrainNode" : "UndrainNode");
+        if (next.state != entry->state) txn.PutNode(next);
+        changes->Note(entry, next, draining ? "DrainNode" : "UndrainNode");
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
         view = ViewOf(next, *snapshot, leases_.Last(node_id));
         return absl::OkStatus();
@@ -412,7 +413,7 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
   auto changes = std::make_shared<NodeChanges>(options_.log);
   coordinator_->Submit(WriteOp{
       [this, node_id, force, changes](Txn& txn) {
-        const NodeEntry* entry = txn.FindNode(node_id);
+        const scheduler::Node* entry = txn.FindNode(node_id);
         if (entry == nullptr) return NodeNotFound(node_id);
         std::vector<std::string> holders = txn.PgsOnNode(node_id);
         if (!holders.empty()) {
@@ -426,8 +427,8 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
                 "force: true)"));
           }
           // Forced: the node is lost; its groups are rescheduled first.
-          NodeEntry dead = *entry;
-          dead.node.state = NodeState::kDead;
+          scheduler::Node dead = *entry;
+          dead.state = NodeState::kDead;
           txn.PutNode(dead);
           RETURN_IF_ERROR(placement_->HandleNodesLost(txn, {node_id}));
         }
@@ -455,9 +456,9 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
 
 absl::StatusOr<NodeView> NodeManager::Get(absl::string_view node_id) const {
   return cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<NodeView> {
-    auto it = s.nodes.find(node_id);
-    if (it == s.nodes.end()) return NodeNotFound(node_id);
-    return ViewOf(it->second, *s.snapshot, leases_.Last(node_id));
+    const scheduler::Node* node = s.snapshot->FindNode(node_id);
+    if (node == nullptr) return NodeNotFound(node_id);
+    return ViewOf(*node, *s.snapshot, leases_.Last(node_id));
   });
 }
 
@@ -482,10 +483,8 @@ std::vector<NodeView> NodeManager::List(
         *next = out.back().node.node_id;
         break;
       }
-      auto entry = s.nodes.find(snap.node(*it).node.node_id);
-      if (entry != s.nodes.end()) {
-        out.push_back(ViewOf(entry->second, snap, leases_.Last(entry->first)));
-      }
+      const scheduler::Node& node = snap.node(*it).node;
+      out.push_back(ViewOf(node, snap, leases_.Last(node.node_id)));
     }
     return out;
   });
@@ -536,10 +535,10 @@ void NodeManager::CheckLeases(Done done) {
   std::vector<std::string> expired = cluster_->Read([&](const ClusterState& s) {
     std::vector<std::string> ids;
     for (std::string& id : late) {
-      auto it = s.nodes.find(id);
-      if (it == s.nodes.end()) {
+      const scheduler::Node* node = s.snapshot->FindNode(id);
+      if (node == nullptr) {
         gone.push_back(std::move(id));
-      } else if (it->second.node.state != NodeState::kDead) {
+      } else if (node->state != NodeState::kDead) {
         ids.push_back(std::move(id));
       }
     }
@@ -559,17 +558,17 @@ void NodeManager::CheckLeases(Done done) {
             const absl::Time cutoff = txn.now() - options_.heartbeat_timeout;
             std::vector<std::string> lost;
             for (const std::string& id : expired) {
-              const NodeEntry* entry = txn.FindNode(id);
+              const scheduler::Node* entry = txn.FindNode(id);
               // Re-check: a heartbeat may have come in meanwhile.
               const absl::Time last = leases_.Last(id);
               if (entry == nullptr || last >= cutoff ||
-                  entry->node.state == NodeState::kDead) {
+                  entry->state == NodeState::kDead) {
                 continue;
               }
-              NodeEntry dead = *entry;
-              dead.node.state = NodeState::kDead;
+              scheduler::Node dead = *entry;
+              dead.state = NodeState::kDead;
               changes->Note(
-                  entry, dead.node,
+                  entry, dead,
                   absl::StrCat("lease expired (no heartbeat for ",
                                absl::FormatDuration(absl::Trunc(
                                    txn.now() - last, absl::Milliseconds(100))),

@@ -20,7 +20,7 @@ absl::Status TelemetryManager::ReportMetrics(
     const std::vector<NodeTpuMetrics>& nodes) {
   absl::Status known = cluster_->Read([&](const ClusterState& s) {
     for (size_t i = 0; i < nodes.size(); ++i) {
-      if (!s.nodes.contains(nodes[i].node_id)) {
+      if (s.snapshot->FindNode(nodes[i].node_id) == nullptr) {
         return absl::NotFoundError(absl::StrCat(
             "nodes[", i, "].node_id: no node ", Quote(nodes[i].node_id)));
       }
@@ -65,7 +65,7 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
                             -> absl::StatusOr<std::vector<std::string>> {
     std::vector<std::string> nodes;
     if (!scope.node_id.empty()) {
-      if (!state.nodes.contains(scope.node_id)) {
+      if (state.snapshot->FindNode(scope.node_id) == nullptr) {
         return absl::NotFoundError(
             absl::StrCat("node_id: no node ", Quote(scope.node_id)));
       }
@@ -92,7 +92,10 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
       }
       nodes.assign(unique.begin(), unique.end());
     } else {
-      for (const auto& [id, entry] : state.nodes) nodes.push_back(id);
+      nodes.reserve(state.snapshot->num_nodes());
+      for (size_t i = 0; i < state.snapshot->num_nodes(); ++i) {
+        nodes.push_back(state.snapshot->node(i).node.node_id);
+      }
     }
     return nodes;
   });

@@ -34,21 +34,25 @@ Txn::Txn(const ClusterState& committed, const StateChanges& group,
       group.next_sequence ? group.next_sequence : committed.next_sequence;
 }
 
-const NodeEntry* Txn::FindNode(absl::string_view node_id) const {
-  return Lookup(node_id, own_.nodes, group_.nodes, committed_.nodes);
+const scheduler::Node* Txn::FindNode(absl::string_view node_id) const {
+  for (const Changes<scheduler::Node>* changes : {&own_.nodes, &group_.nodes}) {
+    auto it = changes->find(node_id);
+    if (it != changes->end()) return it->second ? &*it->second : nullptr;
+  }
+  return committed_.snapshot->FindNode(node_id);
 }
 
-void Txn::PutNode(const NodeEntry& entry) {
-  mutation_.PutNode(entry.node);
-  const NodeEntry* old = FindNode(entry.node.node_id);
-  if (old == nullptr || !(old->node == entry.node)) {
-    pending_nodes_.upsert_nodes.push_back(entry.node);
+void Txn::PutNode(const scheduler::Node& node) {
+  mutation_.PutNode(node);
+  const scheduler::Node* old = FindNode(node.node_id);
+  if (old == nullptr || !(*old == node)) {
+    pending_nodes_.upsert_nodes.push_back(node);
   }
   // A new, revived or healed node may let pending groups fit.
-  if (old == nullptr || scheduler::TakesPlacements(entry.node)) {
+  if (old == nullptr || scheduler::TakesPlacements(node)) {
     own_.retry_pending = true;
   }
-  own_.nodes[entry.node.node_id] = entry;
+  own_.nodes[node.node_id] = node;
 }
 
 void Txn::RemoveNode(absl::string_view node_id) {

@@ -37,20 +37,17 @@
 namespace sliced::server {
 
 // A node as the cluster state holds it (its lease is in Leases).
-struct NodeEntry {
-  scheduler::Node node;
-};
-
 // Queue order: priority descending, then arrival, then id.
 using QueueKey = std::tuple<int64_t, uint64_t, std::string>;
 QueueKey QueueKeyOf(const PlacementGroup& pg);
 
 // What readers see: everything committed.
 struct ClusterState {
-  absl::btree_map<std::string, NodeEntry> nodes;
-  // The engine's view of nodes and allocations, consistent with `nodes` and
-  // `pgs`.
-  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  // The nodes and the engine's view of their allocations, consistent with
+  // `pgs`. The snapshot is the one copy of each node (snapshot->FindNode,
+  // node(i) in id order).
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
+      scheduler::InventorySnapshot::Empty();
   // Live placement groups (not removed), by id.
   absl::btree_map<std::string, PlacementGroup> pgs;
   absl::flat_hash_map<std::string, std::string> pg_by_request_id;
@@ -66,7 +63,7 @@ using Changes = absl::flat_hash_map<std::string, std::optional<T>>;
 
 // Everything a group (or one op) changes, in memory.
 struct StateChanges {
-  Changes<NodeEntry> nodes;
+  Changes<scheduler::Node> nodes;
   Changes<PlacementGroup> pgs;
   Changes<ComputeClass> classes;
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
@@ -91,9 +88,9 @@ class Txn {
 
   // ---- Nodes
   // The node as this op sees it; nullptr when absent.
-  const NodeEntry* FindNode(absl::string_view node_id) const;
-  // Stores `entry` durably (and in the engine snapshot).
-  void PutNode(const NodeEntry& entry);
+  const scheduler::Node* FindNode(absl::string_view node_id) const;
+  // Stores `node` durably (and in the engine snapshot).
+  void PutNode(const scheduler::Node& node);
   void RemoveNode(absl::string_view node_id);
 
   // ---- Placement groups

@@ -17,10 +17,10 @@ namespace {
 
 using testing::Core;
 
-NodeEntry Entry(const std::string& id) {
-  NodeEntry e;
-  e.node.node_id = id;
-  e.node.address = id;
+scheduler::Node Entry(const std::string& id) {
+  scheduler::Node e;
+  e.node_id = id;
+  e.address = id;
   return e;
 }
 
@@ -33,7 +33,8 @@ std::function<absl::Status(Txn&)> Put(const std::string& id) {
 }
 
 size_t NodeCount(Core& c) {
-  return c.cluster().Read([](const ClusterState& s) { return s.nodes.size(); });
+  return c.cluster().Read(
+      [](const ClusterState& s) { return s.snapshot->num_nodes(); });
 }
 
 std::unique_ptr<Core> StartCore(storage::MemoryStore& memory) {
@@ -47,9 +48,10 @@ TEST(CoordinatorTest, CommittedWritesAreVisibleAndDurable) {
   auto c = StartCore(memory);
   ASSERT_NE(c, nullptr);
   ASSERT_TRUE(c->Op(Put("a")).ok());
-  EXPECT_EQ(c->cluster().Read(
-                [](const ClusterState& s) { return s.nodes.count("a"); }),
-            1u);
+  EXPECT_EQ(c->cluster().Read([](const ClusterState& s) {
+    return s.snapshot->FindNode("a") != nullptr;
+  }),
+            true);
   EXPECT_EQ(memory.Load()->nodes.size(), 1u);
 }
 
@@ -88,9 +90,10 @@ TEST(CoordinatorTest, SyncFailureLeavesMemoryMatchingTheStore) {
   EXPECT_EQ(c->Op(Put("a")).code(), absl::StatusCode::kUnavailable);
   // The write reached the store although it was reported failed; memory was
   // re-read, so the next op sees "a" exactly as a restart would.
-  EXPECT_EQ(c->cluster().Read(
-                [](const ClusterState& s) { return s.nodes.count("a"); }),
-            1u);
+  EXPECT_EQ(c->cluster().Read([](const ClusterState& s) {
+    return s.snapshot->FindNode("a") != nullptr;
+  }),
+            true);
   EXPECT_EQ(c->Op([](Txn& t) {
                return t.FindNode("a") ? absl::OkStatus()
                                       : absl::NotFoundError("a missing");
