@@ -11,6 +11,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/flat_map.h"
 
 namespace sliced::scheduler {
 
@@ -22,11 +23,13 @@ inline constexpr int64_t kResourceScale = 10000;
 // bytes); keeps sums of a whole cluster far from int64 overflow.
 inline constexpr double kMaxResourceValue = 1e14;
 
-// Label map, ordered so that anything derived from it is deterministic.
-using Labels = absl::btree_map<std::string, std::string>;
+// Label map, ordered so that anything derived from it is deterministic. A
+// sorted vector (base/flat_map.h): every node keeps one, so its size is
+// what 100k nodes cost.
+using Labels = FlatMap<std::string, std::string>;
 
-// Resource name -> fixed-point amount.
-using ResourceSet = absl::btree_map<std::string, int64_t>;
+// Resource name -> fixed-point amount, in name order.
+using ResourceSet = FlatMap<std::string, int64_t>;
 
 // Converts a wire value to fixed point.
 // Returns InvalidArgument (message names `what` and the rule) when the value is

@@ -713,9 +713,13 @@ class SnapshotWriter {
 
   // `nodes` sorted by id. InvalidArgument for an empty or duplicate id.
   static absl::StatusOr<std::vector<Node>> SortedById(std::vector<Node> nodes) {
-    std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) {
+    auto by_id = [](const Node& a, const Node& b) {
       return a.node_id < b.node_id;
-    });
+    };
+    // A store hands them over in key (= id) order already.
+    if (!std::is_sorted(nodes.begin(), nodes.end(), by_id)) {
+      std::sort(nodes.begin(), nodes.end(), by_id);
+    }
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].node_id.empty()) {
         return absl::InvalidArgumentError("node_id must not be empty");

@@ -28,8 +28,10 @@ absl::StatusOr<std::vector<scheduler::Node>> NodesFromProto(
           "): state: a node registers ALIVE; use DrainNode or Heartbeat "
           "to change its state"));
     }
-    specs.push_back(NodeSpec{in.node_id(), in.address(), ToBtree(in.labels()),
-                             ToBtree(in.resources())});
+    specs.push_back(
+        NodeSpec{in.node_id(), in.address(),
+                 scheduler::Labels(in.labels().begin(), in.labels().end()),
+                 ToBtree(in.resources())});
   }
   return ValidateNodes(specs, limits);
 }

@@ -43,18 +43,16 @@ void AddAllocations(const PlacementGroup& pg,
 Cluster::Cluster(LogStore* logs) : logs_(logs) {}
 
 absl::StatusOr<ClusterState> Cluster::Build(
-    const storage::StoredState& stored) const {
+    storage::StoredState& stored) const {
   ClusterState state;
-  std::vector<scheduler::Node> nodes;
-  nodes.reserve(stored.nodes.size());
-  for (const scheduler::Node& node : stored.nodes) nodes.push_back(node);
   std::vector<scheduler::Allocation> allocations;
-  for (const PlacementGroup& pg : stored.placement_groups) {
+  for (PlacementGroup& pg : stored.placement_groups) {
     AddAllocations(pg, allocations);
     state.next_sequence = std::max(state.next_sequence, pg.sequence + 1);
     if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
     if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
-    state.pgs[pg.id] = pg;
+    std::string id = pg.id;
+    state.pgs.insert_or_assign(std::move(id), std::move(pg));
   }
   // The stored high-water mark outlives removed groups: their ids are never
   // handed out again after a restart.
@@ -62,7 +60,7 @@ absl::StatusOr<ClusterState> Cluster::Build(
   for (const ComputeClass& cls : stored.compute_classes) {
     state.classes[cls.name] = cls;
   }
-  auto snapshot = scheduler::InventorySnapshot::Build(std::move(nodes),
+  auto snapshot = scheduler::InventorySnapshot::Build(std::move(stored.nodes),
                                                       std::move(allocations));
   if (!snapshot.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -80,7 +78,7 @@ absl::StatusOr<ClusterState> Cluster::Build(
   return state;
 }
 
-absl::Status Cluster::Restore(const storage::StoredState& stored,
+absl::Status Cluster::Restore(storage::StoredState stored,
                               storage::Mutation& repair) {
   absl::StatusOr<ClusterState> state;
   {

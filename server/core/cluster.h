@@ -57,7 +57,7 @@ class Cluster : public Coordinator::Machine {
   }
 
   // Coordinator::Machine
-  absl::Status Restore(const storage::StoredState& stored,
+  absl::Status Restore(storage::StoredState stored,
                        storage::Mutation& repair) override;
   void BeginGroup(absl::Time now) override;
   absl::Status RunOp(const std::function<absl::Status(Txn&)>& apply,
@@ -67,8 +67,9 @@ class Cluster : public Coordinator::Machine {
   void Abandon() override;
 
  private:
-  // The in-memory state for what the store holds.
-  absl::StatusOr<ClusterState> Build(const storage::StoredState& stored) const
+  // The in-memory state for what the store holds (nodes and groups are
+  // moved out of `stored`).
+  absl::StatusOr<ClusterState> Build(storage::StoredState& stored) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Merge(Txn& txn, storage::Mutation& writes);
 

@@ -46,7 +46,7 @@ Coordinator::~Coordinator() {
 absl::Status Coordinator::Resync() {
   ASSIGN_OR_RETURN(storage::StoredState stored, store_->Load());
   storage::Mutation repair;
-  RETURN_IF_ERROR(machine_->Restore(stored, repair));
+  RETURN_IF_ERROR(machine_->Restore(std::move(stored), repair));
   return repair.empty() ? absl::OkStatus() : store_->Commit(repair);
 }
 

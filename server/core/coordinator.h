@@ -67,7 +67,8 @@ class Coordinator {
     // log rings) that are committed before anything else.
     // Returns DataLoss/FailedPrecondition when the stored state is
     // inconsistent; the daemon then refuses to serve it.
-    virtual absl::Status Restore(const storage::StoredState& stored,
+    // `stored` is the machine's to take apart.
+    virtual absl::Status Restore(storage::StoredState stored,
                                  storage::Mutation& repair) = 0;
     // Opens a group of ops at `now`.
     virtual void BeginGroup(absl::Time now) = 0;

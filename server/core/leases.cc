@@ -10,6 +10,13 @@ Leases::Shard& Leases::ShardOf(absl::string_view node_id) const {
   return shards_[absl::Hash<absl::string_view>()(node_id) % kShards];
 }
 
+void Leases::Reserve(size_t nodes) {
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    shard.last.reserve(shard.last.size() + nodes / kShards + nodes / 64);
+  }
+}
+
 void Leases::Renew(absl::string_view node_id, absl::Time at) {
   Shard& shard = ShardOf(node_id);
   absl::MutexLock lock(&shard.mu);

@@ -24,6 +24,8 @@ class Leases {
   // A node never renewed counts as renewed at `epoch` (the daemon's start).
   explicit Leases(absl::Time epoch) : epoch_(epoch) {}
 
+  // Makes room for about `nodes` leases (before seeding a loaded inventory).
+  void Reserve(size_t nodes);
   // Records a heartbeat of `node_id` at `at` (a later one is kept).
   void Renew(absl::string_view node_id, absl::Time at);
   // When `node_id` last heartbeat: the epoch if never.

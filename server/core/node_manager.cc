@@ -245,6 +245,7 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
   // restart), and is in the table CheckLeases scans.
   const absl::Time epoch = coordinator->Now();
   cluster_->Read([&](const ClusterState& s) {
+    leases_.Reserve(s.snapshot->num_nodes());
     for (size_t i = 0; i < s.snapshot->num_nodes(); ++i) {
       leases_.Renew(s.snapshot->node(i).node.node_id, epoch);
     }

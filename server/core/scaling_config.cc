@@ -73,8 +73,7 @@ absl::StatusOr<GivenResources> ConvertResources(const ScalingConfig& config,
       out.resources,
       ResourcesFromWire(config.resources_per_worker,
                         "scaling_config.resources_per_worker", limits));
-  absl::erase_if(out.resources,
-                 [](const auto& entry) { return entry.second == 0; });
+  erase_if(out.resources, [](const auto& entry) { return entry.second == 0; });
   if (out.resources.empty()) {
     return Invalid("resources_per_worker",
                    "every amount is 0; ask for at least one resource or leave "

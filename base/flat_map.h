@@ -1,0 +1,203 @@
+// FlatMap: an ordered map kept as one sorted vector of (key, value) pairs.
+//
+// For the small maps every node carries (its ~10 labels, its ~4 resources):
+// one allocation holding exactly its entries, where a btree_map spends a
+// 256-byte node per three labels. At 100k nodes that is about a kilobyte
+// per node (docs/engine.md, "Memory"). Lookups are a binary search; an
+// insert or erase moves the entries after it, so keep these maps small.
+//
+// The interface is the part of std::map / absl::btree_map this codebase
+// uses, with the same meaning: iteration in key order, find / contains /
+// count / at taking any type comparable with the key (absl::string_view
+// for std::string keys), operator[], insert / emplace / try_emplace keep an
+// existing entry, insert_or_assign replaces it, erase by key or iterator.
+// Differences: entries are `std::pair<K, V>` (the key is not const: do not
+// change it through an iterator), and any insert or erase invalidates every
+// iterator and reference.
+//
+// Not thread-safe; a plain value type.
+#ifndef SLICED_BASE_FLAT_MAP_H_
+#define SLICED_BASE_FLAT_MAP_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
+#include <iterator>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace sliced {
+
+template <typename K, typename V>
+class FlatMap {
+ public:
+  using key_type = K;
+  using mapped_type = V;
+  using value_type = std::pair<K, V>;
+  using size_type = size_t;
+  using iterator = typename std::vector<value_type>::iterator;
+  using const_iterator = typename std::vector<value_type>::const_iterator;
+
+  FlatMap() = default;
+  FlatMap(std::initializer_list<value_type> entries)
+      : FlatMap(entries.begin(), entries.end()) {}
+  // The first entry of each key wins, as for std::map's range constructor.
+  template <typename It>
+  FlatMap(It first, It last) {
+    insert(first, last);
+  }
+
+  iterator begin() { return entries_.begin(); }
+  iterator end() { return entries_.end(); }
+  const_iterator begin() const { return entries_.begin(); }
+  const_iterator end() const { return entries_.end(); }
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  void clear() { entries_.clear(); }
+
+  template <typename Key>
+  iterator lower_bound(const Key& key) {
+    return std::lower_bound(entries_.begin(), entries_.end(), key, Less());
+  }
+  template <typename Key>
+  const_iterator lower_bound(const Key& key) const {
+    return std::lower_bound(entries_.begin(), entries_.end(), key, Less());
+  }
+  template <typename Key>
+  iterator find(const Key& key) {
+    iterator it = lower_bound(key);
+    return it != end() && !(key < it->first) ? it : end();
+  }
+  template <typename Key>
+  const_iterator find(const Key& key) const {
+    const_iterator it = lower_bound(key);
+    return it != end() && !(key < it->first) ? it : end();
+  }
+  template <typename Key>
+  bool contains(const Key& key) const {
+    return find(key) != end();
+  }
+  template <typename Key>
+  size_t count(const Key& key) const {
+    return contains(key) ? 1 : 0;
+  }
+  // Throws std::out_of_range when absent, as std::map does.
+  template <typename Key>
+  const V& at(const Key& key) const {
+    const_iterator it = find(key);
+    if (it == end()) throw std::out_of_range("FlatMap::at: no such key");
+    return it->second;
+  }
+  template <typename Key>
+  V& at(const Key& key) {
+    iterator it = find(key);
+    if (it == end()) throw std::out_of_range("FlatMap::at: no such key");
+    return it->second;
+  }
+
+  template <typename Key>
+  V& operator[](Key&& key) {
+    return try_emplace(std::forward<Key>(key)).first->second;
+  }
+  template <typename Key, typename... Args>
+  std::pair<iterator, bool> try_emplace(Key&& key, Args&&... args) {
+    iterator it = lower_bound(key);
+    if (it != end() && !(key < it->first)) return {it, false};
+    it = entries_.emplace(it, std::piecewise_construct,
+                          std::forward_as_tuple(K(std::forward<Key>(key))),
+                          std::forward_as_tuple(std::forward<Args>(args)...));
+    return {it, true};
+  }
+  template <typename Key, typename Value>
+  std::pair<iterator, bool> emplace(Key&& key, Value&& value) {
+    return try_emplace(std::forward<Key>(key), std::forward<Value>(value));
+  }
+  std::pair<iterator, bool> insert(const value_type& entry) {
+    return try_emplace(entry.first, entry.second);
+  }
+  std::pair<iterator, bool> insert(value_type&& entry) {
+    return try_emplace(std::move(entry.first), std::move(entry.second));
+  }
+  // Entries already present win, then the first of each new key: the
+  // range is appended, then sorted in place stably (an insertion sort: the
+  // maps are small, and it allocates nothing).
+  template <typename It>
+  void insert(It first, It last) {
+    if constexpr (std::is_base_of_v<
+                      std::forward_iterator_tag,
+                      typename std::iterator_traits<It>::iterator_category>) {
+      entries_.reserve(entries_.size() + std::distance(first, last));
+    }
+    const size_t sorted = entries_.size();
+    for (; first != last; ++first) entries_.emplace_back(*first);
+    for (size_t i = sorted; i < entries_.size(); ++i) {
+      size_t j = i;
+      while (j > 0 && entries_[i].first < entries_[j - 1].first) --j;
+      if (j != i) {
+        std::rotate(entries_.begin() + j, entries_.begin() + i,
+                    entries_.begin() + i + 1);
+      }
+    }
+    entries_.erase(std::unique(entries_.begin(), entries_.end(),
+                               [](const value_type& a, const value_type& b) {
+                                 return a.first == b.first;
+                               }),
+                   entries_.end());
+  }
+
+  template <typename Key, typename Value>
+  std::pair<iterator, bool> insert_or_assign(Key&& key, Value&& value) {
+    auto [it, inserted] = try_emplace(std::forward<Key>(key));
+    it->second = std::forward<Value>(value);
+    return {it, inserted};
+  }
+
+  iterator erase(iterator pos) { return entries_.erase(pos); }
+  iterator erase(const_iterator pos) { return entries_.erase(pos); }
+  iterator erase(const_iterator first, const_iterator last) {
+    return entries_.erase(first, last);
+  }
+  template <typename Key>
+  size_t erase(const Key& key) {
+    const_iterator it = std::as_const(*this).find(key);
+    if (it == end()) return 0;
+    entries_.erase(it);
+    return 1;
+  }
+
+  // Erases the entries for which `pred(entry)` holds; returns how many.
+  template <typename Pred>
+  friend size_t erase_if(FlatMap& map, Pred pred) {
+    auto first = std::remove_if(map.entries_.begin(), map.entries_.end(), pred);
+    const size_t n = map.entries_.end() - first;
+    map.entries_.erase(first, map.entries_.end());
+    return n;
+  }
+
+  // Releases spare capacity (after a map is built by inserts).
+  void shrink_to_fit() { entries_.shrink_to_fit(); }
+
+  friend bool operator==(const FlatMap& a, const FlatMap& b) {
+    return a.entries_ == b.entries_;
+  }
+  friend bool operator<(const FlatMap& a, const FlatMap& b) {
+    return a.entries_ < b.entries_;
+  }
+
+ private:
+  struct Less {
+    template <typename Key>
+    bool operator()(const value_type& entry, const Key& key) const {
+      return entry.first < key;
+    }
+  };
+
+  std::vector<value_type> entries_;
+};
+
+}  // namespace sliced
+
+#endif  // SLICED_BASE_FLAT_MAP_H_
