@@ -54,6 +54,8 @@ class FlatMap {
   iterator end() { return entries_.end(); }
   const_iterator begin() const { return entries_.begin(); }
   const_iterator end() const { return entries_.end(); }
+  const_iterator cbegin() const { return entries_.cbegin(); }
+  const_iterator cend() const { return entries_.cend(); }
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
   void clear() { entries_.clear(); }
@@ -66,13 +68,20 @@ class FlatMap {
   const_iterator lower_bound(const Key& key) const {
     return std::lower_bound(entries_.begin(), entries_.end(), key, Less());
   }
+  // A small map is scanned for an equal key (a length check rules out most
+  // entries without touching their characters); a larger one is searched.
   template <typename Key>
   iterator find(const Key& key) {
-    iterator it = lower_bound(key);
-    return it != end() && !(key < it->first) ? it : end();
+    return begin() + (std::as_const(*this).find(key) - cbegin());
   }
   template <typename Key>
   const_iterator find(const Key& key) const {
+    if (entries_.size() <= kScanBelow) {
+      for (const_iterator it = begin(); it != end(); ++it) {
+        if (it->first == key) return it;
+      }
+      return end();
+    }
     const_iterator it = lower_bound(key);
     return it != end() && !(key < it->first) ? it : end();
   }
@@ -188,6 +197,8 @@ class FlatMap {
   }
 
  private:
+  static constexpr size_t kScanBelow = 16;
+
   struct Less {
     template <typename Key>
     bool operator()(const value_type& entry, const Key& key) const {
