@@ -27,6 +27,7 @@
 # at 10k and 100k nodes, watch fan-out). Raw output: JSON, the Markdown
 # tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
+ARGS="$*"
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build-bench
@@ -157,24 +158,31 @@ if [[ $RENDER_ONLY == 0 ]]; then
   else
     git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
   fi
-  printf '%s\n' "$START" "$ELAPSED" "$COMMIT" "$LOAD_START" "$LOAD_END" > "$OUT/run.txt"
+  BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
+  if [[ $DO_BUILD == 1 ]]; then
+    BUILT="it builds \`sliced\`, \`sliced_sim\` and \`sliced_load\` in Release into \`${BUILD#$ROOT/}/\`"
+  else
+    BUILT="it used the binaries already built in \`${BUILD#$ROOT/}/\` (${BUILD_TYPE:-unknown} build)"
+  fi
+  printf '%s\n' "$START" "$ELAPSED" "$COMMIT" "$LOAD_START" "$LOAD_END" "$ARGS" "$BUILT" > "$OUT/run.txt"
 else
-  { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END; } < "$OUT/run.txt"
+  { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END;
+    read -r ARGS || true; read -r BUILT || true; } < "$OUT/run.txt"
 fi
+BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\` and \`sliced_load\` in Release into \`build-bench/\`"}
 
 RESULTS=$ROOT/bench/RESULTS.md
 [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
 
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-CMD="bench/run.sh${MODE:+ --quick}"
-[[ $HEAD == 1 ]] && CMD="$CMD --head"
-[[ $RECORD == 2 ]] && CMD="$CMD --record"
+CMD="bench/run.sh${ARGS:+ $ARGS}"
 
 python3 - "$RESULTS" "$OUT" "$CMD" "$START" "$ELAPSED" "$COMMIT" "$(nproc)" "$CPU" \
-  "$LOAD_START" "$LOAD_END" "$([[ $RECORD == 0 ]] && echo "$OUT" || echo bench/results)" <<'PY'
+  "$LOAD_START" "$LOAD_END" "$([[ $RECORD == 0 ]] && echo "$OUT" || echo bench/results)" \
+  "$BUILT" <<'PY'
 import json, re, sys
 (results, out, cmd, start, elapsed, commit, ncpu, cpu,
- load_start, load_end, rel_out) = sys.argv[1:]
+ load_start, load_end, rel_out, built) = sys.argv[1:]
 load = json.load(open(f"{out}/load.json"))
 sim = json.load(open(f"{out}/sim.json"))
 
@@ -241,8 +249,7 @@ rows.append(f"| whole-slice batch gap to max-flow bound (median of {len(gaps)} s
             f"{100*gap:.1f} %; {100*max(gaps):.1f} %{' ✅' if max(gaps) <= 0.02 else ' ❌'} |")
 
 summary = (
-    f"**Command**: `{cmd}` (one command; it builds `sliced`, `sliced_sim` and "
-    f"`sliced_load` in Release into `build-bench/`, runs both, and rewrites the "
+    f"**Command**: `{cmd}` (one command; {built}, runs both, and rewrites the "
     f"sections below, between their `bench/run.sh` markers). Raw JSON and the plot: "
     f"`{rel_out}/`. See docs/bench.md.\n\n"
     f"**Run**: {start}, {int(elapsed)//60} min {int(elapsed)%60} s, commit {commit}. "
