@@ -28,10 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::pair<std::string, std::string> parts =
       absl::StrSplit(input, absl::MaxSplits('\n', 1));
   auto selector = sliced::scheduler::ParseLabelSelector(Pairs(parts.first));
-  (void)sliced::scheduler::ValidateLabels(Pairs(parts.second));
+  const absl::btree_map<std::string, std::string> pairs = Pairs(parts.second);
+  const sliced::scheduler::Labels labels(pairs.begin(), pairs.end());
+  (void)sliced::scheduler::ValidateLabels(labels);
   if (!selector.ok()) return 0;
-  sliced::scheduler::Labels labels;
-  for (auto& [k, v] : Pairs(parts.second)) labels[k] = v;
   (void)sliced::scheduler::Matches(*selector, labels);
   (void)sliced::scheduler::SelectorToString(*selector);
   return 0;

@@ -362,11 +362,13 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
                         beats[i].state ? "reported by its heartbeat"
                                        : "heartbeat after DEAD");
           changes->NoteHealth(*entry, next);
-          txn.PutNode(next);
+          // Decided before PutNode: when the batch names this node twice,
+          // `entry` is the op's own copy, which PutNode overwrites.
           const bool died = next.state == NodeState::kDead &&
                             entry->state != NodeState::kDead;
           const bool sickened = entry->quarantine_reason.empty() &&
                                 !next.quarantine_reason.empty();
+          txn.PutNode(next);
           if (died || sickened) lost.push_back(next.node_id);
         }
         return lost.empty() ? absl::OkStatus()

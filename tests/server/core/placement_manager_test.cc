@@ -388,6 +388,26 @@ TEST_F(PlacementManagerTest, APlainGroupReplacesOnlyItsLostBundles) {
   EXPECT_NE(moved->group.bundles[1].node_id, kept);
 }
 
+// A batch may name a node twice; the later beat wins, and a node it turns
+// DEAD loses its groups as if the beats had come one by one.
+TEST_F(PlacementManagerTest, ABatchNamingANodeTwiceStillReschedulesItsGroups) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
+  auto g =
+      core_->Create(Cpus(2, 4, PgOwner{}, scheduler::Strategy::kStrictSpread));
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(
+      core_
+          ->Heartbeat(
+              {NodeBeat{"b", scheduler::NodeState::kDraining, std::nullopt},
+               NodeBeat{"b", scheduler::NodeState::kDead, std::nullopt}})
+          .ok());
+  auto lost = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->group.state, PgState::kRescheduling);
+  EXPECT_EQ(lost->group.bundles[1].node_id, "");
+}
+
 TEST_F(PlacementManagerTest, ALostGroupWithNowhereToGoWaitsAndKeepsSurvivors) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
