@@ -1,10 +1,10 @@
 // FlatMap: an ordered map kept as one sorted vector of (key, value) pairs.
 //
 // For the small maps every node carries (its ~10 labels, its ~4 resources):
-// one allocation holding exactly its entries, where a btree_map spends a
-// 256-byte node per three labels. At 100k nodes that is about a kilobyte
-// per node (docs/engine.md, "Memory"). Lookups are a binary search; an
-// insert or erase moves the entries after it, so keep these maps small.
+// one allocation holding its entries, where a btree_map spends a 256-byte
+// node per three labels (docs/engine.md, "Memory"). Lookups scan a small
+// map (up to 16 entries) and binary-search a larger one; an insert or erase
+// moves the entries after it, so keep these maps small.
 //
 // The interface is the part of std::map / absl::btree_map this codebase
 // uses, with the same meaning: iteration in key order, find / contains /
@@ -131,8 +131,8 @@ class FlatMap {
     return try_emplace(std::move(entry.first), std::move(entry.second));
   }
   // Entries already present win, then the first of each new key: the
-  // range is appended, then sorted in place stably (an insertion sort: the
-  // maps are small, and it allocates nothing).
+  // range is appended, then sorted stably (small maps by an insertion sort,
+  // which allocates nothing).
   template <typename It>
   void insert(It first, It last) {
     if constexpr (std::is_base_of_v<
@@ -142,12 +142,21 @@ class FlatMap {
     }
     const size_t sorted = entries_.size();
     for (; first != last; ++first) entries_.emplace_back(*first);
-    for (size_t i = sorted; i < entries_.size(); ++i) {
-      size_t j = i;
-      while (j > 0 && entries_[i].first < entries_[j - 1].first) --j;
-      if (j != i) {
-        std::rotate(entries_.begin() + j, entries_.begin() + i,
-                    entries_.begin() + i + 1);
+    auto by_key = [](const value_type& a, const value_type& b) {
+      return a.first < b.first;
+    };
+    if (entries_.size() > kScanBelow) {
+      // Not quadratic in what a caller sends (a request's map is converted
+      // before its size is validated).
+      std::stable_sort(entries_.begin(), entries_.end(), by_key);
+    } else {
+      for (size_t i = sorted; i < entries_.size(); ++i) {
+        size_t j = i;
+        while (j > 0 && by_key(entries_[i], entries_[j - 1])) --j;
+        if (j != i) {
+          std::rotate(entries_.begin() + j, entries_.begin() + i,
+                      entries_.begin() + i + 1);
+        }
       }
     }
     entries_.erase(std::unique(entries_.begin(), entries_.end(),

@@ -66,6 +66,20 @@ TEST(FlatMapTest, EraseIfAndCompare) {
   EXPECT_TRUE(m.empty());
 }
 
+// A large range (a request's map before validation) is sorted, not
+// inserted one by one; the first entry of each key still wins.
+TEST(FlatMapTest, LargeRangeKeepsFirstEntryPerKey) {
+  std::vector<std::pair<std::string, int>> entries;
+  for (int i = 0; i < 20000; ++i) {
+    entries.emplace_back(absl::StrCat("k", (i * 7919) % 10000), i);
+  }
+  Map m(entries.begin(), entries.end());
+  std::map<std::string, int> ref;
+  ref.insert(entries.begin(), entries.end());
+  EXPECT_EQ(Entries(m),
+            (std::vector<std::pair<std::string, int>>(ref.begin(), ref.end())));
+}
+
 // Same answers as std::map over a random sequence of operations.
 TEST(FlatMapTest, BehavesLikeStdMap) {
   std::mt19937 rng(7);
