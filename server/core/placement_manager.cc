@@ -452,19 +452,24 @@ absl::Status PlacementManager::FinishPreemption(Txn& txn,
 
 absl::Status PlacementManager::CancelPreemption(Txn& txn,
                                                 PlacementGroup& preemptor) {
+  std::vector<PlacementGroup> victims;  // still PREEMPTING for it
+  scheduler::SnapshotDelta release;     // those their owner removed meanwhile
   for (const std::string& id : preemptor.preempting) {
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr || current->state != PgState::kPreempting ||
         current->preempted_by != preemptor.id) {
       continue;
     }
-    PlacementGroup victim = *current;
-    if (victim.removed) {
-      // Its owner removed it meanwhile: it goes now.
-      scheduler::SnapshotDelta release;
-      release.release_pg_ids.push_back(id);
-      RETURN_IF_ERROR(txn.ApplyDelta(release));
-      txn.DeletePg(id);
+    victims.push_back(*current);
+    if (current->removed) release.release_pg_ids.push_back(id);
+  }
+  // The one step that can fail goes first: on an error nothing changed.
+  if (!release.release_pg_ids.empty()) {
+    RETURN_IF_ERROR(txn.ApplyDelta(release));
+  }
+  for (PlacementGroup& victim : victims) {
+    if (victim.removed) {  // it goes now
+      txn.DeletePg(victim.id);
       continue;
     }
     victim.state = PgState::kCreated;

@@ -53,10 +53,12 @@ class Ticker {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
     }
+    absl::MutexLock lock(&join_mu_);  // one caller joins, others wait
     if (thread_.joinable()) thread_.join();
   }
 
  private:
+  absl::Mutex join_mu_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -8,7 +8,8 @@
 namespace sliced::server {
 namespace {
 
-// Looks `key` up in the op's changes, then the group's, then committed state.
+// Looks `key` up in the op's changes, then the group's, then in committed
+// state through `committed(key)` (a pointer, null when absent).
 template <typename T, typename Committed>
 const T* Lookup(absl::string_view key, const Changes<T>& own,
                 const Changes<T>& group, const Committed& committed) {
@@ -16,8 +17,16 @@ const T* Lookup(absl::string_view key, const Changes<T>& own,
     auto it = changes->find(key);
     if (it != changes->end()) return it->second ? &*it->second : nullptr;
   }
-  auto it = committed.find(key);
-  return it == committed.end() ? nullptr : &it->second;
+  return committed(key);
+}
+
+// `committed` for a map of committed values.
+template <typename Map>
+auto InMap(const Map& map) {
+  return [&map](absl::string_view key) -> const typename Map::mapped_type* {
+    auto it = map.find(key);
+    return it == map.end() ? nullptr : &it->second;
+  };
 }
 
 }  // namespace
@@ -35,11 +44,10 @@ Txn::Txn(const ClusterState& committed, const StateChanges& group,
 }
 
 const scheduler::Node* Txn::FindNode(absl::string_view node_id) const {
-  for (const Changes<scheduler::Node>* changes : {&own_.nodes, &group_.nodes}) {
-    auto it = changes->find(node_id);
-    if (it != changes->end()) return it->second ? &*it->second : nullptr;
-  }
-  return committed_.snapshot->FindNode(node_id);
+  // Committed nodes live in the snapshot only.
+  return Lookup(node_id, own_.nodes, group_.nodes, [&](absl::string_view id) {
+    return committed_.snapshot->FindNode(id);
+  });
 }
 
 void Txn::PutNode(const scheduler::Node& node) {
@@ -62,7 +70,7 @@ void Txn::RemoveNode(absl::string_view node_id) {
 }
 
 const PlacementGroup* Txn::FindPg(absl::string_view pg_id) const {
-  return Lookup(pg_id, own_.pgs, group_.pgs, committed_.pgs);
+  return Lookup(pg_id, own_.pgs, group_.pgs, InMap(committed_.pgs));
 }
 
 const PlacementGroup* Txn::FindPgByRequestId(
@@ -141,7 +149,7 @@ std::vector<std::string> Txn::PgsOnNode(absl::string_view node_id) {
 }
 
 const ComputeClass* Txn::FindClass(absl::string_view name) const {
-  return Lookup(name, own_.classes, group_.classes, committed_.classes);
+  return Lookup(name, own_.classes, group_.classes, InMap(committed_.classes));
 }
 
 void Txn::PutClass(const ComputeClass& cls) {
