@@ -159,8 +159,6 @@ class SnapshotWriter {
       for (uint32_t h : HostIndexes(st_.slice(si))) nodes.insert(h);
     }
 
-    free_map_ =
-        std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
     for (uint32_t si : slices) IndexSlice(si, false);
     for (uint32_t i : nodes) IndexNode(i, false);
 
@@ -178,12 +176,11 @@ class SnapshotWriter {
       IndexSlice(si, true);
     }
     for (uint32_t i : nodes) IndexNode(i, true);
-    st_.free_slices_ = free_map_;
     return absl::OkStatus();
   }
 
   std::shared_ptr<const InventorySnapshot> Finish() {
-    st_.free_slices_ = std::move(free_map_);
+    free_map_.reset();
     return std::shared_ptr<const InventorySnapshot>(std::move(s_));
   }
 
@@ -395,8 +392,6 @@ class SnapshotWriter {
                              const std::vector<std::string>& removals) {
     ASSIGN_OR_RETURN(NodePlan nodes, PlanNodes(upserts, removals));
     SlicePlan slices = PlanSlices(nodes);
-    free_map_ =
-        std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
     for (const auto& [name, info] : slices.derived) {
       const int64_t s = st_.SliceIndex(name);
       if (s >= 0) IndexSlice(static_cast<uint32_t>(s), false);
@@ -433,7 +428,6 @@ class SnapshotWriter {
       it = it->second.empty() ? by_key_->erase(it) : std::next(it);
     }
     st_.slices_by_key_ = std::move(by_key_);
-    st_.free_slices_ = free_map_;
     return absl::OkStatus();
   }
 
@@ -520,7 +514,7 @@ class SnapshotWriter {
   void RenumberSliceIndexes(const SlicePlan& plan) {
     const size_t count = plan.source.size();
     if (plan.moved) {
-      for (auto& [key, set] : *free_map_) {
+      for (auto& [key, set] : MutableFreeMap()) {
         set = std::make_shared<const CowBitset>(
             set->Renumbered(plan.old_to_new, count, plan.first_moved));
       }
@@ -876,6 +870,7 @@ class SnapshotWriter {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
     free_map_ = std::make_shared<SnapshotState::FreeSliceIndex>();
+    st_.free_slices_ = free_map_;
   }
 
   static void ResolveShape(InventorySnapshot::SliceEntry& se) {
@@ -1080,19 +1075,22 @@ class SnapshotWriter {
     if (!se.shape_known) return;
     if (present && !(se.info.intact && se.free())) return;
     SliceKey key{se.shape.generation, se.shape.topology, se.tier, se.zone};
-    auto it = free_map_->find(key);
-    if (it == free_map_->end()) {
-      if (!present) return;
-      it = free_map_
-               ->emplace(key,
-                         std::make_shared<const CowBitset>(st_.slices_.size()))
+    const SnapshotState::FreeSliceIndex& current = *st_.free_slices_;
+    auto found = current.find(key);
+    if (found == current.end() ? !present : found->second->Test(si) == present)
+      return;
+    SnapshotState::FreeSliceIndex& free_map = MutableFreeMap();
+    auto it = free_map.find(key);
+    if (it == free_map.end()) {
+      it = free_map
+               .emplace(key,
+                        std::make_shared<const CowBitset>(st_.slices_.size()))
                .first;
     }
-    if (it->second->Test(si) == present) return;
     auto copy = std::make_shared<CowBitset>(*it->second);
     copy->Set(si, present);
     if (copy->count() == 0) {
-      free_map_->erase(it);
+      free_map.erase(it);
     } else {
       it->second = std::move(copy);
     }
@@ -1109,10 +1107,22 @@ class SnapshotWriter {
     }
   }
 
+  // The free-slice index of the snapshot being written, copied on the
+  // first change (most edits, a CPU bundle's say, change no slice).
+  SnapshotState::FreeSliceIndex& MutableFreeMap() {
+    if (free_map_ == nullptr) {
+      free_map_ =
+          std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
+      st_.free_slices_ = free_map_;
+    }
+    return *free_map_;
+  }
+
   std::unique_ptr<InventorySnapshot> s_;
   SnapshotState& st_;  // *s_->state_
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
+  // Null until MutableFreeMap(); then st_.free_slices_ points to it.
   std::shared_ptr<SnapshotState::FreeSliceIndex> free_map_;
   // Inside ChangeNodeSet(): the slice key index being rebuilt.
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
