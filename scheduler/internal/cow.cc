@@ -3,9 +3,15 @@
 // Thread-safety: see cow.h (one writer per unpublished snapshot).
 #include "scheduler/internal/cow.h"
 
+#include <atomic>
 #include <bit>
 
 namespace sliced::scheduler::internal {
+
+uint64_t NewCowEpoch() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 void CowBitset::Set(size_t i, bool value) {
   const uint64_t mask = uint64_t{1} << (i & 63);

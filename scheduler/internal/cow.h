@@ -1,6 +1,7 @@
 // Copy-on-write containers that let consecutive InventorySnapshots share
 // memory: a chunked array and a bitset built on it. Apply() copies a
-// snapshot's chunk-pointer vectors and only the chunks a delta touches.
+// snapshot's arrays in O(1) each, then only the chunk tables and chunks a
+// delta writes.
 // Engine-internal: include only from scheduler/ (and its tests).
 //
 // Thread-safety: const methods may be called from any thread on a published
@@ -9,6 +10,8 @@
 #ifndef SLICED_SCHEDULER_INTERNAL_COW_H_
 #define SLICED_SCHEDULER_INTERNAL_COW_H_
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -23,10 +26,19 @@
 
 namespace sliced::scheduler::internal {
 
-// Copy-on-write chunked array: chunks are shared between snapshots and copied
-// only when written. A copy of the array owns none of its chunks: the first
-// Mutable() of a chunk copies it (never reasoning from use_count(), which
-// would race with another thread dropping the last reader).
+// A number no CowArray has had yet (never 0).
+uint64_t NewCowEpoch();
+
+// Copy-on-write chunked array: the chunk table and the chunks are shared
+// between snapshots and copied only when written. Copying the array is O(1)
+// (one pointer), so a snapshot copies only the arrays a delta writes, and
+// of those the table and the chunks it writes. Each array has an epoch, and
+// what it created or copied carries that epoch: it writes those in place
+// and copies anything else first. A copy gets a new epoch, and so does the
+// array copied from (the epoch is atomic: readers may copy a published
+// array at the same time), so neither writes what they share. (Never
+// reasoning from use_count(), which would race with another thread dropping
+// the last reader.)
 template <typename T, int kChunkShift>
 class CowArray {
  public:
@@ -34,47 +46,94 @@ class CowArray {
 
   CowArray() = default;
   explicit CowArray(size_t n, const T& fill = T()) { Resize(n, fill); }
-  CowArray(const CowArray& other)
-      : chunks_(other.chunks_),
-        owned_(other.chunks_.size(), false),
-        size_(other.size_) {}
+  CowArray(const CowArray& other) : table_(other.table_), size_(other.size_) {
+    other.Disown();
+  }
   CowArray& operator=(const CowArray& other) {
-    chunks_ = other.chunks_;
-    owned_.assign(chunks_.size(), false);
+    if (this == &other) return *this;
+    table_ = other.table_;
     size_ = other.size_;
+    Disown();
+    other.Disown();
     return *this;
   }
-  CowArray(CowArray&&) = default;
-  CowArray& operator=(CowArray&&) = default;
+  // The moved-from array is left empty.
+  CowArray(CowArray&& other) noexcept
+      : table_(std::move(other.table_)),
+        epoch_(other.epoch_.load(std::memory_order_relaxed)),
+        size_(other.size_) {
+    other.Forget();
+  }
+  CowArray& operator=(CowArray&& other) noexcept {
+    if (this == &other) return *this;
+    table_ = std::move(other.table_);
+    epoch_.store(other.epoch_.load(std::memory_order_relaxed),
+                 std::memory_order_relaxed);
+    size_ = other.size_;
+    other.Forget();
+    return *this;
+  }
 
   size_t size() const { return size_; }
   const T& operator[](size_t i) const {
-    return (*chunks_[i >> kChunkShift])[i & (kChunkSize - 1)];
+    return table_->chunks[i >> kChunkShift]->items[i & (kChunkSize - 1)];
   }
   // Only the single writer building a new, unpublished snapshot calls this.
   T& Mutable(size_t i) {
-    const size_t c = i >> kChunkShift;
-    if (!owned_[c]) {
-      chunks_[c] = std::make_shared<std::vector<T>>(*chunks_[c]);
-      owned_[c] = true;
+    std::shared_ptr<Chunk>& chunk = MutableTable().chunks[i >> kChunkShift];
+    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
+    if (chunk->epoch != epoch) {
+      chunk = std::make_shared<Chunk>(*chunk);
+      chunk->epoch = epoch;
     }
-    return (*chunks_[c])[i & (kChunkSize - 1)];
+    return chunk->items[i & (kChunkSize - 1)];
   }
   void Resize(size_t n, const T& fill = T()) {
+    std::vector<std::shared_ptr<Chunk>>& chunks = MutableTable().chunks;
     size_ = n;
-    chunks_.resize((n + kChunkSize - 1) >> kChunkShift);
-    owned_.resize(chunks_.size(), false);
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      if (chunks_[c] == nullptr) {
-        chunks_[c] = std::make_shared<std::vector<T>>(kChunkSize, fill);
-        owned_[c] = true;
+    chunks.resize((n + kChunkSize - 1) >> kChunkShift);
+    for (std::shared_ptr<Chunk>& chunk : chunks) {
+      if (chunk == nullptr) {
+        chunk = std::make_shared<Chunk>();
+        chunk->epoch = epoch_.load(std::memory_order_relaxed);
+        chunk->items.fill(fill);
       }
     }
   }
 
  private:
-  std::vector<std::shared_ptr<std::vector<T>>> chunks_;
-  std::vector<bool> owned_;  // chunks this copy created or already copied
+  struct Chunk {
+    uint64_t epoch = 0;
+    std::array<T, kChunkSize> items;
+  };
+  struct Table {
+    uint64_t epoch = 0;
+    std::vector<std::shared_ptr<Chunk>> chunks;
+  };
+
+  Table& MutableTable() {
+    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
+    if (table_ == nullptr) {
+      table_ = std::make_shared<Table>();
+      table_->epoch = epoch;
+    } else if (table_->epoch != epoch) {
+      table_ = std::make_shared<Table>(*table_);
+      table_->epoch = epoch;
+    }
+    return *table_;
+  }
+  // From now on this array owns nothing it holds.
+  void Disown() const {
+    epoch_.store(NewCowEpoch(), std::memory_order_relaxed);
+  }
+  void Forget() {
+    table_ = nullptr;
+    Disown();
+    size_ = 0;
+  }
+
+  std::shared_ptr<Table> table_;  // null while empty
+  mutable std::atomic<uint64_t> epoch_{NewCowEpoch()};
   size_t size_ = 0;
 };
 

@@ -1,4 +1,5 @@
-// The copy-on-write containers behind snapshots: CowMap against std::map
+// The copy-on-write containers behind snapshots: CowArray against a vector
+// with copies taken as a snapshot writer takes them; CowMap against std::map
 // under random edits (enough values to split chunks many times), with
 // copies that must not see later edits; CowBitset::Renumbered against a
 // plain renumbering.
@@ -129,6 +130,69 @@ TEST(CowBitsetTest, RenumberedMatchesAPlainRenumbering) {
     // The source is untouched.
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits.Test(i), plain[i]);
   }
+}
+
+TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
+  std::mt19937 rng(7);
+  CowArray<int, 4> a(100, -1);  // chunks of 16
+  std::vector<int> want(100, -1);
+  std::vector<std::pair<CowArray<int, 4>, std::vector<int>>> copies;
+  for (int step = 0; step < 20000; ++step) {
+    if (rng() % 500 == 0) {
+      const size_t n = 1 + rng() % 300;
+      a.Resize(n, step);
+      const size_t old = want.size();
+      want.resize(n);
+      // Growing within the last chunk keeps what it held; only new chunks
+      // are filled.
+      for (size_t i = old; i < n; ++i) {
+        if ((i >> 4) > ((old - 1) >> 4)) want[i] = step;
+      }
+      for (size_t i = old; i < n; ++i) {
+        if ((i >> 4) <= ((old - 1) >> 4)) want[i] = a[i];
+      }
+    } else {
+      const size_t i = rng() % want.size();
+      a.Mutable(i) = step;
+      want[i] = step;
+    }
+    if (step % 1000 == 0) {
+      // As a snapshot writer does: the copy is published and never written
+      // again; writing goes on in a fresh copy of it.
+      copies.emplace_back(a, want);
+      a = copies.back().first;
+    }
+  }
+  ASSERT_EQ(a.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(a[i], want[i]) << i;
+  for (const auto& [copy, then] : copies) {
+    ASSERT_EQ(copy.size(), then.size());
+    for (size_t i = 0; i < then.size(); ++i) ASSERT_EQ(copy[i], then[i]) << i;
+  }
+}
+
+TEST(CowArrayTest, WritingEitherSideOfACopyLeavesTheOtherAlone) {
+  CowArray<int, 2> a(10, 1);
+  CowArray<int, 2> published = a;
+  a.Mutable(3) = 5;  // the array copied from owns nothing after the copy
+  CowArray<int, 2> b = std::move(a);
+  b.Mutable(4) = 6;
+  EXPECT_EQ(b[3], 5);
+  EXPECT_EQ(b[4], 6);
+  EXPECT_EQ(published[3], 1);
+  EXPECT_EQ(published[4], 1);
+  EXPECT_EQ(a.size(), 0u);
+  a.Resize(3, 9);
+  EXPECT_EQ(a[2], 9);
+  EXPECT_EQ(b[2], 1);
+  CowArray<int, 2> c;
+  c = std::move(b);
+  c.Mutable(0) = 7;
+  EXPECT_EQ(c[0], 7);
+  EXPECT_EQ(published[0], 1);
+  published.Mutable(5) = 8;
+  EXPECT_EQ(published[5], 8);
+  EXPECT_EQ(c[5], 1);
 }
 
 }  // namespace
