@@ -22,6 +22,41 @@ using internal::SnapshotState;
 using PgIndex = SnapshotState::PgIndex;
 
 // ---------------------------------------------------------------------------
+// AllocationList
+
+namespace {
+
+// Where (pg_id, bundle_index) is or would go.
+AllocationList::Items::const_iterator LowerBound(
+    const AllocationList::Items& items, absl::string_view pg_id,
+    int bundle_index) {
+  return std::lower_bound(
+      items.begin(), items.end(), std::make_pair(pg_id, bundle_index),
+      [](const std::shared_ptr<const Allocation>& a,
+         const std::pair<absl::string_view, int>& key) {
+        const int c = absl::string_view(a->pg_id).compare(key.first);
+        return c < 0 || (c == 0 && a->bundle_index < key.second);
+      });
+}
+
+}  // namespace
+
+void AllocationList::Insert(Allocation a) {
+  auto pos = LowerBound(items_, a.pg_id, a.bundle_index);
+  items_.insert(pos, std::make_shared<const Allocation>(std::move(a)));
+}
+
+bool AllocationList::Erase(absl::string_view pg_id, int bundle_index) {
+  auto pos = LowerBound(items_, pg_id, bundle_index);
+  if (pos == items_.end() || (*pos)->pg_id != pg_id ||
+      (*pos)->bundle_index != bundle_index) {
+    return false;
+  }
+  items_.erase(pos);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
 // InventorySnapshot
 
 InventorySnapshot::InventorySnapshot()

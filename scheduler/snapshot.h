@@ -30,7 +30,9 @@
 #ifndef SLICED_SCHEDULER_SNAPSHOT_H_
 #define SLICED_SCHEDULER_SNAPSHOT_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -55,6 +57,51 @@ struct Allocation {
   ResourceSet resources;
 
   friend bool operator==(const Allocation&, const Allocation&) = default;
+};
+
+// A node's allocations, sorted by (pg_id, bundle_index). The allocations
+// are shared: copying the list (as a snapshot writer copies a node's entry
+// to change it) copies a pointer per allocation, not its strings and
+// resources.
+class AllocationList {
+ public:
+  using Items = std::vector<std::shared_ptr<const Allocation>>;
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Allocation;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Allocation*;
+    using reference = const Allocation&;
+
+    const_iterator() = default;
+    explicit const_iterator(Items::const_iterator it) : it_(it) {}
+    reference operator*() const { return **it_; }
+    pointer operator->() const { return it_->get(); }
+    const_iterator& operator++() {
+      ++it_;
+      return *this;
+    }
+    friend bool operator==(const const_iterator&,
+                           const const_iterator&) = default;
+
+   private:
+    Items::const_iterator it_;
+  };
+
+  const_iterator begin() const { return const_iterator(items_.begin()); }
+  const_iterator end() const { return const_iterator(items_.end()); }
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  const Allocation& operator[](size_t i) const { return *items_[i]; }
+
+  // Adds `a` in order (before an equal key).
+  void Insert(Allocation a);
+  // Removes the allocation of (pg_id, bundle_index); false when absent.
+  bool Erase(absl::string_view pg_id, int bundle_index);
+
+ private:
+  Items items_;
 };
 
 // The change from one snapshot to the next. Applied in this order: node
@@ -101,7 +148,7 @@ class InventorySnapshot {
   struct NodeEntry {
     Node node;
     ResourceSet free;  // total - allocations; < 0 if over-committed
-    std::vector<Allocation> allocations;  // sorted by (pg_id, bundle_index)
+    AllocationList allocations;  // sorted by (pg_id, bundle_index)
     // The slot of its slice (see SliceIndexOf()), -1 when none.
     int32_t slice_slot = -1;
     bool tpu = false;                     // has a "TPU" resource

@@ -56,8 +56,8 @@ bool AllocationLess(const Allocation& a, const Allocation& b) {
 }  // namespace
 
 // Builds or edits an unpublished snapshot. Owns it exclusively until
-// Finish(), so copy-on-write chunks with use_count() == 1 may be written in
-// place.
+// Finish(); writes in place only what it created or copied itself (the
+// copy-on-write containers' epochs, the owned_* sets below).
 class SnapshotWriter {
  public:
   explicit SnapshotWriter(std::unique_ptr<InventorySnapshot> snap)
@@ -939,9 +939,7 @@ class SnapshotWriter {
       }
       free -= amount;
     }
-    auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(), a,
-                                AllocationLess);
-    e.allocations.insert(pos, a);
+    e.allocations.Insert(a);
     held.insert(std::lower_bound(held.begin(), held.end(), a,
                                  [](const Allocation& x, const Allocation& y) {
                                    return x.bundle_index < y.bundle_index;
@@ -961,12 +959,7 @@ class SnapshotWriter {
       InventorySnapshot::NodeEntry& e =
           MutableNode(static_cast<uint32_t>(st_.NodeIndex(a.node_id)));
       for (const auto& [name, amount] : a.resources) e.free[name] += amount;
-      auto pos = std::lower_bound(e.allocations.begin(), e.allocations.end(), a,
-                                  AllocationLess);
-      if (pos != e.allocations.end() && pos->pg_id == a.pg_id &&
-          pos->bundle_index == a.bundle_index) {
-        e.allocations.erase(pos);
-      }
+      e.allocations.Erase(a.pg_id, a.bundle_index);
       --st_.num_allocations_;
     }
     shard.erase(mit);
@@ -1040,7 +1033,7 @@ class SnapshotWriter {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     int64_t allocated = 0, tpu_held = 0, cpu_held = 0;
     for (uint32_t h : HostIndexes(old)) {
-      const std::vector<Allocation>& held = st_.node(h).allocations;
+      const AllocationList& held = st_.node(h).allocations;
       if (!held.empty()) ++allocated;
       bool tpu = false, cpu = false;
       for (const Allocation& a : held) {

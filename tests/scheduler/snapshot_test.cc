@@ -86,6 +86,30 @@ std::string Describe(const InventorySnapshot& s) {
   return out;
 }
 
+TEST(AllocationListTest, KeepsKeyOrderAndCopiesShareTheAllocations) {
+  AllocationList list;
+  for (const auto& [pg, index] : std::vector<std::pair<std::string, int>>{
+           {"pg-b", 1}, {"pg-a", 2}, {"pg-b", 0}, {"pg-a", 10}, {"pg-c", 0}}) {
+    list.Insert(Allocation{pg, index, "n1", {{"CPU", 1}}});
+  }
+  std::vector<std::string> order;
+  for (const Allocation& a : list) {
+    order.push_back(absl::StrCat(a.pg_id, "[", a.bundle_index, "]"));
+  }
+  EXPECT_EQ(absl::StrJoin(order, " "),
+            "pg-a[2] pg-a[10] pg-b[0] pg-b[1] pg-c[0]");
+  AllocationList copy = list;
+  EXPECT_EQ(&copy[0], &list[0]);  // shared, not copied
+  EXPECT_TRUE(copy.Erase("pg-b", 0));
+  EXPECT_FALSE(copy.Erase("pg-b", 0));
+  EXPECT_FALSE(copy.Erase("pg-a", 3));
+  EXPECT_FALSE(copy.Erase("pg-z", 0));
+  EXPECT_EQ(copy.size(), 4u);
+  EXPECT_EQ(list.size(), 5u);  // the original keeps it
+  EXPECT_EQ(list[2].pg_id, "pg-b");
+  EXPECT_EQ(list[2].bundle_index, 0);
+}
+
 TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
   auto snap = InventorySnapshot::Build(
       SmallCluster(), {Alloc("pg1", 0, "b-w2", {{"TPU", Units(4)}}),
