@@ -177,10 +177,7 @@ class StateCollector : public prometheus::Collectable {
 
   std::vector<MetricFamily> Collect() const override {
     const absl::Time now = clock_->Now();
-    auto [summary, snapshot] = cluster_->Read([&](const ClusterState& state) {
-      return std::pair{Summarize(state, now), state.snapshot};
-    });
-    AddSubsliceFigures(*snapshot, summary);
+    auto [summary, snapshot] = Summarize(*cluster_, now);
     std::vector<MetricFamily> out;
     AddSummaryFamilies(summary, out);
     if (telemetry_ != nullptr)

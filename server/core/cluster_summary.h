@@ -1,17 +1,20 @@
 // What is free, what is fragmented and what is waiting: one pass over the
-// committed state, shared by GetClusterSummary and the /metrics collector.
+// committed state, shared by GetClusterSummary, the web view and the
+// /metrics collector.
 //
-// Pure function of its inputs; thread-safe.
+// Thread-safe: holds the cluster's read lock only to read the queue.
 #ifndef SLICED_SERVER_CORE_CLUSTER_SUMMARY_H_
 #define SLICED_SERVER_CORE_CLUSTER_SUMMARY_H_
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/core/cluster.h"
 #include "server/core/txn.h"
 
 namespace sliced::server {
@@ -36,7 +39,7 @@ struct ClusterSummary {
   // chips are 0. `fragmentation` is the same over every slice.
   std::map<std::pair<std::string, std::string>, double> fragmentation_by_shape;
   double fragmentation = 0;
-  // Sub-slices (issue 16; filled by AddSubsliceFigures, not Summarize): per
+  // Sub-slices (issue 16): per
   // (accelerator type, topology), free aligned boxes over every intact slice
   // (scheduler/subslices.h); and per parent
   // (accelerator type, topology), the share of free chips outside each
@@ -54,15 +57,17 @@ struct ClusterSummary {
   std::vector<std::string> pending_shapes;
 };
 
-// Everything but the sub-slice figures; call under the cluster's read lock.
-ClusterSummary Summarize(const ClusterState& state, absl::Time now);
-
-// Fills the sub-slice figures (free_subslices, subslice_fragmentation*)
-// from `snapshot`, an immutable snapshot: call it outside the cluster's
-// lock, since it visits every intact slice's aligned boxes (~40 ms at 25k
-// slices) and the writer would wait.
-void AddSubsliceFigures(const scheduler::InventorySnapshot& snapshot,
-                        ClusterSummary& out);
+// The summary of `cluster` at `now`, and the snapshot it describes. Only
+// the queue is read under the cluster's lock; the walk over every node and
+// slice (~0.1 s at 100k nodes, plus the sub-slice boxes) runs on the
+// immutable snapshot after, so that a /metrics scrape or a web view poll
+// never holds up the writer (it did: creates' p99.9 went to ~0.1 s at 100k
+// nodes with a scrape a second).
+struct SummaryAt {
+  ClusterSummary summary;
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+};
+SummaryAt Summarize(const Cluster& cluster, absl::Time now);
 
 }  // namespace sliced::server
 

@@ -33,11 +33,7 @@ absl::Status TelemetryManager::ReportMetrics(
 
 ClusterSummary TelemetryManager::Summary() const {
   const absl::Time now = coordinator_->Now();
-  auto [summary, snapshot] = cluster_->Read([&](const ClusterState& s) {
-    return std::pair{Summarize(s, now), s.snapshot};
-  });
-  AddSubsliceFigures(*snapshot, summary);
-  return summary;
+  return Summarize(*cluster_, now).summary;
 }
 
 void TelemetryManager::AppendLogs(

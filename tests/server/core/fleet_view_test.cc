@@ -87,8 +87,7 @@ TEST_F(FleetViewTest, GroupsCountSlicesByStatePerShapeTierAndZone) {
   // The summary's fragmentation of the shape: 12 of 44 free chips are not
   // in a whole free slice.
   EXPECT_NEAR(z1.fragmentation, 12.0 / 44.0, 1e-9);
-  auto summary =
-      Read([](const ClusterState& s) { return Summarize(s, absl::Now()); });
+  auto summary = Summarize(core_->cluster(), absl::Now()).summary;
   EXPECT_NEAR(summary.fragmentation_by_shape.at({"TPU-V6E", "4x4"}),
               z1.fragmentation, 1e-9);
 }
