@@ -468,29 +468,31 @@ absl::StatusOr<NodeView> NodeManager::Get(absl::string_view node_id) const {
 std::vector<NodeView> NodeManager::List(
     const scheduler::LabelSelector& selector, absl::string_view after,
     int limit, std::string* next) const {
-  // Candidates come from the snapshot's label index, in node-id order.
-  return cluster_->Read([&](const ClusterState& s) {
-    const scheduler::InventorySnapshot& snap = *s.snapshot;
-    std::vector<uint32_t> matches = snap.MatchingNodes(selector);
-    auto it = matches.begin();
-    if (!after.empty()) {
-      it = std::upper_bound(matches.begin(), matches.end(), after,
-                            [&](absl::string_view token, uint32_t i) {
-                              return token < snap.node(i).node.node_id;
-                            });
+  // Candidates come from the snapshot's label index, in node-id order. The
+  // snapshot is immutable: matching (every node, for an empty selector)
+  // runs outside the cluster's lock, so that it never holds up the writer.
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
+      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+  const scheduler::InventorySnapshot& snap = *snapshot;
+  std::vector<uint32_t> matches = snap.MatchingNodes(selector);
+  auto it = matches.begin();
+  if (!after.empty()) {
+    it = std::upper_bound(matches.begin(), matches.end(), after,
+                          [&](absl::string_view token, uint32_t i) {
+                            return token < snap.node(i).node.node_id;
+                          });
+  }
+  std::vector<NodeView> out;
+  next->clear();
+  for (; it != matches.end(); ++it) {
+    if (static_cast<int>(out.size()) == limit) {
+      *next = out.back().node.node_id;
+      break;
     }
-    std::vector<NodeView> out;
-    next->clear();
-    for (; it != matches.end(); ++it) {
-      if (static_cast<int>(out.size()) == limit) {
-        *next = out.back().node.node_id;
-        break;
-      }
-      const scheduler::Node& node = snap.node(*it).node;
-      out.push_back(ViewOf(node, snap, leases_.Last(node.node_id)));
-    }
-    return out;
-  });
+    const scheduler::Node& node = snap.node(*it).node;
+    out.push_back(ViewOf(node, snap, leases_.Last(node.node_id)));
+  }
+  return out;
 }
 
 std::vector<SliceView> NodeManager::ListSlices() const {
