@@ -496,36 +496,46 @@ std::vector<NodeView> NodeManager::List(
 }
 
 std::vector<SliceView> NodeManager::ListSlices() const {
-  return cluster_->Read([](const ClusterState& s) {
-    std::vector<SliceView> out;
-    for (const scheduler::SliceState& slice : s.snapshot->ListSlices()) {
-      SliceView& view = out.emplace_back();
-      view.info = slice.info;
-      view.free = slice.info.intact && slice.free;
-      absl::btree_set<std::string> holders, subslices;
-      for (const std::string& id : slice.info.node_ids) {
-        const int64_t index = s.snapshot->NodeIndex(id);
-        if (index < 0) continue;
-        for (const auto& a : s.snapshot->node(index).allocations) {
-          holders.insert(a.pg_id);
-        }
+  // Every slice, its holders and its free boxes come from the immutable
+  // snapshot, outside the cluster's lock (a pass over every slice must not
+  // hold up the writer); only the holders' sub-slice names are read under
+  // it, after.
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
+      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+  const scheduler::InventorySnapshot& snap = *snapshot;
+  std::vector<SliceView> out;
+  for (const scheduler::SliceState& slice : snap.ListSlices()) {
+    SliceView& view = out.emplace_back();
+    view.info = slice.info;
+    view.free = slice.info.intact && slice.free;
+    absl::btree_set<std::string> holders;
+    for (const std::string& id : slice.info.node_ids) {
+      const int64_t index = snap.NodeIndex(id);
+      if (index < 0) continue;
+      for (const auto& a : snap.node(index).allocations) {
+        holders.insert(a.pg_id);
       }
-      for (const std::string& pg_id : holders) {
+    }
+    view.placement_group_ids.assign(holders.begin(), holders.end());
+    view.capacity = scheduler::FreeSubslices(snap, slice.info.name);
+  }
+  cluster_->Read([&](const ClusterState& s) {
+    for (SliceView& view : out) {
+      absl::btree_set<std::string> subslices;
+      for (const std::string& pg_id : view.placement_group_ids) {
         auto pg = s.pgs.find(pg_id);
         if (pg == s.pgs.end()) continue;
         for (const std::string& name : pg->second.slice_names) {
-          if (name != slice.info.name &&
-              scheduler::ParentSliceName(name) == slice.info.name) {
+          if (name != view.info.name &&
+              scheduler::ParentSliceName(name) == view.info.name) {
             subslices.insert(name);
           }
         }
       }
-      view.placement_group_ids.assign(holders.begin(), holders.end());
       view.subslices.assign(subslices.begin(), subslices.end());
-      view.capacity = scheduler::FreeSubslices(*s.snapshot, slice.info.name);
     }
-    return out;
   });
+  return out;
 }
 
 // ---------------------------------------------------------------- leases
