@@ -39,9 +39,8 @@ struct ClusterSummary {
   // chips are 0. `fragmentation` is the same over every slice.
   std::map<std::pair<std::string, std::string>, double> fragmentation_by_shape;
   double fragmentation = 0;
-  // Sub-slices (issue 16): per
-  // (accelerator type, topology), free aligned boxes over every intact slice
-  // (scheduler/subslices.h); and per parent
+  // Sub-slices (issue 16): per (accelerator type, topology), free aligned
+  // boxes over every intact slice (scheduler/subslices.h); and per parent
   // (accelerator type, topology), the share of free chips outside each
   // slice's largest free aligned box (or the whole slice, when free), with
   // `subslice_fragmentation` the same over every slice.
@@ -61,8 +60,8 @@ struct ClusterSummary {
 // the queue is read under the cluster's lock; the walk over every node and
 // slice (~0.1 s at 100k nodes, plus the sub-slice boxes) runs on the
 // immutable snapshot after, so that a /metrics scrape or a web view poll
-// never holds up the writer (it did: creates' p99.9 went to ~0.1 s at 100k
-// nodes with a scrape a second).
+// never holds up the writer (it did: at 100k nodes each scrape stalled
+// placements ~0.1 s; bench/RESULTS.md).
 struct SummaryAt {
   ClusterSummary summary;
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
