@@ -175,7 +175,7 @@ absl::StatusOr<std::string> WebApi::SliceGroups() const {
   v1::ListSliceGroupsResponse out;
   // The pass runs on the immutable snapshot, outside the cluster's lock.
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
-      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+      cluster_->Snapshot();
   out.set_total_nodes(static_cast<int64_t>(snapshot->num_nodes()));
   std::vector<SliceGroupRow> rows = server::SliceGroups(*snapshot);
   for (const SliceGroupRow& row : rows) {
@@ -215,7 +215,7 @@ absl::StatusOr<std::string> WebApi::Slices(const Params& params) const {
                             options_.max_slice_page_size));
   const std::string after = Param(params, "page_token");
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
-      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+      cluster_->Snapshot();
   SliceMapPage page =
       SliceMap(*snapshot, filter, after, static_cast<int>(page_size));
   // The holders' jobs, for this page only (a group removed since: "").

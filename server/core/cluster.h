@@ -14,6 +14,7 @@
 #define SLICED_SERVER_CORE_CLUSTER_H_
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -54,6 +55,12 @@ class Cluster : public Coordinator::Machine {
   auto Read(Fn fn) const {
     absl::ReaderMutexLock lock(&mu_);
     return fn(static_cast<const ClusterState&>(state_));
+  }
+  // The committed snapshot. It is immutable: work over the whole inventory
+  // runs on it after the lock is released, so that it never holds up the
+  // writer (docs/architecture.md).
+  std::shared_ptr<const scheduler::InventorySnapshot> Snapshot() const {
+    return Read([](const ClusterState& s) { return s.snapshot; });
   }
 
   // Coordinator::Machine

@@ -66,10 +66,6 @@ SliceChips ChipsOf(const scheduler::InventorySnapshot& snap,
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // The queue's figures: read under the cluster's lock, O(queued groups).
 void AddQueueFigures(const ClusterState& state, absl::Time now,
                      ClusterSummary& out) {

@@ -472,7 +472,7 @@ std::vector<NodeView> NodeManager::List(
   // snapshot is immutable: matching (every node, for an empty selector)
   // runs outside the cluster's lock, so that it never holds up the writer.
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
-      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+      cluster_->Snapshot();
   const scheduler::InventorySnapshot& snap = *snapshot;
   std::vector<uint32_t> matches = snap.MatchingNodes(selector);
   auto it = matches.begin();
@@ -501,7 +501,7 @@ std::vector<SliceView> NodeManager::ListSlices() const {
   // hold up the writer); only the holders' sub-slice names are read under
   // it, after.
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
-      cluster_->Read([](const ClusterState& s) { return s.snapshot; });
+      cluster_->Snapshot();
   const scheduler::InventorySnapshot& snap = *snapshot;
   std::vector<SliceView> out;
   for (const scheduler::SliceState& slice : snap.ListSlices()) {
