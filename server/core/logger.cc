@@ -18,14 +18,34 @@ absl::StatusOr<Logger::Level> Logger::ParseLevel(absl::string_view text) {
       "--log_level: want error, info or debug, got ", Quote(text)));
 }
 
+namespace {
+
+std::string Timestamp() {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                          absl::UTCTimeZone());
+}
+
+}  // namespace
+
 void Logger::Log(Level level, absl::string_view message) {
   if (!enabled(level)) return;
-  const std::string line =
-      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
-                                    absl::UTCTimeZone()),
-                   " ", message, "\n");
+  Write(absl::StrCat(Timestamp(), " ", message, "\n"));
+}
+
+void Logger::LogAll(
+    const std::vector<std::pair<Level, std::string>>& messages) {
+  if (messages.empty()) return;
+  std::string lines;
+  const std::string stamp = Timestamp();
+  for (const auto& [level, message] : messages) {
+    if (enabled(level)) absl::StrAppend(&lines, stamp, " ", message, "\n");
+  }
+  if (!lines.empty()) Write(lines);
+}
+
+void Logger::Write(const std::string& lines) {
   absl::MutexLock lock(&mu_);
-  std::fwrite(line.data(), 1, line.size(), out_);
+  std::fwrite(lines.data(), 1, lines.size(), out_);
   std::fflush(out_);
 }
 

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -43,10 +45,16 @@ class Logger {
 
   // Writes "<timestamp> <message>\n" when `level` is enabled.
   void Log(Level level, absl::string_view message);
+  // Writes each message whose level is enabled, with one timestamp and one
+  // write for all: the lines of one commit (a busy commit has hundreds).
+  void LogAll(const std::vector<std::pair<Level, std::string>>& messages);
   void Info(absl::string_view message) { Log(Level::kInfo, message); }
   void Debug(absl::string_view message) { Log(Level::kDebug, message); }
 
  private:
+  // Writes `lines` (whole lines) and flushes.
+  void Write(const std::string& lines);
+
   const Level level_;
   absl::Mutex mu_;
   std::FILE* const out_ ABSL_GUARDED_BY(mu_);

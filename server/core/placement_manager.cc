@@ -844,15 +844,18 @@ void PlacementManager::Published(const std::vector<PlacementGroup>& changed,
 void PlacementManager::LogChanges(const std::vector<PlacementGroup>& changed) {
   Logger* log = options_.log;
   if (log == nullptr || !log->enabled(Logger::Level::kInfo)) return;
+  std::vector<std::pair<Logger::Level, std::string>> lines;
   for (const PlacementGroup& g : changed) {
     auto [it, fresh] = logged_states_.try_emplace(g.id, g.state);
     const bool state_changed = fresh || it->second != g.state;
     it->second = g.state;
     if (g.state == PgState::kRemoved) logged_states_.erase(it);
     if (!state_changed && !log->enabled(Logger::Level::kDebug)) continue;
-    log->Log(state_changed ? Logger::Level::kInfo : Logger::Level::kDebug,
-             GroupChangeLine(g));
+    lines.emplace_back(
+        state_changed ? Logger::Level::kInfo : Logger::Level::kDebug,
+        GroupChangeLine(g));
   }
+  log->LogAll(lines);
 }
 
 // ---------------------------------------------------------------- classes
