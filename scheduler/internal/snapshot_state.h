@@ -12,8 +12,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -27,6 +30,77 @@ class SnapshotWriter;
 }  // namespace sliced::scheduler
 
 namespace sliced::scheduler::internal {
+
+// Free intact slices per (generation, topology, tier, zone), as bitsets over
+// slice indexes with a count, in key order. A key gets a slot the first time
+// it is set and keeps it (keys are few and rarely new: shapes x tiers x
+// zones); the bitsets live in a copy-on-write array by slot. So copying the
+// index costs two pointers, and changing one key's set copies one chunk of
+// the array, not the map (a busy fleet has a couple of hundred keys, and
+// every slice taken or freed changes one).
+class FreeSliceIndex {
+ public:
+  using Set = std::shared_ptr<const CowBitset>;
+
+  // Over the keys with a non-empty set, in key order; `->first` is the key,
+  // `->second` its set.
+  class const_iterator {
+   public:
+    using Slots = absl::btree_map<SliceKey, uint32_t>;
+    using value_type = std::pair<const SliceKey&, const Set&>;
+
+    const_iterator(Slots::const_iterator it, Slots::const_iterator end,
+                   const CowArray<Set, 4>* sets)
+        : it_(it), end_(end), sets_(sets) {
+      SkipEmpty();
+    }
+    value_type operator*() const { return {it_->first, (*sets_)[it_->second]}; }
+    // The pair lives in the iterator: valid until it moves.
+    const value_type* operator->() const {
+      current_.emplace(**this);
+      return &*current_;
+    }
+    const_iterator& operator++() {
+      ++it_;
+      SkipEmpty();
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return it_ == o.it_; }
+    bool operator!=(const const_iterator& o) const { return it_ != o.it_; }
+
+   private:
+    void SkipEmpty() {
+      while (it_ != end_ && (*sets_)[it_->second] == nullptr) ++it_;
+    }
+    Slots::const_iterator it_, end_;
+    const CowArray<Set, 4>* sets_;
+    mutable std::optional<value_type> current_;
+  };
+
+  const_iterator begin() const { return At(slots_->begin()); }
+  const_iterator end() const { return At(slots_->end()); }
+  const_iterator lower_bound(const SliceKey& key) const {
+    return At(slots_->lower_bound(key));
+  }
+  bool contains(const SliceKey& key) const { return Find(key) != nullptr; }
+  // The key's set; nullptr when no slice of the key is free.
+  const CowBitset* Find(const SliceKey& key) const;
+
+  // Only the snapshot writer calls these, on an unpublished snapshot.
+  // Sets the key's set (nullptr or an empty set: none free).
+  void Put(const SliceKey& key, Set set);
+  // Calls `fn(set)` on every non-empty set, which it may replace.
+  void ForEachMutable(const std::function<void(Set& set)>& fn);
+
+ private:
+  const_iterator At(const_iterator::Slots::const_iterator it) const {
+    return const_iterator(it, slots_->end(), &sets_);
+  }
+
+  std::shared_ptr<const const_iterator::Slots> slots_ =
+      std::make_shared<const const_iterator::Slots>();
+  CowArray<Set, 4> sets_;  // by slot; nullptr when none free
+};
 
 // How a generic bundle should rank a node (lower = try first; solver.h
 // explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
@@ -47,10 +121,7 @@ class SnapshotState {
   using NodeEntry = InventorySnapshot::NodeEntry;
   using SliceEntry = InventorySnapshot::SliceEntry;
   using SliceKeyIndex = InventorySnapshot::SliceKeyIndex;
-  // Free intact slices per (generation, topology, tier, zone), as bitsets
-  // over slice indexes with a count.
-  using FreeSliceIndex =
-      absl::btree_map<SliceKey, std::shared_ptr<const CowBitset>>;
+  using FreeSliceIndex = internal::FreeSliceIndex;
   using PostingList = std::vector<uint32_t>;  // sorted node slots
   // A key's values, in copy-on-write chunks: ray.io/node-id alone has a
   // value per node.
@@ -92,7 +163,7 @@ class SnapshotState {
   uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
   // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
-  const FreeSliceIndex& free_slices() const { return *free_slices_; }
+  const FreeSliceIndex& free_slices() const { return free_slices_; }
   const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
   // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
   const CowBitset& rank_set(BundleKind kind, int r) const {
@@ -122,7 +193,7 @@ class SnapshotState {
   CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
-  std::shared_ptr<const FreeSliceIndex> free_slices_;
+  FreeSliceIndex free_slices_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
   // PG id -> its allocations, sharded by hash; shards are copied on write.
   CowArray<std::shared_ptr<const PgIndex>, 6> pgs_;

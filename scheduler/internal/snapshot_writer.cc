@@ -29,6 +29,7 @@ using internal::Amount;
 using internal::BundleKind;
 using internal::CowArray;
 using internal::CowBitset;
+using internal::FreeSliceIndex;
 using internal::kNumRanks;
 using internal::SnapshotState;
 
@@ -180,7 +181,6 @@ class SnapshotWriter {
   }
 
   std::shared_ptr<const InventorySnapshot> Finish() {
-    free_map_.reset();
     return std::shared_ptr<const InventorySnapshot>(std::move(s_));
   }
 
@@ -514,10 +514,10 @@ class SnapshotWriter {
   void RenumberSliceIndexes(const SlicePlan& plan) {
     const size_t count = plan.source.size();
     if (plan.moved) {
-      for (auto& [key, set] : MutableFreeMap()) {
+      st_.free_slices_.ForEachMutable([&](FreeSliceIndex::Set& set) {
         set = std::make_shared<const CowBitset>(
             set->Renumbered(plan.old_to_new, count, plan.first_moved));
-      }
+      });
     }
     by_key_ = std::make_shared<InventorySnapshot::SliceKeyIndex>();
     for (const auto& [key, list] : *st_.slices_by_key_) {
@@ -869,8 +869,7 @@ class SnapshotWriter {
     for (auto& per_kind : st_.rank_sets_) {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
-    free_map_ = std::make_shared<SnapshotState::FreeSliceIndex>();
-    st_.free_slices_ = free_map_;
+    st_.free_slices_ = FreeSliceIndex();
   }
 
   static void ResolveShape(InventorySnapshot::SliceEntry& se) {
@@ -1068,25 +1067,13 @@ class SnapshotWriter {
     if (!se.shape_known) return;
     if (present && !(se.info.intact && se.free())) return;
     SliceKey key{se.shape.generation, se.shape.topology, se.tier, se.zone};
-    const SnapshotState::FreeSliceIndex& current = *st_.free_slices_;
-    auto found = current.find(key);
-    if (found == current.end() ? !present : found->second->Test(si) == present)
-      return;
-    SnapshotState::FreeSliceIndex& free_map = MutableFreeMap();
-    auto it = free_map.find(key);
-    if (it == free_map.end()) {
-      it = free_map
-               .emplace(key,
-                        std::make_shared<const CowBitset>(st_.slices_.size()))
-               .first;
-    }
-    auto copy = std::make_shared<CowBitset>(*it->second);
+    const CowBitset* current = st_.free_slices_.Find(key);
+    if (current == nullptr ? !present : current->Test(si) == present) return;
+    auto copy = current == nullptr
+                    ? std::make_shared<CowBitset>(st_.slices_.size())
+                    : std::make_shared<CowBitset>(*current);
     copy->Set(si, present);
-    if (copy->count() == 0) {
-      free_map.erase(it);
-    } else {
-      it->second = std::move(copy);
-    }
+    st_.free_slices_.Put(key, std::move(copy));
   }
 
   void IndexNode(uint32_t i, bool present) {
@@ -1100,23 +1087,10 @@ class SnapshotWriter {
     }
   }
 
-  // The free-slice index of the snapshot being written, copied on the
-  // first change (most edits, a CPU bundle's say, change no slice).
-  SnapshotState::FreeSliceIndex& MutableFreeMap() {
-    if (free_map_ == nullptr) {
-      free_map_ =
-          std::make_shared<SnapshotState::FreeSliceIndex>(*st_.free_slices_);
-      st_.free_slices_ = free_map_;
-    }
-    return *free_map_;
-  }
-
   std::unique_ptr<InventorySnapshot> s_;
   SnapshotState& st_;  // *s_->state_
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
-  // Null until MutableFreeMap(); then st_.free_slices_ points to it.
-  std::shared_ptr<SnapshotState::FreeSliceIndex> free_map_;
   // Inside ChangeNodeSet(): the slice key index being rebuilt.
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
