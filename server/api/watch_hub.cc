@@ -70,9 +70,7 @@ void WatchHub::Remove(Stream* stream) {
   filters_.erase(it);
 }
 
-void WatchHub::Deliver(const PlacementGroupView& view) {
-  const PlacementGroup& g = view.group;
-  absl::MutexLock lock(&mu_);
+std::vector<WatchHub::Stream*> WatchHub::TargetsOf(const PlacementGroup& g) {
   std::vector<Stream*> targets(all_.begin(), all_.end());
   if (auto it = by_job_.find(g.job_id); it != by_job_.end()) {
     targets.insert(targets.end(), it->second.begin(), it->second.end());
@@ -83,6 +81,17 @@ void WatchHub::Deliver(const PlacementGroupView& view) {
       if (job.empty() || job == g.job_id) targets.push_back(s);
     }
   }
+  return targets;
+}
+
+bool WatchHub::Wants(const PlacementGroup& group) {
+  absl::MutexLock lock(&mu_);
+  return !TargetsOf(group).empty();
+}
+
+void WatchHub::Deliver(const PlacementGroupView& view) {
+  absl::MutexLock lock(&mu_);
+  const std::vector<Stream*> targets = TargetsOf(view.group);
   if (targets.empty()) return;
   const grpc::ByteBuffer event = EventOf(view);  // once for all of them
   for (Stream* s : targets) s->Send(event);

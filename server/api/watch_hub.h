@@ -44,9 +44,14 @@ class WatchHub : public PlacementManager::Watcher {
   void Remove(Stream* stream);
 
   // PlacementManager::Watcher (writer thread).
+  bool Wants(const PlacementGroup& group) override;
   void Deliver(const PlacementGroupView& view) override;
 
  private:
+  // The streams `group`'s changes go to.
+  std::vector<Stream*> TargetsOf(const PlacementGroup& group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct Filter {
     std::string job_id, pg_id;
   };

@@ -832,12 +832,14 @@ void PlacementManager::Published(const std::vector<PlacementGroup>& changed,
       decisions_->OnPreemption(g, PreemptionOutcome(g.state));
     }
   }
-  std::vector<PlacementGroupView> views;
-  views.reserve(changed.size());
-  for (const PlacementGroup& g : changed) views.push_back(ViewOf(g, snapshot));
   absl::MutexLock lock(&watch_mu_);
-  for (Watcher* w : watchers_) {
-    for (const PlacementGroupView& view : views) w->Deliver(view);
+  for (const PlacementGroup& g : changed) {
+    std::optional<PlacementGroupView> view;  // built once, if wanted
+    for (Watcher* w : watchers_) {
+      if (!w->Wants(g)) continue;
+      if (!view) view = ViewOf(g, snapshot);
+      w->Deliver(*view);
+    }
   }
 }
 

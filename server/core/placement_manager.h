@@ -101,6 +101,9 @@ class PlacementManager : public Cluster::Observer {
   class Watcher {
    public:
     virtual ~Watcher() = default;
+    // Whether a change of the group would go anywhere: the view (with every
+    // worker's env) is built only for a change some watcher wants.
+    virtual bool Wants(const PlacementGroup& /*group*/) { return true; }
     virtual void Deliver(const PlacementGroupView& view) = 0;
   };
 
