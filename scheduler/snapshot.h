@@ -146,7 +146,9 @@ class InventorySnapshot {
  public:
   // Per-node state.
   struct NodeEntry {
-    Node node;
+    // Shared between the entry's versions: changing an entry's allocations
+    // (most edits) copies a pointer, not the node's labels and resources.
+    std::shared_ptr<const Node> node;
     ResourceSet free;  // total - allocations; < 0 if over-committed
     AllocationList allocations;  // sorted by (pg_id, bundle_index)
     // The slot of its slice (see SliceIndexOf()), -1 when none.
