@@ -310,9 +310,9 @@ void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
     for (uint32_t i = 0; i < base.num_nodes(); ++i) {
       const auto& e = base.node(i);
       if (e.single_host) {
-        delta.add_allocations.push_back({"fill-" + e.node->node_id,
+        delta.add_allocations.push_back({"fill-" + e.node.node_id,
                                          0,
-                                         e.node->node_id,
+                                         e.node.node_id,
                                          {{"TPU", e.free.at("TPU")}}});
       }
     }
@@ -376,7 +376,7 @@ void BM_ApplyNodeStateChange(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
   int64_t i = 0;
   for (auto _ : state) {
-    Node n = *snap.node((i++ * 7919) % snap.num_nodes()).node;
+    Node n = snap.node((i++ * 7919) % snap.num_nodes()).node;
     n.state = NodeState::kDead;
     SnapshotDelta delta;
     delta.upsert_nodes = {std::move(n)};
@@ -418,7 +418,7 @@ void BM_ApplyRemoveNode(benchmark::State& state) {
   std::vector<std::string> free_ids;
   for (uint32_t i = 0; i < snap.num_nodes() && free_ids.size() < 1000; ++i) {
     const auto& e = snap.node(i);
-    if (!e.tpu && e.allocations.empty()) free_ids.push_back(e.node->node_id);
+    if (!e.tpu && e.allocations.empty()) free_ids.push_back(e.node.node_id);
   }
   if (free_ids.empty()) {
     state.SkipWithError("no free CPU node");
@@ -439,7 +439,7 @@ void BM_Build(benchmark::State& state) {
   const Cluster& cluster = ClusterOf(state.range(0));
   std::vector<Node> nodes;
   for (size_t i = 0; i < cluster.snapshot->num_nodes(); ++i) {
-    nodes.push_back(*cluster.snapshot->node(i).node);
+    nodes.push_back(cluster.snapshot->node(i).node);
   }
   for (auto _ : state) {
     auto snap = InventorySnapshot::Build(nodes, cluster.allocations);

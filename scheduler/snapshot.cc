@@ -102,9 +102,9 @@ absl::Status InventorySnapshot::CheckNotOverCommitted() const {
         }
       }
       problems.push_back(absl::StrCat(
-          "node ", e.node->node_id, " holds ",
-          FromFixedPoint(Amount(e.node->resources, name) - amount), " ", name,
-          " of ", FromFixedPoint(Amount(e.node->resources, name)), " (",
+          "node ", e.node.node_id, " holds ",
+          FromFixedPoint(Amount(e.node.resources, name) - amount), " ", name,
+          " of ", FromFixedPoint(Amount(e.node.resources, name)), " (",
           absl::StrJoin(holders, ", "), ")"));
     }
   }
@@ -115,7 +115,7 @@ absl::Status InventorySnapshot::CheckNotOverCommitted() const {
 
 const Node* InventorySnapshot::FindNode(absl::string_view node_id) const {
   const int64_t i = NodeIndex(node_id);
-  return i < 0 ? nullptr : node(i).node.get();
+  return i < 0 ? nullptr : &node(i).node;
 }
 
 absl::StatusOr<ResourceSet> InventorySnapshot::FreeResources(
@@ -239,14 +239,14 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
     const std::vector<uint32_t>& candidates = best != nullptr ? *best : merged;
     for (uint32_t slot : candidates) {
       const uint32_t i = state_->IndexOfSlot(slot);
-      if (Matches(selector, node(i).node->labels)) out.push_back(i);
+      if (Matches(selector, node(i).node.labels)) out.push_back(i);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
   for (uint32_t i = 0; i < num_nodes(); ++i) {
-    if (Matches(selector, node(i).node->labels)) out.push_back(i);
+    if (Matches(selector, node(i).node.labels)) out.push_back(i);
   }
   return out;
 }

@@ -146,9 +146,7 @@ class InventorySnapshot {
  public:
   // Per-node state.
   struct NodeEntry {
-    // Shared between the entry's versions: changing an entry's allocations
-    // (most edits) copies a pointer, not the node's labels and resources.
-    std::shared_ptr<const Node> node;
+    Node node;
     ResourceSet free;  // total - allocations; < 0 if over-committed
     AllocationList allocations;  // sorted by (pg_id, bundle_index)
     // The slot of its slice (see SliceIndexOf()), -1 when none.

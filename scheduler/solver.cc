@@ -317,7 +317,7 @@ Decision Solve(const InventorySnapshot& snapshot,
         decision.priority_index = priority == nullptr ? -1 : p;
         decision.bundle_nodes.reserve(attempt.nodes.size());
         for (uint32_t i : attempt.nodes) {
-          decision.bundle_nodes.push_back(snapshot.node(i).node->node_id);
+          decision.bundle_nodes.push_back(snapshot.node(i).node.node_id);
         }
         decision.slice_names = std::move(attempt.slices);
         decision.diagnosis.summary = label + attempt.summary;

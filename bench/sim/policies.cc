@@ -141,8 +141,7 @@ class GangFitter {
   }
 
   bool Fits(uint32_t i, const ResourceSet& r, const LabelSelector& sel) const {
-    if (!sel.empty() && !scheduler::Matches(sel, snap_.node(i).node->labels))
-      return false;
+    if (!sel.empty() && !scheduler::Matches(sel, snap_.node(i).node.labels)) return false;
     for (const auto& [name, amount] : r) {
       if (Avail(i, name) < amount) return false;
     }
@@ -225,7 +224,7 @@ class BaselinePolicy : public Policy {
         if (!e.info.intact || !e.free()) continue;
         bool ok = true;
         for (uint32_t h : snap.HostIndexes(e)) {
-          const scheduler::Node& n = *snap.node(h).node;
+          const scheduler::Node& n = snap.node(h).node;
           ok = ok && n.state == scheduler::NodeState::kAlive &&
                scheduler::Matches(req.selector, n.labels) &&
                scheduler::Matches(priority, n.labels);
@@ -257,7 +256,7 @@ class BaselinePolicy : public Policy {
                          const LabelSelector& priority) {
     order_.clear();
     for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
-      const scheduler::Node& n = *snap.node(i).node;
+      const scheduler::Node& n = snap.node(i).node;
       if (n.state == scheduler::NodeState::kAlive &&
           scheduler::Matches(priority, n.labels)) {
         order_.push_back(i);

@@ -46,7 +46,7 @@ std::shared_ptr<const InventorySnapshot> Commit(
   scheduler::SnapshotDelta delta;
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     delta.add_allocations.push_back({PgId(job), static_cast<int>(i),
-                                     snap.node(p.nodes[i]).node->node_id,
+                                     snap.node(p.nodes[i]).node.node_id,
                                      p.resources[i]});
   }
   auto next = snap.Apply(delta);
@@ -58,8 +58,7 @@ std::shared_ptr<const InventorySnapshot> Commit(
 int64_t TpuHeld(const InventorySnapshot& snap, int32_t s) {
   int64_t held = 0;
   for (uint32_t h : snap.HostIndexes(snap.slice(s))) {
-    held += Get(snap.node(h).node->resources, "TPU") -
-            Get(snap.node(h).free, "TPU");
+    held += Get(snap.node(h).node.resources, "TPU") - Get(snap.node(h).free, "TPU");
   }
   return held;
 }
@@ -416,7 +415,7 @@ BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& ba
       const auto& e = empty->slice(s);
       if (!e.info.intact || !e.free()) continue;
       ++pool.free;
-      pool.labels = &empty->node(empty->HostIndex(e, 0)).node->labels;
+      pool.labels = &empty->node(empty->HostIndex(e, 0)).node.labels;
     }
     if (pool.free > 0) pools[{key.generation, key.topology}].push_back(pool);
   }

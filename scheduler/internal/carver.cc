@@ -189,7 +189,7 @@ class Carver {
       if (cells[c] < 0) continue;
       const uint32_t h = snap_.HostIndex(se, cells[c]);
       if (overlay_.Free(h, TpuName()) <
-          Amount(snap_.node(h).node->resources, TpuName())) {
+          Amount(snap_.node(h).node.resources, TpuName())) {
         used[c] = 1;
         ++used_count;
       }
@@ -242,7 +242,7 @@ class Carver {
 
   // Whether host h can be worker w of the k-th sub-slice.
   bool HostTakes(uint32_t h, int64_t k, int64_t w) const {
-    const Node& node = *snap_.node(h).node;
+    const Node& node = snap_.node(h).node;
     return TakesPlacements(node) && request_.HostMatches(node.labels, k, w) &&
            overlay_.Fits(h, request_.resources(k, w));
   }
@@ -359,8 +359,8 @@ SubsliceCapacity CapacityOf(const SnapshotState& snap,
     if (cells[c] < 0) continue;
     const InventorySnapshot::NodeEntry& e =
         snap.node(snap.HostIndex(se, cells[c]));
-    free[c] = TakesPlacements(*e.node) &&
-              Amount(e.free, TpuName()) >= Amount(e.node->resources, TpuName());
+    free[c] = TakesPlacements(e.node) &&
+              Amount(e.free, TpuName()) >= Amount(e.node.resources, TpuName());
   }
   int64_t& largest_chips = out.largest_free_chips;
   for (const TpuShape& shape : CarvableShapes(se.shape)) {

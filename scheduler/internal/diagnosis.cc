@@ -50,21 +50,21 @@ NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
       ++counts.matched;
       size_t r = 0;
       while (r < names.size() &&
-             Amount(e.node->resources, *names[r]) >= amounts[r])
+             Amount(e.node.resources, *names[r]) >= amounts[r])
         ++r;
       if (r < names.size()) {
         ++counts.short_total[r];
         continue;
       }
-      if (e.node->state == NodeState::kDead) {
+      if (e.node.state == NodeState::kDead) {
         ++counts.dead;
         continue;
       }
-      if (e.node->state == NodeState::kDraining) {
+      if (e.node.state == NodeState::kDraining) {
         ++counts.draining;
         continue;
       }
-      if (!e.node->quarantine_reason.empty()) {
+      if (!e.node.quarantine_reason.empty()) {
         ++counts.quarantined;
         continue;
       }
@@ -97,7 +97,7 @@ SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
   const int64_t present =
       std::min<int64_t>(request.hosts(), se.host_slots.size());
   for (int64_t w = 0; w < present; ++w) {
-    const Node& host = *snap.node(snap.HostIndex(se, w)).node;
+    const Node& host = snap.node(snap.HostIndex(se, w)).node;
     for (int64_t k = 0; k < request.rows(); ++k) {
       if (!request.HostMatches(host.labels, k, w)) return SliceClass::kExcluded;
       for (const auto& [name, amount] : request.resources(k, w)) {

@@ -27,8 +27,8 @@ DomainScore ScorePlacement(const SnapshotState& snap, Strategy strategy,
       broken.insert(s);
     }
     if (kind == BundleKind::kCpuOnly && e.tpu) ++score.cpu_on_tpu;
-    auto zone = e.node->labels.find(kLabelZone);
-    zones.insert(zone == e.node->labels.end() ? std::string() : zone->second);
+    auto zone = e.node.labels.find(kLabelZone);
+    zones.insert(zone == e.node.labels.end() ? std::string() : zone->second);
     if (e.allocations.empty()) fresh.insert(i);
     score.rank_sum += snap.Rank(kind, i);
   }

@@ -152,9 +152,9 @@ std::optional<Failure> GangPlacement::PlacePinned(
     if (i < 0) {
       failure.infeasible = true;
       why = "is not in the inventory";
-    } else if (!TakesPlacements(*snap_.node(i).node)) {
-      why = absl::StrCat("is ", WhyNoPlacements(*snap_.node(i).node));
-    } else if (!Matches(groups.selectors[b], snap_.node(i).node->labels)) {
+    } else if (!TakesPlacements(snap_.node(i).node)) {
+      why = absl::StrCat("is ", WhyNoPlacements(snap_.node(i).node));
+    } else if (!Matches(groups.selectors[b], snap_.node(i).node.labels)) {
       why = "no longer matches the selector";
     } else if (!overlay_.Fits(i, bundles[b].resources)) {
       why = absl::StrCat("has no room for ",
@@ -233,7 +233,7 @@ std::optional<Failure> GangPlacement::StrictPack(
   if (!opened_.empty()) {
     // Pinned bundles fix the node.
     const uint32_t i = opened_[0];
-    if (opened_.size() == 1 && Matches(all, snap_.node(i).node->labels) &&
+    if (opened_.size() == 1 && Matches(all, snap_.node(i).node.labels) &&
         overlay_.Fits(i, sum)) {
       node = i;
     }
@@ -370,7 +370,7 @@ int64_t GangPlacement::BestFit(int group, const ResourceSet& res,
 
 bool GangPlacement::FitsTotal(uint32_t i, const ResourceSet& res) const {
   for (const auto& [name, amount] : res) {
-    if (Amount(snap_.node(i).node->resources, name) < amount) return false;
+    if (Amount(snap_.node(i).node.resources, name) < amount) return false;
   }
   return true;
 }

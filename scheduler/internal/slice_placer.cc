@@ -190,7 +190,7 @@ bool SlicePlacer::SliceFits(const SliceRequest& request, const Overlay& overlay,
   const InventorySnapshot::SliceEntry& se = snap_.slice(s);
   for (int64_t w = 0; w < request.hosts(); ++w) {
     const uint32_t h = snap_.HostIndex(se, w);
-    if (!request.HostMatches(snap_.node(h).node->labels, k, w)) return false;
+    if (!request.HostMatches(snap_.node(h).node.labels, k, w)) return false;
     if (!overlay.Fits(h, request.resources(k, w))) return false;
   }
   return true;

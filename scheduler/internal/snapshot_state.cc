@@ -37,7 +37,7 @@ bool SnapshotState::SliceFreeIntact(int32_t s) const {
 
 int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   const NodeEntry& e = node(i);
-  if (!TakesPlacements(*e.node)) return kNumRanks;
+  if (!TakesPlacements(e.node)) return kNumRanks;
   const bool used = !e.allocations.empty();
   const int32_t s_index = SliceOf(e);
   const bool whole = SliceFreeIntact(s_index);
@@ -62,7 +62,7 @@ int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   };
   if (free_of(kind == BundleKind::kTpu ? kResourceTpu : kResourceCpu) <= 0 &&
       (kind == BundleKind::kTpu ? e.tpu
-                                : e.node->resources.contains(kResourceCpu))) {
+                                : e.node.resources.contains(kResourceCpu))) {
     return kNumRanks - 1;
   }
   if (kind == BundleKind::kCpuOnly) {

@@ -196,7 +196,7 @@ class SnapshotWriter {
     if (!delta.remove_node_ids.empty()) return true;
     for (const Node& node : delta.upsert_nodes) {
       const int64_t i = st_.NodeIndex(node.node_id);
-      if (i < 0 || !SameSliceLabels(*st_.node(i).node, node)) return true;
+      if (i < 0 || !SameSliceLabels(st_.node(i).node, node)) return true;
     }
     return false;
   }
@@ -268,7 +268,7 @@ class SnapshotWriter {
       uint32_t lo = 0, hi = n;
       while (lo < hi) {
         const uint32_t mid = lo + (hi - lo) / 2;
-        if (st_.node(mid).node->node_id < node->node_id) {
+        if (st_.node(mid).node.node_id < node->node_id) {
           lo = mid + 1;
         } else {
           hi = mid;
@@ -327,8 +327,7 @@ class SnapshotWriter {
       const int64_t s = st_.SliceIndex(name);
       if (s < 0) continue;
       for (uint32_t h : HostIndexes(st_.slice(s))) {
-        if (!changed.contains(h))
-          members[name].push_back(st_.node(h).node.get());
+        if (!changed.contains(h)) members[name].push_back(&st_.node(h).node);
       }
     }
     for (const auto& [i, node] : nodes.replaced) {
@@ -443,13 +442,13 @@ class SnapshotWriter {
     };
     absl::btree_map<std::string, absl::btree_map<std::string, Edit>> edits;
     for (uint32_t i : plan.removed) {
-      for (const auto& [k, v] : st_.node(i).node->labels) {
+      for (const auto& [k, v] : st_.node(i).node.labels) {
         edits[k][v].drop.push_back(st_.SlotOf(i));
       }
     }
     for (const auto& [i, node] : plan.replaced) {
       const uint32_t slot = st_.SlotOf(i);
-      const Labels& before = st_.node(i).node->labels;
+      const Labels& before = st_.node(i).node.labels;
       const Labels& after = node->labels;
       for (const auto& [k, v] : before) {
         auto it = after.find(k);
@@ -574,23 +573,23 @@ class SnapshotWriter {
       std::shared_ptr<const NodeEntry>& slot =
           table.Mutable(plan.old_to_new[i]);
       auto e = std::make_shared<NodeEntry>(*slot);
-      e->node = std::make_shared<const Node>(*node);
+      e->node = *node;
       e->slice_slot = -1;  // set again from the slice it is a host of
       e->single_host = false;
-      e->free = e->node->resources;
+      e->free = e->node.resources;
       for (const Allocation& a : e->allocations) {
         for (const auto& [name, amount] : a.resources) e->free[name] -= amount;
       }
-      e->tpu = Amount(e->node->resources, std::string(kResourceTpu)) > 0;
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
       slot = std::move(e);
       owned_nodes_.insert(plan.old_to_new[i]);
     }
     for (uint32_t p = from; p < n2; ++p) {
       if (plan.source[p] >= 0) continue;
       auto e = std::make_shared<NodeEntry>();
-      e->node = std::make_shared<const Node>(*plan.added[-1 - plan.source[p]]);
-      e->free = e->node->resources;
-      e->tpu = Amount(e->node->resources, std::string(kResourceTpu)) > 0;
+      e->node = *plan.added[-1 - plan.source[p]];
+      e->free = e->node.resources;
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
       table.Mutable(p) = std::move(e);
       owned_nodes_.insert(p);
     }
@@ -601,7 +600,7 @@ class SnapshotWriter {
     for (uint32_t i : plan.removed) {
       const uint32_t slot = st_.SlotOf(i);
       indexes.Mutable(slot) = SnapshotState::kNoIndex;
-      const std::string& id = st_.node(i).node->node_id;
+      const std::string& id = st_.node(i).node.node_id;
       MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
     }
     for (uint32_t a = 0; a < plan.added.size(); ++a) {
@@ -735,10 +734,10 @@ class SnapshotWriter {
     table.entries.resize(nodes.size());
     for (uint32_t i = 0; i < nodes.size(); ++i) {
       auto e = std::make_shared<InventorySnapshot::NodeEntry>();
-      e->node = std::make_shared<const Node>(std::move(nodes[i]));
-      e->free = e->node->resources;
-      e->tpu = Amount(e->node->resources, std::string(kResourceTpu)) > 0;
-      (*table.ids)[e->node->node_id] = i;
+      e->node = std::move(nodes[i]);
+      e->free = e->node.resources;
+      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+      (*table.ids)[e->node.node_id] = i;
       table.entries[i] = std::move(e);
     }
     return table;
@@ -751,7 +750,7 @@ class SnapshotWriter {
                     absl::btree_map<std::string, SnapshotState::PostingList>>
         labels;
     for (uint32_t i = 0; i < entries.size(); ++i) {
-      for (const auto& [k, v] : entries[i]->node->labels) {
+      for (const auto& [k, v] : entries[i]->node.labels) {
         labels[k][v].push_back(i);
       }
     }
@@ -772,7 +771,7 @@ class SnapshotWriter {
   void InstallSlices(NodeTable& table) {
     std::vector<const Node*> ptrs;
     ptrs.reserve(table.entries.size());
-    for (const auto& e : table.entries) ptrs.push_back(e->node.get());
+    for (const auto& e : table.entries) ptrs.push_back(&e->node);
     std::vector<SliceInfo> infos = DeriveSlices(ptrs);
     st_.slices_ =
         CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
@@ -823,7 +822,7 @@ class SnapshotWriter {
     for (uint32_t i = 0; i < n; ++i) {
       st_.slot_of_index_.Mutable(i) = i;
       st_.index_of_slot_.Mutable(i) = i;
-      const std::string& id = st_.node(i).node->node_id;
+      const std::string& id = st_.node(i).node.node_id;
       shards[SnapshotState::IdShardOf(id)][id] = i;
     }
     st_.node_ids_ = MakeIdShards(std::move(shards));
@@ -967,8 +966,8 @@ class SnapshotWriter {
 
   void UpsertInPlace(uint32_t i, const Node& node) {
     InventorySnapshot::NodeEntry& e = MutableNode(i);
-    UpdateLabelIndex(st_.SlotOf(i), e.node->labels, node.labels);
-    e.node = std::make_shared<const Node>(node);
+    UpdateLabelIndex(st_.SlotOf(i), e.node.labels, node.labels);
+    e.node = node;
     e.free = node.resources;
     for (const Allocation& a : e.allocations) {
       for (const auto& [name, amount] : a.resources) e.free[name] -= amount;
@@ -1022,7 +1021,7 @@ class SnapshotWriter {
   void RecheckSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     std::vector<const Node*> hosts;
-    for (uint32_t h : HostIndexes(old)) hosts.push_back(st_.node(h).node.get());
+    for (uint32_t h : HostIndexes(old)) hosts.push_back(&st_.node(h).node);
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     if (infos.size() == 1 && infos[0] == old.info) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
@@ -1045,8 +1044,8 @@ class SnapshotWriter {
     const uint32_t w0 = old.host_slots.empty() ? 0 : st_.HostIndex(old, 0);
     auto label = [&](absl::string_view key) -> std::string {
       if (old.host_slots.empty()) return "";
-      auto it = st_.node(w0).node->labels.find(key);
-      return it == st_.node(w0).node->labels.end() ? "" : it->second;
+      auto it = st_.node(w0).node.labels.find(key);
+      return it == st_.node(w0).node.labels.end() ? "" : it->second;
     };
     std::string tier = label(kLabelCapacityTier);
     std::string zone = label(kLabelZone);

@@ -80,7 +80,7 @@ class Overlay {
   int64_t Leftover(uint32_t i, const ResourceSet& request) const {
     int64_t worst = 0;
     for (const auto& [name, amount] : request) {
-      const int64_t total = Amount(snap_.node(i).node->resources, name);
+      const int64_t total = Amount(snap_.node(i).node.resources, name);
       if (total <= 0) continue;
       const __int128 left =
           static_cast<__int128>(Free(i, name) - amount) * 1'000'000;

@@ -92,7 +92,7 @@ class Stitcher {
   std::string BlockOf(uint32_t s) const {
     const InventorySnapshot::SliceEntry& se = snap_.slice(s);
     if (se.host_slots.empty()) return "";
-    const Labels& labels = snap_.node(snap_.HostIndex(se, 0)).node->labels;
+    const Labels& labels = snap_.node(snap_.HostIndex(se, 0)).node.labels;
     auto it = labels.find(kLabelTpuBlock);
     return it == labels.end() ? "" : it->second;
   }
@@ -146,7 +146,7 @@ class Stitcher {
 
   bool CubeFits(uint32_t s, int64_t k, int64_t i) const {
     for (const auto& [b, h] : Place(s, i)) {
-      const Node& node = *snap_.node(h).node;
+      const Node& node = snap_.node(h).node;
       if (!request_.HostMatches(node.labels, k, b) ||
           !overlay_.Fits(h, request_.resources(k, b))) {
         return false;

@@ -199,9 +199,8 @@ class TopologyPlacer {
       if (bundles_[b].pinned_node_id.empty()) continue;
       const int64_t i = snap_.NodeIndex(bundles_[b].pinned_node_id);
       if (i < 0) return std::string();
-      auto it = snap_.node(i).node->labels.find(label);
-      return it == snap_.node(i).node->labels.end() ? std::string()
-                                                    : it->second;
+      auto it = snap_.node(i).node.labels.find(label);
+      return it == snap_.node(i).node.labels.end() ? std::string() : it->second;
     }
     return std::nullopt;
   }
@@ -245,15 +244,15 @@ class TopologyPlacer {
       for (uint32_t slot : *posting) {
         const uint32_t i = snap_.IndexOfSlot(slot);
         const InventorySnapshot::NodeEntry& e = snap_.node(i);
-        if (!Matches(scope, e.node->labels)) continue;
-        if (priority_ != nullptr && !Matches(*priority_, e.node->labels)) {
+        if (!Matches(scope, e.node.labels)) continue;
+        if (priority_ != nullptr && !Matches(*priority_, e.node.labels)) {
           continue;
         }
         ++in_scope;
-        const bool takes = TakesPlacements(*e.node);
+        const bool takes = TakesPlacements(e.node);
         schedulable += takes ? 1 : 0;
         for (const auto& [name, amount] : need) {
-          total[name] += Amount(e.node->resources, name);
+          total[name] += Amount(e.node.resources, name);
           if (takes) free[name] += std::max<int64_t>(0, overlay.Free(i, name));
         }
       }
@@ -350,9 +349,9 @@ class TopologyPlacer {
       std::vector<std::string> values;
       absl::btree_set<std::string> seen;
       for (uint32_t i : nodes_) {
-        auto it = snap_.node(i).node->labels.find(levels_[l].label);
+        auto it = snap_.node(i).node.labels.find(levels_[l].label);
         const std::string value =
-            it == snap_.node(i).node->labels.end() ? "-" : it->second;
+            it == snap_.node(i).node.labels.end() ? "-" : it->second;
         if (seen.insert(value).second) values.push_back(value);
       }
       parts.push_back(

@@ -55,7 +55,7 @@ SliceChips ChipsOf(const scheduler::InventorySnapshot& snap,
     const int64_t index = snap.NodeIndex(node_id);
     if (index < 0) continue;
     const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(index);
-    const scheduler::Node& node = *entry.node;
+    const scheduler::Node& node = entry.node;
     if (out.tier.empty()) {
       out.tier = Label(node.labels, scheduler::kLabelCapacityTier);
     }
@@ -98,12 +98,12 @@ void AddInventoryFigures(const scheduler::InventorySnapshot& snap,
   for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
     const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(i);
     ++out.nodes_by_state[std::string(
-        scheduler::NodeStateName(entry.node->state))];
-    const int64_t total = Chips(entry.node->resources);
+        scheduler::NodeStateName(entry.node.state))];
+    const int64_t total = Chips(entry.node.resources);
     if (total == 0) continue;
     auto& [t, f] = out.chips_total_free[{
-        Label(entry.node->labels, scheduler::kLabelAcceleratorType),
-        Label(entry.node->labels, scheduler::kLabelZone)}];
+        Label(entry.node.labels, scheduler::kLabelAcceleratorType),
+        Label(entry.node.labels, scheduler::kLabelZone)}];
     t += total;
     f += Chips(entry.free);
   }

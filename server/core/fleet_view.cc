@@ -92,8 +92,8 @@ std::vector<SliceGroupRow> SliceGroups(const InventorySnapshot& snap) {
     int64_t free = 0;
     for (uint32_t host : snap.HostIndexes(slice)) {
       const InventorySnapshot::NodeEntry& node = snap.node(host);
-      row.total_chips += Chips(node.node->resources);
-      if (scheduler::TakesPlacements(*node.node)) free += Chips(node.free);
+      row.total_chips += Chips(node.node.resources);
+      if (scheduler::TakesPlacements(node.node)) free += Chips(node.free);
     }
     row.free_chips += free;
     auto& [whole, all] =
@@ -142,8 +142,8 @@ SliceMapPage SliceMap(const InventorySnapshot& snap, const SliceFilter& filter,
       const int64_t index = snap.NodeIndex(cell.node_id);
       if (index < 0) continue;
       const InventorySnapshot::NodeEntry& node = snap.node(index);
-      cell.state = node.node->state;
-      cell.quarantine_reason = node.node->quarantine_reason;
+      cell.state = node.node.state;
+      cell.quarantine_reason = node.node.quarantine_reason;
       absl::btree_set<std::string> pgs;
       for (const auto& a : node.allocations) pgs.insert(a.pg_id);
       cell.pg_ids.assign(pgs.begin(), pgs.end());

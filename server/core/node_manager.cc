@@ -247,7 +247,7 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
   cluster_->Read([&](const ClusterState& s) {
     leases_.Reserve(s.snapshot->num_nodes());
     for (size_t i = 0; i < s.snapshot->num_nodes(); ++i) {
-      leases_.Renew(s.snapshot->node(i).node->node_id, epoch);
+      leases_.Renew(s.snapshot->node(i).node.node_id, epoch);
     }
     return 0;
   });
@@ -479,7 +479,7 @@ std::vector<NodeView> NodeManager::List(
   if (!after.empty()) {
     it = std::upper_bound(matches.begin(), matches.end(), after,
                           [&](absl::string_view token, uint32_t i) {
-                            return token < snap.node(i).node->node_id;
+                            return token < snap.node(i).node.node_id;
                           });
   }
   std::vector<NodeView> out;
@@ -489,7 +489,7 @@ std::vector<NodeView> NodeManager::List(
       *next = out.back().node.node_id;
       break;
     }
-    const scheduler::Node& node = *snap.node(*it).node;
+    const scheduler::Node& node = snap.node(*it).node;
     out.push_back(ViewOf(node, snap, leases_.Last(node.node_id)));
   }
   return out;

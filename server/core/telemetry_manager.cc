@@ -90,7 +90,7 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
     } else {
       nodes.reserve(state.snapshot->num_nodes());
       for (size_t i = 0; i < state.snapshot->num_nodes(); ++i) {
-        nodes.push_back(state.snapshot->node(i).node->node_id);
+        nodes.push_back(state.snapshot->node(i).node.node_id);
       }
     }
     return nodes;

@@ -114,7 +114,7 @@ class TieredFirstFitTest : public ::testing::Test {
   std::vector<std::string> Nodes(PolicyKind kind, const Job& job) const {
     std::vector<std::string> ids;
     for (uint32_t n : MakePolicy(kind, 1)->Place(*snap_, job).nodes) {
-      ids.push_back(snap_->node(n).node->node_id);
+      ids.push_back(snap_->node(n).node.node_id);
     }
     return ids;
   }

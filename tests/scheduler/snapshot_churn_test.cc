@@ -84,14 +84,14 @@ std::string Observe(const InventorySnapshot& s,
                     const std::vector<std::string>& pgs) {
   std::string out;
   const auto& st = StateOf(s);
-  auto id = [&](uint32_t i) { return s.node(i).node->node_id; };
+  auto id = [&](uint32_t i) { return s.node(i).node.node_id; };
   absl::StrAppend(&out, "nodes=", s.num_nodes(), " slices=", s.num_slices(),
                   " allocations=", s.num_allocations(), "\n");
   for (uint32_t i = 0; i < s.num_nodes(); ++i) {
     const auto& e = s.node(i);
-    EXPECT_EQ(s.NodeIndex(e.node->node_id), i);
+    EXPECT_EQ(s.NodeIndex(e.node.node_id), i);
     absl::StrAppend(
-        &out, id(i), " state=", NodeStateName(e.node->state), " slice=",
+        &out, id(i), " state=", NodeStateName(e.node.state), " slice=",
         s.SliceIndexOf(e) < 0 ? "-" : s.slice(s.SliceIndexOf(e)).info.name,
         " single=", e.single_host, " tpu=", e.tpu,
         " rank=", st.Rank(BundleKind::kCpuOnly, i), "/",

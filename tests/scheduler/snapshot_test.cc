@@ -42,7 +42,7 @@ std::string Describe(const InventorySnapshot& s) {
   std::string out;
   for (uint32_t i = 0; i < s.num_nodes(); ++i) {
     const auto& e = s.node(i);
-    absl::StrAppend(&out, e.node->node_id, " ", NodeStateName(e.node->state),
+    absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
                     " slice=", s.SliceIndexOf(e),
                     " rank=", StateOf(s).Rank(BundleKind::kCpuOnly, i), "/",
                     StateOf(s).Rank(BundleKind::kTpu, i), " free=");
@@ -117,7 +117,7 @@ TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
   ASSERT_TRUE(snap.ok()) << snap.status();
   const InventorySnapshot& s = **snap;
   EXPECT_EQ(s.num_nodes(), 13u);
-  EXPECT_EQ(s.node(0).node->node_id, "a-w0");  // sorted by id
+  EXPECT_EQ(s.node(0).node.node_id, "a-w0");  // sorted by id
   EXPECT_EQ((*s.FreeResources("cpu1"))["CPU"], Units(5.5));
   EXPECT_EQ((*s.FreeResources("b-w2"))["TPU"], 0);
   EXPECT_EQ(s.FreeResources("nope").status().code(),
@@ -336,7 +336,7 @@ TEST(SnapshotTest, MatchingNodesUsesSelectorSemantics) {
   auto ids = [&](absl::btree_map<std::string, std::string> wire) {
     std::vector<std::string> out;
     for (uint32_t i : snap->MatchingNodes(*ParseLabelSelector(wire))) {
-      out.push_back(snap->node(i).node->node_id);
+      out.push_back(snap->node(i).node.node_id);
     }
     return absl::StrJoin(out, ",");
   };

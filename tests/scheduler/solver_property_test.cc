@@ -257,8 +257,8 @@ bool FitsFree(const InventorySnapshot& snap, uint32_t i,
 
 bool Usable(const InventorySnapshot& snap, uint32_t i, const LabelSelector& sel,
             const ResourceSet& res) {
-  return snap.node(i).node->state == NodeState::kAlive &&
-         Matches(sel, snap.node(i).node->labels) && FitsFree(snap, i, res);
+  return snap.node(i).node.state == NodeState::kAlive &&
+         Matches(sel, snap.node(i).node.labels) && FitsFree(snap, i, res);
 }
 
 // Exhaustive answers for the cases the solver must always get right; only for

@@ -54,7 +54,7 @@ std::vector<std::string> ValuesOf(const InventorySnapshot& snap,
                                   const Decision& d, const std::string& label) {
   std::vector<std::string> out;
   for (const std::string& id : d.bundle_nodes) {
-    const Node& n = *snap.node(snap.NodeIndex(id)).node;
+    const Node& n = snap.node(snap.NodeIndex(id)).node;
     auto it = n.labels.find(label);
     out.push_back(it == n.labels.end() ? "" : it->second);
   }

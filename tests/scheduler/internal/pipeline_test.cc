@@ -57,7 +57,7 @@ TEST(CandidatesTest, WalksMatchingNodesInRankOrder) {
   const int g = groups.GroupFor(Sel("pool", "x"), BundleKind::kCpuOnly, cpu);
   EXPECT_EQ(groups.GroupFor(Sel("pool", "x"), BundleKind::kCpuOnly, cpu), g);
   std::vector<std::string> ids;
-  for (uint32_t i : Walk(groups, g)) ids.push_back(state.node(i).node->node_id);
+  for (uint32_t i : Walk(groups, g)) ids.push_back(state.node(i).node.node_id);
   EXPECT_EQ(ids, (std::vector<std::string>{"cpu-a", "cpu-b", "a-w0"}));
   EXPECT_EQ(groups.Reach(groups.group(g)), 3);
 }
