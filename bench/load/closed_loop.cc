@@ -22,13 +22,6 @@ using Clock = std::chrono::steady_clock;
 namespace v1 = ::sliced::v1;
 namespace health = ::grpc::health::v1;
 
-double ProcessCpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
-         u.ru_stime.tv_usec / 1e6;
-}
-
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK: return "OK";
@@ -194,6 +187,13 @@ void Client::Done(const grpc::Status& status, bool created) {
 }
 
 }  // namespace
+
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
+}
 
 LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
                          const LoadOptions& options, const DaemonProbe& probe) {

@@ -68,6 +68,9 @@ struct DaemonProbe {
   std::function<std::map<std::string, double>()> metrics;    // may be empty
 };
 
+// This process's CPU time (user + system), in seconds.
+double ProcessCpuSeconds();
+
 // Runs one phase against `channels` (client i uses channels[i % size]).
 LoadResult RunClosedLoop(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
                          const LoadOptions& options, const DaemonProbe& probe = {});

@@ -352,6 +352,7 @@ absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes
 struct BeatAlone {
   BeatResult beats;
   double daemon_cores = 0;
+  double sender_cores = 0;  // this process (only the beats' senders run)
   std::string load;
 };
 struct BeatTriple {  // one repetition, back to back
@@ -410,11 +411,13 @@ absl::StatusOr<BeatPoint> MeasureHeartbeats(const std::string& binary,
       std::this_thread::sleep_for(
           std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup)));
       cpu0 = d->CpuSeconds();
+      const double own0 = ProcessCpuSeconds();
       std::this_thread::sleep_for(std::chrono::duration<double>(duration));
       const double wall =
           std::chrono::duration<double>(Clock::now() - t0).count() -
           absl::GetFlag(FLAGS_warmup);
       a.daemon_cores = (d->CpuSeconds() - cpu0) / wall;
+      a.sender_cores = (ProcessCpuSeconds() - own0) / wall;
     });
     return a;
   };
@@ -458,16 +461,17 @@ std::string HeartbeatMarkdown(const std::vector<BeatPoint>& points,
       "quiet phase of the same repetition; bold: medians. Load average (1/5/15 "
       "min) at the start.\n\n"
       "| nodes | beats | beats/s sent (RPC p99 ms) | daemon CPU, beats alone "
-      "(cores) | load |\n"
-      "| --- | --- | --- | --- | --- |\n",
+      "(cores) | their sender's CPU, on the same cores | load |\n"
+      "| --- | --- | --- | --- | --- | --- |\n",
       absl::GetFlag(FLAGS_beat_lease), batch, duration,
       absl::GetFlag(FLAGS_churn_clients));
   for (const BeatPoint& p : points) {
     for (const auto& [what, a] : {std::pair{"1 per RPC", &p.single},
                                   std::pair{"batched", &p.batched}}) {
-      absl::StrAppendFormat(&md, "| %d | %s | %.0f (%.1f) | %.2f | %s |\n",
+      absl::StrAppendFormat(&md, "| %d | %s | %.0f (%.1f) | %.2f | %.2f | %s |\n",
                             p.nodes, what, a->beats.beats_per_s,
-                            a->beats.p99_ms, a->daemon_cores, a->load);
+                            a->beats.p99_ms, a->daemon_cores, a->sender_cores,
+                            a->load);
     }
   }
   md +=
