@@ -162,6 +162,11 @@ class InventorySnapshot {
     // The hosts' node slots (not indexes: see HostIndex()), worker-id order
     // if intact.
     std::vector<uint32_t> host_slots;
+    // Per resource, the least any host has (one that some host lacks is
+    // left out); kept current with the hosts, as `info` is. A request that
+    // asks no more of each host fits all of them, which the diagnosis then
+    // need not read.
+    ResourceSet host_min;
     std::string tier;
     std::string zone;
     int64_t allocated_hosts = 0;  // hosts holding any allocation

@@ -95,7 +95,9 @@ SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
                          const InventorySnapshot::SliceEntry& se) {
   bool ever = true;
   const int64_t present =
-      std::min<int64_t>(request.hosts(), se.host_slots.size());
+      request.FitsEveryHostOf(se)
+          ? 0  // nothing to learn from the hosts
+          : std::min<int64_t>(request.hosts(), se.host_slots.size());
   for (int64_t w = 0; w < present; ++w) {
     const Node& host = snap.node(snap.HostIndex(se, w)).node;
     for (int64_t k = 0; k < request.rows(); ++k) {

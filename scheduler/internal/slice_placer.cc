@@ -51,7 +51,20 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
     }
     any_keyed_ = any_keyed_ || !keyed_[j].empty();
     any_residual_ = any_residual_ || !residual_[j].empty();
+    for (const auto& [name, amount] : bundles_[j].resources) {
+      int64_t& most = most_[name];
+      most = std::max(most, amount);
+    }
   }
+}
+
+bool SliceRequest::FitsEveryHostOf(
+    const InventorySnapshot::SliceEntry& se) const {
+  if (any_residual_) return false;
+  for (const auto& [name, amount] : most_) {
+    if (amount > 0 && Amount(se.host_min, name) < amount) return false;
+  }
+  return true;
 }
 
 SliceKey SliceRequest::FirstKey() const {

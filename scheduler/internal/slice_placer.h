@@ -58,6 +58,10 @@ class SliceRequest {
   bool HostMatches(const Labels& labels, int64_t k, int64_t w) const {
     return !any_residual_ || Matches(residual_[At(k, w)], labels);
   }
+  // Whether every host of `se` matches the residual terms and holds (in
+  // total) what any worker of any row asks, read from the slice entry
+  // alone. False says nothing: then the hosts decide.
+  bool FitsEveryHostOf(const InventorySnapshot::SliceEntry& se) const;
 
  private:
   size_t At(int64_t k, int64_t w) const {
@@ -68,6 +72,7 @@ class SliceRequest {
   TpuShape shape_;
   int64_t rows_ = 1;
   std::vector<Bundle> bundles_;  // per (row, worker)
+  ResourceSet most_;             // per resource, the most any bundle asks
   std::vector<LabelSelector> keyed_;
   std::vector<LabelSelector> residual_;
   bool any_keyed_ = false;

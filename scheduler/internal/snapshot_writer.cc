@@ -639,6 +639,11 @@ class SnapshotWriter {
         se->host_slots.push_back(shard.at(id));
       }
       ResolveShape(*se);
+      std::vector<const ResourceSet*> hosts;
+      for (uint32_t h : HostIndexes(*se)) {
+        hosts.push_back(&st_.node(h).node.resources);
+      }
+      se->host_min = LeastOf(hosts);
       table.Mutable(q) = std::move(se);
       owned_slices_.insert(q);
     }
@@ -786,9 +791,12 @@ class SnapshotWriter {
         table.entries[ni]->slice_slot = static_cast<int32_t>(si);
       }
       ResolveShape(*se);
+      std::vector<const ResourceSet*> hosts;
       for (uint32_t h : se->host_slots) {
         table.entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
+        hosts.push_back(&table.entries[h]->node.resources);
       }
+      se->host_min = LeastOf(hosts);
       st_.slices_.Mutable(si) = std::move(se);
     }
     // Slice slots: as for nodes, slot == index after a full build.
@@ -870,6 +878,22 @@ class SnapshotWriter {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
     st_.free_slices_ = FreeSliceIndex();
+  }
+
+  // Per resource, the least amount of `sets`; a resource some set lacks is
+  // left out (it has 0 there).
+  static ResourceSet LeastOf(const std::vector<const ResourceSet*>& sets) {
+    if (sets.empty()) return {};
+    ResourceSet least = *sets[0];
+    for (size_t i = 1; i < sets.size(); ++i) {
+      ResourceSet kept;
+      for (const auto& [name, amount] : least) {
+        auto it = sets[i]->find(name);
+        if (it != sets[i]->end()) kept[name] = std::min(amount, it->second);
+      }
+      least = std::move(kept);
+    }
+    return least;
   }
 
   static void ResolveShape(InventorySnapshot::SliceEntry& se) {
@@ -1016,16 +1040,25 @@ class SnapshotWriter {
     st_.label_index_ = std::move(index);
   }
 
-  // Re-derives intactness of slice si from its hosts' current nodes (state
-  // and TPU counts may have changed; membership has not).
+  // Re-derives intactness and the least host of slice si from its hosts'
+  // current nodes (state and resources may have changed; membership has
+  // not).
   void RecheckSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
     std::vector<const Node*> hosts;
-    for (uint32_t h : HostIndexes(old)) hosts.push_back(&st_.node(h).node);
+    std::vector<const ResourceSet*> resources;
+    for (uint32_t h : HostIndexes(old)) {
+      hosts.push_back(&st_.node(h).node);
+      resources.push_back(&st_.node(h).node.resources);
+    }
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
-    if (infos.size() == 1 && infos[0] == old.info) return;
+    ResourceSet least = LeastOf(resources);
+    if (infos.size() == 1 && infos[0] == old.info && least == old.host_min) {
+      return;
+    }
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     if (infos.size() == 1) se.info = std::move(infos[0]);
+    se.host_min = std::move(least);
   }
 
   void RecountSlice(uint32_t si) {

@@ -103,8 +103,13 @@ std::string Observe(const InventorySnapshot& s,
         }
       }
     }
+    // A resource at 0 and an absent one are the same; which one a free map
+    // shows depends on the path that computed it (e.g. after a node is
+    // re-registered without a resource).
     absl::StrAppend(&out, " free=");
-    for (const auto& [k, v] : e.free) absl::StrAppend(&out, k, ":", v, ",");
+    for (const auto& [k, v] : e.free) {
+      if (v != 0) absl::StrAppend(&out, k, ":", v, ",");
+    }
     for (const auto& a : e.allocations) {
       absl::StrAppend(&out, " ", a.pg_id, "[", a.bundle_index, "]");
     }
@@ -132,7 +137,9 @@ std::string Observe(const InventorySnapshot& s,
                     se.cpu_held_hosts, " hosts=");
     for (uint32_t h : s.HostIndexes(se)) absl::StrAppend(&out, id(h), ",");
     absl::StrAppend(&out, " ids=", absl::StrJoin(se.info.node_ids, ","),
-                    " reason=", se.info.reason, "\n");
+                    " reason=", se.info.reason, " host_min=");
+    for (const auto& [k, v] : se.host_min) absl::StrAppend(&out, k, ":", v, ",");
+    out += "\n";
     auto got = s.GetSlice(se.info.name);
     EXPECT_TRUE(got.ok());
   }
@@ -230,9 +237,9 @@ class ChurnGenerator {
     return hosts;
   }
 
-  // A random re-label or state change of `node`.
+  // A random re-label, state or resource change of `node`.
   Node Relabel(Node node, const Mirror& mirror) {
-    switch (Int(8)) {
+    switch (Int(9)) {
       case 0: {  // move to another existing slice or a new name
         std::vector<std::string> names;
         for (const auto& [id, n] : mirror.nodes) {
@@ -262,6 +269,13 @@ class ChurnGenerator {
         break;
       case 6:
         node.labels["team"] = absl::StrCat("t", Int(3));
+        break;
+      case 7:  // re-registered with fewer or more chips, or without CPU
+        if (Coin()) {
+          node.resources["TPU"] = Units(1 + Int(8));
+        } else {
+          node.resources.erase("CPU");
+        }
         break;
       default:
         node.labels[std::string(kLabelAcceleratorType)] =

@@ -176,6 +176,48 @@ TEST(SolverSliceTest, SummaryReadsLikeTheIssue) {
   EXPECT_EQ(d.diagnosis.steps[0].considered, 12);
 }
 
+// A slice with one host short of the request is too small, whatever its
+// other hosts hold; with the short host mended (an upsert: the slice is
+// re-derived) it is held, as the others. The diagnosis reads a slice's
+// hosts only when its least host could be short (SliceEntry::host_min).
+TEST(SolverSliceTest, OneShortHostMakesTheSliceTooSmall) {
+  std::vector<Node> nodes;
+  for (int i = 0; i < 3; ++i) {
+    Append(nodes, Slice(absl::StrCat("s", i), "TPU-V6E", "4x4"));
+  }
+  for (Node& n : nodes) {
+    if (n.node_id == "s1-w2") n.resources["TPU"] = Units(2);
+  }
+  std::vector<Allocation> held = {{"pg0", 0, "s0-w0", Tpu(4)},
+                                  {"pg2", 0, "s2-w3", Tpu(4)}};
+  auto snap = Snap(nodes, held);
+  const PlacementRequest r = SliceRequest(TpuGeneration::kV6e, "4x4");
+  Decision d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kUnschedulable);
+  EXPECT_EQ(d.diagnosis.summary,
+            "0/3 v6e-16 slices free: 2 held, 1 with hosts too small for the "
+            "bundles");
+
+  Node mended = *snap->FindNode("s1-w2");
+  mended.resources["TPU"] = Units(4);
+  SnapshotDelta delta;
+  delta.upsert_nodes = {mended};
+  auto next = snap->Apply(delta);
+  ASSERT_TRUE(next.ok()) << next.status();
+  d = Solve(**next, r);
+  EXPECT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"s1"});
+
+  // And short again: the diagnosis sees the change too.
+  mended.resources.erase("TPU");
+  delta.upsert_nodes = {mended};
+  next = (*next)->Apply(delta);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(Solve(**next, r).diagnosis.summary,
+            "0/3 v6e-16 slices free: 2 held, 1 with hosts too small for the "
+            "bundles");
+}
+
 TEST(SolverSliceTest, PerHostResourcesAndExplicitBundles) {
   std::vector<Node> nodes = Slice("a", "TPU-V6E", "4x4");
   auto snap = Snap(nodes);
