@@ -165,8 +165,9 @@ class InventorySnapshot {
     // Per resource, the least any host has (one that some host lacks is
     // left out); kept current with the hosts, as `info` is. A request that
     // asks no more of each host fits all of them, which the diagnosis then
-    // need not read.
-    ResourceSet host_min;
+    // need not read. Slices with equal minima mostly share one set, so the
+    // diagnosis checks a request against each set once. Never null.
+    std::shared_ptr<const ResourceSet> host_min;
     std::string tier;
     std::string zone;
     int64_t allocated_hosts = 0;  // hosts holding any allocation

@@ -91,11 +91,13 @@ NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
 enum class SliceClass { kTooSmall, kBroken, kHeld, kFree, kExcluded };
 constexpr int kCountedClasses = 4;  // all but kExcluded (counted by zone)
 
+// `fits_every_host`: request.FitsEveryHostOf(se).
 SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
-                         const InventorySnapshot::SliceEntry& se) {
+                         const InventorySnapshot::SliceEntry& se,
+                         bool fits_every_host) {
   bool ever = true;
   const int64_t present =
-      request.FitsEveryHostOf(se)
+      fits_every_host
           ? 0  // nothing to learn from the hosts
           : std::min<int64_t>(request.hosts(), se.host_slots.size());
   for (int64_t w = 0; w < present; ++w) {
@@ -138,9 +140,16 @@ SliceCounts CountSlices(const SnapshotState& snap,
       counts.excluded_in_zone[it->first.zone] += in_key;
       continue;
     }
+    // Slices mostly share their least-host set: each set is checked once.
+    const ResourceSet* checked = nullptr;
+    bool fits = false;
     for (uint32_t s : it->second) {
       const InventorySnapshot::SliceEntry& se = snap.slice(s);
-      const SliceClass c = ClassifySlice(snap, request, se);
+      if (se.host_min.get() != checked) {
+        checked = se.host_min.get();
+        fits = request.FitsEveryHostOf(se);
+      }
+      const SliceClass c = ClassifySlice(snap, request, se, fits);
       if (c == SliceClass::kExcluded) {
         ++counts.excluded_in_zone[se.zone];
       } else {

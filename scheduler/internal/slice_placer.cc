@@ -62,7 +62,7 @@ bool SliceRequest::FitsEveryHostOf(
     const InventorySnapshot::SliceEntry& se) const {
   if (any_residual_) return false;
   for (const auto& [name, amount] : most_) {
-    if (amount > 0 && Amount(se.host_min, name) < amount) return false;
+    if (amount > 0 && Amount(*se.host_min, name) < amount) return false;
   }
   return true;
 }

@@ -7,6 +7,7 @@
 #include "scheduler/internal/snapshot_writer.h"
 
 #include <algorithm>
+#include <deque>
 #include <iterator>
 #include <optional>
 #include <tuple>
@@ -643,7 +644,8 @@ class SnapshotWriter {
       for (uint32_t h : HostIndexes(*se)) {
         hosts.push_back(&st_.node(h).node.resources);
       }
-      se->host_min = LeastOf(hosts);
+      se->host_min = Shared(LeastOf(hosts), src >= 0 ? &st_.slice(src) : nullptr,
+                            q > 0 ? table[q - 1].get() : nullptr);
       table.Mutable(q) = std::move(se);
       owned_slices_.insert(q);
     }
@@ -796,7 +798,7 @@ class SnapshotWriter {
         table.entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
         hosts.push_back(&table.entries[h]->node.resources);
       }
-      se->host_min = LeastOf(hosts);
+      se->host_min = Shared(LeastOf(hosts), nullptr, nullptr);
       st_.slices_.Mutable(si) = std::move(se);
     }
     // Slice slots: as for nodes, slot == index after a full build.
@@ -894,6 +896,25 @@ class SnapshotWriter {
       least = std::move(kept);
     }
     return least;
+  }
+
+  // `least` as a shared set: the one of `a` or `b` (slice entries, may be
+  // null) or of a slice this writer set before when equal, else a new one.
+  std::shared_ptr<const ResourceSet> Shared(ResourceSet least,
+                                            const SliceEntry* a,
+                                            const SliceEntry* b) {
+    for (const SliceEntry* e : {a, b}) {
+      if (e != nullptr && e->host_min && *e->host_min == least) {
+        return e->host_min;
+      }
+    }
+    for (const auto& set : recent_minima_) {
+      if (*set == least) return set;
+    }
+    auto set = std::make_shared<const ResourceSet>(std::move(least));
+    if (recent_minima_.size() == kRecentMinima) recent_minima_.pop_front();
+    recent_minima_.push_back(set);
+    return set;
   }
 
   static void ResolveShape(InventorySnapshot::SliceEntry& se) {
@@ -1053,12 +1074,11 @@ class SnapshotWriter {
     }
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     ResourceSet least = LeastOf(resources);
-    if (infos.size() == 1 && infos[0] == old.info && least == old.host_min) {
-      return;
-    }
+    const bool same_least = least == *old.host_min;
+    if (infos.size() == 1 && infos[0] == old.info && same_least) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     if (infos.size() == 1) se.info = std::move(infos[0]);
-    se.host_min = std::move(least);
+    if (!same_least) se.host_min = Shared(std::move(least), nullptr, nullptr);
   }
 
   void RecountSlice(uint32_t si) {
@@ -1131,6 +1151,9 @@ class SnapshotWriter {
   absl::flat_hash_set<size_t> owned_id_shards_;
   absl::flat_hash_set<size_t> owned_slice_id_shards_;
   std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
+  // The least-host sets this writer made last (Shared()), for reuse.
+  static constexpr size_t kRecentMinima = 8;
+  std::deque<std::shared_ptr<const ResourceSet>> recent_minima_;
 };
 
 namespace internal {

@@ -138,7 +138,9 @@ std::string Observe(const InventorySnapshot& s,
     for (uint32_t h : s.HostIndexes(se)) absl::StrAppend(&out, id(h), ",");
     absl::StrAppend(&out, " ids=", absl::StrJoin(se.info.node_ids, ","),
                     " reason=", se.info.reason, " host_min=");
-    for (const auto& [k, v] : se.host_min) absl::StrAppend(&out, k, ":", v, ",");
+    for (const auto& [k, v] : *se.host_min) {
+      absl::StrAppend(&out, k, ":", v, ",");
+    }
     out += "\n";
     auto got = s.GetSlice(se.info.name);
     EXPECT_TRUE(got.ok());

@@ -163,6 +163,43 @@ TEST(SnapshotTest, BuildIndexesNodesSlicesAndFreeCapacity) {
   EXPECT_EQ(StateOf(s).Rank(BundleKind::kTpu, s.NodeIndex("a-w0")), 5);
 }
 
+// Each slice keeps its least host per resource; slices with equal minima
+// share one set, and a change to one host changes only its slice's.
+TEST(SnapshotTest, SlicesKeepAndShareTheirLeastHost) {
+  std::vector<Node> nodes;
+  for (const char* name : {"a", "b", "c"}) {
+    for (Node& n : Slice(name, "TPU-V6E", "4x4")) nodes.push_back(n);
+  }
+  nodes[9].resources["TPU"] = Units(2);  // c-w1
+  nodes[9].resources.erase("CPU");
+  auto built = InventorySnapshot::Build(nodes, {});
+  ASSERT_TRUE(built.ok()) << built.status();
+  const InventorySnapshot& s = **built;
+  auto least = [](const InventorySnapshot& snap, const std::string& slice) {
+    return snap.slice(snap.SliceIndex(slice)).host_min;
+  };
+  const ResourceSet full = *least(s, "a");
+  EXPECT_EQ(full.at("TPU"), Units(4));
+  EXPECT_TRUE(full.contains("CPU"));
+  EXPECT_FALSE(full.contains("TPU-v6e-16-head"));  // only worker 0 has it
+  EXPECT_EQ(least(s, "a"), least(s, "b"));  // shared
+  EXPECT_EQ(least(s, "c")->at("TPU"), Units(2));
+  EXPECT_FALSE(least(s, "c")->contains("CPU"));
+
+  // A drain keeps the set (in place); fewer chips on b-w3 change b's only.
+  Node drained = nodes[0];
+  drained.state = NodeState::kDraining;
+  Node smaller = nodes[7];  // b-w3
+  smaller.resources["TPU"] = Units(1);
+  SnapshotDelta delta;
+  delta.upsert_nodes = {drained, smaller};
+  auto next = s.Apply(delta);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(least(**next, "a"), least(s, "a"));
+  EXPECT_EQ(least(**next, "b")->at("TPU"), Units(1));
+  EXPECT_EQ(*least(s, "b"), full);  // the source is untouched
+}
+
 TEST(SnapshotTest, BuildRejectsCorruptInput) {
   auto unknown = InventorySnapshot::Build(
       SmallCluster(), {Alloc("pg", 0, "ghost", {{"CPU", 1}})});
