@@ -70,7 +70,9 @@ void WatchHub::Remove(Stream* stream) {
   filters_.erase(it);
 }
 
-std::vector<WatchHub::Stream*> WatchHub::TargetsOf(const PlacementGroup& g) {
+void WatchHub::Deliver(const PlacementGroup& g,
+                       absl::FunctionRef<const PlacementGroupView&()> view) {
+  absl::MutexLock lock(&mu_);
   std::vector<Stream*> targets(all_.begin(), all_.end());
   if (auto it = by_job_.find(g.job_id); it != by_job_.end()) {
     targets.insert(targets.end(), it->second.begin(), it->second.end());
@@ -81,19 +83,8 @@ std::vector<WatchHub::Stream*> WatchHub::TargetsOf(const PlacementGroup& g) {
       if (job.empty() || job == g.job_id) targets.push_back(s);
     }
   }
-  return targets;
-}
-
-bool WatchHub::Wants(const PlacementGroup& group) {
-  absl::MutexLock lock(&mu_);
-  return !TargetsOf(group).empty();
-}
-
-void WatchHub::Deliver(const PlacementGroupView& view) {
-  absl::MutexLock lock(&mu_);
-  const std::vector<Stream*> targets = TargetsOf(view.group);
   if (targets.empty()) return;
-  const grpc::ByteBuffer event = EventOf(view);  // once for all of them
+  const grpc::ByteBuffer event = EventOf(view());  // once for all of them
   for (Stream* s : targets) s->Send(event);
 }
 

@@ -43,15 +43,12 @@ class WatchHub : public PlacementManager::Watcher {
   void Add(Stream* stream, const std::string& job_id, const std::string& pg_id);
   void Remove(Stream* stream);
 
-  // PlacementManager::Watcher (writer thread).
-  bool Wants(const PlacementGroup& group) override;
-  void Deliver(const PlacementGroupView& view) override;
+  // PlacementManager::Watcher (writer thread): builds the view only for a
+  // change some stream gets, and serializes it once for all of them.
+  void Deliver(const PlacementGroup& g,
+               absl::FunctionRef<const PlacementGroupView&()> view) override;
 
  private:
-  // The streams `group`'s changes go to.
-  std::vector<Stream*> TargetsOf(const PlacementGroup& group)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   struct Filter {
     std::string job_id, pg_id;
   };

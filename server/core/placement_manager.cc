@@ -805,7 +805,14 @@ void PlacementManager::Watch(Watcher* watcher) {
   // Under watch_mu_, so that no change is published between the current
   // state and the watcher's registration.
   cluster_->Read([&](const ClusterState& s) {
-    for (const auto& [id, g] : s.pgs) watcher->Deliver(ViewOf(g, *s.snapshot));
+    for (const auto& entry : s.pgs) {
+      const PlacementGroup& g = entry.second;
+      std::optional<PlacementGroupView> view;
+      watcher->Deliver(g, [&]() -> const PlacementGroupView& {
+        if (!view) view = ViewOf(g, *s.snapshot);
+        return *view;
+      });
+    }
     return 0;
   });
 }
@@ -835,11 +842,11 @@ void PlacementManager::Published(const std::vector<PlacementGroup>& changed,
   absl::MutexLock lock(&watch_mu_);
   for (const PlacementGroup& g : changed) {
     std::optional<PlacementGroupView> view;  // built once, if wanted
-    for (Watcher* w : watchers_) {
-      if (!w->Wants(g)) continue;
+    auto build = [&]() -> const PlacementGroupView& {
       if (!view) view = ViewOf(g, snapshot);
-      w->Deliver(*view);
-    }
+      return *view;
+    };
+    for (Watcher* w : watchers_) w->Deliver(g, build);
   }
 }
 

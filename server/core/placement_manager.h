@@ -39,6 +39,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -101,10 +102,12 @@ class PlacementManager : public Cluster::Observer {
   class Watcher {
    public:
     virtual ~Watcher() = default;
-    // Whether a change of the group would go anywhere: the view (with every
-    // worker's env) is built only for a change some watcher wants.
-    virtual bool Wants(const PlacementGroup& /*group*/) { return true; }
-    virtual void Deliver(const PlacementGroupView& view) = 0;
+    // A change of `group`. `view()` builds its view (every worker's env)
+    // the first time any watcher calls it: call it only when the change
+    // goes somewhere.
+    virtual void Deliver(
+        const PlacementGroup& group,
+        absl::FunctionRef<const PlacementGroupView&()> view) = 0;
   };
 
   // Why a group waits (or where it is): the engine's diagnosis.

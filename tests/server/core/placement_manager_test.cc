@@ -471,11 +471,12 @@ TEST_F(PlacementManagerTest, ExpiredLeasesRescheduleInTheSameCommit) {
 // Records what a watch stream receives.
 class Recorder : public PlacementManager::Watcher {
  public:
-  void Deliver(const PlacementGroupView& view) override {
+  void Deliver(const PlacementGroup& /*group*/,
+               absl::FunctionRef<const PlacementGroupView&()> view) override {
+    const PlacementGroupView& v = view();
     absl::MutexLock lock(&mu_);
-    seen_.push_back(view.group.id + ":" +
-                    std::string(PgStateName(view.group.state)));
-    reasons_.push_back(view.group.reason);
+    seen_.push_back(v.group.id + ":" + std::string(PgStateName(v.group.state)));
+    reasons_.push_back(v.group.reason);
   }
   std::vector<std::string> seen() {
     absl::MutexLock lock(&mu_);
