@@ -157,6 +157,13 @@ class SnapshotWriter {
       const int32_t s = st_.SliceOf(st_.node(i));
       if (s >= 0) slices.insert(s);
     }
+    // Only an upsert changes what a slice derives from its hosts (states,
+    // chips, resources); allocations alone change only its counts.
+    absl::flat_hash_set<uint32_t> upserted_slices;
+    for (uint32_t i : upserted) {
+      const int32_t s = st_.SliceOf(st_.node(i));
+      if (s >= 0) upserted_slices.insert(s);
+    }
     for (uint32_t si : slices) {
       for (uint32_t h : HostIndexes(st_.slice(si))) nodes.insert(h);
     }
@@ -173,7 +180,7 @@ class SnapshotWriter {
     }
 
     for (uint32_t si : slices) {
-      RecheckSlice(si);
+      if (upserted_slices.contains(si)) RecheckSlice(si);
       RecountSlice(si);
       IndexSlice(si, true);
     }
