@@ -91,7 +91,7 @@ NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
 enum class SliceClass { kTooSmall, kBroken, kHeld, kFree, kExcluded };
 constexpr int kCountedClasses = 4;  // all but kExcluded (counted by zone)
 
-// `fits_every_host`: request.FitsEveryHostOf(se).
+// `fits_every_host`: request.FitsEveryHostOf(*se.host_min).
 SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
                          const InventorySnapshot::SliceEntry& se,
                          bool fits_every_host) {
@@ -129,6 +129,30 @@ struct SliceCounts {
   }
 };
 
+// Why a slice is not intact, e.g. "v6e-a: node x is DEAD".
+std::string Why(const InventorySnapshot::SliceEntry& se) {
+  return absl::StrCat(se.info.name, ": ", se.info.reason);
+}
+
+// Adds the `in_key` slices of `key` to `counts` by class, read from the
+// per-key sets alone. REQUIRES: the request fits every host of the key and
+// has no per-host selector, so that no slice is too small or excluded (what
+// ClassifySlice() says when it need not read the hosts).
+void CountKey(const SnapshotState& snap, const SliceKey& key, int64_t in_key,
+              SliceCounts& counts) {
+  const CowBitset* free = snap.free_slices().Find(key);
+  const CowBitset* broken = snap.broken_slices().Find(key);
+  const int64_t n_free = free == nullptr ? 0 : free->count();
+  const int64_t n_broken = broken == nullptr ? 0 : broken->count();
+  counts.of_class[static_cast<int>(SliceClass::kFree)] += n_free;
+  counts.of_class[static_cast<int>(SliceClass::kBroken)] += n_broken;
+  counts.of_class[static_cast<int>(SliceClass::kHeld)] +=
+      in_key - n_free - n_broken;
+  if (n_broken > 0 && counts.first_broken.empty()) {
+    counts.first_broken = Why(snap.slice(broken->NextSet(0)));
+  }
+}
+
 SliceCounts CountSlices(const SnapshotState& snap,
                         const SliceRequest& request) {
   SliceCounts counts;
@@ -140,6 +164,12 @@ SliceCounts CountSlices(const SnapshotState& snap,
       counts.excluded_in_zone[it->first.zone] += in_key;
       continue;
     }
+    // Every host of the key fits: the per-key sets count its slices.
+    const ResourceSet* key_least = snap.key_least().Find(it->first);
+    if (key_least != nullptr && request.FitsEveryHostOf(*key_least)) {
+      CountKey(snap, it->first, in_key, counts);
+      continue;
+    }
     // Slices mostly share their least-host set: each set is checked once.
     const ResourceSet* checked = nullptr;
     bool fits = false;
@@ -147,7 +177,7 @@ SliceCounts CountSlices(const SnapshotState& snap,
       const InventorySnapshot::SliceEntry& se = snap.slice(s);
       if (se.host_min.get() != checked) {
         checked = se.host_min.get();
-        fits = request.FitsEveryHostOf(se);
+        fits = request.FitsEveryHostOf(*checked);
       }
       const SliceClass c = ClassifySlice(snap, request, se, fits);
       if (c == SliceClass::kExcluded) {
@@ -156,7 +186,7 @@ SliceCounts CountSlices(const SnapshotState& snap,
         ++counts.of_class[static_cast<int>(c)];
       }
       if (c == SliceClass::kBroken && counts.first_broken.empty()) {
-        counts.first_broken = absl::StrCat(se.info.name, ": ", se.info.reason);
+        counts.first_broken = Why(se);
       }
     }
   }

@@ -58,11 +58,10 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
   }
 }
 
-bool SliceRequest::FitsEveryHostOf(
-    const InventorySnapshot::SliceEntry& se) const {
+bool SliceRequest::FitsEveryHostOf(const ResourceSet& least) const {
   if (any_residual_) return false;
   for (const auto& [name, amount] : most_) {
-    if (amount > 0 && Amount(*se.host_min, name) < amount) return false;
+    if (amount > 0 && Amount(least, name) < amount) return false;
   }
   return true;
 }

@@ -58,10 +58,11 @@ class SliceRequest {
   bool HostMatches(const Labels& labels, int64_t k, int64_t w) const {
     return !any_residual_ || Matches(residual_[At(k, w)], labels);
   }
-  // Whether every host of `se` matches the residual terms and holds (in
-  // total) what any worker of any row asks, read from the slice entry
-  // alone. False says nothing: then the hosts decide.
-  bool FitsEveryHostOf(const InventorySnapshot::SliceEntry& se) const;
+  // Whether every host whose resources are at least `least` (a slice's
+  // host_min, or a lower bound of several slices') matches the residual
+  // terms and holds (in total) what any worker of any row asks. False says
+  // nothing: then the hosts decide.
+  bool FitsEveryHostOf(const ResourceSet& least) const;
 
  private:
   size_t At(int64_t k, int64_t w) const {

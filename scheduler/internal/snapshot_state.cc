@@ -80,34 +80,4 @@ int SnapshotState::Rank(BundleKind kind, uint32_t i) const {
   return whole ? whole_multi(5) : 4;
 }
 
-const CowBitset* FreeSliceIndex::Find(const SliceKey& key) const {
-  auto it = slots_->find(key);
-  if (it == slots_->end()) return nullptr;
-  const Set& set = sets_[it->second];
-  return set == nullptr ? nullptr : set.get();
-}
-
-void FreeSliceIndex::Put(const SliceKey& key, Set set) {
-  if (set != nullptr && set->count() == 0) set = nullptr;
-  auto it = slots_->find(key);
-  if (it == slots_->end()) {
-    if (set == nullptr) return;
-    // A new key: the one time the key map is copied.
-    auto slots = std::make_shared<const_iterator::Slots>(*slots_);
-    it = slots->emplace(key, static_cast<uint32_t>(sets_.size())).first;
-    sets_.Resize(sets_.size() + 1);
-    slots_ = std::move(slots);
-  }
-  sets_.Mutable(it->second) = std::move(set);
-}
-
-void FreeSliceIndex::ForEachMutable(const std::function<void(Set& set)>& fn) {
-  for (size_t slot = 0; slot < sets_.size(); ++slot) {
-    if (sets_[slot] == nullptr) continue;
-    Set& set = sets_.Mutable(slot);
-    fn(set);
-    if (set != nullptr && set->count() == 0) set = nullptr;
-  }
-}
-
 }  // namespace sliced::scheduler::internal

@@ -1,5 +1,5 @@
 // The state behind an InventorySnapshot: the copy-on-write node and slice
-// tables, the label index, the free-slice index and the rank bitsets the
+// tables, the label index, the per-key slice indexes and the rank bitsets the
 // solver reads. InventorySnapshot (snapshot.h) shows users the queries they
 // need; the solver and the snapshot writer reach this state through
 // StateOf(). Engine-internal: include only from scheduler/ (and its tests).
@@ -31,30 +31,33 @@ class SnapshotWriter;
 
 namespace sliced::scheduler::internal {
 
-// Free intact slices per (generation, topology, tier, zone), as bitsets over
-// slice indexes with a count, in key order. A key gets a slot the first time
-// it is set and keeps it (keys are few and rarely new: shapes x tiers x
-// zones); the bitsets live in a copy-on-write array by slot. So copying the
-// index costs two pointers, and changing one key's set copies one chunk of
-// the array, not the map (a busy fleet has a couple of hundred keys, and
-// every slice taken or freed changes one).
-class FreeSliceIndex {
+// A value per slice key (generation, topology, tier, zone), in key order. A
+// key gets a slot the first time it is set and keeps it (keys are few and
+// rarely new: shapes x tiers x zones); the values live in a copy-on-write
+// array by slot. So copying the map costs two pointers, and changing one
+// key's value copies one chunk of the array, not the map (a busy fleet has a
+// couple of hundred keys, and every slice taken or freed changes one).
+// `V` is a shared pointer; a value that IsEmpty() is stored as null and
+// skipped by iteration.
+template <typename V>
+class SliceKeyMap {
  public:
-  using Set = std::shared_ptr<const CowBitset>;
-
-  // Over the keys with a non-empty set, in key order; `->first` is the key,
-  // `->second` its set.
+  // Over the keys with a value, in key order; `->first` is the key,
+  // `->second` its value.
   class const_iterator {
    public:
     using Slots = absl::btree_map<SliceKey, uint32_t>;
-    using value_type = std::pair<const SliceKey&, const Set&>;
+    using value_type = std::pair<const SliceKey&, const V&>;
 
-    const_iterator(Slots::const_iterator it, Slots::const_iterator end,
-                   const CowArray<Set, 4>* sets)
-        : it_(it), end_(end), sets_(sets) {
+    const_iterator(typename Slots::const_iterator it,
+                   typename Slots::const_iterator end,
+                   const CowArray<V, 4>* values)
+        : it_(it), end_(end), values_(values) {
       SkipEmpty();
     }
-    value_type operator*() const { return {it_->first, (*sets_)[it_->second]}; }
+    value_type operator*() const {
+      return {it_->first, (*values_)[it_->second]};
+    }
     // The pair lives in the iterator: valid until it moves.
     const value_type* operator->() const {
       current_.emplace(**this);
@@ -70,10 +73,10 @@ class FreeSliceIndex {
 
    private:
     void SkipEmpty() {
-      while (it_ != end_ && (*sets_)[it_->second] == nullptr) ++it_;
+      while (it_ != end_ && (*values_)[it_->second] == nullptr) ++it_;
     }
-    Slots::const_iterator it_, end_;
-    const CowArray<Set, 4>* sets_;
+    typename Slots::const_iterator it_, end_;
+    const CowArray<V, 4>* values_;
     mutable std::optional<value_type> current_;
   };
 
@@ -83,24 +86,57 @@ class FreeSliceIndex {
     return At(slots_->lower_bound(key));
   }
   bool contains(const SliceKey& key) const { return Find(key) != nullptr; }
-  // The key's set; nullptr when no slice of the key is free.
-  const CowBitset* Find(const SliceKey& key) const;
-
-  // Only the snapshot writer calls these, on an unpublished snapshot.
-  // Sets the key's set (nullptr or an empty set: none free).
-  void Put(const SliceKey& key, Set set);
-  // Calls `fn(set)` on every non-empty set, which it may replace.
-  void ForEachMutable(const std::function<void(Set& set)>& fn);
-
- private:
-  const_iterator At(const_iterator::Slots::const_iterator it) const {
-    return const_iterator(it, slots_->end(), &sets_);
+  // The key's value; nullptr when it has none.
+  const typename V::element_type* Find(const SliceKey& key) const {
+    auto it = slots_->find(key);
+    return it == slots_->end() ? nullptr : values_[it->second].get();
   }
 
-  std::shared_ptr<const const_iterator::Slots> slots_ =
-      std::make_shared<const const_iterator::Slots>();
-  CowArray<Set, 4> sets_;  // by slot; nullptr when none free
+  // Only the snapshot writer calls these, on an unpublished snapshot.
+  // Sets the key's value (null or empty: none).
+  void Put(const SliceKey& key, V value) {
+    if (IsEmpty(value)) value = nullptr;
+    auto it = slots_->find(key);
+    if (it == slots_->end()) {
+      if (value == nullptr) return;
+      // A new key: the one time the key map is copied.
+      auto slots = std::make_shared<typename const_iterator::Slots>(*slots_);
+      it = slots->emplace(key, static_cast<uint32_t>(values_.size())).first;
+      values_.Resize(values_.size() + 1);
+      slots_ = std::move(slots);
+    }
+    values_.Mutable(it->second) = std::move(value);
+  }
+  // Calls `fn(value)` on every value, which it may replace.
+  void ForEachMutable(const std::function<void(V& value)>& fn) {
+    for (size_t slot = 0; slot < values_.size(); ++slot) {
+      if (values_[slot] == nullptr) continue;
+      V& value = values_.Mutable(slot);
+      fn(value);
+      if (IsEmpty(value)) value = nullptr;
+    }
+  }
+
+ private:
+  static bool IsEmpty(const std::shared_ptr<const CowBitset>& set) {
+    return set == nullptr || set->count() == 0;
+  }
+  template <typename T>
+  static bool IsEmpty(const std::shared_ptr<const T>& value) {
+    return value == nullptr;
+  }
+  const_iterator At(typename const_iterator::Slots::const_iterator it) const {
+    return const_iterator(it, slots_->end(), &values_);
+  }
+
+  std::shared_ptr<const typename const_iterator::Slots> slots_ =
+      std::make_shared<const typename const_iterator::Slots>();
+  CowArray<V, 4> values_;  // by slot; null when none
 };
+
+// Slices per key as bitsets over slice indexes (each with its count), e.g.
+// the free intact ones.
+using SliceSets = SliceKeyMap<std::shared_ptr<const CowBitset>>;
 
 // How a generic bundle should rank a node (lower = try first; solver.h
 // explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
@@ -121,7 +157,6 @@ class SnapshotState {
   using NodeEntry = InventorySnapshot::NodeEntry;
   using SliceEntry = InventorySnapshot::SliceEntry;
   using SliceKeyIndex = InventorySnapshot::SliceKeyIndex;
-  using FreeSliceIndex = internal::FreeSliceIndex;
   using PostingList = std::vector<uint32_t>;  // sorted node slots
   // A key's values, in copy-on-write chunks: ray.io/node-id alone has a
   // value per node.
@@ -163,7 +198,17 @@ class SnapshotState {
   uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
   // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
-  const FreeSliceIndex& free_slices() const { return free_slices_; }
+  // Free intact slices per key.
+  const SliceSets& free_slices() const { return free_slices_; }
+  // Slices not intact per key (any allocations).
+  const SliceSets& broken_slices() const { return broken_slices_; }
+  // Per key, the least of its slices' host_min: per resource, what the
+  // least host of the key has (a resource some host lacks is left out). A
+  // request that asks no more of a host fits every host of the key, which
+  // the diagnosis then learns without reading a slice.
+  const SliceKeyMap<std::shared_ptr<const ResourceSet>>& key_least() const {
+    return key_least_;
+  }
   const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
   // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
   const CowBitset& rank_set(BundleKind kind, int r) const {
@@ -193,7 +238,9 @@ class SnapshotState {
   CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
-  FreeSliceIndex free_slices_;
+  SliceSets free_slices_;
+  SliceSets broken_slices_;
+  SliceKeyMap<std::shared_ptr<const ResourceSet>> key_least_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
   // PG id -> its allocations, sharded by hash; shards are copied on write.
   CowArray<std::shared_ptr<const PgIndex>, 6> pgs_;

@@ -30,8 +30,8 @@ using internal::Amount;
 using internal::BundleKind;
 using internal::CowArray;
 using internal::CowBitset;
-using internal::FreeSliceIndex;
 using internal::kNumRanks;
+using internal::SliceSets;
 using internal::SnapshotState;
 
 namespace {
@@ -94,12 +94,9 @@ class SnapshotWriter {
       RecountSlice(si);
       IndexSlice(si, true);
       const InventorySnapshot::SliceEntry& se = st_.slice(si);
-      if (se.shape_known) {
-        (*by_key)[SliceKey{se.shape.generation, se.shape.topology, se.tier,
-                           se.zone}]
-            .push_back(si);
-      }
+      if (se.shape_known) (*by_key)[KeyOf(se)].push_back(si);
     }
+    for (const auto& [key, list] : *by_key) RefreshKeyLeast(key, *by_key);
     st_.slices_by_key_ = std::move(by_key);
     for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
     building_ = false;
@@ -435,6 +432,8 @@ class SnapshotWriter {
     for (auto it = by_key_->begin(); it != by_key_->end();) {
       it = it->second.empty() ? by_key_->erase(it) : std::next(it);
     }
+    for (const SliceKey& key : changed_keys_) RefreshKeyLeast(key, *by_key_);
+    changed_keys_.clear();
     st_.slices_by_key_ = std::move(by_key_);
     return absl::OkStatus();
   }
@@ -516,16 +515,19 @@ class SnapshotWriter {
     return index;
   }
 
-  // Renumbers the free-slice bitsets and the slice key index after slices
+  // Renumbers the per-key slice bitsets and the slice key index after slices
   // moved; re-derived slices leave the key index here and come back in
-  // AddSliceKey().
+  // AddSliceKey(). Keys that lose or gain a slice are noted in
+  // changed_keys_.
   void RenumberSliceIndexes(const SlicePlan& plan) {
     const size_t count = plan.source.size();
     if (plan.moved) {
-      st_.free_slices_.ForEachMutable([&](FreeSliceIndex::Set& set) {
-        set = std::make_shared<const CowBitset>(
-            set->Renumbered(plan.old_to_new, count, plan.first_moved));
-      });
+      for (SliceSets* sets : {&st_.free_slices_, &st_.broken_slices_}) {
+        sets->ForEachMutable([&](std::shared_ptr<const CowBitset>& set) {
+          set = std::make_shared<const CowBitset>(
+              set->Renumbered(plan.old_to_new, count, plan.first_moved));
+        });
+      }
     }
     by_key_ = std::make_shared<InventorySnapshot::SliceKeyIndex>();
     for (const auto& [key, list] : *st_.slices_by_key_) {
@@ -535,15 +537,17 @@ class SnapshotWriter {
         const int32_t to = plan.old_to_new[s];
         if (to >= 0 && !plan.rederived[to]) out.push_back(to);
       }
+      if (out.size() != list.size()) changed_keys_.insert(key);
     }
   }
 
   void AddSliceKey(uint32_t q) {
     const SliceEntry& se = st_.slice(q);
     if (!se.shape_known) return;
-    std::vector<uint32_t>& list = (*by_key_)[SliceKey{
-        se.shape.generation, se.shape.topology, se.tier, se.zone}];
+    const SliceKey key = KeyOf(se);
+    std::vector<uint32_t>& list = (*by_key_)[key];
     list.insert(std::lower_bound(list.begin(), list.end(), q), q);
+    changed_keys_.insert(key);
   }
 
   // Renumbers the rank bitsets after nodes moved.
@@ -875,7 +879,7 @@ class SnapshotWriter {
     return MutableShard(st_.node_ids_, owned_id_shards_, shard);
   }
 
-  // Empty PG shards, rank bitsets over n nodes and free-slice index.
+  // Empty PG shards, rank bitsets over n nodes and per-key slice indexes.
   void InstallEmptyIndexes(size_t n) {
     st_.pgs_ =
         CowArray<std::shared_ptr<const PgIndex>, 6>(SnapshotState::kPgShards);
@@ -886,7 +890,9 @@ class SnapshotWriter {
     for (auto& per_kind : st_.rank_sets_) {
       for (CowBitset& set : per_kind) set = CowBitset(n);
     }
-    st_.free_slices_ = FreeSliceIndex();
+    st_.free_slices_ = SliceSets();
+    st_.broken_slices_ = SliceSets();
+    st_.key_least_ = {};
   }
 
   // Per resource, the least amount of `sets`; a resource some set lacks is
@@ -1085,7 +1091,12 @@ class SnapshotWriter {
     if (infos.size() == 1 && infos[0] == old.info && same_least) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     if (infos.size() == 1) se.info = std::move(infos[0]);
-    if (!same_least) se.host_min = Shared(std::move(least), nullptr, nullptr);
+    if (same_least) return;
+    const size_t n = st_.slices_.size();
+    se.host_min =
+        Shared(std::move(least), si > 0 ? &st_.slice(si - 1) : nullptr,
+               si + 1 < n ? &st_.slice(si + 1) : nullptr);
+    if (se.shape_known) RefreshKeyLeast(KeyOf(se), *st_.slices_by_key_);
   }
 
   void RecountSlice(uint32_t si) {
@@ -1122,18 +1133,63 @@ class SnapshotWriter {
     se.zone = std::move(zone);
   }
 
+  static SliceKey KeyOf(const SliceEntry& se) {
+    return SliceKey{se.shape.generation, se.shape.topology, se.tier, se.zone};
+  }
+
+  // Adds slice si to the per-key sets it belongs in (free and intact, or
+  // not intact), or takes it out of both.
   void IndexSlice(uint32_t si, bool present) {
     const InventorySnapshot::SliceEntry& se = st_.slice(si);
     if (!se.shape_known) return;
-    if (present && !(se.info.intact && se.free())) return;
-    SliceKey key{se.shape.generation, se.shape.topology, se.tier, se.zone};
-    const CowBitset* current = st_.free_slices_.Find(key);
+    const SliceKey key = KeyOf(se);
+    if (!present || (se.info.intact && se.free())) {
+      SetMember(st_.free_slices_, key, si, present);
+    }
+    if (!present || !se.info.intact) {
+      SetMember(st_.broken_slices_, key, si, present);
+    }
+  }
+
+  void SetMember(SliceSets& sets, const SliceKey& key, uint32_t si,
+                 bool present) {
+    const CowBitset* current = sets.Find(key);
     if (current == nullptr ? !present : current->Test(si) == present) return;
     auto copy = current == nullptr
                     ? std::make_shared<CowBitset>(st_.slices_.size())
                     : std::make_shared<CowBitset>(*current);
     copy->Set(si, present);
-    st_.free_slices_.Put(key, std::move(copy));
+    sets.Put(key, std::move(copy));
+  }
+
+  // Sets the least host of `key` (SnapshotState::key_least()) from the
+  // host_min of its slices in `by_key`: O(slices of the key), run when one
+  // of them changes or the key gains or loses a slice.
+  void RefreshKeyLeast(const SliceKey& key,
+                       const InventorySnapshot::SliceKeyIndex& by_key) {
+    auto it = by_key.find(key);
+    if (it == by_key.end() || it->second.empty()) {
+      st_.key_least_.Put(key, nullptr);
+      return;
+    }
+    // Neighbours mostly share their set: each run of one set counts once.
+    std::vector<const ResourceSet*> sets;
+    for (uint32_t si : it->second) {
+      const ResourceSet* set = st_.slice(si).host_min.get();
+      if (sets.empty() || sets.back() != set) sets.push_back(set);
+    }
+    const ResourceSet* current = st_.key_least_.Find(key);
+    if (std::all_of(sets.begin(), sets.end(),
+                    [&](const ResourceSet* set) { return set == sets[0]; })) {
+      if (current != sets[0]) {
+        st_.key_least_.Put(key, st_.slice(it->second[0]).host_min);
+      }
+      return;
+    }
+    ResourceSet least = LeastOf(sets);
+    if (current != nullptr && *current == least) return;
+    st_.key_least_.Put(key,
+                       std::make_shared<const ResourceSet>(std::move(least)));
   }
 
   void IndexNode(uint32_t i, bool present) {
@@ -1153,6 +1209,8 @@ class SnapshotWriter {
   bool building_ = false;
   // Inside ChangeNodeSet(): the slice key index being rebuilt.
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
+  // Inside ChangeNodeSet(): keys that gained or lost a slice.
+  absl::btree_set<SliceKey> changed_keys_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
   absl::flat_hash_set<size_t> owned_id_shards_;

@@ -145,19 +145,29 @@ std::string Observe(const InventorySnapshot& s,
     auto got = s.GetSlice(se.info.name);
     EXPECT_TRUE(got.ok());
   }
-  for (const auto& [key, set] : st.free_slices()) {
-    EXPECT_EQ(set->bits(), s.num_slices());
-    absl::StrAppend(&out, "free ", TpuGenerationName(key.generation), " ",
-                    key.topology, " ", key.tier, " ", key.zone, ":");
-    for (size_t i = set->NextSet(0); i < set->bits(); i = set->NextSet(i + 1)) {
-      absl::StrAppend(&out, " ", s.slice(i).info.name);
+  for (const auto* sets : {&st.free_slices(), &st.broken_slices()}) {
+    for (const auto& [key, set] : *sets) {
+      EXPECT_EQ(set->bits(), s.num_slices());
+      absl::StrAppend(&out, sets == &st.free_slices() ? "free " : "broken ",
+                      TpuGenerationName(key.generation), " ", key.topology, " ",
+                      key.tier, " ", key.zone, ":");
+      for (size_t i = set->NextSet(0); i < set->bits();
+           i = set->NextSet(i + 1)) {
+        absl::StrAppend(&out, " ", s.slice(i).info.name);
+      }
+      absl::StrAppend(&out, " count=", set->count(), "\n");
     }
-    absl::StrAppend(&out, " count=", set->count(), "\n");
   }
   for (const auto& [key, list] : s.slices_by_key()) {
     absl::StrAppend(&out, "key ", TpuGenerationName(key.generation), " ",
                     key.topology, " ", key.tier, " ", key.zone, ":");
     for (uint32_t q : list) absl::StrAppend(&out, " ", s.slice(q).info.name);
+    out += "\n";
+    const ResourceSet* least = st.key_least().Find(key);
+    EXPECT_NE(least, nullptr) << key.topology << " " << key.zone;
+    if (least == nullptr) continue;
+    absl::StrAppend(&out, "key least=");
+    for (const auto& [k, v] : *least) absl::StrAppend(&out, k, ":", v, ",");
     out += "\n";
   }
   for (const auto& [k, values] : st.label_index()) {

@@ -14,6 +14,7 @@ namespace sliced::scheduler {
 namespace {
 
 using ::sliced::scheduler::internal::BundleKind;
+using ::sliced::scheduler::internal::CowBitset;
 using ::sliced::scheduler::internal::kNumRanks;
 using ::sliced::scheduler::internal::StateOf;
 using ::sliced::scheduler::testing::CpuNode;
@@ -198,6 +199,78 @@ TEST(SnapshotTest, SlicesKeepAndShareTheirLeastHost) {
   EXPECT_EQ(least(**next, "a"), least(s, "a"));
   EXPECT_EQ(least(**next, "b")->at("TPU"), Units(1));
   EXPECT_EQ(*least(s, "b"), full);  // the source is untouched
+}
+
+// Per key: the slices not intact, and its least host, kept by deltas as a
+// full build would make them.
+TEST(SnapshotTest, KeysKnowTheirBrokenSlicesAndTheirLeastHost) {
+  std::vector<Node> nodes;
+  for (const char* name : {"a", "b"}) {
+    for (Node& n : Slice(name, "TPU-V6E", "4x4")) nodes.push_back(n);
+  }
+  auto built = InventorySnapshot::Build(nodes, {});
+  ASSERT_TRUE(built.ok()) << built.status();
+  ASSERT_EQ((*built)->slices_by_key().size(), 1u);
+  const SliceKey key = (*built)->slices_by_key().begin()->first;
+  auto least_cpu = [&](const InventorySnapshot& snap) {
+    return StateOf(snap).key_least().Find(key)->at("CPU");
+  };
+  auto broken = [&](const InventorySnapshot& snap) {
+    std::vector<std::string> names;
+    const CowBitset* set = StateOf(snap).broken_slices().Find(key);
+    if (set == nullptr) return names;
+    for (size_t i = set->NextSet(0); i < set->bits(); i = set->NextSet(i + 1)) {
+      names.push_back(snap.slice(i).info.name);
+    }
+    return names;
+  };
+  const int64_t cpus = nodes[7].resources.at("CPU");
+  ASSERT_GT(cpus, Units(1));
+  EXPECT_EQ(least_cpu(**built), cpus);
+  EXPECT_TRUE(broken(**built).empty());
+
+  Node smaller = nodes[7];  // b-w3, fewer CPUs (still intact)
+  smaller.resources["CPU"] = Units(1);
+  Node dead = nodes[1];  // a-w1
+  dead.state = NodeState::kDead;
+  SnapshotDelta shrink;
+  shrink.upsert_nodes = {smaller, dead};
+  auto shrunk = (*built)->Apply(shrink);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.status();
+  EXPECT_EQ(least_cpu(**shrunk), Units(1));
+  EXPECT_EQ(broken(**shrunk), std::vector<std::string>{"a"});
+  EXPECT_EQ(least_cpu(**built), cpus);  // the source is untouched
+
+  SnapshotDelta mend;
+  mend.upsert_nodes = {nodes[7], nodes[1]};
+  auto mended = (*shrunk)->Apply(mend);
+  ASSERT_TRUE(mended.ok()) << mended.status();
+  EXPECT_EQ((*mended)->slice(1).host_min->at("CPU"), cpus);
+  EXPECT_EQ(least_cpu(**mended), cpus);
+  EXPECT_TRUE(broken(**mended).empty());
+  // Shared with the slices when they all have one set.
+  EXPECT_EQ(StateOf(**mended).key_least().Find(key),
+            (*mended)->slice(0).host_min.get());
+
+  // A removed slice takes its hosts out of the key's least; a new one
+  // brings its own.
+  SnapshotDelta replace;
+  for (int w = 4; w < 8; ++w)
+    replace.remove_node_ids.push_back(nodes[w].node_id);
+  for (Node& n : Slice("c", "TPU-V6E", "4x4")) {
+    n.resources["CPU"] = Units(2);
+    replace.upsert_nodes.push_back(n);
+  }
+  auto replaced = (*mended)->Apply(replace);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(least_cpu(**replaced), Units(2));
+  SnapshotDelta drop_c;
+  for (const Node& n : replace.upsert_nodes) {
+    drop_c.remove_node_ids.push_back(n.node_id);
+  }
+  auto dropped = (*replaced)->Apply(drop_c);
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(least_cpu(**dropped), cpus);
 }
 
 TEST(SnapshotTest, BuildRejectsCorruptInput) {

@@ -1,7 +1,8 @@
-// The free-slice index: a std::map model under random puts, with copies
-// taken as a snapshot writer takes them (a copy must not see later puts to
-// the index it was copied from, nor the other way round); iteration skips
-// keys whose set went empty, in key order, from any lower bound.
+// The per-key slice maps (SliceKeyMap): a std::map model under random puts,
+// with copies taken as a snapshot writer takes them (a copy must not see
+// later puts to the map it was copied from, nor the other way round);
+// iteration skips keys whose value went empty, in key order, from any lower
+// bound.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "scheduler/internal/resources.h"
 #include "scheduler/internal/snapshot_state.h"
 
 namespace sliced::scheduler::internal {
@@ -24,7 +26,7 @@ SliceKey Key(int i) {
                   "zone" + std::to_string(i / 4)};
 }
 
-void ExpectMatches(const FreeSliceIndex& index, const Model& model) {
+void ExpectMatches(const SliceSets& index, const Model& model) {
   auto want = model.begin();
   for (const auto& [key, set] : index) {
     ASSERT_NE(want, model.end()) << "extra key " << key.topology;
@@ -51,13 +53,13 @@ void ExpectMatches(const FreeSliceIndex& index, const Model& model) {
   }
 }
 
-TEST(FreeSliceIndexTest, MatchesAMapUnderRandomPutsAndCopies) {
+TEST(SliceKeyMapTest, MatchesAMapUnderRandomPutsAndCopies) {
   // Few slices per key, so that sets go empty (and come back) often.
   constexpr size_t kSlices = 5;
   std::mt19937 rng(7);
-  FreeSliceIndex index;
+  SliceSets index;
   Model model;
-  std::vector<std::pair<FreeSliceIndex, Model>> copies;
+  std::vector<std::pair<SliceSets, Model>> copies;
   for (int step = 0; step < 3000; ++step) {
     const SliceKey key = Key(rng() % 40);
     const size_t slice = rng() % kSlices;
@@ -82,12 +84,12 @@ TEST(FreeSliceIndexTest, MatchesAMapUnderRandomPutsAndCopies) {
   }
 }
 
-TEST(FreeSliceIndexTest, ACopyWrittenLeavesTheOriginalAlone) {
-  FreeSliceIndex a;
+TEST(SliceKeyMapTest, ACopyWrittenLeavesTheOriginalAlone) {
+  SliceSets a;
   auto set = std::make_shared<CowBitset>(8);
   set->Set(3, true);
   a.Put(Key(0), set);
-  FreeSliceIndex b = a;
+  SliceSets b = a;
   b.Put(Key(0), nullptr);  // taken in b
   b.Put(Key(1), set);      // a new key in b
   EXPECT_TRUE(a.contains(Key(0)));
@@ -98,7 +100,7 @@ TEST(FreeSliceIndexTest, ACopyWrittenLeavesTheOriginalAlone) {
   for (const auto& [key, s] : b) keys.push_back(key);
   EXPECT_EQ(keys, std::vector<SliceKey>{Key(1)});
   // Renumbering every set (what adding slices does) in the copy only.
-  b.ForEachMutable([](FreeSliceIndex::Set& s) {
+  b.ForEachMutable([](std::shared_ptr<const CowBitset>& s) {
     auto grown = std::make_shared<CowBitset>(16);
     grown->Set(15, true);
     s = grown;
@@ -106,6 +108,23 @@ TEST(FreeSliceIndexTest, ACopyWrittenLeavesTheOriginalAlone) {
   EXPECT_EQ(b.Find(Key(1))->bits(), 16u);
   EXPECT_EQ(a.Find(Key(0))->bits(), 8u);
   EXPECT_TRUE(a.Find(Key(0))->Test(3));
+}
+
+TEST(SliceKeyMapTest, NonBitsetValuesAreEmptyOnlyWhenNull) {
+  SliceKeyMap<std::shared_ptr<const ResourceSet>> least;
+  least.Put(Key(0), std::make_shared<const ResourceSet>());  // kept: not null
+  least.Put(Key(1), std::make_shared<const ResourceSet>(
+                        ResourceSet{{"TPU", 4 * kResourceScale}}));
+  least.Put(Key(2), nullptr);
+  ASSERT_NE(least.Find(Key(0)), nullptr);
+  EXPECT_TRUE(least.Find(Key(0))->empty());
+  EXPECT_EQ(Amount(*least.Find(Key(1)), "TPU"), 4 * kResourceScale);
+  EXPECT_FALSE(least.contains(Key(2)));
+  std::vector<SliceKey> keys;
+  for (const auto& [key, value] : least) keys.push_back(key);
+  std::vector<SliceKey> want = {Key(0), Key(1)};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(keys, want);
 }
 
 }  // namespace
