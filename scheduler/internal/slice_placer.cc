@@ -28,7 +28,7 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
                                                     req.tpu_resource_per_chip *
                                                     kResourceScale}}
                       : req.resources_per_host;
-    bundles_.assign(hosts, b);
+    kinds_.push_back(std::move(b));
   } else {
     for (int64_t k = 1; k < needed && rows_ == 1; ++k) {
       for (int64_t w = 0; w < hosts; ++w) {
@@ -38,20 +38,35 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
         }
       }
     }
-    bundles_.assign(given.begin(), given.begin() + rows_ * hosts);
+    // Kinds in order of first use; a bundle is compared with the last few
+    // kinds only (beyond that a repeat is a kind of its own, still right).
+    constexpr size_t kLookBack = 4;
+    for (int64_t j = 0; j < rows_ * hosts; ++j) {
+      size_t kind = kinds_.size();
+      for (size_t c = kinds_.size(); c > 0 && kinds_.size() - c < kLookBack;
+           --c) {
+        if (kinds_[c - 1] == given[j]) {
+          kind = c - 1;
+          break;
+        }
+      }
+      if (kind == kinds_.size()) kinds_.push_back(given[j]);
+      kind_of_.push_back(static_cast<uint32_t>(kind));
+    }
+    if (kinds_.size() == 1) kind_of_.clear();
   }
-  keyed_.resize(bundles_.size());
-  residual_.resize(bundles_.size());
-  for (size_t j = 0; j < bundles_.size(); ++j) {
+  keyed_.resize(kinds_.size());
+  residual_.resize(kinds_.size());
+  for (size_t j = 0; j < kinds_.size(); ++j) {
     const LabelSelector sel =
-        And(And(bundles_[j].selector, &req.selector), priority);
+        And(And(kinds_[j].selector, &req.selector), priority);
     for (const SelectorTerm& t : sel.terms) {
       const bool on_key = t.key == kLabelCapacityTier || t.key == kLabelZone;
       (on_key ? keyed_[j] : residual_[j]).terms.push_back(t);
     }
     any_keyed_ = any_keyed_ || !keyed_[j].empty();
     any_residual_ = any_residual_ || !residual_[j].empty();
-    for (const auto& [name, amount] : bundles_[j].resources) {
+    for (const auto& [name, amount] : kinds_[j].resources) {
       int64_t& most = most_[name];
       most = std::max(most, amount);
     }

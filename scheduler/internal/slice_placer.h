@@ -46,7 +46,7 @@ class SliceRequest {
   int64_t rows() const { return rows_; }
   // The resources worker w of the k-th chosen slice (or row k) takes.
   const ResourceSet& resources(int64_t k, int64_t w) const {
-    return bundles_[At(k, w)].resources;
+    return kinds_[At(k, w)].resources;
   }
   // The first index key of this shape, and whether `key` is of this shape.
   SliceKey FirstKey() const;
@@ -65,17 +65,24 @@ class SliceRequest {
   bool FitsEveryHostOf(const ResourceSet& least) const;
 
  private:
+  // The kind of bundle worker w of row k takes.
   size_t At(int64_t k, int64_t w) const {
-    return (rows_ == 1 ? 0 : k) * shape_.hosts + w;
+    return kind_of_.empty() ? 0
+                            : kind_of_[(rows_ == 1 ? 0 : k) * shape_.hosts + w];
   }
 
   const SliceRequirement& req_;
   TpuShape shape_;
   int64_t rows_ = 1;
-  std::vector<Bundle> bundles_;  // per (row, worker)
-  ResourceSet most_;             // per resource, the most any bundle asks
-  std::vector<LabelSelector> keyed_;
-  std::vector<LabelSelector> residual_;
+  // The distinct bundles (most requests have one or two: every host alike,
+  // or worker 0 with a head resource), and per (row, worker) its kind;
+  // empty when there is one kind. A 64-host slice then costs one selector
+  // split, not 64.
+  std::vector<Bundle> kinds_;
+  std::vector<uint32_t> kind_of_;
+  ResourceSet most_;                  // per resource, the most any bundle asks
+  std::vector<LabelSelector> keyed_;  // per kind
+  std::vector<LabelSelector> residual_;  // per kind
   bool any_keyed_ = false;
   bool any_residual_ = false;
 };

@@ -218,6 +218,53 @@ TEST(SolverSliceTest, OneShortHostMakesTheSliceTooSmall) {
             "bundles");
 }
 
+// Explicit bundles of eight kinds, one repeating beyond the request's
+// look-back for equal bundles: each lands on its own worker, and a host
+// too small for its worker's bundle (and only that) rules its slice out.
+TEST(SolverSliceTest, BundlesOfManyKindsEachGoToTheirWorker) {
+  std::vector<Node> nodes;
+  for (const char* name : {"a", "b"}) {
+    for (Node& n : Slice(name, "TPU-V6E", "4x8")) {
+      const int w = std::stoi(n.labels[std::string(kLabelTpuWorkerId)]);
+      n.resources["CPU"] = Units(10 + w);
+      nodes.push_back(std::move(n));
+    }
+  }
+  ASSERT_EQ(nodes.size(), 16u);
+  PlacementRequest r = SliceRequest(TpuGeneration::kV6e, "4x8");
+  r.slice->num_slices = 2;
+  for (int k = 0; k < 2; ++k) {
+    for (int w = 0; w < 8; ++w) {
+      Bundle bundle;
+      bundle.resources = {{"TPU", Units(4)}, {"CPU", Units(10 + w % 6)}};
+      r.bundles.push_back(std::move(bundle));
+    }
+  }
+  auto snap = Snap(nodes);
+  Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  for (int k = 0; k < 2; ++k) {
+    for (int w = 0; w < 8; ++w) {
+      EXPECT_EQ(d.bundle_nodes[k * 8 + w],
+                absl::StrCat(k == 0 ? "a" : "b", "-w", w));
+    }
+  }
+  // b-w7 shrinks to what its bundle asks: still placed. b-w5 one CPU short
+  // of its bundle: b is too small.
+  for (Node& n : nodes) {
+    if (n.node_id == "b-w7") n.resources["CPU"] = Units(11);
+  }
+  EXPECT_EQ(Solve(*Snap(nodes), r).outcome, Decision::kPlaced);
+  for (Node& n : nodes) {
+    if (n.node_id == "b-w5") n.resources["CPU"] = Units(14);
+  }
+  d = Solve(*Snap(nodes), r);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_EQ(d.diagnosis.summary,
+            "1/2 v6e-32 slices free, 2 needed: 1 with hosts too small for "
+            "the bundles; only 1 could ever match this request");
+}
+
 TEST(SolverSliceTest, PerHostResourcesAndExplicitBundles) {
   std::vector<Node> nodes = Slice("a", "TPU-V6E", "4x4");
   auto snap = Snap(nodes);
