@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "bench/common/stats.h"
@@ -453,6 +454,52 @@ BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& ba
     out.bound_chips += slices * (shape.ok() ? shape->chips : 0);
   }
   return out;
+}
+
+double FluidServed(const std::vector<std::pair<double, double>>& work,
+                   double chips, double end) {
+  double backlog = 0, served = 0, t = work.empty() ? end : work.front().first;
+  for (const auto& [arrival, amount] : work) {
+    const double until = std::min(arrival, end);
+    const double done = std::min(backlog, chips * std::max(0.0, until - t));
+    served += done;
+    backlog -= done;
+    t = std::max(t, until);
+    backlog += amount;
+  }
+  return served + std::min(backlog, chips * std::max(0.0, end - t));
+}
+
+double ChipHoursBound(const Fleet& fleet, const std::vector<Job>& trace,
+                      const std::vector<bool>& feasible) {
+  if (trace.empty()) return 0;
+  const double end = trace.back().arrival_s;
+  absl::btree_map<std::string, std::vector<std::pair<double, double>>> by_shape;
+  std::vector<std::pair<double, double>> all;
+  double bundles = 0;
+  for (const Job& job : trace) {
+    if (!feasible[job.id] || job.chips == 0) continue;
+    // No schedule holds a job's chips inside the window longer than from
+    // its arrival to the window's end.
+    const double amount =
+        job.chips * std::min(job.duration_s, end - job.arrival_s);
+    all.emplace_back(job.arrival_s, amount);
+    if (job.kind == JobKind::kTpuBundles) {
+      bundles += amount;
+      continue;
+    }
+    const auto shape = scheduler::ResolveTpuShape(job.request.slice->generation,
+                                                  job.request.slice->topology);
+    by_shape[shape->pod_type].emplace_back(job.arrival_s, amount);
+  }
+  double per_shape = bundles, chips = 0;
+  for (const FleetShape& s : fleet.shapes) {
+    const double pool = double(s.slices) * s.shape.chips;
+    chips += pool;
+    auto it = by_shape.find(s.shape.pod_type);
+    if (it != by_shape.end()) per_shape += FluidServed(it->second, pool, end);
+  }
+  return std::min(per_shape, FluidServed(all, chips, end)) / 3600;
 }
 
 }  // namespace sliced::bench

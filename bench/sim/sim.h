@@ -209,6 +209,26 @@ struct BatchComparison {
 BatchComparison CompareSliceBatch(const Fleet& fleet, const std::vector<Job>& batch,
                                   uint64_t seed);
 
+// Chip-seconds a pool of `chips` can have served by `end` if it never idles
+// while work waits and may serve a job at any rate (a relaxation: a job
+// really runs on its own chips for its duration). `work` is (arrival,
+// chip-seconds) in arrival order. Every schedule of the pool's jobs serves
+// at most this much by `end`; one that drops jobs, less.
+double FluidServed(const std::vector<std::pair<double, double>>& work,
+                   double chips, double end);
+
+// An upper bound on the TPU chip-hours any policy (placement or queue order)
+// can hold replaying `trace` on `fleet`, over the arrival window as
+// SimResult::chip_hours counts them. Each job counts at most its chips from
+// its arrival to the window's end. Whole-slice jobs (multi-host and
+// single-host) run only on slices of their shape: per shape, at most
+// FluidServed() by the window's end. REQUIRES: every shape a slice job asks
+// is in the fleet (else it could be carved from a larger one). Generic TPU
+// bundles may run anywhere. All TPU jobs together: at most FluidServed() on
+// all chips.
+double ChipHoursBound(const Fleet& fleet, const std::vector<Job>& trace,
+                      const std::vector<bool>& feasible);
+
 }  // namespace sliced::bench
 
 #endif  // SLICED_BENCH_SIM_SIM_H_

@@ -55,6 +55,46 @@ TEST(SimTest, NoPolicyBeatsTheMaxFlowBound) {
   }
 }
 
+TEST(SimTest, FluidServedNeverIdlesWhileWorkWaits) {
+  EXPECT_DOUBLE_EQ(FluidServed({}, 10, 8), 0);
+  // 100 chip-seconds at t = 0 on 10 chips: half by 5, all by 10.
+  EXPECT_DOUBLE_EQ(FluidServed({{0, 100}}, 10, 5), 50);
+  EXPECT_DOUBLE_EQ(FluidServed({{0, 100}}, 10, 20), 100);
+  // An idle gap is lost: 20 at 0 (done by 2), 30 at 10, end 12.
+  EXPECT_DOUBLE_EQ(FluidServed({{0, 20}, {10, 30}}, 10, 12), 40);
+  // A backlog carries over: 50 at 0 and 50 at 1, end 8.
+  EXPECT_DOUBLE_EQ(FluidServed({{0, 50}, {1, 50}}, 10, 8), 80);
+  // Work arriving after the end is not served.
+  EXPECT_DOUBLE_EQ(FluidServed({{0, 10}, {9, 50}}, 10, 8), 10);
+}
+
+// On the mixed trace, overloaded so that the pools fill, no policy holds
+// more chip-time than ChipHoursBound(), and the bound is not far above
+// what they hold.
+TEST(SimTest, NoPolicyBeatsTheChipHoursBoundOnTheMixedTrace) {
+  FleetOptions fo;
+  fo.nodes = 400;
+  fo.seed = 3;
+  fo.cpu_fraction = 0.05;
+  fo.mix = FleetMix::kMixed;
+  const Fleet fleet = GenerateFleet(fo);
+  TraceOptions to;
+  to.jobs = 1200;
+  to.seed = 3;
+  to.load = 1.2;
+  to.cpu_load = 1.5;
+  const std::vector<Job> trace = GenerateMixedTrace(fleet, to);
+  const std::vector<bool> feasible = FeasibleJobs(fleet, trace);
+  const double bound = ChipHoursBound(fleet, trace, feasible);
+  ASSERT_GT(bound, 0);
+  for (PolicyKind kind : kMixedPolicies) {
+    const SimResult r = Replay(fleet, trace, feasible, kind, SimOptions{});
+    SCOPED_TRACE(r.policy);
+    EXPECT_LE(r.chip_hours, bound * (1 + 1e-9));
+    EXPECT_GE(r.chip_hours, 0.95 * bound);
+  }
+}
+
 // With single-slice jobs and no selector or class, the bound is exact: per
 // shape, min(slices asked, slices free); first-fit reaches it.
 TEST(SimTest, BoundIsExactForUnconstrainedSingleSlices) {
