@@ -1,5 +1,5 @@
-// Summary statistics for benchmark samples: percentiles (nearest rank) and
-// medians.
+// Summary statistics for benchmark samples: percentiles (nearest rank),
+// medians and means.
 //
 // Pure functions; thread-safe.
 #ifndef SLICED_BENCH_COMMON_STATS_H_
@@ -21,8 +21,18 @@ inline double Percentile(std::vector<double>& samples, double q) {
   return samples[std::min(rank, samples.size() - 1)];
 }
 
+// The middle sample; for an even count the mean of the two middle ones
+// (nearest rank would report the lower, e.g. of two repetitions the better
+// one). 0 for no samples.
 inline double Median(std::vector<double> samples) {
-  return Percentile(samples, 0.5);
+  if (samples.empty()) return 0;
+  const size_t mid = samples.size() / 2;
+  std::nth_element(samples.begin(), samples.begin() + mid, samples.end());
+  const double upper = samples[mid];
+  if (samples.size() % 2 != 0) return upper;
+  const double lower =
+      *std::max_element(samples.begin(), samples.begin() + mid);
+  return (lower + upper) / 2;
 }
 
 inline double Mean(const std::vector<double>& samples) {

@@ -19,6 +19,14 @@ TEST(JsonWriterTest, NestsSeparatesAndEscapes) {
   EXPECT_EQ(j.str(), R"({"a":1,"b":[0.5,"x\"y\u000a",true],"c":{},"nan":null})");
 }
 
+TEST(StatsTest, MedianOfAnEvenCountIsTheMeanOfTheMiddleTwo) {
+  EXPECT_EQ(Median({}), 0);
+  EXPECT_EQ(Median({7}), 7);
+  EXPECT_EQ(Median({5, 1, 3}), 3);
+  EXPECT_EQ(Median({4, 1}), 2.5);
+  EXPECT_EQ(Median({10, 2, 8, 4}), 6);
+}
+
 TEST(StatsTest, NearestRankPercentiles) {
   std::vector<double> v = {5, 1, 4, 2, 3};
   EXPECT_EQ(Percentile(v, 0.5), 3);
