@@ -24,9 +24,13 @@ class DemoEndToEnd(unittest.TestCase):
         env = dict(os.environ, SLICED_DEMO_SKIP_BUILD="1", SLICED_LISTEN="127.0.0.1:%d" % port,
                    SLICED_METRICS_LISTEN="127.0.0.1:%d" % metrics,
                    SLICED_DEMO_DATA=os.path.join(tmp.name, "data"))
+        # The demo's stderr (daemon and fleet logs) is kept to say which process
+        # hung if the demo does not stop.
+        stderr = open(os.path.join(tmp.name, "demo.stderr"), "w+")
+        self.addCleanup(stderr.close)
         demo = subprocess.Popen([os.path.join(REPO, "scripts", "demo.sh"),
                                  "--heartbeat_timeout=2s"], env=env, cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 start_new_session=True)
         self.addCleanup(demo.stdout.close)
         self.addCleanup(lambda: demo.poll() is None and os.killpg(demo.pid, signal.SIGKILL))
@@ -57,7 +61,15 @@ class DemoEndToEnd(unittest.TestCase):
                 slice_name="sim-v6e-0"), timeout=10)), 20, "libtpu lines of the v6e slice")
         self.assertRegex(lines[0].text, r"^[IW]\d{4} .*\] step \d+: ")
         os.killpg(demo.pid, signal.SIGTERM)
-        self.assertEqual(demo.wait(timeout=30), 0)
+        try:
+            rc = demo.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            alive = subprocess.run(["ps", "-o", "pid,stat,etime,args", "-s", str(demo.pid)],
+                                   capture_output=True, text=True).stdout
+            stderr.seek(0)
+            self.fail("demo.sh did not exit within 30 s of SIGTERM; its session still has:\n"
+                      "%s\nits stderr, last 3000 characters:\n%s" % (alive, stderr.read()[-3000:]))
+        self.assertEqual(rc, 0)
         with self.assertRaises(Exception):  # the daemon went with it
             node_states(port)
 
