@@ -201,6 +201,7 @@ void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
   head.AddRow({"state", State(ctx, v1::PlacementGroupState_Name(pg.state()))});
   if (!pg.pending_reason().empty())
     head.AddRow({"reason", pg.pending_reason()});
+  if (!pg.placement_note().empty()) head.AddRow({"note", pg.placement_note()});
   head.AddRow({"job", OrDash(pg.job_id())});
   if (!pg.name().empty()) head.AddRow({"name", pg.name()});
   head.AddRow({"request id", OrDash(pg.request_id())});

@@ -321,6 +321,14 @@ Decision Solve(const InventorySnapshot& snapshot,
         }
         decision.slice_names = std::move(attempt.slices);
         decision.diagnosis.summary = label + attempt.summary;
+        if (attempt.cpu_on_whole_tpu > 0) {
+          decision.placement_note = absl::StrCat(
+              attempt.cpu_on_whole_tpu,
+              " CPU-only bundle(s) on whole free TPU capacity: no other node "
+              "fits them");
+          absl::StrAppend(&decision.diagnosis.summary, "; ",
+                          decision.placement_note);
+        }
         return decision;
       }
       all_infeasible = all_infeasible && attempt.infeasible;

@@ -170,6 +170,10 @@ struct Decision {
   int priority_index = -1;  // which priority held the gang; -1 without any
   int fallback_index = -1;  // -1: primary bundle list; i: fallbacks[i]
   Diagnosis diagnosis;
+  // Placed: what it had to do that the rules avoid, e.g. "2 CPU-only
+  // bundle(s) on whole free TPU capacity: no other node fits them" (also at
+  // the end of the summary); "" when nothing.
+  std::string placement_note;
 
   friend bool operator==(const Decision&, const Decision&) = default;
 };

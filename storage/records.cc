@@ -304,6 +304,7 @@ absl::Status PgFromRecord(const PlacementGroupRecord& r, PlacementGroup& g) {
   g.priority_index = r.priority_index();
   g.fallback_index = r.fallback_index();
   g.reason = r.pending_reason();
+  g.placement_note = r.placement_note();
   g.create_time = absl::FromUnixMillis(r.create_time_ms());
   g.update_time = absl::FromUnixMillis(r.update_time_ms());
   g.queued_time = absl::FromUnixMillis(r.queued_time_ms());
@@ -431,6 +432,7 @@ PlacementGroupRecord ToRecord(const PlacementGroup& g) {
   r.set_priority_index(g.priority_index);
   r.set_fallback_index(g.fallback_index);
   r.set_pending_reason(g.reason);
+  r.set_placement_note(g.placement_note);
   r.set_create_time_ms(absl::ToUnixMillis(g.create_time));
   r.set_update_time_ms(absl::ToUnixMillis(g.update_time));
   r.set_queued_time_ms(absl::ToUnixMillis(g.queued_time));

@@ -115,19 +115,13 @@ Attempt PlaceGeneric(const GangContext& ctx, const std::vector<Bundle>& bundles,
   }
   Attempt attempt = PlaceWithin(ctx, bundles, priority);
   if (!attempt.placed) return attempt;
-  int64_t on_free_tpu = 0;
   for (size_t b = 0; b < bundles.size(); ++b) {
     const int rank = ctx.snap->Rank(BundleKind::kCpuOnly, attempt.nodes[b]);
     if (KindOf(bundles[b].resources) == BundleKind::kCpuOnly &&
         (rank == kCpuRankNoFreeTpu ||
          (rank >= kCpuRankNoWholeMultiHost && rank < kNumRanks - 1))) {
-      ++on_free_tpu;
+      ++attempt.cpu_on_whole_tpu;
     }
-  }
-  if (on_free_tpu > 0) {
-    absl::StrAppend(&attempt.summary, "; ", on_free_tpu,
-                    " CPU-only bundle(s) on whole free TPU capacity: no other "
-                    "node fits them");
   }
   return attempt;
 }

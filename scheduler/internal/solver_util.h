@@ -111,6 +111,10 @@ struct Attempt {
   std::vector<std::string> slices;   // slice names (slice requests)
   std::vector<DiagnosisStep> steps;  // what was ruled out, when not placed
   std::string summary;
+  // Placed: CPU-only bundles it had to put on whole free TPU capacity (free
+  // single-host TPU nodes, hosts of free intact multi-host slices) because
+  // no CPU tier held the gang (PlaceGeneric()).
+  int64_t cpu_on_whole_tpu = 0;
 
   // A failed attempt carrying `failure`'s explanation.
   static Attempt Failed(Failure failure);

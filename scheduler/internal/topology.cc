@@ -92,6 +92,7 @@ class TopologyPlacer {
         levels_(levels),
         adjusted_(*ctx.released),
         nodes_(bundles.size(), kUnplaced),
+        on_whole_tpu_(bundles.size(), 0),
         stats_(levels.size()) {}
 
   Attempt Run() {
@@ -316,6 +317,7 @@ class TopologyPlacer {
       summary_ = attempt.summary;
       return false;
     }
+    on_whole_tpu_[group.front()] = attempt.cpu_on_whole_tpu;
     for (size_t j = 0; j < group.size(); ++j) {
       const uint32_t i = attempt.nodes[j];
       nodes_[group[j]] = i;
@@ -330,6 +332,7 @@ class TopologyPlacer {
   // Gives back what the bundles of `group` took.
   void Undo(const Group& group) {
     for (size_t b : group) {
+      on_whole_tpu_[b] = 0;
       if (nodes_[b] == kUnplaced) continue;
       ResourceSet& adjusted = adjusted_[nodes_[b]];
       for (const auto& [name, amount] : bundles_[b].resources) {
@@ -359,6 +362,7 @@ class TopologyPlacer {
     }
     attempt.summary = absl::StrCat("placed in label domains ",
                                    absl::StrJoin(parts, "; "));
+    for (int64_t n : on_whole_tpu_) attempt.cpu_on_whole_tpu += n;
     return attempt;
   }
 
@@ -371,6 +375,8 @@ class TopologyPlacer {
   // what the groups placed so far took.
   Released adjusted_;
   std::vector<uint32_t> nodes_;  // per bundle; kUnplaced until placed
+  // Per group placed, at its first bundle: its Attempt::cpu_on_whole_tpu.
+  std::vector<int64_t> on_whole_tpu_;
   std::vector<LevelStats> stats_;
   std::string summary_;  // why the last thing tried failed
   bool infeasible_ = false;

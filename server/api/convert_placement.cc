@@ -377,6 +377,7 @@ void PlacementGroupToProto(const PlacementGroupView& view,
     ToTimestamp(g.preemption_deadline, out->mutable_preemption_deadline());
   }
   out->set_pending_reason(g.reason);
+  out->set_placement_note(g.placement_note);
   out->mutable_slice_names()->Assign(g.slice_names.begin(),
                                      g.slice_names.end());
   if (g.state == PgState::kCreated || g.state == PgState::kPreempting) {

@@ -127,6 +127,10 @@ struct PlacementGroup {
   int fallback_index = -1;
   // Why it waits ("" once placed).
   std::string reason;
+  // Placed: what its placement had to do that the engine's rules avoid
+  // (Decision::placement_note, e.g. CPU-only bundles on whole free TPU
+  // capacity); "" when nothing or while it waits.
+  std::string placement_note;
 
   absl::Time create_time = absl::UnixEpoch();
   absl::Time update_time = absl::UnixEpoch();

@@ -74,6 +74,7 @@ void Unplace(PlacementGroup& g) {
     g.bundles.push_back(PlacedBundle{b.resources, b.selector, ""});
   }
   g.slice_names.clear();
+  g.placement_note.clear();
   g.priority_index = -1;
   g.fallback_index = -1;
 }
@@ -209,6 +210,7 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   group.state = PgState::kCreated;
   group.placed_time = txn.now();
   group.reason.clear();
+  group.placement_note = d.placement_note;
   group.priority_index = d.priority_index;
   group.fallback_index = d.fallback_index;
   return d;
@@ -632,6 +634,7 @@ absl::Status PlacementManager::RescheduleLost(
     if (g.request.slice || lost.contains(b.node_id)) b.node_id.clear();
   }
   g.slice_names.clear();
+  g.placement_note.clear();
   g.reason = absl::StrCat("lost node(s) ", absl::StrJoin(its_lost, ", "));
   txn.NotifyIntermediate(g);
   ASSIGN_OR_RETURN(Decision d, TryPlace(txn, g, request));
@@ -697,8 +700,8 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
         " bundle(s) on ", nodes.size(), " node(s)",
         group.slice_names.empty()
             ? ""
-            : absl::StrCat(", slices ",
-                           absl::StrJoin(group.slice_names, ", ")));
+            : absl::StrCat(", slices ", absl::StrJoin(group.slice_names, ", ")),
+        group.placement_note.empty() ? "" : "; ", group.placement_note);
     if (group.state == PgState::kPreempting) {
       out.details.push_back(group.reason);
     }

@@ -228,6 +228,30 @@ class PlacementEndToEnd(unittest.TestCase):
                                      timeout=10)
         self.assertEqual(got.state, P.CREATED, got.pending_reason)
 
+    def test_cpu_bundles_that_must_use_a_whole_slice_say_so_across_a_restart(self):
+        # Issue 13: when CPU-only bundles must land on a whole free slice, the
+        # group and Explain say so, and the note is stored with the group.
+        data = temp_data_dir(self)
+        d, inv, pl = self.start(data, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + [cpu_node("cpu-0", cpus=16)])
+        note = "2 CPU-only bundle(s) on whole free TPU capacity: no other node fits them"
+        pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1}) for _ in range(3)],
+            strategy=P.STRICT_SPREAD), timeout=10)
+        self.assertEqual(pg.state, P.CREATED, pg.pending_reason)
+        self.assertEqual(pg.placement_note, note)
+        spread = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1})], strategy=P.SPREAD), timeout=10)
+        self.assertEqual(spread.placement_note, "")  # the CPU node holds it
+        d.kill9()
+        _, _, pl2 = self.start(data, "--heartbeat_timeout=0")
+        again = pl2.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
+        self.assertEqual(again.placement_note, note)
+        why = pl2.ExplainPlacementGroup(P.ExplainPlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
+        self.assertTrue(why.summary.endswith("; " + note), why.summary)
+
     def test_two_slice_job_gets_megascale_env(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")
         self.register(inv, tpu_slice("v6e-a", 4) + tpu_slice("v6e-b", 4))

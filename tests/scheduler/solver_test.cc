@@ -394,13 +394,16 @@ TEST(SolverRankTest, CpuBundlesKeepWholeFreeSlicesWholeWhateverTheStrategy) {
     Decision d = Solve(*snap, Generic(strategy, four));
     ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
     EXPECT_EQ(Nodes(d), "cpu,cpu,cpu,cpu") << StrategyName(strategy);
+    EXPECT_EQ(d.placement_note, "");
   }
   // STRICT_SPREAD needs 4 distinct nodes: only then are slice hosts used,
   // and the decision says why.
   Decision strict = Solve(*snap, Generic(Strategy::kStrictSpread, four));
   ASSERT_EQ(strict.outcome, Decision::kPlaced);
-  EXPECT_NE(strict.diagnosis.summary.find(
-                "CPU-only bundle(s) on whole free TPU capacity"),
+  EXPECT_EQ(strict.placement_note,
+            "3 CPU-only bundle(s) on whole free TPU capacity: no other node "
+            "fits them");
+  EXPECT_NE(strict.diagnosis.summary.find(strict.placement_note),
             std::string::npos)
       << strict.diagnosis.summary;
   // A free single-host TPU node is offered before a multi-host slice host.

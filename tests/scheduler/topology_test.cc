@@ -95,6 +95,32 @@ TEST(TopologyTest, WholeGangInTheFullestDomainThatHoldsIt) {
       << d.diagnosis.summary;
 }
 
+// Inside a label domain too, CPU-only bundles go on a whole free slice only
+// when nothing else holds them, and the decision says how many did.
+TEST(TopologyTest, CpuBundlesOnAWholeSliceInTheirDomainAreNoted) {
+  std::vector<Node> nodes = {CpuNode("cpu", 8, "z1"), CpuNode("far", 8, "z2")};
+  for (Node& n : Slice("s", "TPU-V6E", "4x4", "z1")) nodes.push_back(n);
+  auto snap = Snap(nodes);
+  const ResourceSet one_cpu = {{"CPU", Units(1)}};
+  const std::string zone(kLabelZone);
+  const Decision d =
+      Solve(*snap, Gang(3, one_cpu, {{zone, Strategy::kStrictPack, 0}},
+                        Strategy::kStrictSpread));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Distinct(ValuesOf(*snap, d, zone)),
+            absl::btree_set<std::string>{"z1"});
+  EXPECT_EQ(d.placement_note,
+            "2 CPU-only bundle(s) on whole free TPU capacity: no other node "
+            "fits them");
+  EXPECT_NE(d.diagnosis.summary.find(d.placement_note), std::string::npos);
+  // One bundle fits a CPU node: no note.
+  const Decision one =
+      Solve(*snap, Gang(1, one_cpu, {{zone, Strategy::kStrictPack, 0}},
+                        Strategy::kStrictSpread));
+  ASSERT_EQ(one.outcome, Decision::kPlaced) << one.diagnosis.summary;
+  EXPECT_EQ(one.placement_note, "");
+}
+
 TEST(TopologyTest, FullestMeansLeastFreeNotLeastTotal) {
   std::vector<Node> nodes;
   AddDomain(nodes, "nvl-a", 4);  // 32 free

@@ -78,6 +78,7 @@ server::PlacementGroup FullGroup() {
   g.priority_index = 1;
   g.fallback_index = 0;
   g.reason = "";
+  g.placement_note = "2 CPU-only bundle(s) on whole free TPU capacity";
   g.create_time = absl::FromUnixMillis(1000);
   g.update_time = absl::FromUnixMillis(2000);
   g.queued_time = absl::FromUnixMillis(1500);

@@ -111,7 +111,10 @@ class PlacementGroup:
     `slicectl --json` and grpcurl print); `id` is short for
     placement_group_id. A PREEMPTING group still runs: it was preempted by
     `preempted_by` and keeps its capacity until `preemption_deadline` (unix
-    seconds), then is requeued or removed (`on_preemption`)."""
+    seconds), then is requeued or removed (`on_preemption`).
+    `placement_note`: what a CREATED group's placement had to do that the
+    scheduler's rules avoid (e.g. CPU-only bundles on whole free TPU
+    capacity); empty when nothing."""
 
     placement_group_id: str
     state: str
@@ -130,6 +133,7 @@ class PlacementGroup:
     preempted_by: str = ""
     preemption_deadline: Optional[float] = None
     preempting: List[str] = dataclasses.field(default_factory=list)
+    placement_note: str = ""
 
     @property
     def id(self) -> str:
@@ -160,7 +164,7 @@ class PlacementGroup:
             preempted_by=pg.preempted_by,
             preemption_deadline=(pg.preemption_deadline.ToNanoseconds() / 1e9
                                  if pg.HasField("preemption_deadline") else None),
-            preempting=list(pg.preempting))
+            preempting=list(pg.preempting), placement_note=pg.placement_note)
 
 
 @dataclasses.dataclass(frozen=True)
