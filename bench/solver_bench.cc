@@ -386,6 +386,26 @@ void BM_ApplyNodeStateChange(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyNodeStateChange)->Apply(ClusterSizes);
 
+// 1,000 TPU hosts re-registered with one CPU fewer in one delta (say, an
+// agent upgrade that reserves a core): every touched slice's least host
+// changes, and with it its key's.
+void BM_ApplyResizeHosts(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  SnapshotDelta delta;
+  for (uint32_t i = 0; i < snap.num_nodes() && delta.upsert_nodes.size() < 1000;
+       ++i) {
+    Node n = snap.node(i).node;
+    if (!n.resources.contains("TPU")) continue;
+    n.resources["CPU"] -= kResourceScale;
+    delta.upsert_nodes.push_back(std::move(n));
+  }
+  for (auto _ : state) {
+    auto next = snap.Apply(delta);
+    benchmark::DoNotOptimize(next);
+  }
+}
+BENCHMARK(BM_ApplyResizeHosts)->Apply(ClusterSizes);
+
 // Node churn (issue 17): one node added, as a delta. "front" sorts before
 // every node id (every node index moves), "back" after them all (none
 // moves).

@@ -181,6 +181,7 @@ class SnapshotWriter {
       RecountSlice(si);
       IndexSlice(si, true);
     }
+    RefreshChangedKeys(*st_.slices_by_key_);
     for (uint32_t i : nodes) IndexNode(i, true);
     return absl::OkStatus();
   }
@@ -432,8 +433,7 @@ class SnapshotWriter {
     for (auto it = by_key_->begin(); it != by_key_->end();) {
       it = it->second.empty() ? by_key_->erase(it) : std::next(it);
     }
-    for (const SliceKey& key : changed_keys_) RefreshKeyLeast(key, *by_key_);
-    changed_keys_.clear();
+    RefreshChangedKeys(*by_key_);
     st_.slices_by_key_ = std::move(by_key_);
     return absl::OkStatus();
   }
@@ -1096,7 +1096,7 @@ class SnapshotWriter {
     se.host_min =
         Shared(std::move(least), si > 0 ? &st_.slice(si - 1) : nullptr,
                si + 1 < n ? &st_.slice(si + 1) : nullptr);
-    if (se.shape_known) RefreshKeyLeast(KeyOf(se), *st_.slices_by_key_);
+    if (se.shape_known) changed_keys_.insert(KeyOf(se));
   }
 
   void RecountSlice(uint32_t si) {
@@ -1162,6 +1162,13 @@ class SnapshotWriter {
     sets.Put(key, std::move(copy));
   }
 
+  // RefreshKeyLeast() for each key in changed_keys_, once however many of
+  // its slices changed; then forgets them.
+  void RefreshChangedKeys(const InventorySnapshot::SliceKeyIndex& by_key) {
+    for (const SliceKey& key : changed_keys_) RefreshKeyLeast(key, by_key);
+    changed_keys_.clear();
+  }
+
   // Sets the least host of `key` (SnapshotState::key_least()) from the
   // host_min of its slices in `by_key`: O(slices of the key), run when one
   // of them changes or the key gains or loses a slice.
@@ -1179,8 +1186,7 @@ class SnapshotWriter {
       if (sets.empty() || sets.back() != set) sets.push_back(set);
     }
     const ResourceSet* current = st_.key_least_.Find(key);
-    if (std::all_of(sets.begin(), sets.end(),
-                    [&](const ResourceSet* set) { return set == sets[0]; })) {
+    if (sets.size() == 1) {  // every slice shares one set
       if (current != sets[0]) {
         st_.key_least_.Put(key, st_.slice(it->second[0]).host_min);
       }
@@ -1209,7 +1215,8 @@ class SnapshotWriter {
   bool building_ = false;
   // Inside ChangeNodeSet(): the slice key index being rebuilt.
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
-  // Inside ChangeNodeSet(): keys that gained or lost a slice.
+  // Keys whose least host must be derived again (a slice joined or left, or
+  // its least host changed); see RefreshChangedKeys().
   absl::btree_set<SliceKey> changed_keys_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
