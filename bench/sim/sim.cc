@@ -484,12 +484,15 @@ double ChipHoursBound(const Fleet& fleet, const std::vector<Job>& trace,
     const double amount =
         job.chips * std::min(job.duration_s, end - job.arrival_s);
     all.emplace_back(job.arrival_s, amount);
-    if (job.kind == JobKind::kTpuBundles) {
-      bundles += amount;
+    const auto shape =
+        job.request.slice
+            ? scheduler::ResolveTpuShape(job.request.slice->generation,
+                                         job.request.slice->topology)
+            : absl::InvalidArgumentError("not a slice job");
+    if (job.kind == JobKind::kTpuBundles || !shape.ok()) {
+      bundles += amount;  // no pool of its own: bounded by all chips only
       continue;
     }
-    const auto shape = scheduler::ResolveTpuShape(job.request.slice->generation,
-                                                  job.request.slice->topology);
     by_shape[shape->pod_type].emplace_back(job.arrival_s, amount);
   }
   double per_shape = bundles, chips = 0;

@@ -224,8 +224,8 @@ double FluidServed(const std::vector<std::pair<double, double>>& work,
 // single-host) run only on slices of their shape: per shape, at most
 // FluidServed() by the window's end. REQUIRES: every shape a slice job asks
 // is in the fleet (else it could be carved from a larger one). Generic TPU
-// bundles may run anywhere. All TPU jobs together: at most FluidServed() on
-// all chips.
+// bundles, and a slice job whose shape does not resolve, may run anywhere. All
+// TPU jobs together: at most FluidServed() on all chips.
 double ChipHoursBound(const Fleet& fleet, const std::vector<Job>& trace,
                       const std::vector<bool>& feasible);
 
