@@ -50,6 +50,7 @@ absl::StatusOr<ClusterState> Cluster::Build(
     AddAllocations(pg, allocations);
     state.next_sequence = std::max(state.next_sequence, pg.sequence + 1);
     if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
+    if (Waits(pg.state)) state.waiting.emplace(pg.queued_time, pg.id);
     if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
     std::string id = pg.id;
     state.pgs.insert_or_assign(std::move(id), std::move(pg));
@@ -168,12 +169,16 @@ void Cluster::Install() {
           state_.pg_by_request_id.erase(old->second.request_id);
         }
         state_.queue.erase(QueueKeyOf(old->second));
+        state_.waiting.erase({old->second.queued_time, id});
       }
       if (change && !change->request_id.empty()) {
         state_.pg_by_request_id[change->request_id] = id;
       }
       if (change && IsQueued(change->state)) {
         state_.queue.insert(QueueKeyOf(*change));
+      }
+      if (change && Waits(change->state)) {
+        state_.waiting.emplace(change->queued_time, id);
       }
     }
     InstallInto(group_.pgs, state_.pgs);

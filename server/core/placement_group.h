@@ -43,6 +43,10 @@ inline bool IsQueued(PgState s) {
   return s == PgState::kPending || s == PgState::kRescheduling ||
          s == PgState::kInfeasible;
 }
+// Groups that wait to be placed, and may starve.
+inline bool Waits(PgState s) {
+  return s == PgState::kPending || s == PgState::kRescheduling;
+}
 // Groups whose bundles hold capacity.
 inline bool HoldsCapacity(PgState s) {
   return s == PgState::kCreated || s == PgState::kRescheduling ||

@@ -98,10 +98,6 @@ absl::string_view PreemptionOutcome(PgState state) {
 // groups search on a later pass.
 constexpr int kMaxPreemptionSearchesPerRetry = 2;
 
-bool Waits(const PlacementGroup& g) {
-  return g.state == PgState::kPending || g.state == PgState::kRescheduling;
-}
-
 // `request` plus the priorities of the compute class `name` ("" for none).
 absl::StatusOr<PlacementRequest> WithPriorities(PlacementRequest request,
                                                 absl::string_view name,
@@ -218,7 +214,7 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
 
 bool PlacementManager::IsStarving(const PlacementGroup& g,
                                   absl::Time now) const {
-  return Waits(g) && options_.starvation_bound > absl::ZeroDuration() &&
+  return Waits(g.state) && options_.starvation_bound > absl::ZeroDuration() &&
          now - g.queued_time >= options_.starvation_bound;
 }
 
@@ -229,15 +225,19 @@ std::string PlacementManager::BlockedBy(const PlacementGroup& starving) const {
                       " and claims capacity first");
 }
 
-const PlacementGroup* PlacementManager::Starving(
-    Txn& txn, const std::vector<std::string>& queue, int32_t priority) const {
+const PlacementGroup* PlacementManager::Starving(const Txn& txn,
+                                                 int32_t priority) const {
   if (options_.starvation_bound <= absl::ZeroDuration()) return nullptr;
-  for (const std::string& id : queue) {
-    const PlacementGroup* pg = txn.FindPg(id);
-    if (pg->priority < priority) break;
-    if (IsStarving(*pg, txn.now())) return pg;
-  }
-  return nullptr;
+  // The first in queue order of the starving groups at or above `priority`.
+  const PlacementGroup* first = nullptr;
+  txn.ForEachWaitingSince(
+      txn.now() - options_.starvation_bound, [&](const PlacementGroup& pg) {
+        if (pg.priority < priority) return;
+        if (first == nullptr || QueueKeyOf(pg) < QueueKeyOf(*first)) {
+          first = &pg;
+        }
+      });
+  return first;
 }
 
 // ---------------------------------------------------------------- create
@@ -261,12 +261,11 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
   // backfills beside the queued ones, unless one of at least its priority
   // starves.
   if (txn.PendingRetryRequested()) RetryQueue(txn);
-  const std::vector<std::string> queue = txn.PendingQueue();
-  const bool room = static_cast<int>(queue.size()) < options_.max_pending;
+  const bool room = txn.QueueSize() < options_.max_pending;
   const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
       "the pending queue is full (", options_.max_pending,
       " groups); nothing was created. Retry later or remove waiting groups"));
-  if (const PlacementGroup* starving = Starving(txn, queue, g.priority)) {
+  if (const PlacementGroup* starving = Starving(txn, g.priority)) {
     if (!room) return full;
     g.reason = BlockedBy(*starving);
     txn.PutPg(g);
@@ -568,7 +567,7 @@ void PlacementManager::RetryQueue(Txn& txn) {
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr) continue;
     PlacementGroup g = *current;
-    if (blocker && Waits(g)) {
+    if (blocker && Waits(g.state)) {
       std::string reason = BlockedBy(*blocker);
       if (g.reason != reason) {
         g.reason = std::move(reason);

@@ -195,11 +195,10 @@ class PlacementManager : public Cluster::Observer {
   absl::StatusOr<scheduler::Decision> TryPlace(
       Txn& txn, PlacementGroup& group,
       const scheduler::PlacementRequest& request);
-  // The queued group of at least `priority` that has waited past the
-  // bound, if any.
-  const PlacementGroup* Starving(Txn& txn,
-                                 const std::vector<std::string>& queue,
-                                 int32_t priority) const;
+  // The first in queue order of the waiting groups of at least `priority`
+  // that have waited past the bound, if any. Costs O(starving groups), not
+  // O(queue): a create must not slow down with the queue's depth.
+  const PlacementGroup* Starving(const Txn& txn, int32_t priority) const;
   // Whether `victim` may be preempted by `preemptor` now: CREATED, of
   // strictly lower priority, of a preemptible class, placed at least the
   // cool-down ago, and not the group that preempted `preemptor`.

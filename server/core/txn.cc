@@ -110,6 +110,43 @@ std::vector<std::string> Txn::PendingQueue() const {
   return ids;
 }
 
+void Txn::ForEachChangedPg(
+    const std::function<void(const std::string&)>& visit) const {
+  for (const auto& [id, change] : group_.pgs) visit(id);
+  for (const auto& [id, change] : own_.pgs) {
+    if (!group_.pgs.contains(id)) visit(id);
+  }
+}
+
+int64_t Txn::QueueSize() const {
+  int64_t size = static_cast<int64_t>(committed_.queue.size());
+  ForEachChangedPg([&](const std::string& id) {
+    auto old = committed_.pgs.find(id);
+    const bool was = old != committed_.pgs.end() && IsQueued(old->second.state);
+    const PlacementGroup* pg = FindPg(id);
+    size += int{pg != nullptr && IsQueued(pg->state)} - int{was};
+  });
+  return size;
+}
+
+void Txn::ForEachWaitingSince(
+    absl::Time cutoff,
+    const std::function<void(const PlacementGroup&)>& visit) const {
+  auto changed = [this](const std::string& id) {
+    return group_.pgs.contains(id) || own_.pgs.contains(id);
+  };
+  for (const auto& [queued, id] : committed_.waiting) {
+    if (queued > cutoff) break;
+    if (!changed(id)) visit(committed_.pgs.at(id));
+  }
+  ForEachChangedPg([&](const std::string& id) {
+    const PlacementGroup* pg = FindPg(id);
+    if (pg != nullptr && Waits(pg->state) && pg->queued_time <= cutoff) {
+      visit(*pg);
+    }
+  });
+}
+
 void Txn::ForEachPg(
     const std::function<bool(const PlacementGroup&)>& visit) const {
   for (const auto& [id, pg] : committed_.pgs) {

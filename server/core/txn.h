@@ -54,6 +54,9 @@ struct ClusterState {
   absl::btree_map<std::string, ComputeClass> classes;
   // Queued groups (PENDING, RESCHEDULING, INFEASIBLE) in queue order.
   absl::btree_set<QueueKey> queue;
+  // Waiting groups (PENDING, RESCHEDULING) by the time they were queued:
+  // the ones that may starve, oldest first, without a walk of the queue.
+  absl::btree_set<std::pair<absl::Time, std::string>> waiting;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };
@@ -105,6 +108,15 @@ class Txn {
   }
   // Ids of queued groups in queue order, with the group's changes so far.
   std::vector<std::string> PendingQueue() const;
+  // How many groups are queued (PendingQueue().size()), in O(changes of
+  // the commit group) rather than O(queue).
+  int64_t QueueSize() const;
+  // Calls `visit` on every waiting group (PENDING, RESCHEDULING) queued at
+  // or before `cutoff`, as this op sees it, once each, in no set order.
+  // Costs O(such groups + changes of the commit group).
+  void ForEachWaitingSince(
+      absl::Time cutoff,
+      const std::function<void(const PlacementGroup&)>& visit) const;
   // Calls `visit` on every live group as this op sees it, once each, until
   // it returns false.
   void ForEachPg(const std::function<bool(const PlacementGroup&)>& visit) const;
@@ -157,6 +169,11 @@ class Txn {
 
  private:
   friend class Cluster;  // runs ops and merges them into the group
+
+  // Calls `visit` once on the id of each group changed by the commit group
+  // or this op.
+  void ForEachChangedPg(
+      const std::function<void(const std::string&)>& visit) const;
 
   const ClusterState& committed_;
   const StateChanges& group_;

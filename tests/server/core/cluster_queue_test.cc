@@ -1,0 +1,157 @@
+// The queue indexes of the cluster state (`queue`, `waiting`) and the Txn
+// queries answered from them plus the commit group's changes (QueueSize,
+// ForEachWaitingSince) against a walk of every group, over random commit
+// groups of random ops, installed or abandoned, and across a restart.
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server/core/cluster.h"
+#include "server/core/txn.h"
+#include "storage/store.h"
+
+namespace sliced::server {
+namespace {
+
+constexpr PgState kStates[] = {PgState::kPending, PgState::kRescheduling,
+                               PgState::kInfeasible, PgState::kCreated,
+                               PgState::kPreempting};
+
+using Waiting = std::set<std::pair<absl::Time, std::string>>;
+
+// What the indexes should say, from a walk of the groups.
+size_t QueuedByWalk(const Txn& txn) {
+  size_t n = 0;
+  txn.ForEachPg([&](const PlacementGroup& pg) {
+    n += IsQueued(pg.state);
+    return true;
+  });
+  return n;
+}
+Waiting WaitingByWalk(const Txn& txn, absl::Time cutoff) {
+  Waiting w;
+  txn.ForEachPg([&](const PlacementGroup& pg) {
+    if (Waits(pg.state) && pg.queued_time <= cutoff) {
+      w.emplace(pg.queued_time, pg.id);
+    }
+    return true;
+  });
+  return w;
+}
+Waiting WaitingByIndex(const Txn& txn, absl::Time cutoff) {
+  Waiting w;
+  txn.ForEachWaitingSince(cutoff, [&](const PlacementGroup& pg) {
+    EXPECT_TRUE(w.emplace(pg.queued_time, pg.id).second)
+        << pg.id << " visited twice";
+  });
+  return w;
+}
+
+class ClusterQueueTest : public ::testing::Test {
+ protected:
+  // A random change to one of 40 groups: put in a random state, queued at
+  // a random time of the last minute, or delete.
+  void RandomChange(Txn& txn) {
+    const std::string id = absl::StrCat("pg-", rng_() % 40);
+    if (rng_() % 5 == 0) {
+      if (txn.FindPg(id) != nullptr) txn.DeletePg(id);
+      return;
+    }
+    const PlacementGroup* current = txn.FindPg(id);
+    PlacementGroup pg = current != nullptr ? *current : PlacementGroup{};
+    pg.id = id;
+    pg.state = kStates[rng_() % std::size(kStates)];
+    pg.priority = static_cast<int32_t>(rng_() % 3);
+    if (pg.sequence == 0) pg.sequence = txn.NextSequence();
+    // Re-queued groups get a new time; others sometimes keep theirs.
+    if (current == nullptr || rng_() % 2 == 0) {
+      pg.queued_time = txn.now() - absl::Seconds(rng_() % 60);
+    }
+    txn.PutPg(pg);
+  }
+
+  // Every query against the walk, at a few cutoffs.
+  void CheckQueries(const Txn& txn) {
+    EXPECT_EQ(txn.QueueSize(), static_cast<int64_t>(QueuedByWalk(txn)));
+    EXPECT_EQ(txn.QueueSize(), static_cast<int64_t>(txn.PendingQueue().size()));
+    for (int back : {0, 20, 45, 100}) {
+      const absl::Time cutoff = txn.now() - absl::Seconds(back);
+      EXPECT_EQ(WaitingByIndex(txn, cutoff), WaitingByWalk(txn, cutoff))
+          << "cutoff now-" << back << "s";
+    }
+  }
+
+  // A Txn over the committed state alone.
+  void CheckCommitted(Cluster& cluster, absl::Time now) {
+    storage::Mutation writes;
+    cluster.BeginGroup(now);
+    ASSERT_TRUE(cluster
+                    .RunOp(
+                        [&](Txn& txn) {
+                          CheckQueries(txn);
+                          return absl::OkStatus();
+                        },
+                        writes)
+                    .ok());
+    cluster.Abandon();
+  }
+
+  std::mt19937 rng_{17};
+};
+
+TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
+  Cluster cluster(nullptr);
+  storage::Mutation repair;
+  ASSERT_TRUE(cluster.Restore(storage::StoredState{}, repair).ok());
+  absl::Time now = absl::FromUnixSeconds(1700000000);
+  for (int round = 0; round < 300; ++round) {
+    now += absl::Seconds(rng_() % 10);
+    cluster.BeginGroup(now);
+    storage::Mutation writes;
+    const int ops = 1 + static_cast<int>(rng_() % 6);
+    for (int op = 0; op < ops; ++op) {
+      const bool fail = rng_() % 6 == 0;  // a failed op changes nothing
+      absl::Status status = cluster.RunOp(
+          [&](Txn& txn) {
+            CheckQueries(txn);  // the group's changes so far
+            const int changes = 1 + static_cast<int>(rng_() % 4);
+            for (int c = 0; c < changes; ++c) {
+              RandomChange(txn);
+              CheckQueries(txn);  // and the op's own
+            }
+            return fail ? absl::InternalError("op fails") : absl::OkStatus();
+          },
+          writes);
+      ASSERT_EQ(status.ok(), !fail);
+    }
+    cluster.EndGroup(writes);
+    if (rng_() % 4 == 0) {
+      cluster.Abandon();  // as after a failed commit
+    } else {
+      cluster.Install();
+    }
+    CheckCommitted(cluster, now);
+    if (HasFailure()) FAIL() << "round " << round;
+  }
+
+  // A restart builds the same indexes from the stored groups.
+  storage::StoredState stored;
+  ClusterState before = cluster.Read([](const ClusterState& s) { return s; });
+  for (const auto& [id, pg] : before.pgs) stored.placement_groups.push_back(pg);
+  ASSERT_GT(before.waiting.size(), 3u);  // the test covers something
+  Cluster restarted(nullptr);
+  ASSERT_TRUE(restarted.Restore(std::move(stored), repair).ok());
+  restarted.Read([&](const ClusterState& after) {
+    EXPECT_EQ(after.queue, before.queue);
+    EXPECT_EQ(after.waiting, before.waiting);
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace sliced::server
