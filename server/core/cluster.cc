@@ -50,7 +50,11 @@ absl::StatusOr<ClusterState> Cluster::Build(
     AddAllocations(pg, allocations);
     state.next_sequence = std::max(state.next_sequence, pg.sequence + 1);
     if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
-    if (Waits(pg.state)) state.waiting.emplace(pg.queued_time, pg.id);
+    if (pg.state == PgState::kCreated) ++state.created_by_priority[pg.priority];
+    if (Waits(pg.state)) {
+      state.waiting.insert(QueueKeyOf(pg));
+      state.waiting_since.emplace(pg.queued_time, pg.id);
+    }
     if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
     std::string id = pg.id;
     state.pgs.insert_or_assign(std::move(id), std::move(pg));
@@ -110,6 +114,9 @@ void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
   group_.retry_pending = own.queue_retried
                              ? own.retry_pending
                              : group_.retry_pending || own.retry_pending;
+  group_.recheck_infeasible =
+      own.queue_retried ? own.recheck_infeasible
+                        : group_.recheck_infeasible || own.recheck_infeasible;
   writes.Append(txn.mutation_);
 }
 
@@ -169,7 +176,12 @@ void Cluster::Install() {
           state_.pg_by_request_id.erase(old->second.request_id);
         }
         state_.queue.erase(QueueKeyOf(old->second));
-        state_.waiting.erase({old->second.queued_time, id});
+        state_.waiting.erase(QueueKeyOf(old->second));
+        if (old->second.state == PgState::kCreated) {
+          auto count = state_.created_by_priority.find(old->second.priority);
+          if (--count->second == 0) state_.created_by_priority.erase(count);
+        }
+        state_.waiting_since.erase({old->second.queued_time, id});
       }
       if (change && !change->request_id.empty()) {
         state_.pg_by_request_id[change->request_id] = id;
@@ -177,8 +189,12 @@ void Cluster::Install() {
       if (change && IsQueued(change->state)) {
         state_.queue.insert(QueueKeyOf(*change));
       }
+      if (change && change->state == PgState::kCreated) {
+        ++state_.created_by_priority[change->priority];
+      }
       if (change && Waits(change->state)) {
-        state_.waiting.emplace(change->queued_time, id);
+        state_.waiting.insert(QueueKeyOf(*change));
+        state_.waiting_since.emplace(change->queued_time, id);
       }
     }
     InstallInto(group_.pgs, state_.pgs);

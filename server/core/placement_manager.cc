@@ -98,6 +98,48 @@ absl::string_view PreemptionOutcome(PgState state) {
 // groups search on a later pass.
 constexpr int kMaxPreemptionSearchesPerRetry = 2;
 
+// The solves of one queue retry that did not place their group, by what
+// they asked, while the snapshot they ran on is still the current one. A
+// queue of many groups asking the same (a job's replicas waiting for
+// capacity) then costs one solve per release, not one per group: the same
+// request on the same snapshot gets the same decision.
+class FailedSolves {
+ public:
+  // The decision for `g`'s request on `snapshot`, if one was noted.
+  const Decision* Find(
+      const std::shared_ptr<const scheduler::InventorySnapshot>& snapshot,
+      const PlacementGroup& g) {
+    if (snapshot != snapshot_) {
+      entries_.clear();
+      snapshot_ = snapshot;  // held, so that its address is not reused
+    }
+    for (const Entry& e : entries_) {
+      if (e.compute_class == g.compute_class && e.request == g.request) {
+        return &e.decision;
+      }
+    }
+    return nullptr;
+  }
+  // Notes a failed solve of `g`'s own request on the snapshot of the last
+  // Find.
+  void Add(const PlacementGroup& g, const Decision& d) {
+    if (entries_.size() < kMaxEntries) {
+      entries_.push_back({g.compute_class, g.request, d});
+    }
+  }
+
+ private:
+  // Distinct requests kept; the lookup is a linear scan.
+  static constexpr size_t kMaxEntries = 32;
+  struct Entry {
+    std::string compute_class;
+    PlacementRequest request;
+    Decision decision;
+  };
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot_;
+  std::vector<Entry> entries_;
+};
+
 // `request` plus the priorities of the compute class `name` ("" for none).
 absl::StatusOr<PlacementRequest> WithPriorities(PlacementRequest request,
                                                 absl::string_view name,
@@ -180,13 +222,7 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   if (decisions_ != nullptr) decisions_->OnDecision(d, absl::Now() - start);
   group.update_time = txn.now();
   if (d.outcome != Decision::kPlaced) {
-    // The state says PENDING or INFEASIBLE; the reason says why.
-    group.reason = d.diagnosis.summary;
-    if (group.state == PgState::kPending ||
-        group.state == PgState::kInfeasible) {
-      group.state = d.outcome == Decision::kInfeasible ? PgState::kInfeasible
-                                                       : PgState::kPending;
-    }
+    NotPlaced(txn, d, group);
     return d;
   }
   std::vector<scheduler::Bundle> bundles = UsedBundles(request, d);
@@ -210,6 +246,23 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   group.priority_index = d.priority_index;
   group.fallback_index = d.fallback_index;
   return d;
+}
+
+PgState PlacementManager::StateIfNotPlaced(const PlacementGroup& group,
+                                           const Decision& d) {
+  if (group.state != PgState::kPending && group.state != PgState::kInfeasible) {
+    return group.state;
+  }
+  return d.outcome == Decision::kInfeasible ? PgState::kInfeasible
+                                            : PgState::kPending;
+}
+
+void PlacementManager::NotPlaced(const Txn& txn, const Decision& d,
+                                 PlacementGroup& group) {
+  group.update_time = txn.now();
+  // The state says PENDING or INFEASIBLE; the reason says why.
+  group.reason = d.diagnosis.summary;
+  group.state = StateIfNotPlaced(group, d);
 }
 
 bool PlacementManager::IsStarving(const PlacementGroup& g,
@@ -543,57 +596,84 @@ void PlacementManager::CompletePreemptions(Done done) {
 // ---------------------------------------------------------------- the queue
 
 void PlacementManager::RetryQueue(Txn& txn) {
+  // INFEASIBLE groups cannot fit until the inventory or a class changes.
+  const std::vector<std::string> queue =
+      txn.PendingQueue(txn.InfeasibleRecheckRequested());
   txn.MarkQueueRetried();
   std::optional<PlacementGroup> blocker;  // a starving group not placed
   // Searches for victims this pass may still run; and the lowest priority
   // of a running group (found once, when first needed): a group at or
   // below it has no victim, and costs no search.
   int searches = kMaxPreemptionSearchesPerRetry;
+  FailedSolves failed;
   std::optional<std::optional<int32_t>> lowest_running;
   auto may_have_victims = [&](const PlacementGroup& g) {
     if (!lowest_running.has_value()) {
-      std::optional<int32_t> lowest;
-      txn.ForEachPg([&](const PlacementGroup& other) {
-        if (other.state == PgState::kCreated) {
-          lowest = std::min(lowest.value_or(other.priority), other.priority);
-        }
-        return true;
-      });
-      lowest_running = lowest;
+      lowest_running = txn.LowestCreatedPriority();
     }
     return lowest_running->has_value() && **lowest_running < g.priority;
   };
-  for (const std::string& id : txn.PendingQueue()) {
+  for (const std::string& id : queue) {
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr) continue;
-    PlacementGroup g = *current;
-    if (blocker && Waits(g.state)) {
+    if (blocker && Waits(current->state)) {
       std::string reason = BlockedBy(*blocker);
-      if (g.reason != reason) {
+      if (current->reason != reason) {
+        PlacementGroup g = *current;
         g.reason = std::move(reason);
         txn.PutPg(g);
       }
       continue;
     }
-    // A RESCHEDULING group keeps what survived; re-place the rest.
-    auto d =
-        TryPlace(txn, g,
-                 g.state == PgState::kRescheduling ? ReplacementRequest(g, {})
-                                                   : g.request);
-    if (!d.ok()) continue;
-    if (d->outcome == Decision::kPlaced) {
+    // A RESCHEDULING group keeps what survived; re-place the rest. Only
+    // groups that ask their own request and wait for no victims share
+    // decisions.
+    const bool rescheduling = current->state == PgState::kRescheduling;
+    const bool shares = !rescheduling && current->preempting.empty();
+    const Decision* same = nullptr;
+    if (shares) {
+      auto snapshot = txn.Snapshot();
+      if (!snapshot.ok()) continue;
+      same = failed.Find(*snapshot, *current);
+    }
+    const bool may_search = [&](const Decision* d) {
+      return d != nullptr && d->outcome == Decision::kUnschedulable &&
+             searches > 0 && may_have_victims(*current);
+    }(same);
+    if (same != nullptr && !may_search &&
+        current->reason == same->diagnosis.summary &&
+        current->state == StateIfNotPlaced(*current, *same)) {
+      // Decided as before, and nothing to write: no copy of the group.
+      if (IsStarving(*current, txn.now())) blocker = *current;
+      continue;
+    }
+    PlacementGroup g = *current;
+    Decision solved;
+    if (same != nullptr) {
+      NotPlaced(txn, *same, g);
+    } else {
+      auto d = TryPlace(txn, g,
+                        rescheduling ? ReplacementRequest(g, {}) : g.request);
+      if (!d.ok()) continue;
+      solved = *std::move(d);
+      if (shares && solved.outcome != Decision::kPlaced) {
+        failed.Add(g, solved);
+      }
+    }
+    const Decision& d = same != nullptr ? *same : solved;
+    if (d.outcome == Decision::kPlaced) {
       // Placed without its victims: they stay.
       if (!CancelPreemption(txn, g).ok()) continue;
     } else if (!g.preempting.empty()) {
       g.reason = current->reason;  // still waits for its victims
-    } else if (d->outcome == Decision::kUnschedulable && searches > 0 &&
+    } else if (d.outcome == Decision::kUnschedulable && searches > 0 &&
                may_have_victims(g)) {
       auto searched = StartPreemption(txn, g);
       if (!searched.ok()) continue;
       searches -= *searched ? 1 : 0;
     }
     if (IsStarving(g, txn.now())) blocker = g;
-    if (d->outcome == Decision::kPlaced || g.state != current->state ||
+    if (d.outcome == Decision::kPlaced || g.state != current->state ||
         g.reason != current->reason || g.preempting != current->preempting) {
       txn.PutPg(g);
     }

@@ -195,6 +195,12 @@ class PlacementManager : public Cluster::Observer {
   absl::StatusOr<scheduler::Decision> TryPlace(
       Txn& txn, PlacementGroup& group,
       const scheduler::PlacementRequest& request);
+  // The state `group` is in once `d` did not place it.
+  static PgState StateIfNotPlaced(const PlacementGroup& group,
+                                  const scheduler::Decision& d);
+  // Records on `group` that `d` did not place it: state and reason.
+  static void NotPlaced(const Txn& txn, const scheduler::Decision& d,
+                        PlacementGroup& group);
   // The first in queue order of the waiting groups of at least `priority`
   // that have waited past the bound, if any. Costs O(starving groups), not
   // O(queue): a create must not slow down with the queue's depth.

@@ -56,9 +56,14 @@ void Txn::PutNode(const scheduler::Node& node) {
   if (old == nullptr || !(*old == node)) {
     pending_nodes_.upsert_nodes.push_back(node);
   }
-  // A new, revived or healed node may let pending groups fit.
+  // A new, revived or healed node may let pending groups fit; a new one, or
+  // new labels or resources, may let an infeasible one fit too.
   if (old == nullptr || scheduler::TakesPlacements(node)) {
     own_.retry_pending = true;
+  }
+  if (old == nullptr || old->labels != node.labels ||
+      old->resources != node.resources) {
+    own_.retry_pending = own_.recheck_infeasible = true;
   }
   own_.nodes[node.node_id] = node;
 }
@@ -94,16 +99,20 @@ void Txn::DeletePg(absl::string_view pg_id) {
   own_.pgs[std::string(pg_id)] = std::nullopt;
 }
 
-std::vector<std::string> Txn::PendingQueue() const {
+std::vector<std::string> Txn::PendingQueue(bool with_infeasible) const {
   absl::btree_set<QueueKey> queue;
   auto consider = [&](const std::string& id) {
     const PlacementGroup* pg = FindPg(id);
-    if (pg != nullptr && IsQueued(pg->state)) queue.insert(QueueKeyOf(*pg));
+    if (pg != nullptr &&
+        (with_infeasible ? IsQueued(pg->state) : Waits(pg->state))) {
+      queue.insert(QueueKeyOf(*pg));
+    }
   };
-  for (const auto& [p, s, id] : committed_.queue) consider(id);
-  for (const Changes<PlacementGroup>* changes : {&group_.pgs, &own_.pgs}) {
-    for (const auto& [id, change] : *changes) consider(id);
+  for (const auto& [p, s, id] :
+       with_infeasible ? committed_.queue : committed_.waiting) {
+    consider(id);
   }
+  ForEachChangedPg(consider);
   std::vector<std::string> ids;
   ids.reserve(queue.size());
   for (const auto& [p, s, id] : queue) ids.push_back(id);
@@ -135,7 +144,7 @@ void Txn::ForEachWaitingSince(
   auto changed = [this](const std::string& id) {
     return group_.pgs.contains(id) || own_.pgs.contains(id);
   };
-  for (const auto& [queued, id] : committed_.waiting) {
+  for (const auto& [queued, id] : committed_.waiting_since) {
     if (queued > cutoff) break;
     if (!changed(id)) visit(committed_.pgs.at(id));
   }
@@ -145,6 +154,34 @@ void Txn::ForEachWaitingSince(
       visit(*pg);
     }
   });
+}
+
+std::optional<int32_t> Txn::LowestCreatedPriority() const {
+  // The commit group's changes to the committed counts.
+  absl::btree_map<int32_t, int64_t> delta;
+  ForEachChangedPg([&](const std::string& id) {
+    auto old = committed_.pgs.find(id);
+    if (old != committed_.pgs.end() && old->second.state == PgState::kCreated) {
+      --delta[old->second.priority];
+    }
+    const PlacementGroup* pg = FindPg(id);
+    if (pg != nullptr && pg->state == PgState::kCreated) ++delta[pg->priority];
+  });
+  for (const auto& [priority, count] : committed_.created_by_priority) {
+    auto changed = delta.find(priority);
+    if (count + (changed == delta.end() ? 0 : changed->second) > 0) {
+      // A priority only the changes hold may be lower still.
+      for (const auto& [p, d] : delta) {
+        if (p >= priority) break;
+        if (d > 0) return p;
+      }
+      return priority;
+    }
+  }
+  for (const auto& [p, d] : delta) {
+    if (d > 0) return p;
+  }
+  return std::nullopt;
 }
 
 void Txn::ForEachPg(
@@ -192,13 +229,13 @@ const ComputeClass* Txn::FindClass(absl::string_view name) const {
 void Txn::PutClass(const ComputeClass& cls) {
   mutation_.PutComputeClass(cls);
   own_.classes[cls.name] = cls;
-  own_.retry_pending = true;
+  own_.retry_pending = own_.recheck_infeasible = true;
 }
 
 void Txn::DeleteClass(absl::string_view name) {
   mutation_.DeleteComputeClass(name);
   own_.classes[std::string(name)] = std::nullopt;
-  own_.retry_pending = true;
+  own_.retry_pending = own_.recheck_infeasible = true;
 }
 
 absl::Status Txn::Flush() {

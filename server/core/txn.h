@@ -54,9 +54,15 @@ struct ClusterState {
   absl::btree_map<std::string, ComputeClass> classes;
   // Queued groups (PENDING, RESCHEDULING, INFEASIBLE) in queue order.
   absl::btree_set<QueueKey> queue;
-  // Waiting groups (PENDING, RESCHEDULING) by the time they were queued:
-  // the ones that may starve, oldest first, without a walk of the queue.
-  absl::btree_set<std::pair<absl::Time, std::string>> waiting;
+  // The waiting ones among them (PENDING, RESCHEDULING): what a release of
+  // capacity may let fit, without a walk over INFEASIBLE groups.
+  absl::btree_set<QueueKey> waiting;
+  // The waiting groups by the time they were queued: the ones that may
+  // starve, oldest first.
+  absl::btree_set<std::pair<absl::Time, std::string>> waiting_since;
+  // How many CREATED groups there are of each priority (no zero counts):
+  // the lowest is the least a group must outrank to have a victim.
+  absl::btree_map<int32_t, int64_t> created_by_priority;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };
@@ -74,6 +80,9 @@ struct StateChanges {
   // Set when capacity may have freed up or a class changed: the pending
   // queue is retried at the end of the group.
   bool retry_pending = false;
+  // Set (with retry_pending) when a node was added or its labels or
+  // resources changed, or a class changed: INFEASIBLE groups are re-checked.
+  bool recheck_infeasible = false;
   // Set when the queue was re-tried; retry_pending then says whether
   // capacity freed again since.
   bool queue_retried = false;
@@ -106,8 +115,10 @@ class Txn {
   void NotifyIntermediate(const PlacementGroup& pg) {
     own_.events.push_back(pg);
   }
-  // Ids of queued groups in queue order, with the group's changes so far.
-  std::vector<std::string> PendingQueue() const;
+  // Ids of queued groups in queue order, with the group's changes so far;
+  // without INFEASIBLE ones unless `with_infeasible`. Costs O(those groups
+  // + changes of the commit group).
+  std::vector<std::string> PendingQueue(bool with_infeasible = true) const;
   // How many groups are queued (PendingQueue().size()), in O(changes of
   // the commit group) rather than O(queue).
   int64_t QueueSize() const;
@@ -117,6 +128,9 @@ class Txn {
   void ForEachWaitingSince(
       absl::Time cutoff,
       const std::function<void(const PlacementGroup&)>& visit) const;
+  // The lowest priority of a CREATED group, as this op sees them; nullopt
+  // when there is none. O(changes of the commit group + priorities).
+  std::optional<int32_t> LowestCreatedPriority() const;
   // Calls `visit` on every live group as this op sees it, once each, until
   // it returns false.
   void ForEachPg(const std::function<bool(const PlacementGroup&)>& visit) const;
@@ -158,9 +172,18 @@ class Txn {
     return own_.queue_retried ? own_.retry_pending
                               : own_.retry_pending || group_.retry_pending;
   }
+  // Whether the inventory or a class changed since the queue was last
+  // re-tried: only then may an INFEASIBLE group fit (infeasible means "not
+  // even on an empty cluster"; releases and node states do not change it).
+  bool InfeasibleRecheckRequested() const {
+    return own_.queue_retried
+               ? own_.recheck_infeasible
+               : own_.recheck_infeasible || group_.recheck_infeasible;
+  }
   // Records that the queue was just re-tried on this op's view.
   void MarkQueueRetried() {
     own_.retry_pending = false;
+    own_.recheck_infeasible = false;
     own_.queue_retried = true;
   }
 

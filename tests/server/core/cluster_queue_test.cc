@@ -1,7 +1,9 @@
-// The queue indexes of the cluster state (`queue`, `waiting`) and the Txn
-// queries answered from them plus the commit group's changes (QueueSize,
-// ForEachWaitingSince) against a walk of every group, over random commit
-// groups of random ops, installed or abandoned, and across a restart.
+// The queue indexes of the cluster state (`queue`, `waiting`,
+// `waiting_since`, `created_by_priority`) and the Txn queries answered from
+// them plus the commit group's changes (PendingQueue, QueueSize,
+// ForEachWaitingSince, LowestCreatedPriority) against a walk of every group,
+// over random commit groups of random ops, installed or abandoned, and across a
+// restart.
 #include <algorithm>
 #include <random>
 #include <set>
@@ -24,14 +26,19 @@ constexpr PgState kStates[] = {PgState::kPending, PgState::kRescheduling,
 
 using Waiting = std::set<std::pair<absl::Time, std::string>>;
 
-// What the indexes should say, from a walk of the groups.
-size_t QueuedByWalk(const Txn& txn) {
-  size_t n = 0;
+// What the indexes should say, from a walk of the groups: the queue (or
+// its waiting part) in queue order.
+std::vector<std::string> QueueByWalk(const Txn& txn, bool with_infeasible) {
+  std::set<QueueKey> keys;
   txn.ForEachPg([&](const PlacementGroup& pg) {
-    n += IsQueued(pg.state);
+    if (with_infeasible ? IsQueued(pg.state) : Waits(pg.state)) {
+      keys.insert(QueueKeyOf(pg));
+    }
     return true;
   });
-  return n;
+  std::vector<std::string> ids;
+  for (const auto& [p, s, id] : keys) ids.push_back(id);
+  return ids;
 }
 Waiting WaitingByWalk(const Txn& txn, absl::Time cutoff) {
   Waiting w;
@@ -42,6 +49,16 @@ Waiting WaitingByWalk(const Txn& txn, absl::Time cutoff) {
     return true;
   });
   return w;
+}
+std::optional<int32_t> LowestCreatedByWalk(const Txn& txn) {
+  std::optional<int32_t> lowest;
+  txn.ForEachPg([&](const PlacementGroup& pg) {
+    if (pg.state == PgState::kCreated) {
+      lowest = std::min(lowest.value_or(pg.priority), pg.priority);
+    }
+    return true;
+  });
+  return lowest;
 }
 Waiting WaitingByIndex(const Txn& txn, absl::Time cutoff) {
   Waiting w;
@@ -66,7 +83,7 @@ class ClusterQueueTest : public ::testing::Test {
     PlacementGroup pg = current != nullptr ? *current : PlacementGroup{};
     pg.id = id;
     pg.state = kStates[rng_() % std::size(kStates)];
-    pg.priority = static_cast<int32_t>(rng_() % 3);
+    pg.priority = static_cast<int32_t>(rng_() % 4) - 1;
     if (pg.sequence == 0) pg.sequence = txn.NextSequence();
     // Re-queued groups get a new time; others sometimes keep theirs.
     if (current == nullptr || rng_() % 2 == 0) {
@@ -77,8 +94,11 @@ class ClusterQueueTest : public ::testing::Test {
 
   // Every query against the walk, at a few cutoffs.
   void CheckQueries(const Txn& txn) {
-    EXPECT_EQ(txn.QueueSize(), static_cast<int64_t>(QueuedByWalk(txn)));
-    EXPECT_EQ(txn.QueueSize(), static_cast<int64_t>(txn.PendingQueue().size()));
+    const std::vector<std::string> queue = QueueByWalk(txn, true);
+    EXPECT_EQ(txn.PendingQueue(), queue);
+    EXPECT_EQ(txn.PendingQueue(false), QueueByWalk(txn, false));
+    EXPECT_EQ(txn.QueueSize(), static_cast<int64_t>(queue.size()));
+    EXPECT_EQ(txn.LowestCreatedPriority(), LowestCreatedByWalk(txn));
     for (int back : {0, 20, 45, 100}) {
       const absl::Time cutoff = txn.now() - absl::Seconds(back);
       EXPECT_EQ(WaitingByIndex(txn, cutoff), WaitingByWalk(txn, cutoff))
@@ -149,6 +169,8 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
   restarted.Read([&](const ClusterState& after) {
     EXPECT_EQ(after.queue, before.queue);
     EXPECT_EQ(after.waiting, before.waiting);
+    EXPECT_EQ(after.waiting_since, before.waiting_since);
+    EXPECT_EQ(after.created_by_priority, before.created_by_priority);
     return 0;
   });
 }

@@ -31,6 +31,8 @@ struct CoreOptions {
   PlacementManager::Options placement;
   // Zero: no lease thread (tests call CheckLeases themselves).
   absl::Duration heartbeat_timeout = absl::ZeroDuration();
+  // Told of every solve (optional; must outlive the core).
+  PlacementManager::DecisionObserver* decisions = nullptr;
 };
 
 class Core {
@@ -49,7 +51,7 @@ class Core {
     core->coordinator_ = *std::move(coordinator);
     core->placement_ = std::make_unique<PlacementManager>(
         core->coordinator_.get(), core->cluster_.get(), options.placement,
-        nullptr);
+        options.decisions);
     core->cluster_->set_observer(core->placement_.get());
     core->nodes_ = std::make_unique<NodeManager>(
         core->coordinator_.get(), core->cluster_.get(), core->placement_.get(),

@@ -5,6 +5,7 @@
 #include "server/core/placement_manager.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -262,6 +263,83 @@ TEST_F(PlacementManagerTest, InfeasibleIsRecheckedWhenTheInventoryGrows) {
   EXPECT_EQ(placed->group.slice_names, std::vector<std::string>{"s1"});
   ASSERT_EQ(placed->workers.size(), 4u);
   EXPECT_EQ(placed->workers[3].env.at("TPU_WORKER_ID"), "3");
+}
+
+// Counts the solves, and those that ended INFEASIBLE.
+class SolveCounter : public PlacementManager::DecisionObserver {
+ public:
+  void OnDecision(const scheduler::Decision& d, absl::Duration) override {
+    ++solves_;
+    if (d.outcome == scheduler::Decision::kInfeasible) ++infeasible_;
+  }
+  int solves() const { return solves_.load(); }
+  int infeasible() const { return infeasible_.load(); }
+
+ private:
+  std::atomic<int> solves_{0};
+  std::atomic<int> infeasible_{0};
+};
+
+TEST_F(PlacementManagerTest,
+       InfeasibleIsNotSolvedAgainUntilTheInventoryChanges) {
+  SolveCounter solves;
+  CoreOptions options;
+  options.decisions = &solves;
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  const std::string tpu = Create(V6eSlices(1));
+  EXPECT_EQ(core_->StateOf(tpu), PgState::kInfeasible);
+  EXPECT_EQ(solves.infeasible(), 1);
+  // Freed capacity and a node that comes back: no slice appears, and the
+  // queue's retries leave the INFEASIBLE group alone.
+  const std::string holder = Create(Cpus(1, 4));
+  const std::string waiting = Create(Cpus(1, 8));
+  ASSERT_TRUE(core_->Remove(holder).ok());
+  EXPECT_EQ(core_->StateOf(waiting), PgState::kCreated);
+  ASSERT_TRUE(core_->Drain("c1").ok());
+  ASSERT_TRUE(core_->Undrain("c1").ok());
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());  // unchanged
+  EXPECT_EQ(solves.infeasible(), 1);
+  // A new node, and new resources on a known one, re-check it.
+  ASSERT_TRUE(core_->Register({CpuNode("c2", 8)}).ok());
+  EXPECT_EQ(solves.infeasible(), 2);
+  ASSERT_TRUE(core_->Register({CpuNode("c2", 16)}).ok());
+  EXPECT_EQ(solves.infeasible(), 3);
+  EXPECT_EQ(core_->StateOf(tpu), PgState::kInfeasible);
+}
+
+TEST_F(PlacementManagerTest, EqualWaitingGroupsCostOneSolvePerRetry) {
+  SolveCounter solves;
+  CoreOptions options;
+  options.decisions = &solves;
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  const std::string holder = Create(Cpus(1, 8));
+  std::vector<std::string> waiting;
+  for (int i = 0; i < 10; ++i) waiting.push_back(Create(Cpus(1, 4)));
+  const std::string other = Create(Cpus(2, 4));  // asks something else
+  ASSERT_EQ(solves.solves(), 12);
+  // The release lets two fit: each is solved on the snapshot the one
+  // before it changed; the third fails, and the seven after it ask the same
+  // on the same snapshot, so they get its decision without a solve. The
+  // other request is solved on its own.
+  ASSERT_TRUE(core_->Remove(holder).ok());
+  EXPECT_EQ(solves.solves(), 12 + 3 + 1);
+  for (int i = 0; i < 10; ++i) {
+    auto g = core_->placement().Get(waiting[i]);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->group.state, i < 2 ? PgState::kCreated : PgState::kPending)
+        << i;
+    if (i >= 2) {
+      EXPECT_NE(g->group.reason.find("CPU"), std::string::npos)
+          << g->group.reason;
+    }
+  }
+  EXPECT_EQ(core_->StateOf(other), PgState::kPending);
+  // Freed again: the next in line are placed, in queue order.
+  ASSERT_TRUE(core_->Remove(waiting[0]).ok());
+  EXPECT_EQ(core_->StateOf(waiting[2]), PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(waiting[3]), PgState::kPending);
 }
 
 TEST_F(PlacementManagerTest, ASliceGroupThatLosesAHostMovesWhole) {
