@@ -216,7 +216,7 @@ int CmdPgList(Context& ctx, const ParsedFlags& flags) {
     }
     request.set_state(state);
   }
-  return Output(ctx, ctx.client->ListPlacementGroups(request),
+  return Output(ctx, ctx.client->ListAllPlacementGroups(request),
                 [&](const v1::ListPlacementGroupsResponse& r) {
                   PrintPlacementGroups(ctx, r);
                 });

@@ -280,18 +280,31 @@ absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListNodes(
       });
 }
 
-absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListAllNodes(
-    v1::ListNodesRequest request) {
-  v1::ListNodesResponse all;
+namespace {
+
+// Every page of a list call (`fetch`: one page), following next_page_token;
+// the pages' items concatenated, without a token.
+template <typename Response, typename Request, typename Fetch>
+absl::StatusOr<Response> AllPages(Request request, Fetch fetch) {
+  Response all;
   while (true) {
-    absl::StatusOr<v1::ListNodesResponse> page = ListNodes(request);
+    absl::StatusOr<Response> page = fetch(request);
     if (!page.ok()) return page.status();
-    for (v1::Node& node : *page->mutable_nodes()) {
-      *all.add_nodes() = std::move(node);
-    }
-    if (page->next_page_token().empty()) return all;
+    all.MergeFrom(*page);
+    if (page->next_page_token().empty()) break;
     request.set_page_token(page->next_page_token());
   }
+  all.clear_next_page_token();
+  return all;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListAllNodes(
+    v1::ListNodesRequest request) {
+  return AllPages<v1::ListNodesResponse>(
+      std::move(request),
+      [this](const v1::ListNodesRequest& r) { return ListNodes(r); });
 }
 
 absl::StatusOr<v1::ListSlicesResponse> SlicedClient::ListSlices() {
@@ -361,6 +374,14 @@ SlicedClient::ListPlacementGroups(
   return Unary<v1::ListPlacementGroupsResponse>(
       kRetry, [&](auto* context, auto* response) {
         return Current()->placement->ListPlacementGroups(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::ListPlacementGroupsResponse>
+SlicedClient::ListAllPlacementGroups(v1::ListPlacementGroupsRequest request) {
+  return AllPages<v1::ListPlacementGroupsResponse>(
+      std::move(request), [this](const v1::ListPlacementGroupsRequest& r) {
+        return ListPlacementGroups(r);
       });
 }
 

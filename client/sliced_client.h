@@ -135,8 +135,13 @@ class SlicedClient {
   absl::StatusOr<v1::PlacementGroup> SubmitScalingConfig(
       v1::SubmitScalingConfigRequest request);
   absl::StatusOr<v1::PlacementGroup> GetPlacementGroup(absl::string_view id);
+  // One page; see ListAllPlacementGroups for every page.
   absl::StatusOr<v1::ListPlacementGroupsResponse> ListPlacementGroups(
       const v1::ListPlacementGroupsRequest& request);
+  // Every matching group, following next_page_token; the result has no
+  // token.
+  absl::StatusOr<v1::ListPlacementGroupsResponse> ListAllPlacementGroups(
+      v1::ListPlacementGroupsRequest request);
   absl::Status RemovePlacementGroup(absl::string_view id);
   absl::StatusOr<v1::ExplainPlacementGroupResponse> ExplainPlacementGroup(
       const v1::ExplainPlacementGroupRequest& request);

@@ -1,5 +1,7 @@
 #include "server/api/convert_common.h"
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace sliced::server::api {
@@ -28,6 +30,14 @@ void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
 
 absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp) {
   return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(timestamp));
+}
+
+absl::StatusOr<int> PageSizeFromProto(int32_t page_size, const Limits& limits) {
+  if (page_size < 0 || page_size > limits.max_page_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size: must be 0..", limits.max_page_size, ", got ", page_size));
+  }
+  return page_size == 0 ? limits.default_page_size : page_size;
 }
 
 }  // namespace sliced::server::api

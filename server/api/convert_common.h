@@ -1,17 +1,19 @@
 // Wire <-> domain conversions shared by the per-concern conversion files
 // (convert_nodes, convert_placement, convert_telemetry): resource maps,
-// label maps and timestamps. Pure functions; thread-safe.
+// label maps, timestamps and page sizes. Pure functions; thread-safe.
 #ifndef SLICED_SERVER_API_CONVERT_COMMON_H_
 #define SLICED_SERVER_API_CONVERT_COMMON_H_
 
 #include <string>
 
 #include "absl/container/btree_map.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "google/protobuf/map.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "scheduler/labels.h"
 #include "scheduler/types.h"
+#include "server/core/limits.h"
 
 namespace sliced::server::api {
 
@@ -34,6 +36,10 @@ void ResourcesToProto(const scheduler::ResourceSet& resources,
 // Timestamps, through protobuf's TimeUtil. InfinitePast() <-> unset.
 void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out);
 absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp);
+
+// A list request's page_size: 0 for the default; InvalidArgument naming
+// the field outside 0..max.
+absl::StatusOr<int> PageSizeFromProto(int32_t page_size, const Limits& limits);
 
 }  // namespace sliced::server::api
 

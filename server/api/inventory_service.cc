@@ -128,14 +128,8 @@ grpc::ServerUnaryReactor* InventoryService::ListNodes(
     auto selector =
         scheduler::ParseLabelSelector(ToBtree(request->label_selector()));
     RETURN_IF_ERROR(WithFieldPrefix("label_selector", selector.status()));
-    if (request->page_size() < 0 ||
-        request->page_size() > limits_.max_page_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("page_size: must be 0..", limits_.max_page_size,
-                       ", got ", request->page_size()));
-    }
-    const int page_size = request->page_size() == 0 ? limits_.default_page_size
-                                                    : request->page_size();
+    ASSIGN_OR_RETURN(const int page_size,
+                     PageSizeFromProto(request->page_size(), limits_));
     // The page token is the last node id of the previous page.
     for (const NodeView& view :
          nodes_->List(*selector, request->page_token(), page_size,

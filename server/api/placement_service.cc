@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "server/api/convert_common.h"
 #include "server/api/convert_placement.h"
 
 namespace sliced::server::api {
@@ -88,7 +89,12 @@ grpc::ServerUnaryReactor* PlacementService::ListPlacementGroups(
   return gate_->Unary(context, Rpc::kListPlacementGroups, [&] {
     ASSIGN_OR_RETURN(PlacementManager::ListFilter filter,
                      ListFilterFromProto(*request));
-    for (const PlacementGroupView& view : placement_->List(filter)) {
+    ASSIGN_OR_RETURN(const int page_size,
+                     PageSizeFromProto(request->page_size(), limits_));
+    // The page token is the last group id of the previous page.
+    for (const PlacementGroupView& view :
+         placement_->List(filter, request->page_token(), page_size,
+                          response->mutable_next_page_token())) {
       PlacementGroupToProto(view, response->add_placement_groups());
     }
     return absl::OkStatus();

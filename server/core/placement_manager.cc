@@ -750,16 +750,31 @@ absl::StatusOr<PlacementGroupView> PlacementManager::Get(
 }
 
 std::vector<PlacementGroupView> PlacementManager::List(
-    const ListFilter& filter) const {
-  return cluster_->Read([&](const ClusterState& s) {
-    std::vector<PlacementGroupView> out;
-    for (const auto& [id, g] : s.pgs) {
+    const ListFilter& filter, absl::string_view after, int limit,
+    std::string* next) const {
+  std::vector<PlacementGroup> page;
+  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  bool more = false;
+  cluster_->Read([&](const ClusterState& s) {
+    snapshot = s.snapshot;
+    auto it = after.empty() ? s.pgs.begin() : s.pgs.upper_bound(after);
+    for (; it != s.pgs.end(); ++it) {
+      const PlacementGroup& g = it->second;
       if (!filter.job_id.empty() && g.job_id != filter.job_id) continue;
       if (filter.state && g.state != *filter.state) continue;
-      out.push_back(ViewOf(g, *s.snapshot));
+      if (limit > 0 && static_cast<int>(page.size()) == limit) {
+        more = true;
+        break;
+      }
+      page.push_back(g);
     }
-    return out;
+    return 0;
   });
+  if (next != nullptr) *next = more ? page.back().id : "";
+  std::vector<PlacementGroupView> out;
+  out.reserve(page.size());
+  for (const PlacementGroup& g : page) out.push_back(ViewOf(g, *snapshot));
+  return out;
 }
 
 PlacementManager::Explanation PlacementManager::ExplainGroup(

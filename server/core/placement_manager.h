@@ -154,7 +154,15 @@ class PlacementManager : public Cluster::Observer {
   void StopPreemptionChecks();
 
   absl::StatusOr<PlacementGroupView> Get(absl::string_view pg_id) const;
-  std::vector<PlacementGroupView> List(const ListFilter& filter) const;
+  // The groups that pass `filter`, in id order: those after `after` (a
+  // page token: the last id of the previous page), at most `limit` (0: no
+  // limit). `next` (optional) is set to the last id returned when more
+  // may follow, and cleared otherwise. The views are built after the
+  // cluster's lock is released.
+  std::vector<PlacementGroupView> List(const ListFilter& filter,
+                                       absl::string_view after = {},
+                                       int limit = 0,
+                                       std::string* next = nullptr) const;
 
   // The diagnosis of a group (NotFound when unknown), or of a dry run of a
   // spec not created (NotFound for an unknown compute class).

@@ -1,14 +1,19 @@
 """End to end: placement groups and ScalingConfigs on the real daemon."""
+import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import unittest
 
 import grpc
 
-from sliced_testlib import (Daemon, first_event_then, sliced_pb2, sliced_pb2_grpc,
+from sliced_testlib import (REPO, Daemon, first_event_then, sliced_pb2, sliced_pb2_grpc,
                             temp_data_dir, wait_until)
+
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+from sliced_client import Client  # noqa: E402
 
 P = sliced_pb2
 
@@ -364,6 +369,41 @@ class PlacementEndToEnd(unittest.TestCase):
             placement_group_id=pg.placement_group_id), timeout=10)
         self.assertEqual(got.state, P.CREATED, got.pending_reason)
         self.assertEqual(list(got.slice_names), ["v6e-big"])
+
+    def test_list_pages_through_the_groups_of_a_job(self):
+        d, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, [cpu_node("c1", cpus=64)])
+        ids = {"a": [], "b": []}
+        for i in range(10):
+            job = "a" if i % 3 else "b"
+            pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+                job_id=job, bundles=[P.Bundle(resources={"CPU": 1})]), timeout=10)
+            ids[job].append(pg.placement_group_id)
+        seen, token, pages = [], "", 0
+        while True:
+            page = pl.ListPlacementGroups(P.ListPlacementGroupsRequest(
+                job_id="a", page_size=3, page_token=token), timeout=10)
+            self.assertLessEqual(len(page.placement_groups), 3)
+            seen += [g.placement_group_id for g in page.placement_groups]
+            pages += 1
+            token = page.next_page_token
+            if not token:
+                break
+        self.assertEqual(seen, sorted(ids["a"]))
+        self.assertEqual(len(seen), 6)
+        self.assertEqual(pages, 2)  # 3 + 3: a full last page has no token
+        # The default page holds them all; the Python client follows pages.
+        whole = pl.ListPlacementGroups(P.ListPlacementGroupsRequest(), timeout=10)
+        self.assertEqual(len(whole.placement_groups), 10)
+        self.assertEqual(whole.next_page_token, "")
+        with Client("127.0.0.1:%d" % d.port) as client:
+            self.assertEqual(sorted(g.id for g in client.placement_groups(job_id="b")),
+                             sorted(ids["b"]))
+        for bad in (-1, 5001):
+            with self.assertRaises(grpc.RpcError) as err:
+                pl.ListPlacementGroups(P.ListPlacementGroupsRequest(page_size=bad), timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("page_size: must be 0..5000", err.exception.details())
 
     def test_compute_class_falls_back_in_order(self):
         _, inv, pl = self.start(None, "--heartbeat_timeout=0")

@@ -444,11 +444,12 @@ class Client:
             _pb.GetPlacementGroupRequest(placement_group_id=_pg_id(pg)), retry=True))
 
     def placement_groups(self, job_id: str = "", state: str = "") -> List[PlacementGroup]:
-        """Every group, or those of a job and/or in a state ("PENDING", ...)."""
+        """Every group, or those of a job and/or in a state ("PENDING", ...),
+        all pages."""
         request = _pb.ListPlacementGroupsRequest(
             job_id=job_id, state=_pb.PlacementGroupState.Value(state.upper()) if state else 0)
-        response = self._call(self._placement.ListPlacementGroups, request, retry=True)
-        return [PlacementGroup.from_proto(pg) for pg in response.placement_groups]
+        return [PlacementGroup.from_proto(pg) for pg in self._all_pages(
+            self._placement.ListPlacementGroups, request, "placement_groups")]
 
     def remove(self, pg: PgRef) -> None:
         """Removes the group and releases its capacity (sent once: a retry
@@ -638,14 +639,19 @@ class Client:
     def nodes(self, selector: Optional[Dict[str, str]] = None) -> List[Node]:
         """Every node matching a Ray label selector ("v", "!v", "in(a,b)",
         "!in(a,b)"; entries ANDed), all pages."""
-        out, token = [], ""
+        request = _pb.ListNodesRequest(label_selector=dict(selector or {}))
+        return [Node.from_proto(n) for n in self._all_pages(
+            self._inventory.ListNodes, request, "nodes")]
+
+    def _all_pages(self, method, request, field: str) -> list:
+        """The items of `field` over every page of a list call."""
+        out = []
         while True:
-            response = self._call(self._inventory.ListNodes, _pb.ListNodesRequest(
-                label_selector=dict(selector or {}), page_token=token), retry=True)
-            out.extend(Node.from_proto(n) for n in response.nodes)
-            token = response.next_page_token
-            if not token:
+            response = self._call(method, request, retry=True)
+            out.extend(getattr(response, field))
+            if not response.next_page_token:
                 return out
+            request.page_token = response.next_page_token
 
     def drain(self, node_id: str) -> Node:
         """DRAINING: the node keeps its placements and takes no new ones.
