@@ -145,7 +145,7 @@ std::vector<Allocation> InventorySnapshot::AllocationsOf(
     absl::string_view pg_id) const {
   const PgIndex& shard = state_->pg_shard(SnapshotState::PgShard(pg_id));
   auto it = shard.find(pg_id);
-  return it == shard.end() ? std::vector<Allocation>() : it->second;
+  return it == shard.end() ? std::vector<Allocation>() : *it->second;
 }
 
 size_t InventorySnapshot::num_nodes() const { return state_->num_nodes(); }

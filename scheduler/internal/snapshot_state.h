@@ -163,8 +163,12 @@ class SnapshotState {
   using ValueIndex = CowMap<std::shared_ptr<const PostingList>>;
   using LabelIndex =
       absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
-  // PG id -> its allocations (sorted by bundle index), one shard.
-  using PgIndex = absl::flat_hash_map<std::string, std::vector<Allocation>>;
+  // PG id -> its allocations (sorted by bundle index), one shard. The lists
+  // are shared between snapshots: a write copies the shard's ids and
+  // pointers, not every group's allocations.
+  using PgIndex =
+      absl::flat_hash_map<std::string,
+                          std::shared_ptr<const std::vector<Allocation>>>;
   static constexpr int kPgShards = 4096;
   // Node id -> slot, one shard.
   using IdShard = absl::flat_hash_map<std::string, uint32_t>;

@@ -978,11 +978,12 @@ class SnapshotWriter {
                                               "] on unknown node ", a.node_id));
     }
     PgIndex& shard = MutablePgShard(SnapshotState::PgShard(a.pg_id));
-    std::vector<Allocation>& held = shard[a.pg_id];
-    for (const Allocation& h : held) {
-      if (h.bundle_index == a.bundle_index) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "duplicate allocation of ", a.pg_id, "[", a.bundle_index, "]"));
+    if (auto held = shard.find(a.pg_id); held != shard.end()) {
+      for (const Allocation& h : *held->second) {
+        if (h.bundle_index == a.bundle_index) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "duplicate allocation of ", a.pg_id, "[", a.bundle_index, "]"));
+        }
       }
     }
     InventorySnapshot::NodeEntry& e = MutableNode(static_cast<uint32_t>(i));
@@ -997,6 +998,15 @@ class SnapshotWriter {
       free -= amount;
     }
     e.allocations.Insert(a);
+    // Copied on its first write in this derivation: a list only this
+    // shard holds was made here, and no snapshot shows it yet.
+    std::shared_ptr<const std::vector<Allocation>>& list = shard[a.pg_id];
+    if (list == nullptr) {
+      list = std::make_shared<const std::vector<Allocation>>();
+    } else if (list.use_count() > 1) {
+      list = std::make_shared<const std::vector<Allocation>>(*list);
+    }
+    auto& held = const_cast<std::vector<Allocation>&>(*list);
     held.insert(std::lower_bound(held.begin(), held.end(), a,
                                  [](const Allocation& x, const Allocation& y) {
                                    return x.bundle_index < y.bundle_index;
@@ -1012,7 +1022,7 @@ class SnapshotWriter {
     if (it == st_.pgs_[shard_index]->end()) return;
     PgIndex& shard = MutablePgShard(shard_index);
     auto mit = shard.find(pg);
-    for (const Allocation& a : mit->second) {
+    for (const Allocation& a : *mit->second) {
       InventorySnapshot::NodeEntry& e =
           MutableNode(static_cast<uint32_t>(st_.NodeIndex(a.node_id)));
       for (const auto& [name, amount] : a.resources) e.free[name] += amount;

@@ -322,6 +322,39 @@ TEST(SnapshotTest, ApplyRejectsBadDeltasAndLeavesSourceUntouched) {
   EXPECT_EQ(Describe(*snap), before);
 }
 
+// A group's allocation list is shared between snapshots and copied on its
+// first write in a derivation: older snapshots keep theirs.
+TEST(SnapshotTest, AGroupsAllocationsChangeOnlyInTheSnapshotsDerived) {
+  auto bundles = [](const InventorySnapshot& s) {
+    std::vector<int> out;
+    for (const Allocation& a : s.AllocationsOf("pg")) {
+      out.push_back(a.bundle_index);
+    }
+    return out;
+  };
+  SnapshotDelta first;
+  first.add_allocations = {Alloc("pg", 0, "cpu1", {{"CPU", 1}})};
+  auto s1 = *(*InventorySnapshot::Build(SmallCluster(), {}))->Apply(first);
+  SnapshotDelta two_more;  // two writes to one list in one derivation
+  two_more.add_allocations = {Alloc("pg", 2, "cpu1", {{"CPU", 1}}),
+                              Alloc("pg", 1, "cpu2", {{"CPU", 1}})};
+  auto s2 = *s1->Apply(two_more);
+  SnapshotDelta one_more;
+  one_more.add_allocations = {Alloc("pg", 3, "cpu2", {{"CPU", 1}})};
+  auto s3 = *s2->Apply(one_more);
+  SnapshotDelta release;
+  release.release_pg_ids = {"pg"};
+  auto s4 = *s3->Apply(release);
+  EXPECT_EQ(bundles(*s1), (std::vector<int>{0}));
+  EXPECT_EQ(bundles(*s2), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(bundles(*s3), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(bundles(*s4).empty());
+  // A duplicate bundle is refused whichever snapshot holds the list.
+  EXPECT_EQ(s3->Apply(one_more).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(s4->Apply(one_more).ok());
+}
+
 TEST(SnapshotTest, SliceBecomesHeldAndFreeAgain) {
   auto snap = *InventorySnapshot::Build(SmallCluster(), {});
   SnapshotDelta hold;
