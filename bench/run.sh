@@ -18,13 +18,16 @@
 # Options: --no-build (use existing binaries), --render-only (rewrite the
 # Markdown from the last run's output, run nothing), --build-dir DIR
 # (default build-bench), JOBS=N in the environment for the build (default 1).
-# Steps: build sliced, sliced_sim and sliced_load (Release); sliced_sim
+# Steps: build sliced, sliced_sim, sliced_load (Release) and sliced_goload
+# (Go); sliced_sim
 # (quality replay, whole-slice batch vs max flow, solver latency 1k-100k;
 # then --workload=mixed: the mixed trace against the tuned tiered-first-fit;
 # then --workload=preemption: victim choice against a topology-blind rule);
 # sliced_load (throughput vs the health-check ceiling at 16 and 64 clients,
 # RSS per node / per PG, restart at 100k nodes + 50k PGs, churn, heartbeats
-# at 10k and 100k nodes, watch fan-out). Raw output: JSON, the Markdown
+# at 10k and 100k nodes, watch fan-out); go_ratio.py (one-bundle creates vs
+# the health check from the Go client, as issue 17 measured with ghz, on
+# 2,000 CPU nodes). Raw output: JSON, the Markdown
 # tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
 ARGS="$*"
@@ -88,7 +91,7 @@ SYNC
 fi
 if [[ $DO_BUILD == 1 ]]; then
   cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load
+  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load sliced_goload
 fi
 
 if [[ $RECORD == 0 ]]; then OUT=$BUILD/bench-quick; else OUT=$ROOT/bench/results; fi
@@ -150,6 +153,12 @@ if [[ $RENDER_ONLY == 0 ]]; then
   echo "== sliced_load ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_load" "${MODE[@]}" --daemon="$BUILD/server/sliced" \
     --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" >/dev/null
+  echo "== go_ratio.py ${MODE[*]:-}" >&2
+  GO_MODE=()
+  [[ $QUICK == 1 ]] && GO_MODE=(--reps=1 --duration=2)
+  /usr/bin/python3 "$ROOT/bench/go_ratio.py" "${GO_MODE[@]}" \
+    --daemon="$BUILD/server/sliced" --go_client="$BUILD/bench/sliced_goload" \
+    --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" --check >/dev/null
   ELAPSED=$SECONDS
   LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
   COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
@@ -184,6 +193,10 @@ import json, re, sys
 (results, out, cmd, start, elapsed, commit, ncpu, cpu,
  load_start, load_end, rel_out, built) = sys.argv[1:]
 load = json.load(open(f"{out}/load.json"))
+try:
+    go = json.load(open(f"{out}/go.json"))
+except FileNotFoundError:
+    go = {"runs": []}
 sim = json.load(open(f"{out}/sim.json"))
 
 def section(name, title, body):
@@ -208,6 +221,13 @@ for c in (16, 64):
             target = "≥ 0.75" if c == 64 else "(report)"
             ok = "" if c != 64 else (" ✅" if median(ratios) >= 0.75 else " ❌")
             rows.append(f"| gRPC ratio to health, {w}, {c} clients | {target} | {median(ratios):.2f}{ok} |")
+for c in (16, 64):
+    ratios = [r["rps"] / r["paired_health_rps"] for r in go["runs"]
+              if r["concurrency"] == c and r["workload"] == "create"]
+    if ratios:
+        target = "≥ 0.6 with ghz (issue 17)" if c == 64 else "(report)"
+        rows.append(f"| gRPC ratio to health, one-bundle creates, Go client (go_ratio.py), {c} clients | "
+                    f"{target} | {median(ratios):.2f} |")
 big = [p for p in load["scaling"] if p["nodes"] == max((q["nodes"] for q in load["scaling"]), default=0)]
 for p in big:
     r = median(p["restart_s"])
@@ -271,6 +291,7 @@ if not mixed.startswith("###"):
 sections = [
     ("harness", "Harness: summary (bench/run.sh)", summary),
     ("load", "End to end over gRPC (sliced_load)", read("load.md")),
+    ("go", "End to end over gRPC from a Go client (bench/go_ratio.py)", read("go.md")),
     ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
     ("churn", "Churn: node registrations while placing (sliced_load)", read("churn.md")),
     ("heartbeats", "Heartbeats at scale (sliced_load)", read("heartbeats.md")),

@@ -19,3 +19,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 $SUDO apt-get install -y -qq --no-install-recommends \
   etcd-server etcd-client golang-etcd-server-dev golang-github-gogo-protobuf-dev \
   golang-github-grpc-ecosystem-grpc-gateway-dev >/dev/null
+# The Go load client of the benchmarks (bench/goload, a stand-in for ghz,
+# which Debian does not package): Go and Debian's Go gRPC, protobuf and
+# uuid sources.
+$SUDO apt-get install -y -qq --no-install-recommends \
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev \
+  golang-github-google-uuid-dev >/dev/null
