@@ -112,10 +112,17 @@ def phase(args, daemon, workload, clients):
     return r
 
 
+def shown(path):
+    """`path` relative to the repository when it is inside it."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rel = os.path.relpath(os.path.abspath(path), repo)
+    return path if rel.startswith("..") else rel
+
+
 def render(args, runs, load_start, load_end, started):
     lines = [
         f"sliced_goload (bench/goload: Go, grpc-go, ghz's per-call steps) "
-        f"against `{args.daemon}` on a fresh RocksDB dir per repetition "
+        f"against `{shown(args.daemon)}` on a fresh RocksDB dir per repetition "
         f"(durable: synced group commits; `--heartbeat_timeout=0`) holding "
         f"{args.fleet_nodes:,} CPU nodes of {args.node_cpus:g} CPUs. Each "
         f"phase: {args.warmup:g} s warm-up, {args.duration:g} s measured; "

@@ -115,7 +115,7 @@ if [[ $CHURN == 1 ]]; then
   cp "$CHURN_OUT/churn.json" "$OUT/$CHURN_SECTION.json"
   rm -rf "$CHURN_OUT"
   COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
-  git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
+  git -C "$ROOT" diff --quiet HEAD -- . ':!bench/results' ':!bench/RESULTS.md' 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
   RESULTS=$ROOT/bench/RESULTS.md
   [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
   CMD="bench/run.sh --churn${MODE:+ --quick}"
@@ -165,11 +165,11 @@ if [[ $RENDER_ONLY == 0 ]]; then
   if [[ $HEAD == 1 ]]; then
     COMMIT="$COMMIT (built from a clean export of HEAD)"
   else
-    git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
+    git -C "$ROOT" diff --quiet HEAD -- . ':!bench/results' ':!bench/RESULTS.md' 2>/dev/null || COMMIT="$COMMIT + uncommitted changes in the tree"
   fi
   BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
   if [[ $DO_BUILD == 1 ]]; then
-    BUILT="it builds \`sliced\`, \`sliced_sim\` and \`sliced_load\` in Release into \`${BUILD#$ROOT/}/\`"
+    BUILT="it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release and \`sliced_goload\` into \`${BUILD#$ROOT/}/\`"
   else
     BUILT="it used the binaries already built in \`${BUILD#$ROOT/}/\` (${BUILD_TYPE:-unknown} build)"
   fi
@@ -178,7 +178,7 @@ else
   { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END;
     read -r ARGS || true; read -r BUILT || true; } < "$OUT/run.txt"
 fi
-BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\` and \`sliced_load\` in Release into \`build-bench/\`"}
+BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release and \`sliced_goload\` into \`build-bench/\`"}
 
 RESULTS=$ROOT/bench/RESULTS.md
 [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
