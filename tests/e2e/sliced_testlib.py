@@ -147,6 +147,18 @@ def start_with_stubs(test, data=None, *args):
     return d, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
 
 
+def list_all_groups(placement, timeout=10, **request):
+    """Every placement group ListPlacementGroups returns, over all pages."""
+    out, token = [], ""
+    while True:
+        page = placement.ListPlacementGroups(sliced_pb2.ListPlacementGroupsRequest(
+            page_token=token, **request), timeout=timeout)
+        out.extend(page.placement_groups)
+        token = page.next_page_token
+        if not token:
+            return out
+
+
 def wait_until(condition, timeout=20, what="the condition"):
     """Polls `condition()` until it returns a true value, which it returns;
     fails after `timeout` seconds. Only for states that no event announces

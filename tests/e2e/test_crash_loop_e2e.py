@@ -9,7 +9,7 @@ import unittest
 
 import grpc
 
-from sliced_testlib import Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
+from sliced_testlib import Daemon, list_all_groups, sliced_pb2, sliced_pb2_grpc, temp_data_dir
 from test_placement_e2e import SEED, cpu_node, tpu_slice
 
 P = sliced_pb2
@@ -63,8 +63,7 @@ def check_history(test, inv, pl, history, max_unknown):
     (on the same nodes), acknowledged removes gone, at most `max_unknown`
     unacknowledged creates and only whole, no node over capacity. Returns the
     number of live groups."""
-    live = {pg.placement_group_id: pg for pg in pl.ListPlacementGroups(
-        P.ListPlacementGroupsRequest(), timeout=10).placement_groups}
+    live = {pg.placement_group_id: pg for pg in list_all_groups(pl)}
     for pg_id, acked in history.created.items():
         if pg_id in history.removed:
             test.assertNotIn(pg_id, live)

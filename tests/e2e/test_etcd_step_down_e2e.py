@@ -27,7 +27,7 @@ import unittest
 
 import grpc
 
-from sliced_testlib import sliced_pb2, sliced_pb2_grpc
+from sliced_testlib import list_all_groups, sliced_pb2, sliced_pb2_grpc
 from test_etcd_failover_e2e import ETCD, LEASE_TTL_S, Etcd, HaDaemon, free_port
 from test_placement_e2e import cpu_node
 
@@ -234,9 +234,8 @@ class EtcdStepDown(unittest.TestCase):
         self.check(second, a)
         # Every acknowledged create is on the leader now.
         with grpc.insecure_channel(a.addr) as ch:
-            live = {pg.placement_group_id for pg in sliced_pb2_grpc.PlacementStub(ch)
-                    .ListPlacementGroups(P.ListPlacementGroupsRequest(), timeout=30)
-                    .placement_groups}
+            live = {pg.placement_group_id for pg in list_all_groups(
+                sliced_pb2_grpc.PlacementStub(ch), timeout=30)}
         acked = first.acked + second.acked
         self.assertEqual([pg for pg in acked if pg not in live], [])
         print("\nstep-down: key deleted: %s, watch %s; paused past the lease: %s, "

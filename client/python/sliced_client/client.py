@@ -449,7 +449,7 @@ class Client:
         request = _pb.ListPlacementGroupsRequest(
             job_id=job_id, state=_pb.PlacementGroupState.Value(state.upper()) if state else 0)
         return [PlacementGroup.from_proto(pg) for pg in self._all_pages(
-            self._placement.ListPlacementGroups, request, "placement_groups")]
+            lambda: self._placement.ListPlacementGroups, request, "placement_groups")]
 
     def remove(self, pg: PgRef) -> None:
         """Removes the group and releases its capacity (sent once: a retry
@@ -641,13 +641,15 @@ class Client:
         "!in(a,b)"; entries ANDed), all pages."""
         request = _pb.ListNodesRequest(label_selector=dict(selector or {}))
         return [Node.from_proto(n) for n in self._all_pages(
-            self._inventory.ListNodes, request, "nodes")]
+            lambda: self._inventory.ListNodes, request, "nodes")]
 
     def _all_pages(self, method, request, field: str) -> list:
-        """The items of `field` over every page of a list call."""
+        """The items of `field` over every page of a list call. `method()`
+        gives the call for each page: the stubs change when the client
+        follows a new leader."""
         out = []
         while True:
-            response = self._call(method, request, retry=True)
+            response = self._call(method(), request, retry=True)
             out.extend(getattr(response, field))
             if not response.next_page_token:
                 return out
