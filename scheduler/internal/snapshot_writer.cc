@@ -999,12 +999,13 @@ class SnapshotWriter {
     }
     e.allocations.Insert(a);
     // Copied on its first write in this derivation: a list only this
-    // shard holds was made here, and no snapshot shows it yet.
+    // shard holds was made here (as a non-const vector), and no snapshot
+    // shows it yet.
     std::shared_ptr<const std::vector<Allocation>>& list = shard[a.pg_id];
     if (list == nullptr) {
-      list = std::make_shared<const std::vector<Allocation>>();
+      list = std::make_shared<std::vector<Allocation>>();
     } else if (list.use_count() > 1) {
-      list = std::make_shared<const std::vector<Allocation>>(*list);
+      list = std::make_shared<std::vector<Allocation>>(*list);
     }
     auto& held = const_cast<std::vector<Allocation>&>(*list);
     held.insert(std::lower_bound(held.begin(), held.end(), a,
