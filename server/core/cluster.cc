@@ -38,6 +38,32 @@ void AddAllocations(const PlacementGroup& pg,
   }
 }
 
+// Adds `pg` to the state's indexes of groups: by request id, the queue and
+// its waiting part, waiting groups by queued time, CREATED per priority.
+void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
+  if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
+  if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
+  if (Waits(pg.state)) {
+    state.waiting.insert(QueueKeyOf(pg));
+    state.waiting_since.emplace(pg.queued_time, pg.id);
+  }
+  if (pg.state == PgState::kCreated) ++state.created_by_priority[pg.priority];
+}
+
+// Takes `pg` (as IndexGroup() added it) out of the state's indexes.
+void UnindexGroup(ClusterState& state, const PlacementGroup& pg) {
+  if (!pg.request_id.empty()) state.pg_by_request_id.erase(pg.request_id);
+  if (IsQueued(pg.state)) state.queue.erase(QueueKeyOf(pg));
+  if (Waits(pg.state)) {
+    state.waiting.erase(QueueKeyOf(pg));
+    state.waiting_since.erase({pg.queued_time, pg.id});
+  }
+  if (pg.state == PgState::kCreated) {
+    auto count = state.created_by_priority.find(pg.priority);
+    if (--count->second == 0) state.created_by_priority.erase(count);
+  }
+}
+
 }  // namespace
 
 Cluster::Cluster(LogStore* logs) : logs_(logs) {}
@@ -49,13 +75,7 @@ absl::StatusOr<ClusterState> Cluster::Build(
   for (PlacementGroup& pg : stored.placement_groups) {
     AddAllocations(pg, allocations);
     state.next_sequence = std::max(state.next_sequence, pg.sequence + 1);
-    if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
-    if (pg.state == PgState::kCreated) ++state.created_by_priority[pg.priority];
-    if (Waits(pg.state)) {
-      state.waiting.insert(QueueKeyOf(pg));
-      state.waiting_since.emplace(pg.queued_time, pg.id);
-    }
-    if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
+    IndexGroup(state, pg);
     std::string id = pg.id;
     state.pgs.insert_or_assign(std::move(id), std::move(pg));
   }
@@ -171,31 +191,8 @@ void Cluster::Install() {
         changed.back().state = PgState::kRemoved;
         changed.back().reason.clear();
       }
-      if (old != state_.pgs.end()) {
-        if (!old->second.request_id.empty()) {
-          state_.pg_by_request_id.erase(old->second.request_id);
-        }
-        state_.queue.erase(QueueKeyOf(old->second));
-        state_.waiting.erase(QueueKeyOf(old->second));
-        if (old->second.state == PgState::kCreated) {
-          auto count = state_.created_by_priority.find(old->second.priority);
-          if (--count->second == 0) state_.created_by_priority.erase(count);
-        }
-        state_.waiting_since.erase({old->second.queued_time, id});
-      }
-      if (change && !change->request_id.empty()) {
-        state_.pg_by_request_id[change->request_id] = id;
-      }
-      if (change && IsQueued(change->state)) {
-        state_.queue.insert(QueueKeyOf(*change));
-      }
-      if (change && change->state == PgState::kCreated) {
-        ++state_.created_by_priority[change->priority];
-      }
-      if (change && Waits(change->state)) {
-        state_.waiting.insert(QueueKeyOf(*change));
-        state_.waiting_since.emplace(change->queued_time, id);
-      }
+      if (old != state_.pgs.end()) UnindexGroup(state_, old->second);
+      if (change) IndexGroup(state_, *change);
     }
     InstallInto(group_.pgs, state_.pgs);
     InstallInto(group_.classes, state_.classes);

@@ -220,11 +220,11 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);
   if (decisions_ != nullptr) decisions_->OnDecision(d, absl::Now() - start);
-  group.update_time = txn.now();
   if (d.outcome != Decision::kPlaced) {
     NotPlaced(txn, d, group);
     return d;
   }
+  group.update_time = txn.now();
   std::vector<scheduler::Bundle> bundles = UsedBundles(request, d);
   scheduler::SnapshotDelta delta;
   if (!request.replacing_pg_id.empty())
@@ -636,10 +636,9 @@ void PlacementManager::RetryQueue(Txn& txn) {
       if (!snapshot.ok()) continue;
       same = failed.Find(*snapshot, *current);
     }
-    const bool may_search = [&](const Decision* d) {
-      return d != nullptr && d->outcome == Decision::kUnschedulable &&
-             searches > 0 && may_have_victims(*current);
-    }(same);
+    const bool may_search = same != nullptr &&
+                            same->outcome == Decision::kUnschedulable &&
+                            searches > 0 && may_have_victims(*current);
     if (same != nullptr && !may_search &&
         current->reason == same->diagnosis.summary &&
         current->state == StateIfNotPlaced(*current, *same)) {
