@@ -29,7 +29,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,12 +38,8 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+from sliced_agent.sim import free_port  # noqa: E402  (client/python)
 
 
 class Daemon:

@@ -5,7 +5,6 @@ its restarts. Everything binds 127.0.0.1."""
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, wait_until
 
 CLIENT_DIR = os.path.join(REPO, "client", "python")
 sys.path.insert(0, CLIENT_DIR)
-from sliced_agent.sim import SimHost  # noqa: E402,F401
+from sliced_agent.sim import SimHost, free_port  # noqa: E402,F401
 from sliced_agent.sim_fakes import FakeMetadata  # noqa: E402,F401
 
 LEASE = "2s"  # --heartbeat_timeout: several leases fit in a short test
@@ -35,12 +34,6 @@ GUARD = (
     "socket.socket.connect = connect\n"
     "sys.argv[0] = 'sliced_agent'\n"
     "runpy.run_module('sliced_agent', run_name='__main__')\n")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_daemon(test, data_dir, port=None, *extra):

@@ -25,7 +25,6 @@ import queue
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from test_crash_loop_e2e import History, check_history
 from test_placement_e2e import SEED, cpu_node, tpu_slice
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
+from sliced_agent.sim import free_port  # noqa: E402
 from sliced_client import Client  # noqa: E402
 
 P = sliced_pb2
@@ -49,12 +49,6 @@ ETCDCTL = "/usr/bin/etcdctl"
 KILL_ROUNDS = int(os.environ.get("SLICED_FAILOVER_ROUNDS", "50"))
 CLIENTS = 4
 LEASE_TTL_S = int(os.environ.get("SLICED_FAILOVER_LEASE_TTL", "2"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Etcd:

@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -34,6 +35,35 @@ from sliced_agent.runner import Runner
 from sliced_agent.sim_fakes import ChipWaves, FakeDevicePlugin, FakeLibtpu
 
 _log = logging.getLogger("sliced_agent.sim")
+
+
+def free_port() -> int:
+    """A free 127.0.0.1 port below the kernel's ephemeral range, for a
+    process started on a port chosen beforehand, or restarted on the same
+    one while clients keep dialling it. Ports in the ephemeral range are
+    not safe for that: between the choice and the bind (or the restart) the
+    kernel may hand the port to another bind to port 0 or to an outgoing
+    connection, even to one of those dialling clients, which Linux then
+    connects to itself. Ports below the range are handed out only by name.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    first = max(1024, low - 12000)
+    if low - first < 1000:
+        raise RuntimeError("ephemeral ports start at %d: no room below them" % low)
+    pick = random.Random()  # not the caller's seeded global generator
+    for _ in range(200):
+        port = pick.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in [%d, %d)" % (first, low))
 
 
 def slice_shape(generation: str, topology: str):

@@ -4,6 +4,7 @@ and the runner. Fakes run on 127.0.0.1; no daemon. CTest sets SLICED_PY and
 PYTHONPATH (tests/client/CMakeLists.txt)."""
 import os
 import random
+import socket
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from sliced_agent.backoff import Backoff, jittered
 from sliced_agent.host import DetectOptions, HostError, detect
 from sliced_agent.metadata import GCE_DEFAULT_HOST, find_metadata
 from sliced_agent.runner import Runner
+from sliced_agent.sim import free_port
 from sliced_agent.sim_fakes import ChipWaves, FakeLibtpu, FakeMetadata
 
 V6E_W2 = {"TPU_ACCELERATOR_TYPE": "v6e-16", "TPU_TOPOLOGY": "4x4", "TPU_WORKER_ID": "2",
@@ -37,6 +39,18 @@ def tmpdir(test):
 def fake(test, server):
     test.addCleanup(server.stop)
     return server
+
+
+class FreePortTest(unittest.TestCase):
+    def test_ports_are_free_and_below_the_ephemeral_range(self):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+        for _ in range(20):
+            port = free_port()
+            self.assertLess(port, low)
+            self.assertGreaterEqual(port, 1024)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))  # still free: nothing held it
 
 
 class BackoffTest(unittest.TestCase):
