@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/core/log_store.h"
+#include "server/core/pg_spec.h"
 
 namespace sliced::server {
 namespace {
@@ -46,6 +47,7 @@ void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (Waits(pg.state)) {
     state.waiting.insert(QueueKeyOf(pg));
     state.waiting_since.emplace(pg.queued_time, pg.id);
+    ++state.waiting_asks[LeastAskOfANode(pg.request)];
   }
   if (pg.state == PgState::kCreated) ++state.created_by_priority[pg.priority];
 }
@@ -57,6 +59,8 @@ void UnindexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (Waits(pg.state)) {
     state.waiting.erase(QueueKeyOf(pg));
     state.waiting_since.erase({pg.queued_time, pg.id});
+    auto ask = state.waiting_asks.find(LeastAskOfANode(pg.request));
+    if (--ask->second == 0) state.waiting_asks.erase(ask);
   }
   if (pg.state == PgState::kCreated) {
     auto count = state.created_by_priority.find(pg.priority);
@@ -137,6 +141,10 @@ void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
   group_.recheck_infeasible =
       own.queue_retried ? own.recheck_infeasible
                         : group_.recheck_infeasible || own.recheck_infeasible;
+  group_.retry_all =
+      own.queue_retried ? own.retry_all : group_.retry_all || own.retry_all;
+  if (own.queue_retried) group_.released_on.clear();
+  group_.released_on.insert(own.released_on.begin(), own.released_on.end());
   writes.Append(txn.mutation_);
 }
 

@@ -1,5 +1,7 @@
 #include "server/core/pg_spec.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "base/status_macros.h"
@@ -90,22 +92,68 @@ absl::StatusOr<PgSpec> PgSpecFromScalingConfig(const ScalingConfig& config,
   return spec;
 }
 
+namespace {
+
+// The one bundle each host of a slice requirement gets when the request
+// lists no bundles of its own; nullopt for an unknown shape.
+std::optional<scheduler::Bundle> SliceHostBundle(
+    const scheduler::SliceRequirement& slice, int64_t* hosts) {
+  auto shape = scheduler::ResolveTpuShape(slice.generation, slice.topology);
+  if (!shape.ok()) return std::nullopt;
+  scheduler::Bundle host;
+  host.resources = slice.resources_per_host;
+  if (host.resources.empty()) {
+    host.resources[std::string(scheduler::kResourceTpu)] =
+        shape->chips_per_host * slice.tpu_resource_per_chip *
+        scheduler::kResourceScale;
+  }
+  host.selector = slice.selector;
+  if (hosts != nullptr) *hosts = shape->hosts;
+  return host;
+}
+
+}  // namespace
+
 std::vector<scheduler::Bundle> ExpandSliceBundles(
     const scheduler::PlacementRequest& request) {
   if (!request.bundles.empty() || !request.slice) return request.bundles;
-  auto shape = scheduler::ResolveTpuShape(request.slice->generation,
-                                          request.slice->topology);
-  if (!shape.ok()) return {};
-  scheduler::Bundle host;
-  host.resources = request.slice->resources_per_host;
-  if (host.resources.empty()) {
-    host.resources[std::string(scheduler::kResourceTpu)] =
-        shape->chips_per_host * request.slice->tpu_resource_per_chip *
-        scheduler::kResourceScale;
-  }
-  host.selector = request.slice->selector;
+  int64_t hosts = 0;
+  std::optional<scheduler::Bundle> host =
+      SliceHostBundle(*request.slice, &hosts);
+  if (!host) return {};
   return std::vector<scheduler::Bundle>(
-      static_cast<size_t>(shape->hosts) * request.slice->num_slices, host);
+      static_cast<size_t>(hosts) * request.slice->num_slices, *host);
+}
+
+scheduler::ResourceSet LeastAskOfANode(
+    const scheduler::PlacementRequest& request) {
+  std::optional<scheduler::ResourceSet> least;
+  auto take = [&](const scheduler::ResourceSet& asks) {
+    if (!least) {
+      least = asks;
+      return;
+    }
+    scheduler::ResourceSet kept;  // filled in key order: appends
+    for (const auto& [name, amount] : *least) {
+      auto it = asks.find(name);
+      if (it != asks.end()) kept[name] = std::min(amount, it->second);
+    }
+    least = std::move(kept);
+  };
+  if (!request.bundles.empty() || !request.slice) {
+    for (const scheduler::Bundle& b : request.bundles) take(b.resources);
+  } else if (auto host = SliceHostBundle(*request.slice, nullptr)) {
+    take(host->resources);
+  }
+  for (const auto& list : request.fallbacks) {
+    for (const scheduler::Bundle& b : list) take(b.resources);
+  }
+  if (!least) return {};
+  scheduler::ResourceSet asked;
+  for (const auto& [name, amount] : *least) {
+    if (amount > 0) asked[name] = amount;
+  }
+  return asked;
 }
 
 PlacementGroupView ViewOf(const PlacementGroup& group,

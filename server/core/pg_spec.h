@@ -50,6 +50,13 @@ absl::StatusOr<PgSpec> PgSpecFromScalingConfig(const ScalingConfig& config,
 std::vector<scheduler::Bundle> ExpandSliceBundles(
     const scheduler::PlacementRequest& request);
 
+// The least a request asks of any one node: each resource that every
+// bundle it may place asks for (its per-host bundles and every fallback
+// list's), at the smallest amount one asks. A node whose free capacity
+// does not cover it can hold no bundle of the request.
+scheduler::ResourceSet LeastAskOfANode(
+    const scheduler::PlacementRequest& request);
+
 // What callers see of `group`: the group and, when it is placed as a
 // ScalingConfig or slice group, its workers (addresses from `snapshot`).
 PlacementGroupView ViewOf(const PlacementGroup& group,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -309,11 +310,11 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
   g.id = absl::StrFormat("pg-%012x", g.sequence);
   g.state = PgState::kPending;
   g.create_time = g.update_time = g.queued_time = txn.now();
-  // Queued groups go first: if an earlier op of this group freed capacity,
-  // re-try the queue before this newcomer can take it. A new group then
-  // backfills beside the queued ones, unless one of at least its priority
-  // starves.
-  if (txn.PendingRetryRequested()) RetryQueue(txn);
+  // Queued groups go first: if an earlier op of this group freed capacity
+  // that a queued group may use, re-try the queue before this newcomer can
+  // take it. A new group then backfills beside the queued ones, unless one
+  // of at least its priority starves.
+  if (txn.PendingRetryRequested() && QueueMayPlace(txn)) RetryQueue(txn);
   const bool room = txn.QueueSize() < options_.max_pending;
   const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
       "the pending queue is full (", options_.max_pending,
@@ -364,6 +365,9 @@ void PlacementManager::Remove(const std::string& pg_id, Done done) {
 absl::Status PlacementManager::RemoveInTxn(Txn& txn, const std::string& pg_id) {
   const PlacementGroup* current = txn.FindPg(pg_id);
   if (current == nullptr) return PgNotFound(pg_id);
+  // The groups blocked behind a starving group were not tried: once it
+  // leaves, they may fit anywhere.
+  const bool starving = IsStarving(*current, txn.now());
   const PlacementGroup* preemptor = current->state == PgState::kPreempting
                                         ? txn.FindPg(current->preempted_by)
                                         : nullptr;
@@ -390,6 +394,7 @@ absl::Status PlacementManager::RemoveInTxn(Txn& txn, const std::string& pg_id) {
   delta.release_pg_ids.push_back(pg_id);
   RETURN_IF_ERROR(txn.ApplyDelta(delta));
   txn.DeletePg(pg_id);
+  if (starving) txn.RequestPendingRetry();
   return absl::OkStatus();
 }
 
@@ -594,6 +599,32 @@ void PlacementManager::CompletePreemptions(Done done) {
 }
 
 // ---------------------------------------------------------------- the queue
+
+bool PlacementManager::QueueMayPlace(Txn& txn) const {
+  if (!txn.RetryAskedByReleasesOnly()) return true;
+  // With a starving group, the groups behind it were not tried.
+  if (Starving(txn, std::numeric_limits<int32_t>::min()) != nullptr) {
+    return true;
+  }
+  auto snapshot = txn.Snapshot();
+  if (!snapshot.ok()) return true;
+  std::vector<const scheduler::ResourceSet*> frees;
+  txn.ForEachReleasedOn([&](const std::string& node_id) {
+    const int64_t i = (*snapshot)->NodeIndex(node_id);
+    if (i >= 0) frees.push_back(&(*snapshot)->node(i).free);
+  });
+  bool may = false;
+  txn.ForEachWaitingAsk([&](const scheduler::ResourceSet& ask) {
+    for (const scheduler::ResourceSet* free : frees) {
+      if (may) return;
+      may = std::all_of(ask.begin(), ask.end(), [&](const auto& entry) {
+        auto has = free->find(entry.first);
+        return has != free->end() && has->second >= entry.second;
+      });
+    }
+  });
+  return may;
+}
 
 void PlacementManager::RetryQueue(Txn& txn) {
   // INFEASIBLE groups cannot fit until the inventory or a class changes.

@@ -239,6 +239,15 @@ class PlacementManager : public Cluster::Observer {
   absl::Status RescheduleLost(Txn& txn, const PlacementGroup& current,
                               const absl::btree_set<std::string>& lost);
   bool IsStarving(const PlacementGroup& g, absl::Time now) const;
+  // Whether a retry of the queue may place a group now. Every waiting group
+  // was tried since the last retry, or arrived since and did not fit; what
+  // was placed since only took capacity. So when releases alone asked for
+  // the retry, a group may fit only on a node they freed that covers the
+  // least the group asks of one node (LeastAskOfANode). Anything else that
+  // asked for it (a node or class change, victims leaving, a starving group
+  // leaving), or a starving group now (the groups behind it were not
+  // tried), makes it a yes. O(released nodes x distinct asks + changes).
+  bool QueueMayPlace(Txn& txn) const;
   std::string BlockedBy(const PlacementGroup& starving) const;
   // What Explain needs to ask, off the cluster lock, which running groups
   // of lower priority would make room (docs/preemption.md).

@@ -1,9 +1,11 @@
 #include "server/core/txn.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "base/status_macros.h"
+#include "server/core/pg_spec.h"
 
 namespace sliced::server {
 namespace {
@@ -59,11 +61,11 @@ void Txn::PutNode(const scheduler::Node& node) {
   // A new, revived or healed node may let pending groups fit; a new one, or
   // new labels or resources, may let an infeasible one fit too.
   if (old == nullptr || scheduler::TakesPlacements(node)) {
-    own_.retry_pending = true;
+    own_.retry_pending = own_.retry_all = true;
   }
   if (old == nullptr || old->labels != node.labels ||
       old->resources != node.resources) {
-    own_.retry_pending = own_.recheck_infeasible = true;
+    own_.retry_pending = own_.recheck_infeasible = own_.retry_all = true;
   }
   own_.nodes[node.node_id] = node;
 }
@@ -100,22 +102,31 @@ void Txn::DeletePg(absl::string_view pg_id) {
 }
 
 std::vector<std::string> Txn::PendingQueue(bool with_infeasible) const {
-  absl::btree_set<QueueKey> queue;
-  auto consider = [&](const std::string& id) {
-    const PlacementGroup* pg = FindPg(id);
-    if (pg != nullptr &&
-        (with_infeasible ? IsQueued(pg->state) : Waits(pg->state))) {
-      queue.insert(QueueKeyOf(*pg));
-    }
+  auto queued = [&](const PlacementGroup& pg) {
+    return with_infeasible ? IsQueued(pg.state) : Waits(pg.state);
   };
-  for (const auto& [p, s, id] :
-       with_infeasible ? committed_.queue : committed_.waiting) {
-    consider(id);
-  }
-  ForEachChangedPg(consider);
+  // The changed groups queued now, in queue order; the committed queue's
+  // entries for changed groups are stale, the others merge in as they are.
+  std::vector<QueueKey> changed;
+  ForEachChangedPg([&](const std::string& id) {
+    const PlacementGroup* pg = FindPg(id);
+    if (pg != nullptr && queued(*pg)) changed.push_back(QueueKeyOf(*pg));
+  });
+  std::sort(changed.begin(), changed.end());
+  const absl::btree_set<QueueKey>& committed =
+      with_infeasible ? committed_.queue : committed_.waiting;
   std::vector<std::string> ids;
-  ids.reserve(queue.size());
-  for (const auto& [p, s, id] : queue) ids.push_back(id);
+  ids.reserve(committed.size() + changed.size());
+  auto next = changed.begin();
+  for (const QueueKey& key : committed) {
+    const std::string& id = std::get<2>(key);
+    if (own_.pgs.contains(id) || group_.pgs.contains(id)) continue;
+    for (; next != changed.end() && *next < key; ++next) {
+      ids.push_back(std::get<2>(*next));
+    }
+    ids.push_back(id);
+  }
+  for (; next != changed.end(); ++next) ids.push_back(std::get<2>(*next));
   return ids;
 }
 
@@ -229,13 +240,13 @@ const ComputeClass* Txn::FindClass(absl::string_view name) const {
 void Txn::PutClass(const ComputeClass& cls) {
   mutation_.PutComputeClass(cls);
   own_.classes[cls.name] = cls;
-  own_.retry_pending = own_.recheck_infeasible = true;
+  own_.retry_pending = own_.recheck_infeasible = own_.retry_all = true;
 }
 
 void Txn::DeleteClass(absl::string_view name) {
   mutation_.DeleteComputeClass(name);
   own_.classes[std::string(name)] = std::nullopt;
-  own_.retry_pending = own_.recheck_infeasible = true;
+  own_.retry_pending = own_.recheck_infeasible = own_.retry_all = true;
 }
 
 absl::Status Txn::Flush() {
@@ -256,9 +267,52 @@ Txn::Snapshot() {
 
 absl::Status Txn::ApplyDelta(const scheduler::SnapshotDelta& delta) {
   RETURN_IF_ERROR(Flush());
+  std::vector<std::string> released_on;
+  for (const std::string& pg_id : delta.release_pg_ids) {
+    for (scheduler::Allocation& a : own_.snapshot->AllocationsOf(pg_id)) {
+      released_on.push_back(std::move(a.node_id));
+    }
+  }
   ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(delta));
   if (!delta.release_pg_ids.empty()) own_.retry_pending = true;
+  own_.released_on.insert(released_on.begin(), released_on.end());
   return absl::OkStatus();
+}
+
+void Txn::ForEachReleasedOn(
+    const std::function<void(const std::string&)>& visit) const {
+  for (const std::string& node_id : own_.released_on) visit(node_id);
+  if (own_.queue_retried) return;
+  for (const std::string& node_id : group_.released_on) visit(node_id);
+}
+
+void Txn::ForEachWaitingAsk(
+    const std::function<void(const scheduler::ResourceSet&)>& visit) const {
+  // The commit group's changes to the committed counts.
+  absl::btree_map<scheduler::ResourceSet, int64_t> delta;
+  ForEachChangedPg([&](const std::string& id) {
+    auto old = committed_.pgs.find(id);
+    if (old != committed_.pgs.end() && Waits(old->second.state)) {
+      --delta[LeastAskOfANode(old->second.request)];
+    }
+    const PlacementGroup* pg = FindPg(id);
+    if (pg != nullptr && Waits(pg->state))
+      ++delta[LeastAskOfANode(pg->request)];
+  });
+  for (const auto& [ask, count] : committed_.waiting_asks) {
+    auto changed = delta.find(ask);
+    if (changed == delta.end()) {
+      visit(ask);
+    } else if (count + changed->second > 0) {
+      visit(ask);
+      changed->second = 0;  // visited
+    } else {
+      changed->second = 0;
+    }
+  }
+  for (const auto& [ask, count] : delta) {
+    if (count > 0) visit(ask);
+  }
 }
 
 }  // namespace sliced::server

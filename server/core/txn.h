@@ -63,6 +63,10 @@ struct ClusterState {
   // How many CREATED groups there are of each priority (no zero counts):
   // the lowest is the least a group must outrank to have a victim.
   absl::btree_map<int32_t, int64_t> created_by_priority;
+  // The waiting groups' LeastAskOfANode(request), counted (no zero
+  // counts): a release on a node that covers none of them lets no waiting
+  // group fit there.
+  absl::btree_map<scheduler::ResourceSet, int64_t> waiting_asks;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };
@@ -86,6 +90,11 @@ struct StateChanges {
   // Set when the queue was re-tried; retry_pending then says whether
   // capacity freed again since.
   bool queue_retried = false;
+  // Since the queue was last re-tried: the nodes where a release freed
+  // capacity, and whether anything else asked for a retry (a node or class
+  // change, victims leaving), after which any waiting group may fit.
+  absl::btree_set<std::string> released_on;
+  bool retry_all = false;
   // Intermediate states watchers should see before the final ones (e.g.
   // RESCHEDULING when a group is re-placed within the same commit).
   std::vector<PlacementGroup> events;
@@ -166,7 +175,7 @@ class Txn {
     mutation_.PutNextPgSequence(own_.next_sequence + 1);
     return own_.next_sequence++;
   }
-  void RequestPendingRetry() { own_.retry_pending = true; }
+  void RequestPendingRetry() { own_.retry_pending = own_.retry_all = true; }
   // Whether this op or an earlier one of the group may have freed capacity.
   bool PendingRetryRequested() const {
     return own_.queue_retried ? own_.retry_pending
@@ -184,8 +193,24 @@ class Txn {
   void MarkQueueRetried() {
     own_.retry_pending = false;
     own_.recheck_infeasible = false;
+    own_.retry_all = false;
+    own_.released_on.clear();
     own_.queue_retried = true;
   }
+  // Whether releases alone asked for a retry since the queue was last
+  // re-tried (PendingRetryRequested() and nothing else freed capacity).
+  bool RetryAskedByReleasesOnly() const {
+    return !(own_.queue_retried ? own_.retry_all
+                                : own_.retry_all || group_.retry_all);
+  }
+  // Calls `visit` on each node where a release freed capacity since the
+  // queue was last re-tried (a node may come twice).
+  void ForEachReleasedOn(
+      const std::function<void(const std::string&)>& visit) const;
+  // Calls `visit` on each distinct LeastAskOfANode of the waiting groups,
+  // as this op sees them. O(distinct asks + changes of the commit group).
+  void ForEachWaitingAsk(
+      const std::function<void(const scheduler::ResourceSet&)>& visit) const;
 
   // Applies node changes still pending to the snapshot.
   absl::Status Flush();

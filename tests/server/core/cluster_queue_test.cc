@@ -1,7 +1,8 @@
 // The queue indexes of the cluster state (`queue`, `waiting`,
-// `waiting_since`, `created_by_priority`) and the Txn queries answered from
-// them plus the commit group's changes (PendingQueue, QueueSize,
-// ForEachWaitingSince, LowestCreatedPriority) against a walk of every group,
+// `waiting_since`, `created_by_priority`, `waiting_asks`) and the Txn
+// queries answered from them plus the commit group's changes (PendingQueue,
+// QueueSize, ForEachWaitingSince, LowestCreatedPriority, ForEachWaitingAsk)
+// against a walk of every group,
 // over random commit groups of random ops, installed or abandoned, and across a
 // restart.
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/core/cluster.h"
+#include "server/core/pg_spec.h"
 #include "server/core/txn.h"
 #include "storage/store.h"
 
@@ -60,6 +62,22 @@ std::optional<int32_t> LowestCreatedByWalk(const Txn& txn) {
   });
   return lowest;
 }
+using Asks = std::set<scheduler::ResourceSet>;
+Asks WaitingAsksByWalk(const Txn& txn) {
+  Asks asks;
+  txn.ForEachPg([&](const PlacementGroup& pg) {
+    if (Waits(pg.state)) asks.insert(LeastAskOfANode(pg.request));
+    return true;
+  });
+  return asks;
+}
+Asks WaitingAsksByIndex(const Txn& txn) {
+  Asks asks;
+  txn.ForEachWaitingAsk([&](const scheduler::ResourceSet& ask) {
+    EXPECT_TRUE(asks.insert(ask).second) << "an ask visited twice";
+  });
+  return asks;
+}
 Waiting WaitingByIndex(const Txn& txn, absl::Time cutoff) {
   Waiting w;
   txn.ForEachWaitingSince(cutoff, [&](const PlacementGroup& pg) {
@@ -89,6 +107,12 @@ class ClusterQueueTest : public ::testing::Test {
     if (current == nullptr || rng_() % 2 == 0) {
       pg.queued_time = txn.now() - absl::Seconds(rng_() % 60);
     }
+    // One of a few requests, so that groups share asks or not.
+    if (current == nullptr || rng_() % 3 == 0) {
+      scheduler::Bundle bundle;
+      bundle.resources["CPU"] = static_cast<int64_t>(1 + rng_() % 3);
+      pg.request.bundles = {bundle};
+    }
     txn.PutPg(pg);
   }
 
@@ -99,6 +123,7 @@ class ClusterQueueTest : public ::testing::Test {
     EXPECT_EQ(txn.PendingQueue(false), QueueByWalk(txn, false));
     EXPECT_EQ(txn.QueueSize(), static_cast<int64_t>(queue.size()));
     EXPECT_EQ(txn.LowestCreatedPriority(), LowestCreatedByWalk(txn));
+    EXPECT_EQ(WaitingAsksByIndex(txn), WaitingAsksByWalk(txn));
     for (int back : {0, 20, 45, 100}) {
       const absl::Time cutoff = txn.now() - absl::Seconds(back);
       EXPECT_EQ(WaitingByIndex(txn, cutoff), WaitingByWalk(txn, cutoff))
@@ -123,6 +148,36 @@ class ClusterQueueTest : public ::testing::Test {
 
   std::mt19937 rng_{17};
 };
+
+TEST(LeastAskOfANodeTest, IsTheLeastOfEveryBundleItMayPlace) {
+  auto bundle = [](scheduler::ResourceSet r) {
+    scheduler::Bundle b;
+    b.resources = std::move(r);
+    return b;
+  };
+  scheduler::PlacementRequest r;
+  r.bundles = {bundle({{"CPU", 2}, {"memory", 4}}), bundle({{"CPU", 5}})};
+  EXPECT_EQ(LeastAskOfANode(r), (scheduler::ResourceSet{{"CPU", 2}}));
+  // Fallback lists count too; a resource one bundle does not ask drops.
+  r.fallbacks = {{bundle({{"CPU", 1}, {"GPU", 1}})}};
+  EXPECT_EQ(LeastAskOfANode(r), (scheduler::ResourceSet{{"CPU", 1}}));
+  r.fallbacks = {{bundle({{"GPU", 1}})}};
+  EXPECT_EQ(LeastAskOfANode(r), scheduler::ResourceSet{});
+  // A slice requirement without bundles: its per-host bundle (v6e 4x4:
+  // 4 chips a host).
+  scheduler::PlacementRequest slice;
+  slice.slice = scheduler::SliceRequirement{};
+  slice.slice->generation = scheduler::TpuGeneration::kV6e;
+  slice.slice->topology = "4x4";
+  slice.slice->num_slices = 2;
+  slice.slice->tpu_resource_per_chip = 1;
+  const std::vector<scheduler::Bundle> hosts = ExpandSliceBundles(slice);
+  ASSERT_EQ(hosts.size(), 8u);
+  EXPECT_EQ(LeastAskOfANode(slice), hosts[0].resources);
+  EXPECT_EQ(hosts[0].resources,
+            (scheduler::ResourceSet{{std::string(scheduler::kResourceTpu),
+                                     4 * scheduler::kResourceScale}}));
+}
 
 TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
   Cluster cluster(nullptr);
@@ -171,6 +226,7 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
     EXPECT_EQ(after.waiting, before.waiting);
     EXPECT_EQ(after.waiting_since, before.waiting_since);
     EXPECT_EQ(after.created_by_priority, before.created_by_priority);
+    EXPECT_EQ(after.waiting_asks, before.waiting_asks);
     return 0;
   });
 }

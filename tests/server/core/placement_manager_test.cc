@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "scheduler/labels.h"
 #include "tests/scheduler/builders.h"
@@ -340,6 +343,85 @@ TEST_F(PlacementManagerTest, EqualWaitingGroupsCostOneSolvePerRetry) {
   ASSERT_TRUE(core_->Remove(waiting[0]).ok());
   EXPECT_EQ(core_->StateOf(waiting[2]), PgState::kCreated);
   EXPECT_EQ(core_->StateOf(waiting[3]), PgState::kPending);
+}
+
+// Submits what `submit` submits while the writer is held, so that those
+// ops run in one commit group, in order; returns once they are answered.
+// `ops` is how many answers to wait for.
+void InOneCommitGroup(
+    Core& core, int ops,
+    const std::function<void(std::function<void()>)>& submit) {
+  absl::Notification held, go;
+  absl::BlockingCounter answered(ops);
+  core.coordinator().Submit(WriteOp{[&](Txn&) {
+                                      held.Notify();
+                                      go.WaitForNotification();
+                                      return absl::OkStatus();
+                                    },
+                                    [](const absl::Status&) {}});
+  held.WaitForNotification();
+  submit([&] { answered.DecrementCount(); });
+  go.Notify();
+  answered.Wait();
+}
+
+TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
+  SolveCounter solves;
+  CoreOptions options;
+  options.decisions = &solves;
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8), CpuNode("c2", 8)}).ok());
+  const std::string big = Create(Cpus(1, 8));  // fills one node
+  Create(Cpus(1, 4));                          // the other: 4 free
+  std::vector<std::string> small;
+  for (int i = 0; i < 3; ++i) small.push_back(Create(Cpus(1, 1)));  // 1 free
+  const std::string waiting = Create(Cpus(1, 8));
+  ASSERT_EQ(core_->StateOf(waiting), PgState::kPending);
+  const int before = solves.solves();
+
+  // Three releases of 1 CPU, each followed by a create: the node they free
+  // has 2 CPUs free at most, short of the 8 the queued group asks of one
+  // node, so no create re-tries the queue first. The group's one retry is
+  // at its end: 3 + 1 solves (not 3 + 3).
+  std::vector<std::string> created(3);
+  InOneCommitGroup(*core_, 6, [&](std::function<void()> answer) {
+    for (int i = 0; i < 3; ++i) {
+      core_->placement().Remove(small[i], [answer](const absl::Status& s) {
+        EXPECT_TRUE(s.ok()) << s;
+        answer();
+      });
+      core_->placement().Create(
+          Cpus(1, 1),
+          [&created, i, answer](absl::StatusOr<PlacementGroupView> v) {
+            EXPECT_TRUE(v.ok()) << v.status();
+            if (v.ok()) created[i] = v->group.id;
+            answer();
+          });
+    }
+  });
+  EXPECT_EQ(solves.solves() - before, 3 + 1);
+  for (const std::string& id : created) {
+    EXPECT_EQ(core_->StateOf(id), PgState::kCreated) << id;
+  }
+  EXPECT_EQ(core_->StateOf(waiting), PgState::kPending);
+
+  // A release the queued group can use: it is re-tried before the newcomer
+  // that asks the same, and gets the node.
+  std::string newcomer;
+  InOneCommitGroup(*core_, 2, [&](std::function<void()> answer) {
+    core_->placement().Remove(big, [answer](const absl::Status& s) {
+      EXPECT_TRUE(s.ok()) << s;
+      answer();
+    });
+    core_->placement().Create(
+        Cpus(1, 8), [&newcomer, answer](absl::StatusOr<PlacementGroupView> v) {
+          EXPECT_TRUE(v.ok()) << v.status();
+          if (v.ok()) newcomer = v->group.id;
+          answer();
+        });
+  });
+  EXPECT_EQ(core_->StateOf(waiting), PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(newcomer), PgState::kPending);
 }
 
 TEST_F(PlacementManagerTest, ASliceGroupThatLosesAHostMovesWhole) {
