@@ -424,6 +424,36 @@ TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
   EXPECT_EQ(core_->StateOf(newcomer), PgState::kPending);
 }
 
+TEST_F(PlacementManagerTest,
+       AStarvingGroupThatLeavesLetsTheGroupsBehindItGoFirst) {
+  Start(Options(absl::Minutes(1), 100));
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 16)}).ok());
+  Create(Cpus(1, 8));
+  const std::string starving = Create(Cpus(1, 16));
+  core_->Advance(absl::Minutes(2));
+  // Behind the starving group: not solved, though 8 CPUs are free.
+  const std::string behind = Create(Cpus(1, 2));
+  ASSERT_EQ(core_->StateOf(behind), PgState::kPending);
+  // The starving group leaves (it held nothing) and a newcomer that would
+  // take the free 8 CPUs arrives in the same commit group: the group that
+  // waited behind is tried first, and the newcomer no longer fits.
+  std::string newcomer;
+  InOneCommitGroup(*core_, 2, [&](std::function<void()> answer) {
+    core_->placement().Remove(starving, [answer](const absl::Status& s) {
+      EXPECT_TRUE(s.ok()) << s;
+      answer();
+    });
+    core_->placement().Create(
+        Cpus(1, 8), [&newcomer, answer](absl::StatusOr<PlacementGroupView> v) {
+          EXPECT_TRUE(v.ok()) << v.status();
+          if (v.ok()) newcomer = v->group.id;
+          answer();
+        });
+  });
+  EXPECT_EQ(core_->StateOf(behind), PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(newcomer), PgState::kPending);
+}
+
 TEST_F(PlacementManagerTest, ASliceGroupThatLosesAHostMovesWhole) {
   Start();
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
