@@ -168,14 +168,11 @@ def render(args, runs, load_start, load_end, started):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_common_flags(p):
+    """The flags go_ratio.py and deep_queue.py share: the binaries, the
+    fleet, where the daemons and the results go."""
     p.add_argument("--daemon", required=True, help="the sliced binary")
     p.add_argument("--go_client", required=True, help="sliced_goload")
-    p.add_argument("--clients", default="16,64")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--duration", type=float, default=5)
-    p.add_argument("--warmup", type=float, default=0.5)
     p.add_argument("--fleet_nodes", type=int, default=2000)
     # A v6e host's vCPUs: room for every create of a run without nodes
     # holding thousands of bundles each.
@@ -183,6 +180,19 @@ def main():
     p.add_argument("--work_dir", default=tempfile.gettempdir())
     p.add_argument("--out_dir", default=".")
     p.add_argument("--check", action="store_true")
+
+
+def load_average():
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_flags(p)
+    p.add_argument("--clients", default="16,64")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--duration", type=float, default=5)
+    p.add_argument("--warmup", type=float, default=0.5)
     args = p.parse_args()
     args.clients = [int(c) for c in args.clients.split(",") if c]
     for path in (args.daemon, args.go_client):
@@ -190,7 +200,7 @@ def main():
             sys.exit(f"go_ratio: {path}: not an executable")
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load_start = " ".join(open("/proc/loadavg").read().split()[:3])
+    load_start = load_average()
     runs = []
     for rep in range(args.reps):
         daemon = Daemon(args.daemon, args.work_dir)
@@ -203,7 +213,7 @@ def main():
                 runs += [dict(health, rep=rep), dict(create, rep=rep)]
         finally:
             daemon.stop()
-    load_end = " ".join(open("/proc/loadavg").read().split()[:3])
+    load_end = load_average()
 
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "go.json"), "w") as f:

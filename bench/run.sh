@@ -27,7 +27,8 @@
 # RSS per node / per PG, restart at 100k nodes + 50k PGs, churn, heartbeats
 # at 10k and 100k nodes, watch fan-out); go_ratio.py (one-bundle creates vs
 # the health check from the Go client, as issue 17 measured with ghz, on
-# 2,000 CPU nodes). Raw output: JSON, the Markdown
+# 2,000 CPU nodes); deep_queue.py (create/remove beside 2,000 and 10,000
+# PENDING groups). Raw output: JSON, the Markdown
 # tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
 ARGS="$*"
@@ -159,6 +160,13 @@ if [[ $RENDER_ONLY == 0 ]]; then
   /usr/bin/python3 "$ROOT/bench/go_ratio.py" "${GO_MODE[@]}" \
     --daemon="$BUILD/server/sliced" --go_client="$BUILD/bench/sliced_goload" \
     --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" --check >/dev/null
+  echo "== deep_queue.py ${MODE[*]:-}" >&2
+  DQ_MODE=()
+  [[ $QUICK == 1 ]] && DQ_MODE=(--reps=1 --duration=2 --queued=0,2000)
+  /usr/bin/python3 "$ROOT/bench/deep_queue.py" "${DQ_MODE[@]}" \
+    --daemon="$BUILD/server/sliced" --go_client="$BUILD/bench/sliced_goload" \
+    --load="$BUILD/bench/sliced_load" --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" \
+    --check >/dev/null
   ELAPSED=$SECONDS
   LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
   COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
@@ -228,6 +236,15 @@ for c in (16, 64):
         target = "≥ 0.6 with ghz (issue 17)" if c == 64 else "(report)"
         rows.append(f"| gRPC ratio to health, one-bundle creates, Go client (go_ratio.py), {c} clients | "
                     f"{target} | {median(ratios):.2f} |")
+try:
+    dq = json.load(open(f"{out}/deep_queue.json"))["runs"]
+except FileNotFoundError:
+    dq = []
+quiet = median([r["ops_per_s"] for r in dq if r["queued"] == 0])
+for depth in sorted({r["queued"] for r in dq if r["queued"]}):
+    ops = median([r["ops_per_s"] for r in dq if r["queued"] == depth])
+    rows.append(f"| create/remove ops/s beside {depth:,} PENDING groups, 64 clients (deep_queue.py) | "
+                f"(report; issue 17: no stalls) | {ops:.0f} ({ops / quiet:.2f} of no queue) |")
 big = [p for p in load["scaling"] if p["nodes"] == max((q["nodes"] for q in load["scaling"]), default=0)]
 for p in big:
     r = median(p["restart_s"])
@@ -292,6 +309,7 @@ sections = [
     ("harness", "Harness: summary (bench/run.sh)", summary),
     ("load", "End to end over gRPC (sliced_load)", read("load.md")),
     ("go", "End to end over gRPC from a Go client (bench/go_ratio.py)", read("go.md")),
+    ("deep-queue", "Churn beside a deep queue (bench/deep_queue.py)", read("deep_queue.md")),
     ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
     ("churn", "Churn: node registrations while placing (sliced_load)", read("churn.md")),
     ("heartbeats", "Heartbeats at scale (sliced_load)", read("heartbeats.md")),
