@@ -296,8 +296,9 @@ void Txn::ForEachWaitingAsk(
       --delta[LeastAskOfANode(old->second.request)];
     }
     const PlacementGroup* pg = FindPg(id);
-    if (pg != nullptr && Waits(pg->state))
+    if (pg != nullptr && Waits(pg->state)) {
       ++delta[LeastAskOfANode(pg->request)];
+    }
   });
   for (const auto& [ask, count] : committed_.waiting_asks) {
     auto changed = delta.find(ask);
