@@ -241,7 +241,10 @@ class PythonClientEndToEnd(unittest.TestCase):
     def test_ctrl_c_during_a_wait_removes_the_group(self):
         d, client = self.start()
         client.submit(SEED, request_id="holder")  # the only v6e slice
+        # If the client is still running 45 s on, it writes every thread's
+        # stack to stderr and exits, so that a hang shows where it is.
         script = (
+            "import faulthandler; faulthandler.dump_traceback_later(45, exit=True)\n"
             "import sys; sys.path.insert(0, %r)\n"
             "from sliced_client import Client, ScalingConfig\n"
             "client = Client('127.0.0.1:%d')\n"
@@ -262,7 +265,13 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.fail(line + "".join(proc.communicate(timeout=60)))
         pg_id = line.split()[1]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            self.fail("the client did not exit after Ctrl-C; its stderr:\n"
+                      + proc.communicate()[1])
+        self.assertNotIn("Timeout (0:00:45)!", err, "the client hung after Ctrl-C:\n" + err)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("KeyboardInterrupt", err)
         self.assertIn("Ctrl-C; removed placement group " + pg_id, err)
