@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -345,14 +345,14 @@ TEST_F(PlacementManagerTest, EqualWaitingGroupsCostOneSolvePerRetry) {
   EXPECT_EQ(core_->StateOf(waiting[3]), PgState::kPending);
 }
 
-// Submits what `submit` submits while the writer is held, so that those
-// ops run in one commit group, in order; returns once they are answered.
-// `ops` is how many answers to wait for.
-void InOneCommitGroup(
-    Core& core, int ops,
-    const std::function<void(std::function<void()>)>& submit) {
+// Runs, in one commit group and in this order, for each pair: the removal
+// of `first`, then the creation of `second`; returns the created groups'
+// ids. The writer is held while they are submitted, so that they run
+// together.
+std::vector<std::string> RemoveAndCreateInOneCommitGroup(
+    Core& core, std::vector<std::pair<std::string, PgSpec>> pairs) {
   absl::Notification held, go;
-  absl::BlockingCounter answered(ops);
+  absl::BlockingCounter answered(static_cast<int>(2 * pairs.size()));
   core.coordinator().Submit(WriteOp{[&](Txn&) {
                                       held.Notify();
                                       go.WaitForNotification();
@@ -360,9 +360,22 @@ void InOneCommitGroup(
                                     },
                                     [](const absl::Status&) {}});
   held.WaitForNotification();
-  submit([&] { answered.DecrementCount(); });
+  std::vector<std::string> created(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    core.placement().Remove(pairs[i].first, [&](const absl::Status& s) {
+      EXPECT_TRUE(s.ok()) << s;
+      answered.DecrementCount();
+    });
+    core.placement().Create(std::move(pairs[i].second),
+                            [&, i](absl::StatusOr<PlacementGroupView> v) {
+                              EXPECT_TRUE(v.ok()) << v.status();
+                              if (v.ok()) created[i] = v->group.id;
+                              answered.DecrementCount();
+                            });
+  }
   go.Notify();
   answered.Wait();
+  return created;
 }
 
 TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
@@ -383,22 +396,9 @@ TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
   // has 2 CPUs free at most, short of the 8 the queued group asks of one
   // node, so no create re-tries the queue first. The group's one retry is
   // at its end: 3 + 1 solves (not 3 + 3).
-  std::vector<std::string> created(3);
-  InOneCommitGroup(*core_, 6, [&](std::function<void()> answer) {
-    for (int i = 0; i < 3; ++i) {
-      core_->placement().Remove(small[i], [answer](const absl::Status& s) {
-        EXPECT_TRUE(s.ok()) << s;
-        answer();
-      });
-      core_->placement().Create(
-          Cpus(1, 1),
-          [&created, i, answer](absl::StatusOr<PlacementGroupView> v) {
-            EXPECT_TRUE(v.ok()) << v.status();
-            if (v.ok()) created[i] = v->group.id;
-            answer();
-          });
-    }
-  });
+  const std::vector<std::string> created = RemoveAndCreateInOneCommitGroup(
+      *core_,
+      {{small[0], Cpus(1, 1)}, {small[1], Cpus(1, 1)}, {small[2], Cpus(1, 1)}});
   EXPECT_EQ(solves.solves() - before, 3 + 1);
   for (const std::string& id : created) {
     EXPECT_EQ(core_->StateOf(id), PgState::kCreated) << id;
@@ -407,19 +407,8 @@ TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
 
   // A release the queued group can use: it is re-tried before the newcomer
   // that asks the same, and gets the node.
-  std::string newcomer;
-  InOneCommitGroup(*core_, 2, [&](std::function<void()> answer) {
-    core_->placement().Remove(big, [answer](const absl::Status& s) {
-      EXPECT_TRUE(s.ok()) << s;
-      answer();
-    });
-    core_->placement().Create(
-        Cpus(1, 8), [&newcomer, answer](absl::StatusOr<PlacementGroupView> v) {
-          EXPECT_TRUE(v.ok()) << v.status();
-          if (v.ok()) newcomer = v->group.id;
-          answer();
-        });
-  });
+  const std::string newcomer =
+      RemoveAndCreateInOneCommitGroup(*core_, {{big, Cpus(1, 8)}}).at(0);
   EXPECT_EQ(core_->StateOf(waiting), PgState::kCreated);
   EXPECT_EQ(core_->StateOf(newcomer), PgState::kPending);
 }
@@ -437,19 +426,8 @@ TEST_F(PlacementManagerTest,
   // The starving group leaves (it held nothing) and a newcomer that would
   // take the free 8 CPUs arrives in the same commit group: the group that
   // waited behind is tried first, and the newcomer no longer fits.
-  std::string newcomer;
-  InOneCommitGroup(*core_, 2, [&](std::function<void()> answer) {
-    core_->placement().Remove(starving, [answer](const absl::Status& s) {
-      EXPECT_TRUE(s.ok()) << s;
-      answer();
-    });
-    core_->placement().Create(
-        Cpus(1, 8), [&newcomer, answer](absl::StatusOr<PlacementGroupView> v) {
-          EXPECT_TRUE(v.ok()) << v.status();
-          if (v.ok()) newcomer = v->group.id;
-          answer();
-        });
-  });
+  const std::string newcomer =
+      RemoveAndCreateInOneCommitGroup(*core_, {{starving, Cpus(1, 8)}}).at(0);
   EXPECT_EQ(core_->StateOf(behind), PgState::kCreated);
   EXPECT_EQ(core_->StateOf(newcomer), PgState::kPending);
 }
