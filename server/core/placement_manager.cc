@@ -613,15 +613,18 @@ bool PlacementManager::QueueMayPlace(Txn& txn) const {
     const int64_t i = (*snapshot)->NodeIndex(node_id);
     if (i >= 0) frees.push_back(&(*snapshot)->node(i).free);
   });
+  auto covers = [](const scheduler::ResourceSet& free,
+                   const scheduler::ResourceSet& ask) {
+    return std::all_of(ask.begin(), ask.end(), [&](const auto& entry) {
+      auto has = free.find(entry.first);
+      return has != free.end() && has->second >= entry.second;
+    });
+  };
   bool may = false;
   txn.ForEachWaitingAsk([&](const scheduler::ResourceSet& ask) {
-    for (const scheduler::ResourceSet* free : frees) {
-      if (may) return;
-      may = std::all_of(ask.begin(), ask.end(), [&](const auto& entry) {
-        auto has = free->find(entry.first);
-        return has != free->end() && has->second >= entry.second;
-      });
-    }
+    may = may || std::any_of(frees.begin(), frees.end(), [&](const auto* free) {
+            return covers(*free, ask);
+          });
   });
   return may;
 }
