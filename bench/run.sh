@@ -229,13 +229,14 @@ for c in (16, 64):
             target = "≥ 0.75" if c == 64 else "(report)"
             ok = "" if c != 64 else (" ✅" if median(ratios) >= 0.75 else " ❌")
             rows.append(f"| gRPC ratio to health, {w}, {c} clients | {target} | {median(ratios):.2f}{ok} |")
-for c in (16, 64):
-    ratios = [r["rps"] / r["paired_health_rps"] for r in go["runs"]
-              if r["concurrency"] == c and r["workload"] == "create"]
-    if ratios:
-        target = "≥ 0.6 with ghz (issue 17)" if c == 64 else "(report)"
-        rows.append(f"| gRPC ratio to health, one-bundle creates, Go client (go_ratio.py), {c} clients | "
-                    f"{target} | {median(ratios):.2f} |")
+for w, reply in (("create", "BASIC reply"), ("create_full", "full reply")):
+    for c in (16, 64):
+        ratios = [r["rps"] / r["paired_health_rps"] for r in go["runs"]
+                  if r["concurrency"] == c and r["workload"] == w]
+        if ratios:
+            target = "≥ 0.6 with ghz (issue 17)" if c == 64 else "(report)"
+            rows.append(f"| gRPC ratio to health, one-bundle creates, {reply}, Go client (go_ratio.py), {c} clients | "
+                        f"{target} | {median(ratios):.2f} |")
 try:
     dq = json.load(open(f"{out}/deep_queue.json"))["runs"]
 except FileNotFoundError:

@@ -123,6 +123,26 @@ absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
   return slice;
 }
 
+// The reply detail a create or submit asks for, into its spec.
+template <typename Request>
+absl::StatusOr<PgSpec> WithReplyDetail(absl::StatusOr<PgSpec> spec,
+                                       const Request& in) {
+  if (!spec.ok()) return spec;
+  switch (in.view()) {
+    case v1::PLACEMENT_GROUP_VIEW_UNSPECIFIED:
+    case v1::FULL:
+      spec->reply = ReplyDetail::kFull;
+      break;
+    case v1::BASIC:
+      spec->reply = ReplyDetail::kBasic;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("view: unknown value ", in.view(), " (FULL or BASIC)"));
+  }
+  return spec;
+}
+
 template <typename Request>
 absl::StatusOr<PgOwner> OwnerOf(const Request& in) {
   PgOwner owner{in.job_id(),
@@ -271,14 +291,16 @@ absl::StatusOr<PgSpec> PgSpecFromProto(
     request.fallbacks.push_back(std::move(bundles));
   }
   ASSIGN_OR_RETURN(PgOwner owner, OwnerOf(in));
-  return NewPgSpec(std::move(request), owner, limits);
+  return WithReplyDetail(NewPgSpec(std::move(request), owner, limits), in);
 }
 
 absl::StatusOr<PgSpec> PgSpecFromProto(const v1::SubmitScalingConfigRequest& in,
                                        const Limits& limits) {
   ASSIGN_OR_RETURN(PgOwner owner, OwnerOf(in));
-  return PgSpecFromScalingConfig(ScalingConfigFromProto(in.scaling_config()),
-                                 owner, limits);
+  return WithReplyDetail(
+      PgSpecFromScalingConfig(ScalingConfigFromProto(in.scaling_config()),
+                              owner, limits),
+      in);
 }
 
 absl::StatusOr<PlacementManager::ListFilter> ListFilterFromProto(
@@ -335,8 +357,7 @@ v1::PlacementGroupState PgStateToProto(PgState state) {
 void PlacementGroupToProto(const PlacementGroupView& view,
                            v1::PlacementGroup* out) {
   const PlacementGroup& g = view.group;
-  out->set_placement_group_id(g.id);
-  out->set_state(PgStateToProto(g.state));
+  BasicPlacementGroupToProto(view, out);
   for (const PlacedBundle& b : g.bundles) {
     v1::Bundle* bundle = out->add_bundles();
     ResourcesToProto(b.resources, bundle->mutable_resources());
@@ -376,7 +397,6 @@ void PlacementGroupToProto(const PlacementGroupView& view,
   if (g.preemption_deadline != absl::InfinitePast()) {
     ToTimestamp(g.preemption_deadline, out->mutable_preemption_deadline());
   }
-  out->set_pending_reason(g.reason);
   out->set_placement_note(g.placement_note);
   out->mutable_slice_names()->Assign(g.slice_names.begin(),
                                      g.slice_names.end());
@@ -391,6 +411,13 @@ void PlacementGroupToProto(const PlacementGroupView& view,
     ScalingConfigToProto(*g.scaling_config, out->mutable_scaling_config());
   }
   for (const Worker& w : view.workers) WorkerToProto(w, out->add_workers());
+}
+
+void BasicPlacementGroupToProto(const PlacementGroupView& view,
+                                v1::PlacementGroup* out) {
+  out->set_placement_group_id(view.group.id);
+  out->set_state(PgStateToProto(view.group.state));
+  out->set_pending_reason(view.group.reason);
 }
 
 void ExplanationToProto(const PlacementManager::Explanation& e,

@@ -24,6 +24,9 @@ absl::StatusOr<PlacementManager::ListFilter> ListFilterFromProto(
 v1::PlacementGroupState PgStateToProto(PgState state);
 void PlacementGroupToProto(const PlacementGroupView& view,
                            v1::PlacementGroup* out);
+// The view's id, state and pending reason only (PlacementGroupView BASIC).
+void BasicPlacementGroupToProto(const PlacementGroupView& view,
+                                v1::PlacementGroup* out);
 void ExplanationToProto(const PlacementManager::Explanation& explanation,
                         v1::ExplainPlacementGroupResponse* out);
 

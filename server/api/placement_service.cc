@@ -48,8 +48,13 @@ grpc::ServerUnaryReactor* PlacementService::Create(
     v1::PlacementGroup* response) {
   return gate_->Async(context, rpc, [&](Finish finish) {
     if (!spec.ok()) return finish(spec.status());
-    placement_->Create(*std::move(spec), [response, finish](auto view) {
-      if (view.ok()) PlacementGroupToProto(*view, response);
+    const bool basic = spec->reply == ReplyDetail::kBasic;
+    placement_->Create(*std::move(spec), [response, finish, basic](auto view) {
+      if (view.ok() && basic) {
+        BasicPlacementGroupToProto(*view, response);
+      } else if (view.ok()) {
+        PlacementGroupToProto(*view, response);
+      }
       finish(view.status());
     });
   });

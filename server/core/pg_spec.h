@@ -28,9 +28,16 @@ struct PgOwner {
   OnPreemption on_preemption = OnPreemption::kRequeue;
 };
 
+// How much of the group a create answers with.
+enum class ReplyDetail {
+  kFull,   // the view: the whole group and its workers
+  kBasic,  // the group's id, state and reason only
+};
+
 // A validated request, not yet given an id, sequence or state.
 struct PgSpec {
   PlacementGroup group;
+  ReplyDetail reply = ReplyDetail::kFull;
 };
 
 // Checks the owner's fields (lengths, no control characters) and the

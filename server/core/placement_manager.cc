@@ -349,6 +349,12 @@ void PlacementManager::Create(PgSpec spec, ViewDone done) {
       [this, spec = std::move(spec)](Txn& txn,
                                      PlacementGroupView& view) mutable {
         RETURN_IF_ERROR(CreateInTxn(txn, spec));
+        if (spec.reply == ReplyDetail::kBasic) {
+          view.group.id = spec.group.id;
+          view.group.state = spec.group.state;
+          view.group.reason = spec.group.reason;
+          return absl::OkStatus();
+        }
         ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
         view = ViewOf(spec.group, *snapshot);
         return absl::OkStatus();

@@ -137,7 +137,8 @@ class PlacementManager : public Cluster::Observer {
   // to place it at once. Errors: NotFound for an unknown compute class;
   // FailedPrecondition when the class says FAIL and the gang does not fit
   // now; ResourceExhausted when it would wait and the queue is full;
-  // Unavailable when the commit failed.
+  // Unavailable when the commit failed. With spec.reply kBasic the view
+  // holds only the group's id, state and reason, and no workers.
   void Create(PgSpec spec, ViewDone done);
   // Releases the group's capacity and forgets it. NotFound when unknown.
   // A PREEMPTING group stays until its preemptor's other victims leave (its

@@ -160,6 +160,71 @@ class PlacementEndToEnd(unittest.TestCase):
         node = inv.GetNode(P.GetNodeRequest(node_id="v6e-a-w0"), timeout=10)
         self.assertEqual(node.available["TPU"], 0)
 
+    def test_a_basic_view_answers_with_the_id_state_and_reason_only(self):
+        _, inv, pl = self.start(None, "--heartbeat_timeout=0")
+        self.register(inv, tpu_slice("v6e-a", 4) + [cpu_node("cpu-0", 4)])
+        # The default (and FULL) answers with the whole group.
+        full = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1})], name="full"), timeout=10)
+        self.assertEqual([b.node_id for b in full.bundles], ["cpu-0"])
+        self.assertEqual(full.name, "full")
+        self.assertTrue(full.HasField("create_time"))
+        explicit = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1})], view=P.FULL), timeout=10)
+        self.assertEqual([b.node_id for b in explicit.bundles], ["cpu-0"])
+
+        basic = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1})], name="basic", job_id="j",
+            view=P.BASIC), timeout=10)
+        self.assertEqual(basic, P.PlacementGroup(
+            placement_group_id=basic.placement_group_id, state=P.CREATED))
+        # The group itself is whole: Get shows what FULL would have.
+        got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=basic.placement_group_id), timeout=10)
+        self.assertEqual((got.name, got.job_id, [b.node_id for b in got.bundles]),
+                         ("basic", "j", ["cpu-0"]))
+
+        # A waiting group's reason comes with it.
+        waiting = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 500})], view=P.BASIC), timeout=10)
+        self.assertEqual(waiting.state, P.INFEASIBLE)
+        self.assertIn("CPU", waiting.pending_reason)
+        self.assertFalse(waiting.bundles)
+
+        # SubmitScalingConfig takes it too: no workers in the reply, but Get
+        # has them.
+        pg = pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=SEED, view=P.BASIC), timeout=10)
+        self.assertEqual((pg.state, list(pg.workers), list(pg.slice_names)),
+                         (P.CREATED, [], []))
+        got = pl.GetPlacementGroup(P.GetPlacementGroupRequest(
+            placement_group_id=pg.placement_group_id), timeout=10)
+        self.assertEqual(len(got.workers), 4)
+
+        # A retry with the same request_id answers in the view it asks for.
+        first = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1})], request_id="r1", view=P.BASIC),
+            timeout=10)
+        again = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1})], request_id="r1"), timeout=10)
+        self.assertEqual(again.placement_group_id, first.placement_group_id)
+        self.assertEqual(again.request_id, "r1")
+
+        # An unknown view is refused by name, and nothing is created.
+        before = len(pl.ListPlacementGroups(P.ListPlacementGroupsRequest(),
+                                            timeout=10).placement_groups)
+        for call, request in (
+                (pl.CreatePlacementGroup, P.CreatePlacementGroupRequest(
+                    bundles=[P.Bundle(resources={"CPU": 1})], view=7)),
+                (pl.SubmitScalingConfig, P.SubmitScalingConfigRequest(
+                    scaling_config=SEED, view=7))):
+            with self.assertRaises(grpc.RpcError) as err:
+                call(request, timeout=10)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(err.exception.details(), "view: unknown value 7 (FULL or BASIC)")
+        self.assertEqual(len(pl.ListPlacementGroups(P.ListPlacementGroupsRequest(),
+                                                    timeout=10).placement_groups), before)
+
     def test_one_process_per_chip_fills_one_slice_four_per_host(self):
         # ScalingConfig(num_workers=16, use_tpu=True, topology="4x4",
         # accelerator_type="TPU-V6E", resources_per_worker={"TPU": 1}).
