@@ -225,8 +225,8 @@ absl::StatusOr<std::string> WebApi::Slices(const Params& params) const {
   }
   cluster_->Read([&](const ClusterState& s) {
     for (auto& [id, job] : jobs) {
-      auto g = s.pgs.find(id);
-      if (g != s.pgs.end()) job = g->second.job_id;
+      const PlacementGroup* g = s.pgs.Find(id);
+      if (g != nullptr) job = g->job_id;
     }
     return 0;
   });

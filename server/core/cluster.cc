@@ -27,6 +27,16 @@ void InstallInto(Changes<T>& changes, Map& map) {
   }
 }
 
+void InstallInto(Changes<PlacementGroup>& changes, PgTable& table) {
+  for (auto& [id, change] : changes) {
+    if (change) {
+      table.Put(std::move(*change));
+    } else {
+      table.Erase(id);
+    }
+  }
+}
+
 // The allocations a stored group holds.
 void AddAllocations(const PlacementGroup& pg,
                     std::vector<scheduler::Allocation>& out) {
@@ -80,8 +90,7 @@ absl::StatusOr<ClusterState> Cluster::Build(
     AddAllocations(pg, allocations);
     state.next_sequence = std::max(state.next_sequence, pg.sequence + 1);
     IndexGroup(state, pg);
-    std::string id = pg.id;
-    state.pgs.insert_or_assign(std::move(id), std::move(pg));
+    state.pgs.Put(std::move(pg));
   }
   // The stored high-water mark outlives removed groups: their ids are never
   // handed out again after a restart.
@@ -189,17 +198,17 @@ void Cluster::Install() {
     for (const std::string* id_ptr : ids) {
       const std::string& id = *id_ptr;
       const std::optional<PlacementGroup>& change = group_.pgs.at(id);
-      auto old = state_.pgs.find(id);
+      const PlacementGroup* old = state_.pgs.Find(id);
       if (change) {
         changed.push_back(*change);
-      } else if (old != state_.pgs.end()) {
+      } else if (old != nullptr) {
         // The final event: the group as it was, REMOVED; a reason it was
         // waiting for would be stale now.
-        changed.push_back(old->second);
+        changed.push_back(*old);
         changed.back().state = PgState::kRemoved;
         changed.back().reason.clear();
       }
-      if (old != state_.pgs.end()) UnindexGroup(state_, old->second);
+      if (old != nullptr) UnindexGroup(state_, *old);
       if (change) IndexGroup(state_, *change);
     }
     InstallInto(group_.pgs, state_.pgs);

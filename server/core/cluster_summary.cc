@@ -71,9 +71,9 @@ void AddQueueFigures(const ClusterState& state, absl::Time now,
                      ClusterSummary& out) {
   std::map<std::string, int64_t> shapes;
   for (const auto& [prio, seq, id] : state.queue) {
-    auto it = state.pgs.find(id);
-    if (it == state.pgs.end()) continue;
-    const PlacementGroup& g = it->second;
+    const PlacementGroup* found = state.pgs.Find(id);
+    if (found == nullptr) continue;
+    const PlacementGroup& g = *found;
     if (g.state != PgState::kPending && g.state != PgState::kRescheduling) {
       continue;
     }

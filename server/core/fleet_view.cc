@@ -162,8 +162,8 @@ QueuePage Queue(const ClusterState& state, int64_t offset, int limit) {
   for (const auto& [priority, sequence, id] : state.queue) {
     if (position++ < offset) continue;
     if (static_cast<int>(page.groups.size()) >= limit) break;
-    auto it = state.pgs.find(id);
-    if (it != state.pgs.end()) page.groups.push_back(it->second);
+    const PlacementGroup* g = state.pgs.Find(id);
+    if (g != nullptr) page.groups.push_back(*g);
   }
   return page;
 }

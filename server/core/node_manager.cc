@@ -523,9 +523,9 @@ std::vector<SliceView> NodeManager::ListSlices() const {
     for (SliceView& view : out) {
       absl::btree_set<std::string> subslices;
       for (const std::string& pg_id : view.placement_group_ids) {
-        auto pg = s.pgs.find(pg_id);
-        if (pg == s.pgs.end()) continue;
-        for (const std::string& name : pg->second.slice_names) {
+        const PlacementGroup* pg = s.pgs.Find(pg_id);
+        if (pg == nullptr) continue;
+        for (const std::string& name : pg->slice_names) {
           if (name != view.info.name &&
               scheduler::ParentSliceName(name) == view.info.name) {
             subslices.insert(name);

@@ -185,9 +185,10 @@ PlacementManager::PlacementManager(Coordinator* coordinator, Cluster* cluster,
       options_(options),
       decisions_(decisions) {
   cluster_->Read([&](const ClusterState& s) {
-    for (const auto& [id, g] : s.pgs) {
-      if (g.state == PgState::kPreempting) preempting_.insert(id);
-    }
+    s.pgs.ForEach([&](const PlacementGroup& g) {
+      if (g.state == PgState::kPreempting) preempting_.insert(g.id);
+      return true;
+    });
     return 0;
   });
   if (options_.preemption_check_interval > absl::ZeroDuration()) {
@@ -562,24 +563,23 @@ void PlacementManager::CompletePreemptions(Done done) {
   std::vector<std::string> due = cluster_->Read([&](const ClusterState& s) {
     std::vector<std::string> ids;
     std::optional<int32_t> top;  // the highest priority that may preempt
-    for (const auto& [id, g] : s.pgs) {
+    s.pgs.ForEach([&](const PlacementGroup& g) {
       if (!g.preempting.empty() && g.preemption_deadline <= now) {
-        ids.push_back(id);
+        ids.push_back(g.id);
       }
       if (g.state == PgState::kPending && g.preempting.empty() &&
           g.preemption_policy != PreemptionPolicy::kNever) {
         top = std::max(top.value_or(g.priority), g.priority);
       }
-    }
+      return true;
+    });
     if (!options_.preemption || !top.has_value()) return ids;
-    for (const auto& [id, g] : s.pgs) {
+    s.pgs.ForEach([&](const PlacementGroup& g) {
       const absl::Time free_at = g.placed_time + options_.preemption_cooldown;
-      if (g.state == PgState::kCreated && g.priority < *top &&
-          free_at > since && free_at <= now) {
-        cooled = true;
-        break;
-      }
-    }
+      cooled = g.state == PgState::kCreated && g.priority < *top &&
+               free_at > since && free_at <= now;
+      return !cooled;
+    });
     return ids;
   });
   if (due.empty() && !cooled) {
@@ -782,9 +782,9 @@ absl::StatusOr<PlacementGroupView> PlacementManager::Get(
     absl::string_view pg_id) const {
   return cluster_->Read(
       [&](const ClusterState& s) -> absl::StatusOr<PlacementGroupView> {
-        auto it = s.pgs.find(pg_id);
-        if (it == s.pgs.end()) return PgNotFound(pg_id);
-        return ViewOf(it->second, *s.snapshot);
+        const PlacementGroup* g = s.pgs.Find(pg_id);
+        if (g == nullptr) return PgNotFound(pg_id);
+        return ViewOf(*g, *s.snapshot);
       });
 }
 
@@ -796,17 +796,18 @@ std::vector<PlacementGroupView> PlacementManager::List(
   bool more = false;
   cluster_->Read([&](const ClusterState& s) {
     snapshot = s.snapshot;
-    auto it = after.empty() ? s.pgs.begin() : s.pgs.upper_bound(after);
-    for (; it != s.pgs.end(); ++it) {
-      const PlacementGroup& g = it->second;
-      if (!filter.job_id.empty() && g.job_id != filter.job_id) continue;
-      if (filter.state && g.state != *filter.state) continue;
-      if (limit > 0 && static_cast<int>(page.size()) == limit) {
-        more = true;
-        break;
-      }
-      page.push_back(g);
-    }
+    s.pgs.ForEach(
+        [&](const PlacementGroup& g) {
+          if (!filter.job_id.empty() && g.job_id != filter.job_id) return true;
+          if (filter.state && g.state != *filter.state) return true;
+          if (limit > 0 && static_cast<int>(page.size()) == limit) {
+            more = true;
+            return false;
+          }
+          page.push_back(g);
+          return true;
+        },
+        after);
     return 0;
   });
   if (next != nullptr) *next = more ? page.back().id : "";
@@ -869,13 +870,14 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
   const absl::Time now = coordinator_->Now();
   std::vector<scheduler::VictimCandidate> candidates;
   int cooling = 0;  // would be candidates but for the cool-down
-  for (const auto& [id, g] : state.pgs) {
+  state.pgs.ForEach([&](const PlacementGroup& g) {
     if (MayPreempt(group, g, now)) {
-      candidates.push_back({id, g.priority, g.sequence, g.priority_class});
+      candidates.push_back({g.id, g.priority, g.sequence, g.priority_class});
     } else if (MayPreempt(group, g, absl::InfiniteFuture())) {
       ++cooling;
     }
-  }
+    return true;
+  });
   if (cooling > 0) {
     out.details.push_back(absl::StrCat(
         "preemption: ", cooling,
@@ -907,9 +909,9 @@ absl::StatusOr<PlacementManager::Explanation> PlacementManager::Explain(
   std::optional<PreemptionWhatIf> what_if;
   absl::StatusOr<Explanation> out =
       cluster_->Read([&](const ClusterState& s) -> absl::StatusOr<Explanation> {
-        auto it = s.pgs.find(pg_id);
-        if (it == s.pgs.end()) return PgNotFound(pg_id);
-        return ExplainGroup(s, it->second, what_if);
+        const PlacementGroup* g = s.pgs.Find(pg_id);
+        if (g == nullptr) return PgNotFound(pg_id);
+        return ExplainGroup(s, *g, what_if);
       });
   if (out.ok() && what_if.has_value()) AddPreemptionWhatIf(*what_if, *out);
   return out;
@@ -941,14 +943,14 @@ void PlacementManager::Watch(Watcher* watcher) {
   // Under watch_mu_, so that no change is published between the current
   // state and the watcher's registration.
   cluster_->Read([&](const ClusterState& s) {
-    for (const auto& entry : s.pgs) {
-      const PlacementGroup& g = entry.second;
+    s.pgs.ForEach([&](const PlacementGroup& g) {
       std::optional<PlacementGroupView> view;
       watcher->Deliver(g, [&]() -> const PlacementGroupView& {
         if (!view) view = ViewOf(g, *s.snapshot);
         return *view;
       });
-    }
+      return true;
+    });
     return 0;
   });
 }

@@ -76,14 +76,14 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
         if (!id.empty()) nodes.push_back(id);
       }
     } else if (!scope.placement_group_id.empty()) {
-      auto it = state.pgs.find(scope.placement_group_id);
-      if (it == state.pgs.end()) {
+      const PlacementGroup* pg = state.pgs.Find(scope.placement_group_id);
+      if (pg == nullptr) {
         return absl::NotFoundError(
             absl::StrCat("placement_group_id: no placement group ",
                          Quote(scope.placement_group_id)));
       }
       absl::btree_set<std::string> unique;
-      for (const PlacedBundle& b : it->second.bundles) {
+      for (const PlacedBundle& b : pg->bundles) {
         if (!b.node_id.empty()) unique.insert(b.node_id);
       }
       nodes.assign(unique.begin(), unique.end());

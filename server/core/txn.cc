@@ -77,7 +77,9 @@ void Txn::RemoveNode(absl::string_view node_id) {
 }
 
 const PlacementGroup* Txn::FindPg(absl::string_view pg_id) const {
-  return Lookup(pg_id, own_.pgs, group_.pgs, InMap(committed_.pgs));
+  return Lookup(pg_id, own_.pgs, group_.pgs, [this](absl::string_view id) {
+    return committed_.pgs.Find(id);
+  });
 }
 
 const PlacementGroup* Txn::FindPgByRequestId(
@@ -141,8 +143,8 @@ void Txn::ForEachChangedPg(
 int64_t Txn::QueueSize() const {
   int64_t size = static_cast<int64_t>(committed_.queue.size());
   ForEachChangedPg([&](const std::string& id) {
-    auto old = committed_.pgs.find(id);
-    const bool was = old != committed_.pgs.end() && IsQueued(old->second.state);
+    const PlacementGroup* old = committed_.pgs.Find(id);
+    const bool was = old != nullptr && IsQueued(old->state);
     const PlacementGroup* pg = FindPg(id);
     size += int{pg != nullptr && IsQueued(pg->state)} - int{was};
   });
@@ -157,7 +159,7 @@ void Txn::ForEachWaitingSince(
   };
   for (const auto& [queued, id] : committed_.waiting_since) {
     if (queued > cutoff) break;
-    if (!changed(id)) visit(committed_.pgs.at(id));
+    if (!changed(id)) visit(*committed_.pgs.Find(id));
   }
   ForEachChangedPg([&](const std::string& id) {
     const PlacementGroup* pg = FindPg(id);
@@ -171,9 +173,9 @@ std::optional<int32_t> Txn::LowestCreatedPriority() const {
   // The commit group's changes to the committed counts.
   absl::btree_map<int32_t, int64_t> delta;
   ForEachChangedPg([&](const std::string& id) {
-    auto old = committed_.pgs.find(id);
-    if (old != committed_.pgs.end() && old->second.state == PgState::kCreated) {
-      --delta[old->second.priority];
+    const PlacementGroup* old = committed_.pgs.Find(id);
+    if (old != nullptr && old->state == PgState::kCreated) {
+      --delta[old->priority];
     }
     const PlacementGroup* pg = FindPg(id);
     if (pg != nullptr && pg->state == PgState::kCreated) ++delta[pg->priority];
@@ -197,15 +199,18 @@ std::optional<int32_t> Txn::LowestCreatedPriority() const {
 
 void Txn::ForEachPg(
     const std::function<bool(const PlacementGroup&)>& visit) const {
-  for (const auto& [id, pg] : committed_.pgs) {
-    const PlacementGroup* current = FindPg(id);
-    if (current != nullptr && !visit(*current)) return;
-  }
+  bool stopped = false;
+  committed_.pgs.ForEach([&](const PlacementGroup& pg) {
+    const PlacementGroup* current = FindPg(pg.id);
+    stopped = current != nullptr && !visit(*current);
+    return !stopped;
+  });
+  if (stopped) return;
   // Groups created in this commit group, once each (as the op sees them).
   absl::flat_hash_set<absl::string_view> created;
   for (const Changes<PlacementGroup>* changes : {&group_.pgs, &own_.pgs}) {
     for (const auto& [id, change] : *changes) {
-      if (committed_.pgs.contains(id) || !created.insert(id).second) continue;
+      if (committed_.pgs.Contains(id) || !created.insert(id).second) continue;
       const PlacementGroup* current = FindPg(id);
       if (current != nullptr && !visit(*current)) return;
     }
@@ -291,9 +296,9 @@ void Txn::ForEachWaitingAsk(
   // The commit group's changes to the committed counts.
   absl::btree_map<scheduler::ResourceSet, int64_t> delta;
   ForEachChangedPg([&](const std::string& id) {
-    auto old = committed_.pgs.find(id);
-    if (old != committed_.pgs.end() && Waits(old->second.state)) {
-      --delta[LeastAskOfANode(old->second.request)];
+    const PlacementGroup* old = committed_.pgs.Find(id);
+    if (old != nullptr && Waits(old->state)) {
+      --delta[LeastAskOfANode(old->request)];
     }
     const PlacementGroup* pg = FindPg(id);
     if (pg != nullptr && Waits(pg->state)) {

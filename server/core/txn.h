@@ -24,6 +24,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -41,6 +42,44 @@ namespace sliced::server {
 using QueueKey = std::tuple<int64_t, uint64_t, std::string>;
 QueueKey QueueKeyOf(const PlacementGroup& pg);
 
+// The live placement groups by id: found by hash (the queue's retry looks
+// up every queued group), walked in id order (pages, watchers' first
+// state). Values sit in the hash table's slots, next to their keys.
+class PgTable {
+ public:
+  // Nullptr when absent.
+  const PlacementGroup* Find(absl::string_view id) const {
+    auto it = by_id_.find(id);
+    return it == by_id_.end() ? nullptr : &it->second;
+  }
+  bool Contains(absl::string_view id) const { return by_id_.contains(id); }
+  size_t size() const { return by_id_.size(); }
+  void Put(PlacementGroup pg) {
+    auto [it, added] = by_id_.try_emplace(pg.id);
+    if (added) ids_.insert(pg.id);
+    it->second = std::move(pg);
+  }
+  void Erase(absl::string_view id) {
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return;
+    ids_.erase(it->first);
+    by_id_.erase(it);
+  }
+  // Calls `visit` on each group in id order, after `after` when it is not
+  // empty, until it returns false.
+  template <typename Visit>
+  void ForEach(Visit visit, absl::string_view after = "") const {
+    auto it = after.empty() ? ids_.begin() : ids_.upper_bound(after);
+    for (; it != ids_.end(); ++it) {
+      if (!visit(by_id_.find(*it)->second)) return;
+    }
+  }
+
+ private:
+  absl::node_hash_map<std::string, PlacementGroup> by_id_;
+  absl::btree_set<std::string> ids_;
+};
+
 // What readers see: everything committed.
 struct ClusterState {
   // The nodes and the engine's view of their allocations, consistent with
@@ -48,8 +87,8 @@ struct ClusterState {
   // node(i) in id order).
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot =
       scheduler::InventorySnapshot::Empty();
-  // Live placement groups (not removed), by id.
-  absl::btree_map<std::string, PlacementGroup> pgs;
+  // Live placement groups (not removed).
+  PgTable pgs;
   absl::flat_hash_map<std::string, std::string> pg_by_request_id;
   absl::btree_map<std::string, ComputeClass> classes;
   // Queued groups (PENDING, RESCHEDULING, INFEASIBLE) in queue order.

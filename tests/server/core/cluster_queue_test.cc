@@ -1,10 +1,9 @@
-// The queue indexes of the cluster state (`queue`, `waiting`,
-// `waiting_since`, `created_by_priority`, `waiting_asks`) and the Txn
-// queries answered from them plus the commit group's changes (PendingQueue,
-// QueueSize, ForEachWaitingSince, LowestCreatedPriority, ForEachWaitingAsk)
-// against a walk of every group,
-// over random commit groups of random ops, installed or abandoned, and across a
-// restart.
+// The live-group table (PgTable), the queue indexes of the cluster state
+// (`queue`, `waiting`, `waiting_since`, `created_by_priority`, `waiting_asks`)
+// and the Txn queries answered from them plus the commit group's changes
+// (PendingQueue, QueueSize, ForEachWaitingSince, LowestCreatedPriority,
+// ForEachWaitingAsk) against a walk of every group, over random commit groups
+// of random ops, installed or abandoned, and across a restart.
 #include <algorithm>
 #include <random>
 #include <set>
@@ -149,6 +148,51 @@ class ClusterQueueTest : public ::testing::Test {
   std::mt19937 rng_{17};
 };
 
+TEST(PgTableTest, FindsByIdAndWalksInIdOrder) {
+  PgTable table;
+  for (const char* id : {"pg-3", "pg-1", "pg-2", "pg-10"}) {
+    PlacementGroup pg;
+    pg.id = id;
+    pg.name = std::string("first ") + id;
+    table.Put(pg);
+  }
+  PlacementGroup again;
+  again.id = "pg-2";
+  again.name = "second";
+  table.Put(again);  // replaces, keeps one entry
+  table.Erase("pg-3");
+  table.Erase("pg-404");  // absent: nothing happens
+
+  EXPECT_EQ(table.size(), 3u);
+  ASSERT_NE(table.Find("pg-2"), nullptr);
+  EXPECT_EQ(table.Find("pg-2")->name, "second");
+  EXPECT_EQ(table.Find("pg-3"), nullptr);
+  EXPECT_TRUE(table.Contains("pg-10"));
+  EXPECT_FALSE(table.Contains("pg-3"));
+
+  auto walk = [&](absl::string_view after, size_t stop_after) {
+    std::vector<std::string> ids;
+    table.ForEach(
+        [&](const PlacementGroup& pg) {
+          ids.push_back(pg.id);
+          return ids.size() < stop_after;
+        },
+        after);
+    return ids;
+  };
+  using Ids = std::vector<std::string>;
+  EXPECT_EQ(walk("", 99), (Ids{"pg-1", "pg-10", "pg-2"}));  // string order
+  EXPECT_EQ(walk("pg-1", 99), (Ids{"pg-10", "pg-2"}));      // after, not at
+  EXPECT_EQ(walk("pg-10", 99), (Ids{"pg-2"}));
+  EXPECT_EQ(walk("pg-2", 99), Ids{});
+  EXPECT_EQ(walk("", 2), (Ids{"pg-1", "pg-10"}));  // stops when told
+  // A copy is independent of the original.
+  PgTable copy = table;
+  table.Erase("pg-1");
+  EXPECT_NE(copy.Find("pg-1"), nullptr);
+  EXPECT_EQ(walk("", 99), (Ids{"pg-10", "pg-2"}));
+}
+
 TEST(LeastAskOfANodeTest, IsTheLeastOfEveryBundleItMayPlace) {
   auto bundle = [](scheduler::ResourceSet r) {
     scheduler::Bundle b;
@@ -217,7 +261,10 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
   // A restart builds the same indexes from the stored groups.
   storage::StoredState stored;
   ClusterState before = cluster.Read([](const ClusterState& s) { return s; });
-  for (const auto& [id, pg] : before.pgs) stored.placement_groups.push_back(pg);
+  before.pgs.ForEach([&](const PlacementGroup& pg) {
+    stored.placement_groups.push_back(pg);
+    return true;
+  });
   ASSERT_GT(before.waiting.size(), 3u);  // the test covers something
   Cluster restarted(nullptr);
   ASSERT_TRUE(restarted.Restore(std::move(stored), repair).ok());
