@@ -44,7 +44,8 @@ QueueKey QueueKeyOf(const PlacementGroup& pg);
 
 // The live placement groups by id: found by hash (the queue's retry looks
 // up every queued group), walked in id order (pages, watchers' first
-// state). Values sit in the hash table's slots, next to their keys.
+// state). Each group is a node of its own: the table's slots are pointers,
+// so it never holds empty room the size of a group.
 class PgTable {
  public:
   // Nullptr when absent.
