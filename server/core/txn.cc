@@ -77,9 +77,13 @@ void Txn::RemoveNode(absl::string_view node_id) {
 }
 
 const PlacementGroup* Txn::FindPg(absl::string_view pg_id) const {
-  return Lookup(pg_id, own_.pgs, group_.pgs, [this](absl::string_view id) {
-    return committed_.pgs.Find(id);
-  });
+  // One hash for the three maps (the queue's retry finds every queued id).
+  const size_t hash = PgTable::HashOfId(pg_id);
+  for (const Changes<PlacementGroup>* changes : {&own_.pgs, &group_.pgs}) {
+    auto it = changes->find(pg_id, hash);
+    if (it != changes->end()) return it->second ? &*it->second : nullptr;
+  }
+  return committed_.pgs.Find(pg_id, hash);
 }
 
 const PlacementGroup* Txn::FindPgByRequestId(
@@ -122,7 +126,11 @@ std::vector<std::string> Txn::PendingQueue(bool with_infeasible) const {
   auto next = changed.begin();
   for (const QueueKey& key : committed) {
     const std::string& id = std::get<2>(key);
-    if (own_.pgs.contains(id) || group_.pgs.contains(id)) continue;
+    const size_t hash = PgTable::HashOfId(id);
+    if (own_.pgs.find(id, hash) != own_.pgs.end() ||
+        group_.pgs.find(id, hash) != group_.pgs.end()) {
+      continue;
+    }
     for (; next != changed.end() && *next < key; ++next) {
       ids.push_back(std::get<2>(*next));
     }

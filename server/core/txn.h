@@ -25,6 +25,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -48,10 +49,18 @@ QueueKey QueueKeyOf(const PlacementGroup& pg);
 // so it never holds empty room the size of a group.
 class PgTable {
  public:
-  // Nullptr when absent.
+  // Nullptr when absent. `hash`: HashOfId(id), when the caller has it.
   const PlacementGroup* Find(absl::string_view id) const {
-    auto it = by_id_.find(id);
+    return Find(id, HashOfId(id));
+  }
+  const PlacementGroup* Find(absl::string_view id, size_t hash) const {
+    auto it = by_id_.find(id, hash);
     return it == by_id_.end() ? nullptr : &it->second;
+  }
+  // The hash every string-keyed absl hash map here uses for `id`: computed
+  // once, it serves the lookups of one id in several maps.
+  static size_t HashOfId(absl::string_view id) {
+    return absl::Hash<absl::string_view>{}(id);
   }
   bool Contains(absl::string_view id) const { return by_id_.contains(id); }
   size_t size() const { return by_id_.size(); }
