@@ -11,21 +11,25 @@ namespace sliced::server {
 namespace {
 
 // Looks `key` up in the op's changes, then the group's, then in committed
-// state through `committed(key)` (a pointer, null when absent).
+// state through `committed(key, KeyHash(key))` (a pointer, null when
+// absent). One hash serves every map (the queue's retry finds every queued
+// group).
 template <typename T, typename Committed>
 const T* Lookup(absl::string_view key, const Changes<T>& own,
                 const Changes<T>& group, const Committed& committed) {
+  const size_t hash = KeyHash(key);
   for (const Changes<T>* changes : {&own, &group}) {
-    auto it = changes->find(key);
+    auto it = changes->find(key, hash);
     if (it != changes->end()) return it->second ? &*it->second : nullptr;
   }
-  return committed(key);
+  return committed(key, hash);
 }
 
 // `committed` for a map of committed values.
 template <typename Map>
 auto InMap(const Map& map) {
-  return [&map](absl::string_view key) -> const typename Map::mapped_type* {
+  return [&map](absl::string_view key,
+                size_t /*hash*/) -> const typename Map::mapped_type* {
     auto it = map.find(key);
     return it == map.end() ? nullptr : &it->second;
   };
@@ -47,9 +51,10 @@ Txn::Txn(const ClusterState& committed, const StateChanges& group,
 
 const scheduler::Node* Txn::FindNode(absl::string_view node_id) const {
   // Committed nodes live in the snapshot only.
-  return Lookup(node_id, own_.nodes, group_.nodes, [&](absl::string_view id) {
-    return committed_.snapshot->FindNode(id);
-  });
+  return Lookup(node_id, own_.nodes, group_.nodes,
+                [&](absl::string_view id, size_t /*hash*/) {
+                  return committed_.snapshot->FindNode(id);
+                });
 }
 
 void Txn::PutNode(const scheduler::Node& node) {
@@ -77,13 +82,10 @@ void Txn::RemoveNode(absl::string_view node_id) {
 }
 
 const PlacementGroup* Txn::FindPg(absl::string_view pg_id) const {
-  // One hash for the three maps (the queue's retry finds every queued id).
-  const size_t hash = PgTable::HashOfId(pg_id);
-  for (const Changes<PlacementGroup>* changes : {&own_.pgs, &group_.pgs}) {
-    auto it = changes->find(pg_id, hash);
-    if (it != changes->end()) return it->second ? &*it->second : nullptr;
-  }
-  return committed_.pgs.Find(pg_id, hash);
+  return Lookup(pg_id, own_.pgs, group_.pgs,
+                [this](absl::string_view id, size_t hash) {
+                  return committed_.pgs.Find(id, hash);
+                });
 }
 
 const PlacementGroup* Txn::FindPgByRequestId(
@@ -126,11 +128,7 @@ std::vector<std::string> Txn::PendingQueue(bool with_infeasible) const {
   auto next = changed.begin();
   for (const QueueKey& key : committed) {
     const std::string& id = std::get<2>(key);
-    const size_t hash = PgTable::HashOfId(id);
-    if (own_.pgs.find(id, hash) != own_.pgs.end() ||
-        group_.pgs.find(id, hash) != group_.pgs.end()) {
-      continue;
-    }
+    if (ChangedPg(id, KeyHash(id))) continue;
     for (; next != changed.end() && *next < key; ++next) {
       ids.push_back(std::get<2>(*next));
     }
@@ -162,12 +160,10 @@ int64_t Txn::QueueSize() const {
 void Txn::ForEachWaitingSince(
     absl::Time cutoff,
     const std::function<void(const PlacementGroup&)>& visit) const {
-  auto changed = [this](const std::string& id) {
-    return group_.pgs.contains(id) || own_.pgs.contains(id);
-  };
   for (const auto& [queued, id] : committed_.waiting_since) {
     if (queued > cutoff) break;
-    if (!changed(id)) visit(*committed_.pgs.Find(id));
+    const size_t hash = KeyHash(id);
+    if (!ChangedPg(id, hash)) visit(*committed_.pgs.Find(id, hash));
   }
   ForEachChangedPg([&](const std::string& id) {
     const PlacementGroup* pg = FindPg(id);

@@ -43,24 +43,25 @@ namespace sliced::server {
 using QueueKey = std::tuple<int64_t, uint64_t, std::string>;
 QueueKey QueueKeyOf(const PlacementGroup& pg);
 
+// The hash the string-keyed absl hash maps of the state (Changes, PgTable)
+// use for `key`: computed once, it serves one key's lookups in several.
+inline size_t KeyHash(absl::string_view key) {
+  return absl::Hash<absl::string_view>{}(key);
+}
+
 // The live placement groups by id: found by hash (the queue's retry looks
 // up every queued group), walked in id order (pages, watchers' first
 // state). Each group is a node of its own: the table's slots are pointers,
 // so it never holds empty room the size of a group.
 class PgTable {
  public:
-  // Nullptr when absent. `hash`: HashOfId(id), when the caller has it.
+  // Nullptr when absent. `hash`: KeyHash(id), when the caller has it.
   const PlacementGroup* Find(absl::string_view id) const {
-    return Find(id, HashOfId(id));
+    return Find(id, KeyHash(id));
   }
   const PlacementGroup* Find(absl::string_view id, size_t hash) const {
     auto it = by_id_.find(id, hash);
     return it == by_id_.end() ? nullptr : &it->second;
-  }
-  // The hash every string-keyed absl hash map here uses for `id`: computed
-  // once, it serves the lookups of one id in several maps.
-  static size_t HashOfId(absl::string_view id) {
-    return absl::Hash<absl::string_view>{}(id);
   }
   bool Contains(absl::string_view id) const { return by_id_.contains(id); }
   size_t size() const { return by_id_.size(); }
@@ -269,6 +270,12 @@ class Txn {
 
   // Calls `visit` once on the id of each group changed by the commit group
   // or this op.
+  // Whether the commit group or this op changed group `id` (hash:
+  // KeyHash(id)).
+  bool ChangedPg(absl::string_view id, size_t hash) const {
+    return own_.pgs.find(id, hash) != own_.pgs.end() ||
+           group_.pgs.find(id, hash) != group_.pgs.end();
+  }
   void ForEachChangedPg(
       const std::function<void(const std::string&)>& visit) const;
 
