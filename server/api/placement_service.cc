@@ -22,6 +22,10 @@ class WatchReactor : public StreamReactor<grpc::ByteBuffer>,
     set_on_done([this] { hub_->Remove(this); });
   }
   void Send(const grpc::ByteBuffer& event) override { Deliver(event); }
+  void Queue(const grpc::ByteBuffer& event) override {
+    StreamReactor::Queue(event);
+  }
+  void Flush() override { StreamReactor::Flush(); }
 
  private:
   WatchHub* const hub_;

@@ -125,23 +125,23 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     max_pending_bytes_ = pending_bytes_ + bytes;
   }
 
-  // Queues `message`; dropped once the stream is ending.
+  // Queues `message` and starts writing it if no write is in flight;
+  // dropped once the stream is ending.
   void Deliver(Message message) {
     absl::MutexLock lock(&mu_);
-    if (ending_) return;
-    const size_t bytes = MessageBytes(message);
-    if (max_pending_bytes_ > 0 && pending_bytes_ + bytes > max_pending_bytes_) {
-      EndNow(grpc::Status(
-          grpc::StatusCode::ABORTED,
-          absl::StrCat("this stream fell behind: ", pending_.size(),
-                       " messages (", pending_bytes_,
-                       " bytes) were waiting for the client to read them; "
-                       "open it again for the current state")));
-      return;
-    }
-    pending_bytes_ += bytes;
-    pending_.push_back(std::move(message));
-    if (!writing_) WriteNext();
+    if (Enqueue(std::move(message)) && !writing_) WriteNext();
+  }
+  // Queues `message` only: it is written after the write in flight, or at
+  // the next Deliver() or Flush(). The writer thread queues a commit's
+  // watch events this way and flushes them after the commit's answers.
+  void Queue(Message message) {
+    absl::MutexLock lock(&mu_);
+    Enqueue(std::move(message));
+  }
+  // Starts writing what Queue() left waiting, if no write is in flight.
+  void Flush() {
+    absl::MutexLock lock(&mu_);
+    if (!writing_ && !pending_.empty()) WriteNext();
   }
 
   // Ends the stream with OK once every queued message is written.
@@ -196,6 +196,24 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   }
 
  private:
+  // Appends `message` to the queue; false (and the stream ends ABORTED when
+  // it overflows) if it is dropped.
+  bool Enqueue(Message message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (ending_) return false;
+    const size_t bytes = MessageBytes(message);
+    if (max_pending_bytes_ > 0 && pending_bytes_ + bytes > max_pending_bytes_) {
+      EndNow(grpc::Status(
+          grpc::StatusCode::ABORTED,
+          absl::StrCat("this stream fell behind: ", pending_.size(),
+                       " messages (", pending_bytes_,
+                       " bytes) were waiting for the client to read them; "
+                       "open it again for the current state")));
+      return false;
+    }
+    pending_bytes_ += bytes;
+    pending_.push_back(std::move(message));
+    return true;
+  }
   void WriteNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
     this->StartWrite(&pending_.front());
@@ -214,12 +232,18 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     end_status_ = std::move(status);
     if (!writing_) this->Finish(end_status_);
   }
-  // Finishes now if idle; otherwise OnWriteDone finishes after the queue.
+  // Finishes now if idle with nothing queued; otherwise OnWriteDone
+  // finishes after the queue (messages Queue() left waiting included).
   void End(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ending_) return;
     ending_ = true;
     end_status_ = std::move(status);
-    if (!writing_) this->Finish(end_status_);
+    if (writing_) return;
+    if (pending_.empty()) {
+      this->Finish(end_status_);
+    } else {
+      WriteNext();
+    }
   }
 
   std::function<void()> on_done_;

@@ -68,6 +68,7 @@ void WatchHub::Remove(Stream* stream) {
     all_.erase(stream);
   }
   filters_.erase(it);
+  unflushed_.erase(stream);
 }
 
 void WatchHub::Deliver(const PlacementGroup& g,
@@ -85,7 +86,16 @@ void WatchHub::Deliver(const PlacementGroup& g,
   }
   if (targets.empty()) return;
   const grpc::ByteBuffer event = EventOf(view());  // once for all of them
-  for (Stream* s : targets) s->Send(event);
+  for (Stream* s : targets) {
+    s->Queue(event);
+    unflushed_.insert(s);
+  }
+}
+
+void WatchHub::Flush() {
+  absl::MutexLock lock(&mu_);
+  for (Stream* s : unflushed_) s->Flush();
+  unflushed_.clear();
 }
 
 }  // namespace sliced::server::api

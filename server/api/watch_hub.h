@@ -27,7 +27,11 @@ class WatchHub : public PlacementManager::Watcher {
   // A stream as the hub feeds it: serialized PlacementGroupEvents.
   class Stream {
    public:
+    // Queues `event` and starts writing it.
     virtual void Send(const grpc::ByteBuffer& event) = 0;
+    // Queues `event`; it is written at the next Send() or Flush().
+    virtual void Queue(const grpc::ByteBuffer& event) = 0;
+    virtual void Flush() = 0;
 
    protected:
     ~Stream() = default;
@@ -44,9 +48,12 @@ class WatchHub : public PlacementManager::Watcher {
   void Remove(Stream* stream);
 
   // PlacementManager::Watcher (writer thread): builds the view only for a
-  // change some stream gets, and serializes it once for all of them.
+  // change some stream gets, and serializes it once for all of them. The
+  // streams queue it, and Flush(), after the commit's answers, starts their
+  // writes: a commit's events never delay its answers.
   void Deliver(const PlacementGroup& g,
                absl::FunctionRef<const PlacementGroupView&()> view) override;
+  void Flush() override;
 
  private:
   struct Filter {
@@ -63,6 +70,8 @@ class WatchHub : public PlacementManager::Watcher {
   absl::flat_hash_map<std::string, absl::flat_hash_set<Stream*>> by_job_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Stream*> all_ ABSL_GUARDED_BY(mu_);
+  // Streams that queued events since the last Flush().
+  absl::flat_hash_set<Stream*> unflushed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sliced::server::api

@@ -41,6 +41,8 @@ class Cluster : public Coordinator::Machine {
     // Must not block.
     virtual void Published(const std::vector<PlacementGroup>& changed,
                            const scheduler::InventorySnapshot& snapshot) = 0;
+    // After the ops of the group installed last had their answers.
+    virtual void Answered() {}
   };
 
   // `logs` (optional) is restored from the store's log table.
@@ -71,6 +73,9 @@ class Cluster : public Coordinator::Machine {
                      storage::Mutation& writes) override;
   void EndGroup(storage::Mutation& writes) override;
   void Install() override;
+  void Answered() override {
+    if (observer_ != nullptr) observer_->Answered();
+  }
   void Abandon() override;
 
  private:

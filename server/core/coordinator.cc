@@ -149,6 +149,7 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     needs_resync_ = refusing() || !Resync().ok();
   }
   for (WriteOp* op : applied) op->done(committed);
+  if (committed.ok()) machine_->Answered();
 }
 
 }  // namespace sliced::server

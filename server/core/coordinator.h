@@ -83,6 +83,9 @@ class Coordinator {
     virtual void EndGroup(storage::Mutation& writes) = 0;
     // The group's writes are durable: make them visible and tell watchers.
     virtual void Install() = 0;
+    // The group's ops have had their answers: send what waited for them
+    // (watch events are written after the answers, not before).
+    virtual void Answered() {}
     // The commit failed: forget the group.
     virtual void Abandon() = 0;
   };

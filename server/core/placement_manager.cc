@@ -988,6 +988,11 @@ void PlacementManager::Published(const std::vector<PlacementGroup>& changed,
   }
 }
 
+void PlacementManager::Answered() {
+  absl::MutexLock lock(&watch_mu_);
+  for (Watcher* w : watchers_) w->Flush();
+}
+
 void PlacementManager::LogChanges(const std::vector<PlacementGroup>& changed) {
   Logger* log = options_.log;
   if (log == nullptr || !log->enabled(Logger::Level::kInfo)) return;

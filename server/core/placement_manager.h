@@ -108,6 +108,10 @@ class PlacementManager : public Cluster::Observer {
     virtual void Deliver(
         const PlacementGroup& group,
         absl::FunctionRef<const PlacementGroupView&()> view) = 0;
+    // The ops of the commit whose changes were delivered last have had
+    // their answers: a watcher that holds changes back until then (so that
+    // writing them does not delay the answers) sends them now.
+    virtual void Flush() {}
   };
 
   // Why a group waits (or where it is): the engine's diagnosis.
@@ -196,6 +200,7 @@ class PlacementManager : public Cluster::Observer {
   void RetryQueue(Txn& txn) override;
   void Published(const std::vector<PlacementGroup>& changed,
                  const scheduler::InventorySnapshot& snapshot) override;
+  void Answered() override;
 
  private:
   absl::Status CreateInTxn(Txn& txn, PgSpec& spec);

@@ -714,6 +714,53 @@ TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
                                       a + ":REMOVED", b + ":CREATED"}));
 }
 
+// Writes, in one log, what a watcher receives and when it is flushed.
+class FlushLog : public PlacementManager::Watcher {
+ public:
+  void Deliver(
+      const PlacementGroup& group,
+      absl::FunctionRef<const PlacementGroupView&()> /*view*/) override {
+    Add("event " + group.id);
+  }
+  void Flush() override { Add("flush"); }
+  void Add(std::string entry) {
+    absl::MutexLock lock(&mu_);
+    log_.push_back(std::move(entry));
+  }
+  std::vector<std::string> log() {
+    absl::MutexLock lock(&mu_);
+    return log_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(PlacementManagerTest, ACommitsEventsAreFlushedAfterItsAnswers) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  FlushLog log;
+  core_->placement().Watch(&log);
+  absl::Notification answered;
+  std::string id;
+  core_->placement().Create(Cpus(1, 1), [&](auto view) {
+    ASSERT_TRUE(view.ok()) << view.status();
+    id = view->group.id;
+    log.Add("answer " + id);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  // The writer runs one group at a time: once the next create is answered,
+  // the first group's flush has run.
+  Create(Cpus(1, 1));
+  core_->placement().Unwatch(&log);
+  const std::vector<std::string> seen = log.log();
+  ASSERT_GE(seen.size(), 3u);
+  EXPECT_EQ(std::vector<std::string>(seen.begin(), seen.begin() + 3),
+            (std::vector<std::string>{"event " + id, "answer " + id, "flush"}));
+}
+
 TEST_F(PlacementManagerTest, RemovedEventRepeatsNoStaleReason) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
