@@ -2,8 +2,9 @@
 // once per lease, as its agent would, either one node per Heartbeat RPC or
 // `batch` nodes per RPC (an aggregating agent), paced evenly over the lease.
 //
-// Thread-safe to call from one thread at a time; RunBeats uses its own
-// threads and returns when `stop` is set.
+// Thread-safe to call from one thread at a time; RunBeats sends from the
+// calling thread (gRPC's callback API) and returns when `stop` is set and
+// every call it sent has ended.
 #ifndef SLICED_BENCH_LOAD_BEATS_H_
 #define SLICED_BENCH_LOAD_BEATS_H_
 
@@ -20,8 +21,7 @@ namespace sliced::bench {
 struct BeatOptions {
   std::vector<std::string> node_ids;  // each beats once per lease
   double lease_s = 10;
-  int batch = 1;     // heartbeats per RPC
-  int threads = 32;  // senders (blocking calls; a late one catches up)
+  int batch = 1;  // heartbeats per RPC
 };
 
 struct BeatResult {

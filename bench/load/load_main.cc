@@ -389,7 +389,6 @@ absl::StatusOr<BeatPoint> MeasureHeartbeats(const std::string& binary,
   single.lease_s = absl::GetFlag(FLAGS_beat_lease);
   BeatOptions batched = single;
   batched.batch = absl::GetFlag(FLAGS_beat_batch);
-  batched.threads = 2;
   // Runs `body` while `beats` are sent; returns what the beats did.
   auto with_beats = [&](const BeatOptions& beats,
                         const std::function<void()>& body) {
@@ -452,10 +451,10 @@ std::string HeartbeatMarkdown(const std::vector<BeatPoint>& points,
       "Per fleet size a fresh daemon (durable, `--heartbeat_timeout=3600s`: "
       "the "
       "lease checker scans every node each second, and no node expires). Every "
-      "node heartbeats once per %.0f s, paced evenly (open loop, on its own "
-      "connection): one node per Heartbeat RPC (32 sender threads), or %d per "
-      "RPC "
-      "(2 threads). First the daemon with beats and nothing else (its CPU over "
+      "node heartbeats once per %.0f s, paced evenly (open loop, on a "
+      "connection of their own, sent from one thread with gRPC's callback API "
+      "so that RPCs overlap): one node per Heartbeat RPC, or %d per RPC. "
+      "First the daemon with beats and nothing else (its CPU over "
       "%.1f s), then per repetition create_remove (%d clients) quiet, with the "
       "single beats, with the batched beats, back to back. Ratios are to the "
       "quiet phase of the same repetition; bold: medians. Load average (1/5/15 "
