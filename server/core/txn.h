@@ -268,14 +268,14 @@ class Txn {
  private:
   friend class Cluster;  // runs ops and merges them into the group
 
-  // Calls `visit` once on the id of each group changed by the commit group
-  // or this op.
   // Whether the commit group or this op changed group `id` (hash:
   // KeyHash(id)).
   bool ChangedPg(absl::string_view id, size_t hash) const {
     return own_.pgs.find(id, hash) != own_.pgs.end() ||
            group_.pgs.find(id, hash) != group_.pgs.end();
   }
+  // Calls `visit` once on the id of each group changed by the commit group
+  // or this op.
   void ForEachChangedPg(
       const std::function<void(const std::string&)>& visit) const;
 
