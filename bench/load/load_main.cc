@@ -22,8 +22,8 @@
 //    beats, back to back per repetition.
 // 5. Watchers (issue 17): a fresh daemon with --fleet_nodes nodes;
 //    create_remove (one job per client) quiet, then with 1,000 watchers
-//    each on its own job, then with 50 and 200 unfiltered watchers, back to
-//    back per repetition.
+//    each on its own job, with 1,000 watchers on jobs that never change,
+//    then with 50 and 200 unfiltered watchers, back to back per repetition.
 // Writes DIR/load.json and the Markdown sections DIR/load.md,
 // DIR/scale.md, DIR/churn.md, DIR/heartbeats.md and DIR/watch.md (--parts
 // picks which of 1-5 run). With --target=HOST:PORT it only runs (1) against
@@ -514,7 +514,9 @@ std::string HeartbeatMarkdown(const std::vector<BeatPoint>& points,
 struct WatchSetup {
   std::string name;  // "none", "1000 filtered", ...
   int streams = 0;
-  bool filtered = false;  // each on its own job (bench-<i>) or every group
+  // Watcher i watches job <jobs><i>; every group when empty. The clients'
+  // jobs are bench-<client>.
+  std::string jobs;
 };
 struct WatchPhase {
   LoadResult creates;
@@ -548,7 +550,7 @@ absl::StatusOr<std::vector<std::vector<WatchPhase>>> MeasureWatch(
       phase.load = LoadAverage();
       {
         Watchers watchers(side, w.streams, [&](int i) {
-          return w.filtered ? "bench-" + std::to_string(i) : std::string();
+          return w.jobs.empty() ? std::string() : w.jobs + std::to_string(i);
         });
         // Let every stream open (and deliver its current state).
         std::this_thread::sleep_for(std::chrono::milliseconds(500 + w.streams));
@@ -580,11 +582,16 @@ std::string WatchMarkdown(const std::vector<WatchSetup>& setups,
       "run back to back: no watcher, then the watchers below opened first (on "
       "their own connection, C++ callback API, reading and discarding), closed "
       "after. Filtered watcher i watches job `bench-<i>`, so %d of them see "
-      "events. Ratios are to the no-watcher phase of the same repetition; "
+      "events; idle watcher i watches job `idle-<i>`, which no group is in. "
+      "CPU: cores used over the measured window by the daemon and by the "
+      "load process (its clients and watchers). Ratios are to the no-watcher "
+      "phase of the same repetition; "
       "bold: medians.\n\n"
       "| watchers | rep | creates ops/s, p99 ms | ops ratio | p99 ratio | "
-      "events delivered | streams ended by the server | daemon RSS | load |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+      "events delivered | streams ended by the server | daemon RSS | CPU "
+      "cores: "
+      "daemon, load process | load |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
       static_cast<int>(absl::GetFlag(FLAGS_fleet_nodes)),
       absl::GetFlag(FLAGS_churn_clients), duration,
       absl::GetFlag(FLAGS_churn_clients));
@@ -598,14 +605,15 @@ std::string WatchMarkdown(const std::vector<WatchSetup>& setups,
       p99.push_back(quiet.p99_us > 0 ? p.creates.p99_us / quiet.p99_us : 0);
       absl::StrAppendFormat(
           &md,
-          "| %s | %d | %.0f, %.1f | %.2f | %.2f | %d | %d | %.0f MB | %s |\n",
+          "| %s | %d | %.0f, %.1f | %.2f | %.2f | %d | %d | %.0f MB | %.2f, "
+          "%.2f | %s |\n",
           setups[k].name, static_cast<int>(r + 1), p.creates.ops_per_s,
           p.creates.p99_us / 1000, ops.back(), p99.back(),
           static_cast<int>(p.events), static_cast<int>(p.ended), Mb(p.rss),
-          p.load);
+          p.creates.daemon_cpu_cores, p.creates.client_cpu_cores, p.load);
     }
     absl::StrAppendFormat(
-        &md, "| %s | **median** | | **%.2f** | **%.2f** | | | | |\n",
+        &md, "| %s | **median** | | **%.2f** | **%.2f** | | | | | |\n",
         setups[k].name, Median(ops), Median(p99));
   }
   md +=
@@ -812,10 +820,12 @@ int Main() {
     }
   }
   // 5. Watchers.
-  const std::vector<WatchSetup> watch_setups = {{"none", 0, false},
-                                                {"1000 filtered", 1000, true},
-                                                {"50 unfiltered", 50, false},
-                                                {"200 unfiltered", 200, false}};
+  const std::vector<WatchSetup> watch_setups = {
+      {"none", 0, ""},
+      {"1000 filtered", 1000, "bench-"},
+      {"1000 idle", 1000, "idle-"},
+      {"50 unfiltered", 50, ""},
+      {"200 unfiltered", 200, ""}};
   std::vector<std::vector<WatchPhase>> watch;
   if (!binary.empty() && part("watch")) {
     auto w = MeasureWatch(binary, watch_setups, reps, duration);
