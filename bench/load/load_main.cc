@@ -22,7 +22,7 @@
 //    beats, back to back per repetition.
 // 5. Watchers (issue 17): a fresh daemon with --fleet_nodes nodes;
 //    create_remove (one job per client) quiet, then with 1,000 watchers
-//    each on its own job, with 1,000 watchers on jobs that never change,
+//    each on its own job, with 1,000 watchers on jobs no group is in,
 //    then with 50 and 200 unfiltered watchers, back to back per repetition.
 // Writes DIR/load.json and the Markdown sections DIR/load.md,
 // DIR/scale.md, DIR/churn.md, DIR/heartbeats.md and DIR/watch.md (--parts
@@ -585,12 +585,10 @@ std::string WatchMarkdown(const std::vector<WatchSetup>& setups,
       "events; idle watcher i watches job `idle-<i>`, which no group is in. "
       "CPU: cores used over the measured window by the daemon and by the "
       "load process (its clients and watchers). Ratios are to the no-watcher "
-      "phase of the same repetition; "
-      "bold: medians.\n\n"
+      "phase of the same repetition; bold: medians.\n\n"
       "| watchers | rep | creates ops/s, p99 ms | ops ratio | p99 ratio | "
-      "events delivered | streams ended by the server | daemon RSS | CPU "
-      "cores: "
-      "daemon, load process | load |\n"
+      "events delivered | streams ended by the server | daemon RSS | "
+      "CPU cores: daemon, load process | load |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
       static_cast<int>(absl::GetFlag(FLAGS_fleet_nodes)),
       absl::GetFlag(FLAGS_churn_clients), duration,
