@@ -371,6 +371,44 @@ void BM_ApplyRelease(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyRelease)->Apply(ClusterSizes);
 
+// Placing one {CPU: 1} bundle of a new group among `groups` one-bundle
+// groups already held, on 2,000 CPU nodes of 180 CPUs (bench/go_ratio.py's
+// fleet): what a create costs the snapshot as groups accumulate.
+void BM_ApplyCpuBundleAmongGroups(benchmark::State& state) {
+  static std::map<int64_t, std::shared_ptr<const InventorySnapshot>> built;
+  const int64_t groups = state.range(0);
+  constexpr int kNodes = 2000;
+  auto& snap = built[groups];
+  if (snap == nullptr) {
+    std::vector<Node> nodes;
+    for (int n = 0; n < kNodes; ++n) {
+      Node node = MakeNode(absl::StrCat("cpu-", n), kZones[n % 4], "spot");
+      node.resources = {{"CPU", 180 * kResourceScale}};
+      nodes.push_back(std::move(node));
+    }
+    std::vector<Allocation> held;
+    for (int64_t g = 0; g < groups; ++g) {
+      held.push_back({absl::StrCat("pg-", g),
+                      0,
+                      absl::StrCat("cpu-", g % kNodes),
+                      {{"CPU", kResourceScale}}});
+    }
+    snap = *InventorySnapshot::Build(std::move(nodes), std::move(held));
+  }
+  int64_t i = 0;
+  for (auto _ : state) {
+    SnapshotDelta delta;
+    delta.add_allocations.push_back({absl::StrCat("new-", i),
+                                     0,
+                                     absl::StrCat("cpu-", i % kNodes),
+                                     {{"CPU", kResourceScale}}});
+    ++i;
+    auto next = snap->Apply(delta);
+    benchmark::DoNotOptimize(next);
+  }
+}
+BENCHMARK(BM_ApplyCpuBundleAmongGroups)->Arg(0)->Arg(50'000)->Arg(200'000);
+
 // A heartbeat that turns one host DEAD (breaks its slice).
 void BM_ApplyNodeStateChange(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;

@@ -19,8 +19,6 @@ namespace sliced::scheduler {
 using internal::Amount;
 using internal::SnapshotState;
 
-using PgIndex = SnapshotState::PgIndex;
-
 // ---------------------------------------------------------------------------
 // AllocationList
 
@@ -143,9 +141,10 @@ absl::StatusOr<SliceState> InventorySnapshot::GetSlice(
 
 std::vector<Allocation> InventorySnapshot::AllocationsOf(
     absl::string_view pg_id) const {
-  const PgIndex& shard = state_->pg_shard(SnapshotState::PgShard(pg_id));
-  auto it = shard.find(pg_id);
-  return it == shard.end() ? std::vector<Allocation>() : *it->second;
+  const size_t hash = SnapshotState::PgHash(pg_id);
+  const internal::PgShard::List* list =
+      state_->pg_shard(SnapshotState::PgShardOf(hash)).Find(pg_id, hash);
+  return list == nullptr ? std::vector<Allocation>() : **list;
 }
 
 size_t InventorySnapshot::num_nodes() const { return state_->num_nodes(); }

@@ -27,8 +27,8 @@ int64_t SnapshotState::SliceIndex(absl::string_view name) const {
                            : int64_t{slice_index_of_slot_[it->second]};
 }
 
-size_t SnapshotState::PgShard(absl::string_view pg_id) {
-  return absl::Hash<absl::string_view>()(pg_id) % kPgShards;
+size_t SnapshotState::PgHash(absl::string_view pg_id) {
+  return absl::Hash<absl::string_view>()(pg_id);
 }
 
 bool SnapshotState::SliceFreeIntact(int32_t s) const {

@@ -152,6 +152,44 @@ inline constexpr int kCpuRankNoFreeTpu = 4;
 inline constexpr int kCpuRankNoFreeMultiHost = 5;
 inline constexpr int kCpuRankNoWholeMultiHost = 6;
 
+// The PG index is split into 2^kPgShardBits shards by the low bits of the
+// id's hash; a shard spreads its groups over buckets by the next bits.
+inline constexpr int kPgShardBits = 12;
+
+// One shard of the PG index: PG id -> its allocations (sorted by bundle
+// index). A write copies the shard's bucket pointers and the one bucket it
+// changes, so its cost does not grow with the groups the cluster holds: the
+// buckets double when they hold more than kBucketGroups groups on average
+// (they never shrink). The lists are shared between snapshots.
+class PgShard {
+ public:
+  using List = std::shared_ptr<const std::vector<Allocation>>;
+  using Bucket = absl::flat_hash_map<std::string, List>;
+  static constexpr size_t kBucketGroups = 8;
+
+  PgShard() : buckets_(1, std::make_shared<const Bucket>()) {}
+
+  // The allocations of `pg_id`, whose hash is `hash` (SnapshotState::PgHash);
+  // null when the shard has none.
+  const List* Find(absl::string_view pg_id, size_t hash) const {
+    const Bucket& bucket = *buckets_[BucketOf(hash)];
+    auto it = bucket.find(pg_id);
+    return it == bucket.end() ? nullptr : &it->second;
+  }
+  size_t size() const { return size_; }
+  size_t num_buckets() const { return buckets_.size(); }
+
+ private:
+  friend class sliced::scheduler::SnapshotWriter;
+
+  size_t BucketOf(size_t hash) const {
+    return (hash >> kPgShardBits) & (buckets_.size() - 1);
+  }
+
+  std::vector<std::shared_ptr<const Bucket>> buckets_;  // a power of 2
+  size_t size_ = 0;                                     // groups
+};
+
 class SnapshotState {
  public:
   using NodeEntry = InventorySnapshot::NodeEntry;
@@ -163,13 +201,7 @@ class SnapshotState {
   using ValueIndex = CowMap<std::shared_ptr<const PostingList>>;
   using LabelIndex =
       absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
-  // PG id -> its allocations (sorted by bundle index), one shard. The lists
-  // are shared between snapshots: a write copies the shard's ids and
-  // pointers, not every group's allocations.
-  using PgIndex =
-      absl::flat_hash_map<std::string,
-                          std::shared_ptr<const std::vector<Allocation>>>;
-  static constexpr int kPgShards = 4096;
+  static constexpr int kPgShards = 1 << kPgShardBits;
   // Node id -> slot, one shard.
   using IdShard = absl::flat_hash_map<std::string, uint32_t>;
   static constexpr int kIdShards = 4096;
@@ -220,9 +252,10 @@ class SnapshotState {
   }
   // The rank of node i for a bundle kind; kNumRanks when it takes none.
   int Rank(BundleKind kind, uint32_t i) const;
-  // The shard of the PG index that holds `pg_id`.
-  static size_t PgShard(absl::string_view pg_id);
-  const PgIndex& pg_shard(size_t shard) const { return *pgs_[shard]; }
+  // The hash of a PG id that picks its shard (PgShardOf) and its bucket.
+  static size_t PgHash(absl::string_view pg_id);
+  static size_t PgShardOf(size_t hash) { return hash & (kPgShards - 1); }
+  const PgShard& pg_shard(size_t shard) const { return *pgs_[shard]; }
   int64_t num_allocations() const { return num_allocations_; }
 
  private:
@@ -246,8 +279,8 @@ class SnapshotState {
   SliceSets broken_slices_;
   SliceKeyMap<std::shared_ptr<const ResourceSet>> key_least_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
-  // PG id -> its allocations, sharded by hash; shards are copied on write.
-  CowArray<std::shared_ptr<const PgIndex>, 6> pgs_;
+  // PG id -> its allocations, sharded by hash; see PgShard.
+  CowArray<std::shared_ptr<const PgShard>, 6> pgs_;
   int64_t num_allocations_ = 0;
 };
 

@@ -37,7 +37,7 @@ using internal::SnapshotState;
 
 namespace {
 
-using PgIndex = SnapshotState::PgIndex;
+using ::sliced::scheduler::internal::PgShard;
 
 bool SameSliceLabels(const Node& a, const Node& b) {
   for (absl::string_view key :
@@ -890,8 +890,8 @@ class SnapshotWriter {
   // Empty PG shards, rank bitsets over n nodes and per-key slice indexes.
   void InstallEmptyIndexes(size_t n) {
     st_.pgs_ =
-        CowArray<std::shared_ptr<const PgIndex>, 6>(SnapshotState::kPgShards);
-    auto empty = std::make_shared<const PgIndex>();
+        CowArray<std::shared_ptr<const PgShard>, 6>(SnapshotState::kPgShards);
+    auto empty = std::make_shared<const PgShard>();
     for (size_t i = 0; i < SnapshotState::kPgShards; ++i) {
       st_.pgs_.Mutable(i) = empty;
     }
@@ -970,12 +970,46 @@ class SnapshotWriter {
     return MutableEntry(st_.slices_, owned_slices_, si);
   }
 
-  PgIndex& MutablePgShard(size_t shard) {
-    if (!owned_shards_[shard]) {
-      st_.pgs_.Mutable(shard) = std::make_shared<PgIndex>(*st_.pgs_[shard]);
-      owned_shards_[shard] = true;
+  // The shard of a PG id whose hash is `hash`, writable: copied (its bucket
+  // pointers) on its first write in this derivation.
+  PgShard& MutablePgShard(size_t hash) {
+    const size_t shard = SnapshotState::PgShardOf(hash);
+    if (owned_shards_.insert(shard).second) {
+      st_.pgs_.Mutable(shard) = std::make_shared<PgShard>(*st_.pgs_[shard]);
     }
-    return const_cast<PgIndex&>(*st_.pgs_[shard]);
+    return const_cast<PgShard&>(*st_.pgs_[shard]);
+  }
+
+  // The bucket of `shard` for `hash`, writable: copied on its first write
+  // in this derivation.
+  PgShard::Bucket& MutableBucket(PgShard& shard, size_t hash) {
+    std::shared_ptr<const PgShard::Bucket>& bucket =
+        shard.buckets_[shard.BucketOf(hash)];
+    if (!owned_buckets_.contains(bucket.get())) {
+      bucket = std::make_shared<PgShard::Bucket>(*bucket);
+      owned_buckets_.insert(bucket.get());
+    }
+    return const_cast<PgShard::Bucket&>(*bucket);
+  }
+
+  // Doubles the shard's buckets once they hold more than kBucketGroups
+  // groups on average: O(the shard's groups), every time it doubles.
+  void MaybeSplit(PgShard& shard) {
+    const size_t n = 2 * shard.buckets_.size();
+    if (shard.size_ <= PgShard::kBucketGroups * shard.buckets_.size()) return;
+    std::vector<std::shared_ptr<PgShard::Bucket>> split(n);
+    for (auto& bucket : split) {
+      bucket = std::make_shared<PgShard::Bucket>();
+      owned_buckets_.insert(bucket.get());
+    }
+    for (const auto& bucket : shard.buckets_) {
+      owned_buckets_.erase(bucket.get());
+      for (const auto& [id, list] : *bucket) {
+        split[(SnapshotState::PgHash(id) >> internal::kPgShardBits) & (n - 1)]
+            ->emplace(id, list);
+      }
+    }
+    shard.buckets_.assign(split.begin(), split.end());
   }
 
   absl::Status AddAllocation(Allocation a, bool check_fit) {
@@ -985,9 +1019,11 @@ class SnapshotWriter {
                                               a.bundle_index,
                                               "] on unknown node ", a.node_id));
     }
-    PgIndex& shard = MutablePgShard(SnapshotState::PgShard(a.pg_id));
-    if (auto held = shard.find(a.pg_id); held != shard.end()) {
-      for (const Allocation& h : *held->second) {
+    const size_t hash = SnapshotState::PgHash(a.pg_id);
+    const PgShard::List* held =
+        st_.pg_shard(SnapshotState::PgShardOf(hash)).Find(a.pg_id, hash);
+    if (held != nullptr) {
+      for (const Allocation& h : **held) {
         if (h.bundle_index == a.bundle_index) {
           return absl::InvalidArgumentError(absl::StrCat(
               "duplicate allocation of ", a.pg_id, "[", a.bundle_index, "]"));
@@ -1006,39 +1042,48 @@ class SnapshotWriter {
       free -= amount;
     }
     e.allocations.Insert(a);
+    PgShard& shard = MutablePgShard(hash);
+    auto [it, fresh] = MutableBucket(shard, hash).try_emplace(a.pg_id);
     // Copied on its first write in this derivation: a list only this
-    // shard holds was made here (as a non-const vector), and no snapshot
+    // bucket holds was made here (as a non-const vector), and no snapshot
     // shows it yet.
-    std::shared_ptr<const std::vector<Allocation>>& list = shard[a.pg_id];
+    PgShard::List& list = it->second;
     if (list == nullptr) {
       list = std::make_shared<std::vector<Allocation>>();
     } else if (list.use_count() > 1) {
       list = std::make_shared<std::vector<Allocation>>(*list);
     }
-    auto& held = const_cast<std::vector<Allocation>&>(*list);
-    held.insert(std::lower_bound(held.begin(), held.end(), a,
-                                 [](const Allocation& x, const Allocation& y) {
-                                   return x.bundle_index < y.bundle_index;
-                                 }),
-                std::move(a));
+    auto& allocations = const_cast<std::vector<Allocation>&>(*list);
+    allocations.insert(
+        std::lower_bound(allocations.begin(), allocations.end(), a,
+                         [](const Allocation& x, const Allocation& y) {
+                           return x.bundle_index < y.bundle_index;
+                         }),
+        std::move(a));
     ++st_.num_allocations_;
+    if (fresh) {
+      ++shard.size_;
+      MaybeSplit(shard);  // last: it moves the bucket `list` is in
+    }
     return absl::OkStatus();
   }
 
   void Release(const std::string& pg) {
-    const size_t shard_index = SnapshotState::PgShard(pg);
-    auto it = st_.pgs_[shard_index]->find(pg);
-    if (it == st_.pgs_[shard_index]->end()) return;
-    PgIndex& shard = MutablePgShard(shard_index);
-    auto mit = shard.find(pg);
-    for (const Allocation& a : *mit->second) {
+    const size_t hash = SnapshotState::PgHash(pg);
+    const PgShard::List* held =
+        st_.pg_shard(SnapshotState::PgShardOf(hash)).Find(pg, hash);
+    if (held == nullptr) return;
+    const PgShard::List list = *held;  // outlives the erase below
+    PgShard& shard = MutablePgShard(hash);
+    MutableBucket(shard, hash).erase(pg);
+    --shard.size_;
+    for (const Allocation& a : *list) {
       InventorySnapshot::NodeEntry& e =
           MutableNode(static_cast<uint32_t>(st_.NodeIndex(a.node_id)));
       for (const auto& [name, amount] : a.resources) e.free[name] += amount;
       e.allocations.Erase(a.pg_id, a.bundle_index);
       --st_.num_allocations_;
     }
-    shard.erase(mit);
   }
 
   void UpsertInPlace(uint32_t i, const Node& node) {
@@ -1241,7 +1286,9 @@ class SnapshotWriter {
   absl::flat_hash_set<uint32_t> owned_slices_;
   absl::flat_hash_set<size_t> owned_id_shards_;
   absl::flat_hash_set<size_t> owned_slice_id_shards_;
-  std::vector<bool> owned_shards_ = std::vector<bool>(SnapshotState::kPgShards);
+  absl::flat_hash_set<size_t> owned_shards_;
+  // PG buckets this writer made or copied (PgShard).
+  absl::flat_hash_set<const PgShard::Bucket*> owned_buckets_;
   // The least-host sets this writer made last (Shared()), for reuse.
   static constexpr size_t kRecentMinima = 8;
   std::deque<std::shared_ptr<const ResourceSet>> recent_minima_;

@@ -355,6 +355,64 @@ TEST(SnapshotTest, AGroupsAllocationsChangeOnlyInTheSnapshotsDerived) {
   EXPECT_TRUE(s4->Apply(one_more).ok());
 }
 
+// The PG index's shards spread their groups over buckets that double as
+// groups arrive (when built and when derived), so that a write copies a
+// bucket, not a shard; every snapshot keeps exactly its own groups.
+TEST(SnapshotTest, PgIndexShardsSplitAndEachSnapshotKeepsItsGroups) {
+  constexpr int kNodes = 600, kPerNode = 100;  // 60,000 one-bundle groups
+  std::vector<Node> nodes;
+  for (int n = 0; n < kNodes; ++n) {
+    nodes.push_back(CpuNode(absl::StrCat("n", n), kPerNode));
+  }
+  auto group = [](int g) { return absl::StrCat("pg-", g); };
+  auto alloc = [&](int g) {
+    return Alloc(group(g), 0, absl::StrCat("n", g % kNodes), {{"CPU", 1}});
+  };
+  constexpr int kGroups = kNodes * kPerNode;
+  std::vector<Allocation> built;
+  for (int g = 0; g < kGroups / 2; ++g) built.push_back(alloc(g));
+  auto s1 = *InventorySnapshot::Build(nodes, built);
+  SnapshotDelta more;
+  for (int g = kGroups / 2; g < kGroups; ++g) {
+    more.add_allocations.push_back(alloc(g));
+  }
+  auto s2 = *s1->Apply(more);
+  SnapshotDelta release;
+  for (int g = 0; g < kGroups; g += 3)
+    release.release_pg_ids.push_back(group(g));
+  auto s3 = *s2->Apply(release);
+
+  auto holds = [&](const InventorySnapshot& s, int g) {
+    std::vector<Allocation> held = s.AllocationsOf(group(g));
+    return held.size() == 1 && held[0].node_id == absl::StrCat("n", g % kNodes);
+  };
+  for (int g = 0; g < kGroups; ++g) {
+    SCOPED_TRACE(group(g));
+    EXPECT_EQ(holds(*s1, g), g < kGroups / 2);
+    EXPECT_TRUE(holds(*s2, g));
+    EXPECT_EQ(holds(*s3, g), g % 3 != 0);
+    if (HasFailure()) break;
+  }
+  EXPECT_EQ(s1->num_allocations(), kGroups / 2);
+  EXPECT_EQ(s3->num_allocations(), kGroups - (kGroups + 2) / 3);
+  // Every shard's count is its groups', and at 60,000 groups most shards
+  // have split (4,096 shards of 8 groups a bucket hold 32,768 unsplit).
+  size_t groups = 0, split = 0;
+  const auto& state = StateOf(*s2);
+  for (size_t i = 0; i < internal::SnapshotState::kPgShards; ++i) {
+    groups += state.pg_shard(i).size();
+    split += state.pg_shard(i).num_buckets() > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(groups, static_cast<size_t>(kGroups));
+  EXPECT_GT(split, internal::SnapshotState::kPgShards / 2);
+  // A rebuild from the same allocations sees the same nodes.
+  std::vector<Allocation> all;
+  for (int g = 0; g < kGroups; ++g) {
+    if (g % 3 != 0) all.push_back(alloc(g));
+  }
+  EXPECT_EQ(Describe(**InventorySnapshot::Build(nodes, all)), Describe(*s3));
+}
+
 TEST(SnapshotTest, SliceBecomesHeldAndFreeAgain) {
   auto snap = *InventorySnapshot::Build(SmallCluster(), {});
   SnapshotDelta hold;
