@@ -49,8 +49,15 @@ void AddAllocations(const PlacementGroup& pg,
   }
 }
 
+// A PENDING group that has not chosen victims and may preempt.
+bool MayStillPreempt(const PlacementGroup& pg) {
+  return pg.state == PgState::kPending && pg.preempting.empty() &&
+         pg.preemption_policy != PreemptionPolicy::kNever;
+}
+
 // Adds `pg` to the state's indexes of groups: by request id, the queue and
-// its waiting part, waiting groups by queued time, CREATED per priority.
+// its waiting part, waiting groups by queued time, CREATED per priority and
+// by placed time, and the preemption checks' (ClusterState).
 void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
   if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
@@ -59,7 +66,14 @@ void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
     state.waiting_since.emplace(pg.queued_time, pg.id);
     ++state.waiting_asks[LeastAskOfANode(pg.request)];
   }
-  if (pg.state == PgState::kCreated) ++state.created_by_priority[pg.priority];
+  if (pg.state == PgState::kCreated) {
+    ++state.created_by_priority[pg.priority];
+    state.created_by_placed_time.emplace(pg.placed_time, pg.priority, pg.id);
+  }
+  if (!pg.preempting.empty()) {
+    state.preemptors_by_deadline.emplace(pg.preemption_deadline, pg.id);
+  }
+  if (MayStillPreempt(pg)) ++state.may_preempt_by_priority[pg.priority];
 }
 
 // Takes `pg` (as IndexGroup() added it) out of the state's indexes.
@@ -75,6 +89,14 @@ void UnindexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (pg.state == PgState::kCreated) {
     auto count = state.created_by_priority.find(pg.priority);
     if (--count->second == 0) state.created_by_priority.erase(count);
+    state.created_by_placed_time.erase({pg.placed_time, pg.priority, pg.id});
+  }
+  if (!pg.preempting.empty()) {
+    state.preemptors_by_deadline.erase({pg.preemption_deadline, pg.id});
+  }
+  if (MayStillPreempt(pg)) {
+    auto count = state.may_preempt_by_priority.find(pg.priority);
+    if (--count->second == 0) state.may_preempt_by_priority.erase(count);
   }
 }
 

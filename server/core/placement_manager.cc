@@ -560,26 +560,28 @@ void PlacementManager::CompletePreemptions(Done done) {
     last_check_ = now;
   }
   bool cooled = false;  // a victim's cool-down ended since the last check
+  // Under the cluster's reader lock, which the writer needs to install: the
+  // indexes keep this to the groups due and those placed since the last
+  // check, however many groups there are.
   std::vector<std::string> due = cluster_->Read([&](const ClusterState& s) {
     std::vector<std::string> ids;
-    std::optional<int32_t> top;  // the highest priority that may preempt
-    s.pgs.ForEach([&](const PlacementGroup& g) {
-      if (!g.preempting.empty() && g.preemption_deadline <= now) {
-        ids.push_back(g.id);
-      }
-      if (g.state == PgState::kPending && g.preempting.empty() &&
-          g.preemption_policy != PreemptionPolicy::kNever) {
-        top = std::max(top.value_or(g.priority), g.priority);
-      }
-      return true;
-    });
-    if (!options_.preemption || !top.has_value()) return ids;
-    s.pgs.ForEach([&](const PlacementGroup& g) {
-      const absl::Time free_at = g.placed_time + options_.preemption_cooldown;
-      cooled = g.state == PgState::kCreated && g.priority < *top &&
-               free_at > since && free_at <= now;
-      return !cooled;
-    });
+    for (const auto& [deadline, id] : s.preemptors_by_deadline) {
+      if (deadline > now) break;
+      ids.push_back(id);
+    }
+    if (!options_.preemption || s.may_preempt_by_priority.empty()) return ids;
+    // The highest priority that may preempt, against the CREATED groups
+    // whose cool-down (placed_time + cooldown) ended in (since, now].
+    const int32_t top = s.may_preempt_by_priority.rbegin()->first;
+    const absl::Time after = since - options_.preemption_cooldown;
+    const absl::Time until = now - options_.preemption_cooldown;
+    for (auto it = s.created_by_placed_time.lower_bound(
+             {after, std::numeric_limits<int32_t>::min(), std::string()});
+         !cooled && it != s.created_by_placed_time.end() &&
+         std::get<0>(*it) <= until;
+         ++it) {
+      cooled = std::get<0>(*it) > after && std::get<1>(*it) < top;
+    }
     return ids;
   });
   if (due.empty() && !cooled) {

@@ -117,6 +117,17 @@ struct ClusterState {
   // counts): a release on a node that covers none of them lets no waiting
   // group fit there.
   absl::btree_map<scheduler::ResourceSet, int64_t> waiting_asks;
+  // For the preemption checks, which run every second and must not walk
+  // every group under the lock the writer installs with:
+  // - groups waiting for their victims (non-empty `preempting`), by the
+  //   time the victims are due;
+  absl::btree_set<std::pair<absl::Time, std::string>> preemptors_by_deadline;
+  // - how many PENDING groups of each priority may still preempt (no
+  //   victims chosen, policy not NEVER; no zero counts);
+  absl::btree_map<int32_t, int64_t> may_preempt_by_priority;
+  // - CREATED groups by (placed time, priority): whose cool-down ends when.
+  absl::btree_set<std::tuple<absl::Time, int32_t, std::string>>
+      created_by_placed_time;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };

@@ -1,13 +1,16 @@
 // The live-group table (PgTable), the queue indexes of the cluster state
-// (`queue`, `waiting`, `waiting_since`, `created_by_priority`, `waiting_asks`)
-// and the Txn queries answered from them plus the commit group's changes
-// (PendingQueue, QueueSize, ForEachWaitingSince, LowestCreatedPriority,
-// ForEachWaitingAsk) against a walk of every group, over random commit groups
-// of random ops, installed or abandoned, and across a restart.
+// (`queue`, `waiting`, `waiting_since`, `created_by_priority`, `waiting_asks`,
+// and the preemption checks' three) and the Txn queries answered from them
+// plus the commit group's changes (PendingQueue, QueueSize,
+// ForEachWaitingSince, LowestCreatedPriority, ForEachWaitingAsk) against a
+// walk of every group, over random commit groups of random ops, installed or
+// abandoned, and across a restart.
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -112,6 +115,17 @@ class ClusterQueueTest : public ::testing::Test {
       bundle.resources["CPU"] = static_cast<int64_t>(1 + rng_() % 3);
       pg.request.bundles = {bundle};
     }
+    // What the preemption checks' indexes key on.
+    pg.preempting.clear();
+    if (rng_() % 3 == 0) pg.preempting = {absl::StrCat("pg-", rng_() % 40)};
+    pg.preemption_deadline =
+        txn.now() + absl::Seconds(rng_() % 60) - absl::Seconds(30);
+    pg.preemption_policy = rng_() % 4 == 0
+                               ? PreemptionPolicy::kNever
+                               : PreemptionPolicy::kPreemptLowerPriority;
+    if (current == nullptr || rng_() % 2 == 0) {
+      pg.placed_time = txn.now() - absl::Seconds(rng_() % 60);
+    }
     txn.PutPg(pg);
   }
 
@@ -130,8 +144,41 @@ class ClusterQueueTest : public ::testing::Test {
     }
   }
 
+  // The committed state's preemption indexes against a walk.
+  static void CheckPreemptionIndexes(const ClusterState& s) {
+    std::set<std::pair<absl::Time, std::string>> preemptors;
+    std::map<int32_t, int64_t> may_preempt;
+    std::set<std::tuple<absl::Time, int32_t, std::string>> created;
+    s.pgs.ForEach([&](const PlacementGroup& pg) {
+      if (!pg.preempting.empty()) {
+        preemptors.emplace(pg.preemption_deadline, pg.id);
+      }
+      if (pg.state == PgState::kPending && pg.preempting.empty() &&
+          pg.preemption_policy != PreemptionPolicy::kNever) {
+        ++may_preempt[pg.priority];
+      }
+      if (pg.state == PgState::kCreated) {
+        created.emplace(pg.placed_time, pg.priority, pg.id);
+      }
+      return true;
+    });
+    EXPECT_EQ(std::set(s.preemptors_by_deadline.begin(),
+                       s.preemptors_by_deadline.end()),
+              preemptors);
+    EXPECT_EQ(std::map(s.may_preempt_by_priority.begin(),
+                       s.may_preempt_by_priority.end()),
+              may_preempt);
+    EXPECT_EQ(std::set(s.created_by_placed_time.begin(),
+                       s.created_by_placed_time.end()),
+              created);
+  }
+
   // A Txn over the committed state alone.
   void CheckCommitted(Cluster& cluster, absl::Time now) {
+    cluster.Read([](const ClusterState& s) {
+      CheckPreemptionIndexes(s);
+      return 0;
+    });
     storage::Mutation writes;
     cluster.BeginGroup(now);
     ASSERT_TRUE(cluster
@@ -274,6 +321,10 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
     EXPECT_EQ(after.waiting_since, before.waiting_since);
     EXPECT_EQ(after.created_by_priority, before.created_by_priority);
     EXPECT_EQ(after.waiting_asks, before.waiting_asks);
+    EXPECT_EQ(after.preemptors_by_deadline, before.preemptors_by_deadline);
+    EXPECT_EQ(after.may_preempt_by_priority, before.may_preempt_by_priority);
+    EXPECT_EQ(after.created_by_placed_time, before.created_by_placed_time);
+    CheckPreemptionIndexes(after);
     return 0;
   });
 }
