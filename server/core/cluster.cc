@@ -57,7 +57,7 @@ bool MayStillPreempt(const PlacementGroup& pg) {
 
 // Adds `pg` to the state's indexes of groups: by request id, the queue and
 // its waiting part, waiting groups by queued time, CREATED per priority and
-// by placed time, and the preemption checks' (ClusterState).
+// by placed time, the preemption checks' and by job (ClusterState).
 void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
   if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
@@ -74,6 +74,7 @@ void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
     state.preemptors_by_deadline.emplace(pg.preemption_deadline, pg.id);
   }
   if (MayStillPreempt(pg)) ++state.may_preempt_by_priority[pg.priority];
+  if (!pg.job_id.empty()) state.pgs_by_job.emplace(pg.job_id, pg.id);
 }
 
 // Takes `pg` (as IndexGroup() added it) out of the state's indexes.
@@ -98,6 +99,7 @@ void UnindexGroup(ClusterState& state, const PlacementGroup& pg) {
     auto count = state.may_preempt_by_priority.find(pg.priority);
     if (--count->second == 0) state.may_preempt_by_priority.erase(count);
   }
+  if (!pg.job_id.empty()) state.pgs_by_job.erase({pg.job_id, pg.id});
 }
 
 }  // namespace

@@ -796,20 +796,29 @@ std::vector<PlacementGroupView> PlacementManager::List(
   std::vector<PlacementGroup> page;
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   bool more = false;
+  // Takes `g` unless the filter's state drops it; false once the page is
+  // full.
+  auto take = [&](const PlacementGroup& g) {
+    if (filter.state && g.state != *filter.state) return true;
+    if (limit > 0 && static_cast<int>(page.size()) == limit) {
+      more = true;
+      return false;
+    }
+    page.push_back(g);
+    return true;
+  };
   cluster_->Read([&](const ClusterState& s) {
     snapshot = s.snapshot;
-    s.pgs.ForEach(
-        [&](const PlacementGroup& g) {
-          if (!filter.job_id.empty() && g.job_id != filter.job_id) return true;
-          if (filter.state && g.state != *filter.state) return true;
-          if (limit > 0 && static_cast<int>(page.size()) == limit) {
-            more = true;
-            return false;
-          }
-          page.push_back(g);
-          return true;
-        },
-        after);
+    if (filter.job_id.empty()) {
+      s.pgs.ForEach(take, after);
+      return 0;
+    }
+    // A job's groups from the index, in id order, past `after`.
+    for (auto it =
+             s.pgs_by_job.upper_bound({filter.job_id, std::string(after)});
+         it != s.pgs_by_job.end() && it->first == filter.job_id; ++it) {
+      if (!take(*s.pgs.Find(it->second))) break;
+    }
     return 0;
   });
   if (next != nullptr) *next = more ? page.back().id : "";

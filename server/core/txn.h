@@ -128,6 +128,9 @@ struct ClusterState {
   // - CREATED groups by (placed time, priority): whose cool-down ends when.
   absl::btree_set<std::tuple<absl::Time, int32_t, std::string>>
       created_by_placed_time;
+  // (job id, group id) of the groups that name a job: what a driver lists
+  // or watches costs its job's groups, not a walk of every group.
+  absl::btree_set<std::pair<std::string, std::string>> pgs_by_job;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };

@@ -1,7 +1,7 @@
 // The live-group table (PgTable), the queue indexes of the cluster state
 // (`queue`, `waiting`, `waiting_since`, `created_by_priority`, `waiting_asks`,
-// and the preemption checks' three) and the Txn queries answered from them
-// plus the commit group's changes (PendingQueue, QueueSize,
+// the preemption checks' three, `pgs_by_job`) and the Txn queries answered
+// from them plus the commit group's changes (PendingQueue, QueueSize,
 // ForEachWaitingSince, LowestCreatedPriority, ForEachWaitingAsk) against a
 // walk of every group, over random commit groups of random ops, installed or
 // abandoned, and across a restart.
@@ -126,6 +126,8 @@ class ClusterQueueTest : public ::testing::Test {
     if (current == nullptr || rng_() % 2 == 0) {
       pg.placed_time = txn.now() - absl::Seconds(rng_() % 60);
     }
+    if (current == nullptr) pg.job_id = absl::StrCat("job-", rng_() % 4);
+    if (pg.job_id == "job-0") pg.job_id.clear();  // some name no job
     txn.PutPg(pg);
   }
 
@@ -149,7 +151,9 @@ class ClusterQueueTest : public ::testing::Test {
     std::set<std::pair<absl::Time, std::string>> preemptors;
     std::map<int32_t, int64_t> may_preempt;
     std::set<std::tuple<absl::Time, int32_t, std::string>> created;
+    std::set<std::pair<std::string, std::string>> by_job;
     s.pgs.ForEach([&](const PlacementGroup& pg) {
+      if (!pg.job_id.empty()) by_job.emplace(pg.job_id, pg.id);
       if (!pg.preempting.empty()) {
         preemptors.emplace(pg.preemption_deadline, pg.id);
       }
@@ -171,6 +175,7 @@ class ClusterQueueTest : public ::testing::Test {
     EXPECT_EQ(std::set(s.created_by_placed_time.begin(),
                        s.created_by_placed_time.end()),
               created);
+    EXPECT_EQ(std::set(s.pgs_by_job.begin(), s.pgs_by_job.end()), by_job);
   }
 
   // A Txn over the committed state alone.
@@ -324,6 +329,7 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
     EXPECT_EQ(after.preemptors_by_deadline, before.preemptors_by_deadline);
     EXPECT_EQ(after.may_preempt_by_priority, before.may_preempt_by_priority);
     EXPECT_EQ(after.created_by_placed_time, before.created_by_placed_time);
+    EXPECT_EQ(after.pgs_by_job, before.pgs_by_job);
     CheckPreemptionIndexes(after);
     return 0;
   });

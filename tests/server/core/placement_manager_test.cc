@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -199,6 +200,58 @@ TEST_F(PlacementManagerTest, ComputeClassWaitQueuesAndFailRejects) {
   EXPECT_EQ(core_->placement().List({}).size(), 3u);
   auto unknown = core_->Create(Cpus(1, 1, WithClass("nope")));
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+}
+
+// A job's groups come from the cluster's index by job: in id order, with
+// the state filter and pages as for every group, and across a restart.
+TEST_F(PlacementManagerTest, ListsAJobsGroupsInPagesWithTheStateFilter) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  std::map<std::string, std::vector<std::string>> by_job;  // in id order
+  std::vector<std::string> pending_a;
+  for (int i = 0; i < 12; ++i) {
+    PgOwner owner;
+    owner.job_id = i % 3 == 0 ? "" : i % 3 == 1 ? "a" : "ab";
+    const std::string id = Create(Cpus(1, 1, owner));  // c1 fits eight
+    by_job[owner.job_id].push_back(id);
+    if (owner.job_id == "a" && i >= 8) pending_a.push_back(id);
+  }
+  auto ids = [](const std::vector<PlacementGroupView>& views) {
+    std::vector<std::string> out;
+    for (const PlacementGroupView& v : views) out.push_back(v.group.id);
+    return out;
+  };
+  auto pages = [&](PlacementManager::ListFilter filter, int limit) {
+    std::vector<std::string> all;
+    std::string after;
+    for (int page = 0; page < 20; ++page) {
+      std::string next;
+      for (const std::string& id :
+           ids(core_->placement().List(filter, after, limit, &next))) {
+        all.push_back(id);
+      }
+      if (next.empty()) return all;
+      after = next;
+    }
+    ADD_FAILURE() << "no last page";
+    return all;
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "before a restart" : "after it");
+    for (const std::string job : {"a", "ab"}) {
+      EXPECT_EQ(ids(core_->placement().List({job, std::nullopt})), by_job[job]);
+      EXPECT_EQ(pages({job, std::nullopt}, 1), by_job[job]);
+      EXPECT_EQ(pages({job, std::nullopt}, 3), by_job[job]);
+    }
+    EXPECT_EQ(pages({"a", PgState::kPending}, 1), pending_a);
+    EXPECT_TRUE(core_->placement().List({"b", std::nullopt}).empty());
+    EXPECT_EQ(core_->placement().List({}).size(), 12u);
+    Restart();
+  }
+  // A removed group leaves its job's list.
+  ASSERT_TRUE(core_->Remove(by_job["a"][0]).ok());
+  by_job["a"].erase(by_job["a"].begin());
+  EXPECT_EQ(ids(core_->placement().List({"a", std::nullopt})), by_job["a"]);
 }
 
 TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
