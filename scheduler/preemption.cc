@@ -384,4 +384,60 @@ PreemptionPlan PlanPreemption(const InventorySnapshot& snapshot,
                    " makes room: ", VictimsText(plan.victims)));
 }
 
+std::vector<uint32_t> NodesARequestMayUse(const InventorySnapshot& snapshot,
+                                          const PlacementRequest& request) {
+  std::vector<uint32_t> out;
+  const uint32_t n = static_cast<uint32_t>(snapshot.num_nodes());
+  if (request.slice.has_value()) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const InventorySnapshot::NodeEntry& e = snapshot.node(i);
+      const int32_t s = snapshot.SliceIndexOf(e);
+      if (s < 0) {
+        if (e.node.resources.contains(std::string(kResourceTpu))) {
+          out.push_back(i);
+        }
+        continue;
+      }
+      const InventorySnapshot::SliceEntry& se = snapshot.slice(s);
+      if (!se.shape_known || se.shape.generation == request.slice->generation) {
+        out.push_back(i);
+      }
+    }
+    return out;
+  }
+  // Each distinct (selector, resources asked) once: a gang's bundles are
+  // mostly alike.
+  std::vector<const Bundle*> distinct;
+  auto consider = [&](const std::vector<Bundle>& bundles) {
+    for (const Bundle& b : bundles) {
+      const bool seen =
+          std::any_of(distinct.begin(), distinct.end(), [&](const Bundle* d) {
+            return d->selector == b.selector && d->resources == b.resources;
+          });
+      if (!seen) distinct.push_back(&b);
+    }
+  };
+  consider(request.bundles);
+  for (const std::vector<Bundle>& fallback : request.fallbacks) {
+    consider(fallback);
+  }
+  std::vector<bool> usable(n);
+  for (const Bundle* b : distinct) {
+    for (uint32_t i : snapshot.MatchingNodes(b->selector)) {
+      const ResourceSet& has = snapshot.node(i).node.resources;
+      usable[i] =
+          usable[i] || std::all_of(b->resources.begin(), b->resources.end(),
+                                   [&](const auto& asked) {
+                                     if (asked.second <= 0) return true;
+                                     auto it = has.find(asked.first);
+                                     return it != has.end() && it->second > 0;
+                                   });
+    }
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (usable[i]) out.push_back(i);
+  }
+  return out;
+}
+
 }  // namespace sliced::scheduler

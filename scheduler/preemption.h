@@ -100,6 +100,17 @@ PreemptionPlan PlanPreemption(const InventorySnapshot& snapshot,
                               std::vector<VictimCandidate> candidates,
                               const PreemptionOptions& options = {});
 
+// The nodes (indexes, ascending) where `request` could place a bundle: for
+// a slice request, the nodes in a slice of its generation (or of an unknown
+// shape) and TPU nodes in no slice; otherwise the nodes that match some
+// bundle's selector (primary or fallback) and have every resource it asks.
+// A superset: compute-class priorities and free capacity are not read. Only
+// a group holding capacity on one of them can be a victim that helps, so a
+// caller gathers candidates from these nodes' allocations instead of every
+// group. O(nodes x distinct bundles).
+std::vector<uint32_t> NodesARequestMayUse(const InventorySnapshot& snapshot,
+                                          const PlacementRequest& request);
+
 }  // namespace sliced::scheduler
 
 #endif  // SLICED_SCHEDULER_PREEMPTION_H_

@@ -94,9 +94,9 @@ absl::string_view PreemptionOutcome(PgState state) {
   }
 }
 
-// Searches for victims (a scan of the groups, then a plan bounded by
-// scheduler/preemption.h) one RetryQueue pass may run; the other waiting
-// groups search on a later pass.
+// Searches for victims (the groups on the nodes the request could use,
+// then a plan bounded by scheduler/preemption.h) one RetryQueue pass may
+// run; the other waiting groups search on a later pass.
 constexpr int kMaxPreemptionSearchesPerRetry = 2;
 
 // The solves of one queue retry that did not place their group, by what
@@ -428,17 +428,28 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
       group.state != PgState::kPending || !group.preempting.empty()) {
     return false;
   }
-  std::vector<scheduler::VictimCandidate> candidates;
-  txn.ForEachPg([&](const PlacementGroup& g) {
-    if (MayPreempt(group, g, txn.now())) {
-      candidates.push_back({g.id, g.priority, g.sequence, g.priority_class});
-    }
-    return true;
-  });
-  if (candidates.empty()) return true;  // searched: nobody to preempt
   ASSIGN_OR_RETURN(PlacementRequest request,
                    SolveRequest(txn, group, group.request));
   ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+  // Only a group holding capacity where the request could go can help: the
+  // candidates come from those nodes' allocations, not from every group
+  // (a production job waiting for TPU slices beside 50k best-effort CPU
+  // groups searches none of them).
+  absl::btree_set<std::string> holders;
+  for (uint32_t i : scheduler::NodesARequestMayUse(*snapshot, request)) {
+    for (const scheduler::Allocation& a : snapshot->node(i).allocations) {
+      holders.insert(a.pg_id);
+    }
+  }
+  std::vector<scheduler::VictimCandidate> candidates;
+  for (const std::string& id : holders) {
+    const PlacementGroup* g = txn.FindPg(id);
+    if (g != nullptr && MayPreempt(group, *g, txn.now())) {
+      candidates.push_back(
+          {g->id, g->priority, g->sequence, g->priority_class});
+    }
+  }
+  if (candidates.empty()) return true;  // searched: nobody to preempt
   const scheduler::PreemptionPlan plan =
       scheduler::PlanPreemption(*snapshot, request, candidates);
   if (!plan.found) return true;

@@ -161,6 +161,40 @@ TEST(PreemptionTest, NoCandidateHoldingTheRightCapacity) {
   EXPECT_EQ(none.solves, 0);
 }
 
+// Where a request could go, so that only groups holding capacity there are
+// candidates: slice hosts of its generation, or nodes that match a bundle's
+// selector and have what it asks (primary or fallback).
+TEST(PreemptionTest, NodesARequestMayUse) {
+  std::vector<Node> nodes = Slice("a", "TPU-V6E", "4x4");
+  Append(nodes, Slice("v4", "TPU-V4", "2x2x2"));
+  nodes.push_back(CpuNode("cpu1", 8, "z1"));
+  nodes.push_back(CpuNode("cpu2", 8, "z2"));
+  auto snap = Snap(nodes);
+  auto ids = [&](const PlacementRequest& r) {
+    std::vector<std::string> out;
+    for (uint32_t i : NodesARequestMayUse(*snap, r)) {
+      out.push_back(snap->node(i).node.node_id);
+    }
+    return absl::StrJoin(out, ",");
+  };
+  EXPECT_EQ(ids(SliceRequest("4x4")), "a-w0,a-w1,a-w2,a-w3");
+  PlacementRequest v4 = SliceRequest("2x2x2");
+  v4.slice->generation = TpuGeneration::kV4;
+  EXPECT_EQ(ids(v4), "v4-w0,v4-w1");
+  // TPU bundles: TPU hosts only; CPU bundles: every node with CPUs.
+  EXPECT_EQ(ids(Gang(Strategy::kPack, {Tpu(4)})),
+            "a-w0,a-w1,a-w2,a-w3,v4-w0,v4-w1");
+  EXPECT_EQ(ids(Gang(Strategy::kPack, {Cpu(1)})),
+            "a-w0,a-w1,a-w2,a-w3,cpu1,cpu2,v4-w0,v4-w1");
+  // A selector narrows; a fallback adds its own nodes.
+  PlacementRequest zoned = Gang(Strategy::kPack, {Cpu(1)});
+  zoned.bundles[0].selector =
+      *ParseLabelSelector({{std::string(kLabelZone), "z2"}});
+  EXPECT_EQ(ids(zoned), "cpu2");
+  zoned.fallbacks = {{Bundle{Tpu(4), {}, ""}}};
+  EXPECT_EQ(ids(zoned), "a-w0,a-w1,a-w2,a-w3,cpu2,v4-w0,v4-w1");
+}
+
 TEST(PreemptionTest, MultiSliceTakesAFreeSliceAndFreesTheCheapestOther) {
   std::vector<Node> nodes = TwoSlices();
   Append(nodes, Slice("c", "TPU-V6E", "4x4"));

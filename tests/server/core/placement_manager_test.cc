@@ -942,6 +942,26 @@ TEST_F(PlacementManagerTest, ExplainSaysWhatPreemptionWouldFreeAndDoesNothing) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Candidates are the groups on the nodes the preemptor could use: past the
+// planner's bound of 4,096 candidates, younger best-effort groups on a CPU
+// node no longer crowd out the one holding the slice.
+TEST_F(PlacementManagerTest, VictimsComeFromTheNodesTheRequestCouldUse) {
+  Start(Preempting(absl::ZeroDuration()));
+  std::vector<scheduler::Node> nodes = Slice("s1", "TPU-V6E", "4x4");
+  nodes.push_back(CpuNode("cpu", 5000, "z9"));
+  ASSERT_TRUE(core_->Register(nodes).ok());
+  const std::string holder = Create(V6eSlices(1));  // best-effort, oldest
+  for (int i = 0; i < 4100; ++i) {
+    PgSpec spec = Cpus(1, 1);
+    spec.group.request.bundles[0].selector = *scheduler::ParseLabelSelector(
+        {{std::string(scheduler::kLabelZone), "z9"}});
+    ASSERT_EQ(core_->StateOf(Create(spec)), PgState::kCreated);
+  }
+  const std::string prod = Create(V6eSlices(1, OfClass("production")));
+  EXPECT_EQ(core_->placement().Get(prod)->group.preempting,
+            std::vector<std::string>{holder});
+}
+
 TEST_F(PlacementManagerTest, PriorityClassesResolveAtCreateAndSurviveRestart) {
   CoreOptions options;
   auto classes = PriorityClasses::Parse(
