@@ -19,6 +19,17 @@ namespace {
 // oldest victim, i.e. a larger sequence, is cheaper).
 using Cost = std::tuple<int32_t, size_t, int64_t, int64_t>;
 
+// Whether node i hosts a slice of `generation` (of a known shape): where a
+// slice request of that generation can go.
+bool HostsSliceOf(const InventorySnapshot& snapshot, uint32_t i,
+                  TpuGeneration generation) {
+  const int32_t s = snapshot.SliceIndexOf(snapshot.node(i));
+  if (s < 0) return false;
+  const InventorySnapshot::SliceEntry& slice =
+      snapshot.slice(static_cast<uint32_t>(s));
+  return slice.shape_known && slice.shape.generation == generation;
+}
+
 class Planner {
  public:
   Planner(const InventorySnapshot& snapshot, const PlacementRequest& request,
@@ -80,17 +91,9 @@ class Planner {
   bool Relevant(size_t i) const {
     const Holdings& h = holdings_[i];
     if (request_.slice.has_value()) {
-      for (uint32_t node : h.nodes) {
-        const int32_t s = snapshot_.SliceIndexOf(snapshot_.node(node));
-        if (s < 0) continue;
-        const InventorySnapshot::SliceEntry& slice =
-            snapshot_.slice(static_cast<uint32_t>(s));
-        if (slice.shape_known &&
-            slice.shape.generation == request_.slice->generation) {
-          return true;
-        }
-      }
-      return false;
+      return std::any_of(h.nodes.begin(), h.nodes.end(), [&](uint32_t node) {
+        return HostsSliceOf(snapshot_, node, request_.slice->generation);
+      });
     }
     auto asks = [&](const std::vector<Bundle>& bundles) {
       for (const Bundle& b : bundles) {
@@ -390,18 +393,8 @@ std::vector<uint32_t> NodesARequestMayUse(const InventorySnapshot& snapshot,
   const uint32_t n = static_cast<uint32_t>(snapshot.num_nodes());
   if (request.slice.has_value()) {
     for (uint32_t i = 0; i < n; ++i) {
-      const InventorySnapshot::NodeEntry& e = snapshot.node(i);
-      const int32_t s = snapshot.SliceIndexOf(e);
-      if (s < 0) {
-        if (e.node.resources.contains(std::string(kResourceTpu))) {
-          out.push_back(i);
-        }
-        continue;
-      }
-      const InventorySnapshot::SliceEntry& se = snapshot.slice(s);
-      if (!se.shape_known || se.shape.generation == request.slice->generation) {
+      if (HostsSliceOf(snapshot, i, request.slice->generation))
         out.push_back(i);
-      }
     }
     return out;
   }

@@ -101,9 +101,9 @@ PreemptionPlan PlanPreemption(const InventorySnapshot& snapshot,
                               const PreemptionOptions& options = {});
 
 // The nodes (indexes, ascending) where `request` could place a bundle: for
-// a slice request, the nodes in a slice of its generation (or of an unknown
-// shape) and TPU nodes in no slice; otherwise the nodes that match some
-// bundle's selector (primary or fallback) and have every resource it asks.
+// a slice request, the hosts of slices of its generation (the planner's own
+// test of a relevant victim); otherwise the nodes that match some bundle's
+// selector (primary or fallback) and have every resource it asks.
 // A superset: compute-class priorities and free capacity are not read. Only
 // a group holding capacity on one of them can be a victim that helps, so a
 // caller gathers candidates from these nodes' allocations instead of every

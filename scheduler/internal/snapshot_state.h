@@ -182,9 +182,11 @@ class PgShard {
  private:
   friend class sliced::scheduler::SnapshotWriter;
 
-  size_t BucketOf(size_t hash) const {
-    return (hash >> kPgShardBits) & (buckets_.size() - 1);
+  // The bucket of `hash` among `n` (a power of 2).
+  static size_t BucketOf(size_t hash, size_t n) {
+    return (hash >> kPgShardBits) & (n - 1);
   }
+  size_t BucketOf(size_t hash) const { return BucketOf(hash, buckets_.size()); }
 
   std::vector<std::shared_ptr<const Bucket>> buckets_;  // a power of 2
   size_t size_ = 0;                                     // groups

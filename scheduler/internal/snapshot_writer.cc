@@ -995,8 +995,8 @@ class SnapshotWriter {
   // Doubles the shard's buckets once they hold more than kBucketGroups
   // groups on average: O(the shard's groups), every time it doubles.
   void MaybeSplit(PgShard& shard) {
-    const size_t n = 2 * shard.buckets_.size();
     if (shard.size_ <= PgShard::kBucketGroups * shard.buckets_.size()) return;
+    const size_t n = 2 * shard.buckets_.size();
     std::vector<std::shared_ptr<PgShard::Bucket>> split(n);
     for (auto& bucket : split) {
       bucket = std::make_shared<PgShard::Bucket>();
@@ -1005,8 +1005,8 @@ class SnapshotWriter {
     for (const auto& bucket : shard.buckets_) {
       owned_buckets_.erase(bucket.get());
       for (const auto& [id, list] : *bucket) {
-        split[(SnapshotState::PgHash(id) >> internal::kPgShardBits) & (n - 1)]
-            ->emplace(id, list);
+        split[PgShard::BucketOf(SnapshotState::PgHash(id), n)]->emplace(id,
+                                                                        list);
       }
     }
     shard.buckets_.assign(split.begin(), split.end());

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -435,14 +436,15 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
   // candidates come from those nodes' allocations, not from every group
   // (a production job waiting for TPU slices beside 50k best-effort CPU
   // groups searches none of them).
-  absl::btree_set<std::string> holders;
+  // (The planner orders the candidates itself.)
+  absl::flat_hash_set<absl::string_view> holders;
   for (uint32_t i : scheduler::NodesARequestMayUse(*snapshot, request)) {
     for (const scheduler::Allocation& a : snapshot->node(i).allocations) {
       holders.insert(a.pg_id);
     }
   }
   std::vector<scheduler::VictimCandidate> candidates;
-  for (const std::string& id : holders) {
+  for (absl::string_view id : holders) {
     const PlacementGroup* g = txn.FindPg(id);
     if (g != nullptr && MayPreempt(group, *g, txn.now())) {
       candidates.push_back(
