@@ -14,6 +14,11 @@ client count a health phase and right after it a create phase.
   bench/go_ratio.py --daemon build-bench/server/sliced \\
       --go_client build-bench/bench/sliced_goload --out_dir bench/results
 
+With --calibration build-bench/bench/sliced_calib, each repetition also
+measures DESIGN §7's calibration server (bench/calib: durable group commit
+and nothing else) with the same client and phases, and go.md gives sliced's
+ratio as a share of the calibration's.
+
 Writes go.json and go.md to --out_dir. With --check, exits 1 unless every
 phase completed calls without errors.
 """
@@ -50,18 +55,22 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Daemon:
-    """The sliced binary on a free loopback port and a fresh data dir."""
+# The daemon's flags beyond --listen and --data_dir.
+SLICED_FLAGS = ["--metrics_listen=127.0.0.1:0", "--heartbeat_timeout=0"]
 
-    def __init__(self, binary, work_dir):
+
+class Daemon:
+    """The sliced binary (or sliced_calib, with flags=[]) on a free loopback
+    port and a fresh data dir."""
+
+    def __init__(self, binary, work_dir, flags=SLICED_FLAGS):
         self.dir = tempfile.mkdtemp(prefix="go-ratio-", dir=work_dir)
         self.log = open(os.path.join(self.dir, "daemon.log"), "w")
         self.proc = subprocess.Popen(
-            [binary, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-             "--data_dir=" + os.path.join(self.dir, "data"),
-             "--heartbeat_timeout=0"],
+            [binary, "--listen=127.0.0.1:0",
+             "--data_dir=" + os.path.join(self.dir, "data")] + flags,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
-        banner = self.proc.stdout.readline()  # "sliced: serving on H:P, ..."
+        banner = self.proc.stdout.readline()  # "NAME: serving on H:P, ..."
         if "serving on " not in banner:
             self.stop()
             sys.exit(f"go_ratio: {binary} did not start: {banner!r}; "
@@ -119,6 +128,43 @@ def phase(args, daemon, workload, clients):
     return r
 
 
+def run_sliced(args, rep):
+    """One repetition against sliced: per client count a health phase, then
+    the two create phases."""
+    runs = []
+    daemon = Daemon(args.daemon, args.work_dir)
+    try:
+        register_fleet(args, daemon.target)
+        for c in args.clients:
+            health = phase(args, daemon, "health", c)
+            runs.append(health)
+            # Groups accumulate: alternate which create phase comes first so
+            # that neither always meets the fuller daemon.
+            for w in CREATES if rep % 2 == 0 else CREATES[::-1]:
+                create = phase(args, daemon, w, c)
+                create["paired_health_rps"] = health["rps"]
+                runs.append(create)
+    finally:
+        daemon.stop()
+    return [dict(r, server="sliced") for r in runs]
+
+
+def run_calibration(args, rep):
+    """One repetition against sliced_calib (DESIGN §7's calibration server):
+    per client count a health phase, then BASIC creates."""
+    runs = []
+    daemon = Daemon(args.calibration, args.work_dir, flags=[])
+    try:
+        for c in args.clients:
+            health = phase(args, daemon, "health", c)
+            create = phase(args, daemon, "create", c)
+            create["paired_health_rps"] = health["rps"]
+            runs += [health, create]
+    finally:
+        daemon.stop()
+    return [dict(r, server="calibration") for r in runs]
+
+
 def shown(path):
     """`path` relative to the repository when it is inside it."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,7 +197,8 @@ def render(args, runs, load_start, load_end, started):
     ]
     for c in args.clients:
         for w in ("health",) + CREATES:
-            rs = [r for r in runs if r["concurrency"] == c and r["workload"] == w]
+            rs = [r for r in runs if r["concurrency"] == c and
+                  r["workload"] == w and r["server"] == "sliced"]
             med = lambda key: statistics.median(r[key] for r in rs)
             ratio = "—"
             if w in CREATES:
@@ -174,7 +221,61 @@ def render(args, runs, load_start, load_end, started):
         "creates 8.9k/s, ratio 0.365; DESIGN §7's calibration: health "
         "~13k/s.",
     ]
+    if any(r["server"] == "calibration" for r in runs):
+        lines += [""] + render_calibration(args, runs)
     return "\n".join(lines) + "\n"
+
+
+def ratios(runs, server, workload, clients):
+    """Per repetition: creates/s ÷ the paired health check's."""
+    return {r["rep"]: r["rps"] / r["paired_health_rps"] for r in runs
+            if r["server"] == server and r["workload"] == workload and
+            r["concurrency"] == clients}
+
+
+def render_calibration(args, runs):
+    lines = [
+        f"**The calibration server** (`{shown(args.calibration)}`, "
+        f"bench/calib: DESIGN §7's hand-built server, which reached "
+        f"0.58–0.60 with ghz at 64 clients). One writer thread takes every "
+        f"waiting create, writes one ~200-byte record per create in one "
+        f"RocksDB batch, syncs it and answers (id and state); nothing else. "
+        f"Same client, same phases, a fresh data dir per repetition, run "
+        f"beside sliced in each repetition (which of the two first "
+        f"alternates). The last column is sliced's BASIC ratio as a share "
+        f"of the calibration's, per repetition, median first.",
+        "",
+        "| clients | health/s | creates/s | ratio to health | p50 / p99 ms | "
+        "errors | client CPU per create (µs) | daemon CPU (cores) | "
+        "sliced's share of it |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in args.clients:
+        cal = ratios(runs, "calibration", "create", c)
+        mine = ratios(runs, "sliced", "create", c)
+        share = [mine[rep] / cal[rep] for rep in sorted(cal) if rep in mine]
+        rs = {w: [r for r in runs if r["server"] == "calibration" and
+                  r["workload"] == w and r["concurrency"] == c]
+              for w in ("health", "create")}
+        med = lambda w, key: statistics.median(r[key] for r in rs[w])
+        per_call = statistics.median(
+            r["client_cpu_seconds"] / max(1, r["calls"]) * 1e6
+            for r in rs["create"])
+
+        def cell(xs):
+            out = f"**{statistics.median(xs):.2f}**"
+            if len(xs) > 1:
+                out += " (" + ", ".join(f"{x:.2f}" for x in xs) + ")"
+            return out
+
+        lines.append(
+            f"| {c} | {med('health', 'rps'):.0f} | {med('create', 'rps'):.0f} "
+            f"| {cell([cal[rep] for rep in sorted(cal)])} | "
+            f"{med('create', 'p50_ms'):.2f} / {med('create', 'p99_ms'):.2f} | "
+            f"{sum(r['errors'] for r in rs['create'])} | {per_call:.0f} | "
+            f"{med('create', 'daemon_cpu_cores'):.2f} | "
+            f"{cell(share) if share else '—'} |")
+    return lines
 
 
 def add_common_flags(p):
@@ -202,9 +303,12 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--duration", type=float, default=5)
     p.add_argument("--warmup", type=float, default=0.5)
+    p.add_argument("--calibration", default="",
+                   help="sliced_calib: also measure DESIGN §7's calibration "
+                        "server in each repetition")
     args = p.parse_args()
     args.clients = [int(c) for c in args.clients.split(",") if c]
-    for path in (args.daemon, args.go_client):
+    for path in filter(None, (args.daemon, args.go_client, args.calibration)):
         if not os.access(path, os.X_OK):
             sys.exit(f"go_ratio: {path}: not an executable")
 
@@ -212,20 +316,12 @@ def main():
     load_start = load_average()
     runs = []
     for rep in range(args.reps):
-        daemon = Daemon(args.daemon, args.work_dir)
-        try:
-            register_fleet(args, daemon.target)
-            for c in args.clients:
-                health = phase(args, daemon, "health", c)
-                runs.append(dict(health, rep=rep))
-                # Groups accumulate: alternate which create phase comes
-                # first so that neither always meets the fuller daemon.
-                for w in CREATES if rep % 2 == 0 else CREATES[::-1]:
-                    create = phase(args, daemon, w, c)
-                    create["paired_health_rps"] = health["rps"]
-                    runs.append(dict(create, rep=rep))
-        finally:
-            daemon.stop()
+        servers = [run_sliced]
+        if args.calibration:
+            # Alternate which server meets the machine first.
+            servers = [run_sliced, run_calibration][::1 if rep % 2 == 0 else -1]
+        for run in servers:
+            runs += [dict(r, rep=rep) for r in run(args, rep)]
     load_end = load_average()
 
     os.makedirs(args.out_dir, exist_ok=True)

@@ -18,8 +18,8 @@
 # Options: --no-build (use existing binaries), --render-only (rewrite the
 # Markdown from the last run's output, run nothing), --build-dir DIR
 # (default build-bench), JOBS=N in the environment for the build (default 1).
-# Steps: build sliced, sliced_sim, sliced_load (Release) and sliced_goload
-# (Go); sliced_sim
+# Steps: build sliced, sliced_sim, sliced_load, sliced_calib (Release) and
+# sliced_goload (Go); sliced_sim
 # (quality replay, whole-slice batch vs max flow, solver latency 1k-100k;
 # then --workload=mixed: the mixed trace against the tuned tiered-first-fit;
 # then --workload=preemption: victim choice against a topology-blind rule);
@@ -27,7 +27,7 @@
 # RSS per node / per PG, restart at 100k nodes + 50k PGs, churn, heartbeats
 # at 10k and 100k nodes, watch fan-out); go_ratio.py (one-bundle creates vs
 # the health check from the Go client, as issue 17 measured with ghz, on
-# 2,000 CPU nodes); deep_queue.py (create/remove beside 2,000 and 10,000
+# 2,000 CPU nodes, beside DESIGN §7's calibration server); deep_queue.py (create/remove beside 2,000 and 10,000
 # PENDING groups). Raw output: JSON, the Markdown
 # tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
@@ -92,7 +92,7 @@ SYNC
 fi
 if [[ $DO_BUILD == 1 ]]; then
   cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load sliced_goload
+  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load sliced_goload sliced_calib
 fi
 
 if [[ $RECORD == 0 ]]; then OUT=$BUILD/bench-quick; else OUT=$ROOT/bench/results; fi
@@ -159,6 +159,7 @@ if [[ $RENDER_ONLY == 0 ]]; then
   [[ $QUICK == 1 ]] && GO_MODE=(--reps=1 --duration=2)
   /usr/bin/python3 "$ROOT/bench/go_ratio.py" "${GO_MODE[@]}" \
     --daemon="$BUILD/server/sliced" --go_client="$BUILD/bench/sliced_goload" \
+    --calibration="$BUILD/bench/sliced_calib" \
     --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" --check >/dev/null
   echo "== deep_queue.py ${MODE[*]:-}" >&2
   DQ_MODE=()
@@ -177,7 +178,7 @@ if [[ $RENDER_ONLY == 0 ]]; then
   fi
   BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
   if [[ $DO_BUILD == 1 ]]; then
-    BUILT="it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release and \`sliced_goload\` into \`${BUILD#$ROOT/}/\`"
+    BUILT="it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release, \`sliced_calib\` and \`sliced_goload\` into \`${BUILD#$ROOT/}/\`"
   else
     BUILT="it used the binaries already built in \`${BUILD#$ROOT/}/\` (${BUILD_TYPE:-unknown} build)"
   fi
@@ -186,7 +187,7 @@ else
   { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END;
     read -r ARGS || true; read -r BUILT || true; } < "$OUT/run.txt"
 fi
-BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release and \`sliced_goload\` into \`build-bench/\`"}
+BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release, \`sliced_calib\` and \`sliced_goload\` into \`build-bench/\`"}
 
 RESULTS=$ROOT/bench/RESULTS.md
 [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
@@ -232,11 +233,23 @@ for c in (16, 64):
 for w, reply in (("create", "BASIC reply"), ("create_full", "full reply")):
     for c in (16, 64):
         ratios = [r["rps"] / r["paired_health_rps"] for r in go["runs"]
-                  if r["concurrency"] == c and r["workload"] == w]
+                  if r["concurrency"] == c and r["workload"] == w and
+                  r.get("server", "sliced") == "sliced"]
         if ratios:
             target = "≥ 0.6 with ghz (issue 17)" if c == 64 else "(report)"
             rows.append(f"| gRPC ratio to health, one-bundle creates, {reply}, Go client (go_ratio.py), {c} clients | "
                         f"{target} | {median(ratios):.2f} |")
+# The same client against DESIGN §7's calibration server (bench/calib), and
+# sliced's BASIC ratio as a share of it, per repetition.
+for c in (16, 64):
+    per_rep = lambda server: {r["rep"]: r["rps"] / r["paired_health_rps"] for r in go["runs"]
+                              if r.get("server") == server and r["workload"] == "create" and r["concurrency"] == c}
+    cal, mine = per_rep("calibration"), per_rep("sliced")
+    if cal:
+        rows.append(f"| calibration server's ratio to health (bench/calib: group commit, nothing else), Go client, {c} clients | "
+                    f"(report; DESIGN §7: 0.58–0.60 with ghz at 64) | {median(list(cal.values())):.2f} |")
+        share = [mine[k] / cal[k] for k in cal if k in mine]
+        rows.append(f"| sliced's BASIC ratio as a share of the calibration server's, {c} clients | (report) | {median(share):.2f} |")
 try:
     dq = json.load(open(f"{out}/deep_queue.json"))["runs"]
 except FileNotFoundError:
