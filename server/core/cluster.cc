@@ -57,7 +57,7 @@ bool MayStillPreempt(const PlacementGroup& pg) {
 
 // Adds `pg` to the state's indexes of groups: by request id, the queue and
 // its waiting part, waiting groups by queued time, CREATED per priority and
-// by placed time, the preemption checks' and by job (ClusterState).
+// by placed time, the preemption checks', by job and by state (ClusterState).
 void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (!pg.request_id.empty()) state.pg_by_request_id[pg.request_id] = pg.id;
   if (IsQueued(pg.state)) state.queue.insert(QueueKeyOf(pg));
@@ -75,6 +75,7 @@ void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
   }
   if (MayStillPreempt(pg)) ++state.may_preempt_by_priority[pg.priority];
   if (!pg.job_id.empty()) state.pgs_by_job.emplace(pg.job_id, pg.id);
+  state.pgs_by_state.emplace(pg.state, pg.id);
 }
 
 // Takes `pg` (as IndexGroup() added it) out of the state's indexes.
@@ -100,6 +101,7 @@ void UnindexGroup(ClusterState& state, const PlacementGroup& pg) {
     if (--count->second == 0) state.may_preempt_by_priority.erase(count);
   }
   if (!pg.job_id.empty()) state.pgs_by_job.erase({pg.job_id, pg.id});
+  state.pgs_by_state.erase({pg.state, pg.id});
 }
 
 }  // namespace

@@ -822,6 +822,15 @@ std::vector<PlacementGroupView> PlacementManager::List(
   };
   cluster_->Read([&](const ClusterState& s) {
     snapshot = s.snapshot;
+    if (filter.job_id.empty() && filter.state) {
+      // A state's groups from the index, in id order, past `after`.
+      for (auto it =
+               s.pgs_by_state.upper_bound({*filter.state, std::string(after)});
+           it != s.pgs_by_state.end() && it->first == *filter.state; ++it) {
+        if (!take(*s.pgs.Find(it->second))) break;
+      }
+      return 0;
+    }
     if (filter.job_id.empty()) {
       s.pgs.ForEach(take, after);
       return 0;

@@ -131,6 +131,9 @@ struct ClusterState {
   // (job id, group id) of the groups that name a job: what a driver lists
   // or watches costs its job's groups, not a walk of every group.
   absl::btree_set<std::pair<std::string, std::string>> pgs_by_job;
+  // (state, group id) of every group: a list by state alone (what is
+  // PENDING?) reads that state's groups, not a walk of every group.
+  absl::btree_set<std::pair<PgState, std::string>> pgs_by_state;
   // Arrival order for the next placement group.
   uint64_t next_sequence = 1;
 };

@@ -1,10 +1,10 @@
 // The live-group table (PgTable), the queue indexes of the cluster state
 // (`queue`, `waiting`, `waiting_since`, `created_by_priority`, `waiting_asks`,
-// the preemption checks' three, `pgs_by_job`) and the Txn queries answered
-// from them plus the commit group's changes (PendingQueue, QueueSize,
-// ForEachWaitingSince, LowestCreatedPriority, ForEachWaitingAsk) against a
-// walk of every group, over random commit groups of random ops, installed or
-// abandoned, and across a restart.
+// the preemption checks' three, `pgs_by_job`, `pgs_by_state`) and the Txn
+// queries answered from them plus the commit group's changes (PendingQueue,
+// QueueSize, ForEachWaitingSince, LowestCreatedPriority, ForEachWaitingAsk)
+// against a walk of every group, over random commit groups of random ops,
+// installed or abandoned, and across a restart.
 #include <algorithm>
 #include <map>
 #include <random>
@@ -152,8 +152,10 @@ class ClusterQueueTest : public ::testing::Test {
     std::map<int32_t, int64_t> may_preempt;
     std::set<std::tuple<absl::Time, int32_t, std::string>> created;
     std::set<std::pair<std::string, std::string>> by_job;
+    std::set<std::pair<PgState, std::string>> by_state;
     s.pgs.ForEach([&](const PlacementGroup& pg) {
       if (!pg.job_id.empty()) by_job.emplace(pg.job_id, pg.id);
+      by_state.emplace(pg.state, pg.id);
       if (!pg.preempting.empty()) {
         preemptors.emplace(pg.preemption_deadline, pg.id);
       }
@@ -176,6 +178,7 @@ class ClusterQueueTest : public ::testing::Test {
                        s.created_by_placed_time.end()),
               created);
     EXPECT_EQ(std::set(s.pgs_by_job.begin(), s.pgs_by_job.end()), by_job);
+    EXPECT_EQ(std::set(s.pgs_by_state.begin(), s.pgs_by_state.end()), by_state);
   }
 
   // A Txn over the committed state alone.
@@ -330,6 +333,7 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
     EXPECT_EQ(after.may_preempt_by_priority, before.may_preempt_by_priority);
     EXPECT_EQ(after.created_by_placed_time, before.created_by_placed_time);
     EXPECT_EQ(after.pgs_by_job, before.pgs_by_job);
+    EXPECT_EQ(after.pgs_by_state, before.pgs_by_state);
     CheckPreemptionIndexes(after);
     return 0;
   });

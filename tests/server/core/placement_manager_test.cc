@@ -254,6 +254,68 @@ TEST_F(PlacementManagerTest, ListsAJobsGroupsInPagesWithTheStateFilter) {
   EXPECT_EQ(ids(core_->placement().List({"a", std::nullopt})), by_job["a"]);
 }
 
+// A list by state alone reads the state index (ClusterState::pgs_by_state):
+// the same groups, in the same pages, as a walk of every group filtered by
+// state, before and after a restart and as groups change state.
+TEST_F(PlacementManagerTest, ListsAStatesGroupsInPages) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  std::vector<std::string> created, pending;  // in id order
+  for (int i = 0; i < 12; ++i) {
+    const std::string id = Create(Cpus(1, 1));  // c1 fits eight
+    (i < 8 ? created : pending).push_back(id);
+  }
+  auto ids = [](const std::vector<PlacementGroupView>& views) {
+    std::vector<std::string> out;
+    for (const PlacementGroupView& v : views) out.push_back(v.group.id);
+    return out;
+  };
+  auto pages = [&](PgState state, int limit) {
+    std::vector<std::string> all;
+    std::string after, next;
+    for (int page = 0; page < 20; ++page) {
+      for (const std::string& id :
+           ids(core_->placement().List({"", state}, after, limit, &next))) {
+        all.push_back(id);
+      }
+      if (next.empty()) return all;
+      after = next;
+    }
+    ADD_FAILURE() << "no last page";
+    return all;
+  };
+  // Every state's list against the unfiltered list, filtered here.
+  auto by_walk = [&](PgState state) {
+    std::vector<std::string> out;
+    for (const PlacementGroupView& v : core_->placement().List({})) {
+      if (v.group.state == state) out.push_back(v.group.id);
+    }
+    return out;
+  };
+  auto check_every_state = [&] {
+    for (PgState state :
+         {PgState::kPending, PgState::kCreated, PgState::kRescheduling,
+          PgState::kInfeasible, PgState::kPreempting}) {
+      SCOPED_TRACE(PgStateName(state));
+      EXPECT_EQ(ids(core_->placement().List({"", state})), by_walk(state));
+      EXPECT_EQ(pages(state, 1), by_walk(state));
+      EXPECT_EQ(pages(state, 3), by_walk(state));
+    }
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "before a restart" : "after it");
+    EXPECT_EQ(pages(PgState::kPending, 1), pending);
+    EXPECT_EQ(pages(PgState::kCreated, 3), created);
+    check_every_state();
+    Restart();
+  }
+  // A removal frees a CPU: the first waiting group is placed.
+  ASSERT_TRUE(core_->Remove(created[0]).ok());
+  EXPECT_EQ(pages(PgState::kPending, 2),
+            std::vector<std::string>(pending.begin() + 1, pending.end()));
+  check_every_state();
+}
+
 TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
