@@ -178,7 +178,7 @@ if [[ $RENDER_ONLY == 0 ]]; then
   fi
   BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
   if [[ $DO_BUILD == 1 ]]; then
-    BUILT="it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release, \`sliced_calib\` and \`sliced_goload\` into \`${BUILD#$ROOT/}/\`"
+    BUILT="it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\` in Release and \`sliced_goload\` into \`${BUILD#$ROOT/}/\`"
   else
     BUILT="it used the binaries already built in \`${BUILD#$ROOT/}/\` (${BUILD_TYPE:-unknown} build)"
   fi
@@ -187,7 +187,7 @@ else
   { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END;
     read -r ARGS || true; read -r BUILT || true; } < "$OUT/run.txt"
 fi
-BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\` in Release, \`sliced_calib\` and \`sliced_goload\` into \`build-bench/\`"}
+BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\` in Release and \`sliced_goload\` into \`build-bench/\`"}
 
 RESULTS=$ROOT/bench/RESULTS.md
 [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }

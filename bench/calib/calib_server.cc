@@ -58,7 +58,8 @@ struct Pending {
   std::string record;
 };
 
-// Thread-safe: gRPC's threads call Create; one writer thread drains.
+// Thread-safe: gRPC's threads call CreatePlacementGroup; one writer thread
+// drains the queue.
 class CalibrationService final : public v1::Placement::CallbackService {
  public:
   explicit CalibrationService(rocksdb::DB* db)
