@@ -164,6 +164,23 @@ void Cluster::BeginGroup(absl::Time now) {
 
 void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
   StateChanges& own = txn.own_;
+  // The group's waiting entries of the groups this op changed give way to
+  // the op's (before the op's changes replace the group's).
+  for (const auto& [id, change] : own.pgs) {
+    auto it = group_.pgs.find(id);
+    if (it != group_.pgs.end() && it->second && Waits(it->second->state)) {
+      group_.waiting_since.erase({it->second->queued_time, id});
+    }
+  }
+  group_.waiting_since.insert(own.waiting_since.begin(),
+                              own.waiting_since.end());
+  group_.queued_delta += own.queued_delta;
+  for (const auto& [ask, d] : own.waiting_asks_delta) {
+    AddCount(group_.waiting_asks_delta, ask, d);
+  }
+  for (const auto& [priority, d] : own.created_delta) {
+    AddCount(group_.created_delta, priority, d);
+  }
   MergeInto(own.nodes, group_.nodes);
   MergeInto(own.pgs, group_.pgs);
   MergeInto(own.classes, group_.classes);

@@ -99,13 +99,39 @@ const PlacementGroup* Txn::FindPgByRequestId(
   return it == committed_.pg_by_request_id.end() ? nullptr : FindPg(it->second);
 }
 
+void Txn::Replace(absl::string_view pg_id, const PlacementGroup* next) {
+  // What this op saw before: for the queue count, and this layer's own
+  // waiting entry to drop.
+  const PlacementGroup* before = FindPg(pg_id);
+  own_.queued_delta += int{next != nullptr && IsQueued(next->state)} -
+                       int{before != nullptr && IsQueued(before->state)};
+  for (const auto& [pg, d] : {std::pair{before, -1}, std::pair{next, 1}}) {
+    if (pg == nullptr) continue;
+    if (Waits(pg->state)) {
+      AddCount(own_.waiting_asks_delta, LeastAskOfANode(pg->request), d);
+    }
+    if (pg->state == PgState::kCreated) {
+      AddCount(own_.created_delta, pg->priority, d);
+    }
+  }
+  auto mine = own_.pgs.find(pg_id);
+  if (mine != own_.pgs.end() && mine->second && Waits(mine->second->state)) {
+    own_.waiting_since.erase({mine->second->queued_time, std::string(pg_id)});
+  }
+  if (next != nullptr && Waits(next->state)) {
+    own_.waiting_since.emplace(next->queued_time, next->id);
+  }
+}
+
 void Txn::PutPg(const PlacementGroup& pg) {
   mutation_.PutPlacementGroup(pg);
+  Replace(pg.id, &pg);
   own_.pgs[pg.id] = pg;
 }
 
 void Txn::DeletePg(absl::string_view pg_id) {
   mutation_.DeletePlacementGroup(pg_id);
+  Replace(pg_id, nullptr);
   own_.pgs[std::string(pg_id)] = std::nullopt;
 }
 
@@ -146,17 +172,6 @@ void Txn::ForEachChangedPg(
   }
 }
 
-int64_t Txn::QueueSize() const {
-  int64_t size = static_cast<int64_t>(committed_.queue.size());
-  ForEachChangedPg([&](const std::string& id) {
-    const PlacementGroup* old = committed_.pgs.Find(id);
-    const bool was = old != nullptr && IsQueued(old->state);
-    const PlacementGroup* pg = FindPg(id);
-    size += int{pg != nullptr && IsQueued(pg->state)} - int{was};
-  });
-  return size;
-}
-
 void Txn::ForEachWaitingSince(
     absl::Time cutoff,
     const std::function<void(const PlacementGroup&)>& visit) const {
@@ -165,25 +180,23 @@ void Txn::ForEachWaitingSince(
     const size_t hash = KeyHash(id);
     if (!ChangedPg(id, hash)) visit(*committed_.pgs.Find(id, hash));
   }
-  ForEachChangedPg([&](const std::string& id) {
-    const PlacementGroup* pg = FindPg(id);
-    if (pg != nullptr && Waits(pg->state) && pg->queued_time <= cutoff) {
-      visit(*pg);
-    }
-  });
+  // The changed ones, each from the layer that changed it last.
+  for (const auto& [queued, id] : group_.waiting_since) {
+    if (queued > cutoff) break;
+    if (!own_.pgs.contains(id)) visit(*FindPg(id));
+  }
+  for (const auto& [queued, id] : own_.waiting_since) {
+    if (queued > cutoff) break;
+    visit(*FindPg(id));
+  }
 }
 
 std::optional<int32_t> Txn::LowestCreatedPriority() const {
   // The commit group's changes to the committed counts.
-  absl::btree_map<int32_t, int64_t> delta;
-  ForEachChangedPg([&](const std::string& id) {
-    const PlacementGroup* old = committed_.pgs.Find(id);
-    if (old != nullptr && old->state == PgState::kCreated) {
-      --delta[old->priority];
-    }
-    const PlacementGroup* pg = FindPg(id);
-    if (pg != nullptr && pg->state == PgState::kCreated) ++delta[pg->priority];
-  });
+  absl::btree_map<int32_t, int64_t> delta = group_.created_delta;
+  for (const auto& [priority, d] : own_.created_delta) {
+    AddCount(delta, priority, d);
+  }
   for (const auto& [priority, count] : committed_.created_by_priority) {
     auto changed = delta.find(priority);
     if (count + (changed == delta.end() ? 0 : changed->second) > 0) {
@@ -298,17 +311,9 @@ void Txn::ForEachReleasedOn(
 void Txn::ForEachWaitingAsk(
     const std::function<void(const scheduler::ResourceSet&)>& visit) const {
   // The commit group's changes to the committed counts.
-  absl::btree_map<scheduler::ResourceSet, int64_t> delta;
-  ForEachChangedPg([&](const std::string& id) {
-    const PlacementGroup* old = committed_.pgs.Find(id);
-    if (old != nullptr && Waits(old->state)) {
-      --delta[LeastAskOfANode(old->request)];
-    }
-    const PlacementGroup* pg = FindPg(id);
-    if (pg != nullptr && Waits(pg->state)) {
-      ++delta[LeastAskOfANode(pg->request)];
-    }
-  });
+  absl::btree_map<scheduler::ResourceSet, int64_t> delta =
+      group_.waiting_asks_delta;
+  for (const auto& [ask, d] : own_.waiting_asks_delta) AddCount(delta, ask, d);
   for (const auto& [ask, count] : committed_.waiting_asks) {
     auto changed = delta.find(ask);
     if (changed == delta.end()) {

@@ -165,7 +165,27 @@ struct StateChanges {
   // Intermediate states watchers should see before the final ones (e.g.
   // RESCHEDULING when a group is re-placed within the same commit).
   std::vector<PlacementGroup> events;
+  // Kept by Txn::PutPg/DeletePg and Cluster::Merge, so that the queries a
+  // create makes cost O(1) or O(answer), not a walk of every change of the
+  // commit group (which takes every waiting op: thousands under a burst):
+  // - queued groups (IsQueued) now minus before this layer's changes;
+  int64_t queued_delta = 0;
+  // - (queued time, id) of this layer's changed groups that wait, as the
+  //   layer last put them;
+  absl::btree_set<std::pair<absl::Time, std::string>> waiting_since;
+  // - the waiting groups' LeastAskOfANode counts and the CREATED groups'
+  //   counts per priority, now minus before (no zero entries).
+  absl::btree_map<scheduler::ResourceSet, int64_t> waiting_asks_delta;
+  absl::btree_map<int32_t, int64_t> created_delta;
 };
+
+// Adds `d` to `counts[key]`, dropping the entry when it comes to zero.
+template <typename Map>
+void AddCount(Map& counts, const typename Map::key_type& key, int64_t d) {
+  if (d == 0) return;
+  auto [it, fresh] = counts.try_emplace(key, d);
+  if (!fresh && (it->second += d) == 0) counts.erase(it);
+}
 
 class Txn {
  public:
@@ -195,17 +215,19 @@ class Txn {
   // without INFEASIBLE ones unless `with_infeasible`. Costs O(those groups
   // + changes of the commit group).
   std::vector<std::string> PendingQueue(bool with_infeasible = true) const;
-  // How many groups are queued (PendingQueue().size()), in O(changes of
-  // the commit group) rather than O(queue).
-  int64_t QueueSize() const;
+  // How many groups are queued (PendingQueue().size()), in O(1).
+  int64_t QueueSize() const {
+    return static_cast<int64_t>(committed_.queue.size()) + group_.queued_delta +
+           own_.queued_delta;
+  }
   // Calls `visit` on every waiting group (PENDING, RESCHEDULING) queued at
   // or before `cutoff`, as this op sees it, once each, in no set order.
-  // Costs O(such groups + changes of the commit group).
+  // Costs O(groups, committed or changed, queued at or before `cutoff`).
   void ForEachWaitingSince(
       absl::Time cutoff,
       const std::function<void(const PlacementGroup&)>& visit) const;
   // The lowest priority of a CREATED group, as this op sees them; nullopt
-  // when there is none. O(changes of the commit group + priorities).
+  // when there is none. O(priorities).
   std::optional<int32_t> LowestCreatedPriority() const;
   // Calls `visit` on every live group as this op sees it, once each, until
   // it returns false.
@@ -275,7 +297,7 @@ class Txn {
   void ForEachReleasedOn(
       const std::function<void(const std::string&)>& visit) const;
   // Calls `visit` on each distinct LeastAskOfANode of the waiting groups,
-  // as this op sees them. O(distinct asks + changes of the commit group).
+  // as this op sees them. O(distinct asks).
   void ForEachWaitingAsk(
       const std::function<void(const scheduler::ResourceSet&)>& visit) const;
 
@@ -291,6 +313,9 @@ class Txn {
     return own_.pgs.find(id, hash) != own_.pgs.end() ||
            group_.pgs.find(id, hash) != group_.pgs.end();
   }
+  // Keeps own_'s queue count, waiting entries and count deltas as `pg_id`
+  // becomes `next` (nullptr: deleted). Call before own_.pgs changes.
+  void Replace(absl::string_view pg_id, const PlacementGroup* next);
   // Calls `visit` once on the id of each group changed by the commit group
   // or this op.
   void ForEachChangedPg(
