@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
+#include "scheduler/preemption.h"
 #include "scheduler/snapshot.h"
 #include "scheduler/solver.h"
 
@@ -506,6 +507,28 @@ void BM_Build(benchmark::State& state) {
 }
 BENCHMARK(BM_Build)->Arg(1'000)->Arg(10'000)->Arg(100'000)->Unit(
     benchmark::kMillisecond);
+
+// Where a waiting 1,000-bundle gang could go, as a preemption search asks
+// (NodesARequestMayUse): a zone selector, and {CPU: 1} each (arg 1 = 0) or
+// a different CPU amount per bundle (arg 1 = 1).
+void BM_NodesARequestMayUse(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  PlacementRequest r;
+  for (int b = 0; b < 1000; ++b) {
+    Bundle bundle;
+    bundle.resources = {
+        {"CPU", (state.range(1) == 0 ? 1 : 1 + b) * kResourceScale / 100}};
+    bundle.selector = Sel({{std::string(kLabelZone), kZones[0]}});
+    r.bundles.push_back(bundle);
+  }
+  state.SetLabel(state.range(1) == 0 ? "alike" : "amounts differ");
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(NodesARequestMayUse(snap, r));
+  }
+}
+BENCHMARK(BM_NodesARequestMayUse)
+    ->ArgsProduct({{1'000, 10'000, 100'000}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace sliced::scheduler

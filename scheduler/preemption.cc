@@ -398,34 +398,32 @@ std::vector<uint32_t> NodesARequestMayUse(const InventorySnapshot& snapshot,
     }
     return out;
   }
-  // Each distinct (selector, resources asked) once: a gang's bundles are
-  // mostly alike.
-  std::vector<const Bundle*> distinct;
+  // Which nodes a bundle may use depends on its selector and on the names of
+  // the resources it asks, not on the amounts: each distinct pair once (a
+  // gang's bundles are mostly alike, even when their amounts differ).
+  std::vector<bool> usable(n);
+  absl::flat_hash_set<std::pair<std::string, std::vector<std::string>>> seen;
   auto consider = [&](const std::vector<Bundle>& bundles) {
     for (const Bundle& b : bundles) {
-      const bool seen =
-          std::any_of(distinct.begin(), distinct.end(), [&](const Bundle* d) {
-            return d->selector == b.selector && d->resources == b.resources;
-          });
-      if (!seen) distinct.push_back(&b);
+      std::vector<std::string> asked;
+      for (const auto& [name, amount] : b.resources) {
+        if (amount > 0) asked.push_back(name);
+      }
+      if (!seen.emplace(SelectorToString(b.selector), asked).second) continue;
+      for (uint32_t i : snapshot.MatchingNodes(b.selector)) {
+        if (usable[i]) continue;
+        const ResourceSet& has = snapshot.node(i).node.resources;
+        usable[i] = std::all_of(asked.begin(), asked.end(),
+                                [&](const std::string& name) {
+                                  auto it = has.find(name);
+                                  return it != has.end() && it->second > 0;
+                                });
+      }
     }
   };
   consider(request.bundles);
   for (const std::vector<Bundle>& fallback : request.fallbacks) {
     consider(fallback);
-  }
-  std::vector<bool> usable(n);
-  for (const Bundle* b : distinct) {
-    for (uint32_t i : snapshot.MatchingNodes(b->selector)) {
-      const ResourceSet& has = snapshot.node(i).node.resources;
-      usable[i] =
-          usable[i] || std::all_of(b->resources.begin(), b->resources.end(),
-                                   [&](const auto& asked) {
-                                     if (asked.second <= 0) return true;
-                                     auto it = has.find(asked.first);
-                                     return it != has.end() && it->second > 0;
-                                   });
-    }
   }
   for (uint32_t i = 0; i < n; ++i) {
     if (usable[i]) out.push_back(i);

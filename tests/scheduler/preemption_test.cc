@@ -193,6 +193,12 @@ TEST(PreemptionTest, NodesARequestMayUse) {
   EXPECT_EQ(ids(zoned), "cpu2");
   zoned.fallbacks = {{Bundle{Tpu(4), {}, ""}}};
   EXPECT_EQ(ids(zoned), "a-w0,a-w1,a-w2,a-w3,cpu2,v4-w0,v4-w1");
+  // Bundles that differ only in amounts count once; one that asks for other
+  // resources under the same selector counts on its own.
+  EXPECT_EQ(ids(Gang(Strategy::kPack, {Cpu(1), Cpu(3), Cpu(2)})),
+            ids(Gang(Strategy::kPack, {Cpu(1)})));
+  EXPECT_EQ(ids(Gang(Strategy::kPack, {Tpu(4), Cpu(1)})),
+            "a-w0,a-w1,a-w2,a-w3,cpu1,cpu2,v4-w0,v4-w1");
 }
 
 TEST(PreemptionTest, MultiSliceTakesAFreeSliceAndFreesTheCheapestOther) {
