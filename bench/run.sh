@@ -27,9 +27,9 @@
 # RSS per node / per PG, restart at 100k nodes + 50k PGs, churn, heartbeats
 # at 10k and 100k nodes, watch fan-out); go_ratio.py (one-bundle creates vs
 # the health check from the Go client, as issue 17 measured with ghz, on
-# 2,000 CPU nodes, beside DESIGN §7's calibration server); deep_queue.py (create/remove beside 2,000 and 10,000
-# PENDING groups). Raw output: JSON, the Markdown
-# tables and the SVG plot in bench/results/ (or the quick dir).
+# 2,000 CPU nodes, beside DESIGN §7's calibration server); deep_queue.py
+# (create/remove beside 2,000 and 10,000 PENDING groups). Raw output: JSON,
+# the Markdown tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
 ARGS="$*"
 
@@ -141,6 +141,11 @@ PY
   exit 0
 fi
 
+# What a run that builds says it built, into build dir $1.
+built_text() {
+  echo "it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\` in Release and \`sliced_goload\` into \`$1/\`"
+}
+
 if [[ $RENDER_ONLY == 0 ]]; then
   LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
   START=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -178,7 +183,7 @@ if [[ $RENDER_ONLY == 0 ]]; then
   fi
   BUILD_TYPE=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null || true)
   if [[ $DO_BUILD == 1 ]]; then
-    BUILT="it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\` in Release and \`sliced_goload\` into \`${BUILD#$ROOT/}/\`"
+    BUILT="$(built_text "${BUILD#$ROOT/}")"
   else
     BUILT="it used the binaries already built in \`${BUILD#$ROOT/}/\` (${BUILD_TYPE:-unknown} build)"
   fi
@@ -187,7 +192,7 @@ else
   { read -r START; read -r ELAPSED; read -r COMMIT; read -r LOAD_START; read -r LOAD_END;
     read -r ARGS || true; read -r BUILT || true; } < "$OUT/run.txt"
 fi
-BUILT=${BUILT:-"it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\` in Release and \`sliced_goload\` into \`build-bench/\`"}
+BUILT=${BUILT:-"$(built_text build-bench)"}
 
 RESULTS=$ROOT/bench/RESULTS.md
 [[ $RECORD == 0 ]] && { cp "$RESULTS" "$OUT/RESULTS.md"; RESULTS=$OUT/RESULTS.md; }
