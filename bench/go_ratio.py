@@ -202,17 +202,13 @@ def render(args, runs, load_start, load_end, started):
             med = lambda key: statistics.median(r[key] for r in rs)
             ratio = "—"
             if w in CREATES:
-                each = [r["rps"] / r["paired_health_rps"] for r in rs]
-                ratio = f"**{statistics.median(each):.2f}**"
-                if len(each) > 1:
-                    ratio += " (" + ", ".join(f"{x:.2f}" for x in each) + ")"
-            per_call = statistics.median(
-                r["client_cpu_seconds"] / max(1, r["calls"]) * 1e6 for r in rs)
+                ratio = median_cell(
+                    list(ratios(runs, "sliced", w, c).values()))
             lines.append(
                 f"| {c} | {w} | {med('rps'):.0f} | {ratio} | "
                 f"{med('p50_ms'):.2f} / {med('p99_ms'):.2f} | "
                 f"{sum(r['errors'] for r in rs)} | {med('client_cpu_cores'):.2f} | "
-                f"{per_call:.0f} | {med('daemon_cpu_cores'):.2f} |")
+                f"{client_us_per_call(rs):.0f} | {med('daemon_cpu_cores'):.2f} |")
     lines += [
         "",
         "Client CPU per call counts the warm-up's calls' CPU against the "
@@ -224,6 +220,19 @@ def render(args, runs, load_start, load_end, started):
     if any(r["server"] == "calibration" for r in runs):
         lines += [""] + render_calibration(args, runs)
     return "\n".join(lines) + "\n"
+
+
+def median_cell(xs):
+    """The median in bold, then each value when there are several."""
+    out = f"**{statistics.median(xs):.2f}**"
+    if len(xs) > 1:
+        out += " (" + ", ".join(f"{x:.2f}" for x in xs) + ")"
+    return out
+
+
+def client_us_per_call(rs):
+    return statistics.median(
+        r["client_cpu_seconds"] / max(1, r["calls"]) * 1e6 for r in rs)
 
 
 def ratios(runs, server, workload, clients):
@@ -258,23 +267,14 @@ def render_calibration(args, runs):
                   r["workload"] == w and r["concurrency"] == c]
               for w in ("health", "create")}
         med = lambda w, key: statistics.median(r[key] for r in rs[w])
-        per_call = statistics.median(
-            r["client_cpu_seconds"] / max(1, r["calls"]) * 1e6
-            for r in rs["create"])
-
-        def cell(xs):
-            out = f"**{statistics.median(xs):.2f}**"
-            if len(xs) > 1:
-                out += " (" + ", ".join(f"{x:.2f}" for x in xs) + ")"
-            return out
-
         lines.append(
             f"| {c} | {med('health', 'rps'):.0f} | {med('create', 'rps'):.0f} "
-            f"| {cell([cal[rep] for rep in sorted(cal)])} | "
+            f"| {median_cell([cal[rep] for rep in sorted(cal)])} | "
             f"{med('create', 'p50_ms'):.2f} / {med('create', 'p99_ms'):.2f} | "
-            f"{sum(r['errors'] for r in rs['create'])} | {per_call:.0f} | "
+            f"{sum(r['errors'] for r in rs['create'])} | "
+            f"{client_us_per_call(rs['create']):.0f} | "
             f"{med('create', 'daemon_cpu_cores'):.2f} | "
-            f"{cell(share) if share else '—'} |")
+            f"{median_cell(share) if share else '—'} |")
     return lines
 
 
