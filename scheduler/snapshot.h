@@ -25,8 +25,13 @@
 // when positions move (integers and pointers, no per-node strings). Build()
 // is for load and restart.
 //
+// SnapshotEditor applies a run of deltas without publishing each step (the
+// daemon's writer, across one commit group): what one delta copied, the
+// next writes in place.
+//
 // Thread-safety: immutable after Build()/Apply(); share freely through
 // std::shared_ptr<const InventorySnapshot>. Apply() does not modify `this`.
+// A SnapshotEditor is for one thread; what it publishes is immutable.
 #ifndef SLICED_SCHEDULER_SNAPSHOT_H_
 #define SLICED_SCHEDULER_SNAPSHOT_H_
 
@@ -136,6 +141,7 @@ struct SliceKey {
 };
 
 class InventorySnapshot;
+class SnapshotWriter;
 namespace internal {
 class SnapshotState;
 // The indexes behind `snapshot`, for the solver. Engine-internal.
@@ -252,10 +258,64 @@ class InventorySnapshot {
   InventorySnapshot(const InventorySnapshot& other);
   InventorySnapshot& operator=(const InventorySnapshot&) = delete;
   friend class SnapshotWriter;
+  friend class SnapshotEditor;
   friend const internal::SnapshotState& internal::StateOf(
       const InventorySnapshot& snapshot);
 
   std::unique_ptr<internal::SnapshotState> state_;  // never null
+};
+
+// Applies a run of deltas to a snapshot without publishing each step. Apply()
+// on a published snapshot copies the chunks the delta touches, and the next
+// Apply() copies them again; an editor keeps the copy it writes to, so a run
+// of N placements copies a touched chunk once, not N times (and frees no
+// intermediate snapshot). It keeps the deltas since its last publication:
+// RollBack() returns to the last Savepoint() by re-applying them to that
+// publication. After a roll-back that had to re-apply deltas, every
+// Savepoint() publishes first, so an editor re-applies at most once and a run
+// with failures costs what publishing each step does.
+//
+// Nothing outside the editor sees its current() snapshot change: the
+// reference is valid until the next Apply(), RollBack() or Publish() (or the
+// editor's end), and what Publish() returns is never written again.
+class SnapshotEditor {
+ public:
+  explicit SnapshotEditor(std::shared_ptr<const InventorySnapshot> base);
+  SnapshotEditor(const SnapshotEditor&) = delete;
+  SnapshotEditor& operator=(const SnapshotEditor&) = delete;
+  ~SnapshotEditor();
+
+  // The snapshot with every delta applied so far.
+  const InventorySnapshot& current() const;
+  // Applies `delta` and keeps it (for a roll-back); errors as
+  // InventorySnapshot::Apply(), and on error current() and `delta` are as
+  // they were.
+  absl::Status Apply(SnapshotDelta&& delta);
+  // current() as a shared, immutable snapshot; the next Apply() copies what
+  // it writes. Returns the same snapshot until something is applied.
+  std::shared_ptr<const InventorySnapshot> Publish();
+  // Marks current() as the state RollBack() returns to.
+  void Savepoint();
+  // Returns to the last Savepoint() (the construction if none).
+  void RollBack();
+
+ private:
+  // Makes current() base_ with the first `n` deltas of applied_ (which
+  // succeeded on it before, and so do again).
+  void Replay(size_t n);
+
+  std::shared_ptr<const InventorySnapshot> base_;  // the last publication
+  // Edits a copy of base_ to which applied_ was applied; null when current()
+  // is base_ (applied_ is empty).
+  std::unique_ptr<SnapshotWriter> writer_;
+  std::vector<SnapshotDelta> applied_;
+  // The savepoint: save_base_ with its first save_count_ deltas, which are
+  // applied_'s while save_base_ is base_, and saved_ once base_ moved on.
+  std::shared_ptr<const InventorySnapshot> save_base_;
+  size_t save_count_ = 0;
+  std::vector<SnapshotDelta> saved_;
+  // Set by a roll-back that re-applied deltas: savepoints publish first.
+  bool publish_at_savepoints_ = false;
 };
 
 }  // namespace sliced::scheduler

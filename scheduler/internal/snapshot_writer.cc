@@ -3,10 +3,13 @@
 // adds, removals and re-labels by ChangeNodeSet(); see snapshot_writer.h.
 //
 // Thread-safety: a writer owns its unpublished snapshot exclusively; it is
-// not thread-safe and lives inside one Build() or Apply() call.
+// not thread-safe and lives inside one Build() or Apply() call, or as long
+// as a SnapshotEditor's copy is unpublished.
 #include "scheduler/internal/snapshot_writer.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <iterator>
 #include <optional>
@@ -63,6 +66,8 @@ bool AllocationLess(const Allocation& a, const Allocation& b) {
 // copy-on-write containers' epochs, the owned_* sets below).
 class SnapshotWriter {
  public:
+  friend class SnapshotEditor;  // reads s_ between deltas
+
   explicit SnapshotWriter(std::unique_ptr<InventorySnapshot> snap)
       : s_(std::move(snap)), st_(*s_->state_) {}
 
@@ -1293,6 +1298,90 @@ class SnapshotWriter {
   static constexpr size_t kRecentMinima = 8;
   std::deque<std::shared_ptr<const ResourceSet>> recent_minima_;
 };
+
+// ---- SnapshotEditor -------------------------------------------------------
+// Its writer lives as long as its copy is unpublished: the owned_* sets and
+// the copy-on-write containers' epochs carry over from one delta to the
+// next, which is what makes the second write of a chunk in place.
+
+SnapshotEditor::SnapshotEditor(std::shared_ptr<const InventorySnapshot> base)
+    : base_(std::move(base)), save_base_(base_) {}
+
+SnapshotEditor::~SnapshotEditor() = default;
+
+const InventorySnapshot& SnapshotEditor::current() const {
+  return writer_ != nullptr ? *writer_->s_ : *base_;
+}
+
+absl::Status SnapshotEditor::Apply(SnapshotDelta&& delta) {
+  if (writer_ == nullptr) {
+    writer_ = std::make_unique<SnapshotWriter>(
+        std::unique_ptr<InventorySnapshot>(new InventorySnapshot(*base_)));
+  }
+  absl::Status status = writer_->Apply(delta);
+  if (!status.ok()) {
+    // The copy may be half edited: make it again from what succeeded.
+    Replay(applied_.size());
+    publish_at_savepoints_ = true;
+    return status;
+  }
+  applied_.push_back(std::move(delta));
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const InventorySnapshot> SnapshotEditor::Publish() {
+  if (writer_ == nullptr) return base_;
+  if (save_base_ == base_) {
+    // The savepoint's deltas leave applied_, which now restarts.
+    saved_.assign(std::make_move_iterator(applied_.begin()),
+                  std::make_move_iterator(applied_.begin() + save_count_));
+  }
+  base_ = writer_->Finish();
+  writer_ = nullptr;
+  applied_.clear();
+  return base_;
+}
+
+void SnapshotEditor::Savepoint() {
+  if (publish_at_savepoints_) Publish();
+  save_base_ = base_;
+  save_count_ = applied_.size();
+  saved_.clear();
+}
+
+void SnapshotEditor::RollBack() {
+  if (save_base_ != base_) {  // published since the savepoint
+    base_ = save_base_;
+    applied_ = std::move(saved_);
+    saved_.clear();
+  } else if (save_count_ == applied_.size()) {
+    return;  // nothing applied since
+  }
+  applied_.resize(save_count_);
+  Replay(save_count_);
+  if (save_count_ > 0) publish_at_savepoints_ = true;
+}
+
+void SnapshotEditor::Replay(size_t n) {
+  writer_ = nullptr;
+  applied_.resize(n);
+  if (n == 0) return;
+  writer_ = std::make_unique<SnapshotWriter>(
+      std::unique_ptr<InventorySnapshot>(new InventorySnapshot(*base_)));
+  for (const SnapshotDelta& delta : applied_) {
+    absl::Status status = writer_->Apply(delta);
+    if (!status.ok()) {
+      // These deltas succeeded in this order on this snapshot before; the
+      // engine is not deterministic if they do not now. The daemon's state
+      // is in its store, which a restart reads again.
+      std::fprintf(stderr,
+                   "SnapshotEditor: a delta that applied before "
+                   "failed on replay: %s\n",
+                   status.ToString().c_str());
+      std::abort();
+    }
+  }
+}
 
 namespace internal {
 

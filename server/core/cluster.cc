@@ -154,11 +154,13 @@ absl::Status Cluster::Restore(storage::StoredState stored,
   absl::MutexLock lock(&mu_);
   state_ = *std::move(state);
   group_ = StateChanges();
+  snapshot_.reset();
   return absl::OkStatus();
 }
 
 void Cluster::BeginGroup(absl::Time now) {
   group_ = StateChanges();
+  snapshot_.reset();
   now_ = now;
 }
 
@@ -184,7 +186,6 @@ void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
   MergeInto(own.nodes, group_.nodes);
   MergeInto(own.pgs, group_.pgs);
   MergeInto(own.classes, group_.classes);
-  group_.snapshot = own.snapshot;
   for (PlacementGroup& e : own.events) group_.events.push_back(std::move(e));
   group_.next_sequence = own.next_sequence;
   group_.retry_pending = own.queue_retried
@@ -205,10 +206,15 @@ absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,
   // The writer is the only thread that changes state_, so a reader lock is
   // enough to read it while readers go on.
   absl::ReaderMutexLock lock(&mu_);
-  Txn txn(state_, group_, now_);
+  if (!snapshot_) snapshot_.emplace(state_.snapshot);
+  snapshot_->Savepoint();
+  Txn txn(state_, group_, *snapshot_, now_);
   absl::Status status = apply(txn);
   if (status.ok()) status = txn.Flush();
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    snapshot_->RollBack();
+    return status;
+  }
   Merge(txn, writes);
   return absl::OkStatus();
 }
@@ -229,6 +235,9 @@ void Cluster::EndGroup(storage::Mutation& writes) {
 void Cluster::Install() {
   std::vector<PlacementGroup> changed = std::move(group_.events);
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  // Published before the lock; the one it replaces is freed after it.
+  std::shared_ptr<const scheduler::InventorySnapshot> replaced;
+  if (snapshot_) snapshot = snapshot_->Publish();
   {
     absl::MutexLock lock(&mu_);
     // Watchers see a commit's changes in id order (never hash order).
@@ -256,16 +265,24 @@ void Cluster::Install() {
     }
     InstallInto(group_.pgs, state_.pgs);
     InstallInto(group_.classes, state_.classes);
-    if (group_.snapshot) state_.snapshot = group_.snapshot;
+    if (snapshot) {
+      replaced = std::move(state_.snapshot);
+      state_.snapshot = snapshot;
+    } else {
+      snapshot = state_.snapshot;
+    }
     if (group_.next_sequence) state_.next_sequence = group_.next_sequence;
-    snapshot = state_.snapshot;
   }
   group_ = StateChanges();
+  snapshot_.reset();
   if (observer_ != nullptr && !changed.empty()) {
     observer_->Published(changed, *snapshot);
   }
 }
 
-void Cluster::Abandon() { group_ = StateChanges(); }
+void Cluster::Abandon() {
+  group_ = StateChanges();
+  snapshot_.reset();
+}
 
 }  // namespace sliced::server

@@ -2,7 +2,10 @@
 // coordinator writes it through.
 //
 // A group of ops is run against an overlay (StateChanges) of the committed
-// ClusterState; each op gets a Txn over the overlay. When the group's writes
+// ClusterState; each op gets a Txn over the overlay. The engine snapshot is
+// edited in place for the whole group (a SnapshotEditor: a chunk the group
+// copied once is written in place after that) and rolled back to the op's
+// start when an op fails; it is published at Install(). When the group's writes
 // are durable, Install() applies the overlay to the committed state under
 // the write lock and hands the groups whose state changed to the Observer
 // (the placement manager publishes them to watchers). The Observer also runs
@@ -15,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -91,8 +95,10 @@ class Cluster : public Coordinator::Machine {
   mutable absl::Mutex mu_;
   ClusterState state_ ABSL_GUARDED_BY(mu_);
 
-  // The open group (writer thread only).
+  // The open group (writer thread only); `snapshot_` holds state_.snapshot
+  // with the group's changes, and is empty between groups.
   StateChanges group_;
+  std::optional<scheduler::SnapshotEditor> snapshot_;
   absl::Time now_;
 };
 

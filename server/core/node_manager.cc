@@ -291,7 +291,8 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
                         old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);
         }
-        ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+        ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot,
+                         txn.View());
         for (const scheduler::Node& node : nodes) {
           views.push_back(
               ViewOf(*txn.FindNode(node.node_id), *snapshot, txn.now()));
@@ -405,7 +406,8 @@ void NodeManager::SetDraining(const std::string& node_id, bool draining,
         // Back ALIVE, PutNode has the queue re-tried in this commit.
         if (next.state != entry->state) txn.PutNode(next);
         changes->Note(entry, next, draining ? "DrainNode" : "UndrainNode");
-        ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+        ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot,
+                         txn.View());
         view = ViewOf(next, *snapshot, leases_.Last(node_id));
         return absl::OkStatus();
       },

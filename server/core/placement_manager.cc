@@ -219,7 +219,7 @@ absl::StatusOr<PlacementRequest> PlacementManager::SolveRequest(
 absl::StatusOr<Decision> PlacementManager::TryPlace(
     Txn& txn, PlacementGroup& group, const PlacementRequest& asked) {
   ASSIGN_OR_RETURN(PlacementRequest request, SolveRequest(txn, group, asked));
-  ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+  ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot, txn.View());
   const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);
   if (decisions_ != nullptr) decisions_->OnDecision(d, absl::Now() - start);
@@ -240,7 +240,7 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
     group.bundles.push_back(PlacedBundle{
         bundles[i].resources, bundles[i].selector, d.bundle_nodes[i]});
   }
-  RETURN_IF_ERROR(txn.ApplyDelta(delta));
+  RETURN_IF_ERROR(txn.ApplyDelta(std::move(delta)));
   group.slice_names = d.slice_names;
   group.state = PgState::kCreated;
   group.placed_time = txn.now();
@@ -357,7 +357,8 @@ void PlacementManager::Create(PgSpec spec, ViewDone done) {
           view.group.reason = spec.group.reason;
           return absl::OkStatus();
         }
-        ASSIGN_OR_RETURN(auto snapshot, txn.Snapshot());
+        ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot,
+                         txn.View());
         view = ViewOf(spec.group, *snapshot);
         return absl::OkStatus();
       },
@@ -400,7 +401,7 @@ absl::Status PlacementManager::RemoveInTxn(Txn& txn, const std::string& pg_id) {
   }
   scheduler::SnapshotDelta delta;
   delta.release_pg_ids.push_back(pg_id);
-  RETURN_IF_ERROR(txn.ApplyDelta(delta));
+  RETURN_IF_ERROR(txn.ApplyDelta(std::move(delta)));
   txn.DeletePg(pg_id);
   if (starving) txn.RequestPendingRetry();
   return absl::OkStatus();
@@ -520,7 +521,7 @@ absl::Status PlacementManager::FinishPreemption(Txn& txn,
         absl::StrCat("PENDING: preempted by ", Who(preemptor), "; requeued");
     txn.PutPg(victim);
   }
-  RETURN_IF_ERROR(txn.ApplyDelta(release));
+  RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
   preemptor.preempting.clear();
   preemptor.preemption_deadline = absl::InfinitePast();
   RETURN_IF_ERROR(TryPlace(txn, preemptor, preemptor.request).status());
@@ -544,7 +545,7 @@ absl::Status PlacementManager::CancelPreemption(Txn& txn,
   }
   // The one step that can fail goes first: on an error nothing changed.
   if (!release.release_pg_ids.empty()) {
-    RETURN_IF_ERROR(txn.ApplyDelta(release));
+    RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
   }
   for (PlacementGroup& victim : victims) {
     if (victim.removed) {  // it goes now
@@ -627,7 +628,7 @@ bool PlacementManager::QueueMayPlace(Txn& txn) const {
   if (Starving(txn, std::numeric_limits<int32_t>::min()) != nullptr) {
     return true;
   }
-  auto snapshot = txn.Snapshot();
+  auto snapshot = txn.View();
   if (!snapshot.ok()) return true;
   std::vector<const scheduler::ResourceSet*> frees;
   txn.ForEachReleasedOn([&](const std::string& node_id) {
@@ -742,7 +743,7 @@ absl::Status PlacementManager::RescheduleLost(
     // Removed by its owner and now lost a node: nothing to re-place.
     scheduler::SnapshotDelta release;
     release.release_pg_ids.push_back(g.id);
-    RETURN_IF_ERROR(txn.ApplyDelta(release));
+    RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
     txn.DeletePg(g.id);
     return absl::OkStatus();
   }
@@ -758,7 +759,7 @@ absl::Status PlacementManager::RescheduleLost(
     release.add_allocations.push_back(scheduler::Allocation{
         g.id, static_cast<int>(i), b.pinned_node_id, b.resources});
   }
-  RETURN_IF_ERROR(txn.ApplyDelta(release));
+  RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
   g.state = PgState::kRescheduling;
   g.queued_time = g.update_time = txn.now();
   absl::btree_set<std::string> its_lost;  // of `lost`, the ones it was on

@@ -42,9 +42,8 @@ QueueKey QueueKeyOf(const PlacementGroup& pg) {
 }
 
 Txn::Txn(const ClusterState& committed, const StateChanges& group,
-         absl::Time now)
-    : committed_(committed), group_(group), now_(now) {
-  own_.snapshot = group.snapshot ? group.snapshot : committed.snapshot;
+         scheduler::SnapshotEditor& snapshot, absl::Time now)
+    : committed_(committed), group_(group), snapshot_(snapshot), now_(now) {
   own_.next_sequence =
       group.next_sequence ? group.next_sequence : committed.next_sequence;
 }
@@ -245,7 +244,7 @@ bool Txn::AnyPg(const std::function<bool(const PlacementGroup&)>& pred) const {
 
 std::vector<std::string> Txn::PgsOnNode(absl::string_view node_id) {
   absl::btree_set<std::string> ids;
-  auto snapshot = Snapshot();
+  auto snapshot = View();
   if (!snapshot.ok()) return {};
   int64_t index = (*snapshot)->NodeIndex(node_id);
   if (index < 0) return {};
@@ -276,27 +275,34 @@ absl::Status Txn::Flush() {
       pending_nodes_.remove_node_ids.empty()) {
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(pending_nodes_));
+  // On error the changes stay pending: every later View() fails too.
+  RETURN_IF_ERROR(snapshot_.Apply(std::move(pending_nodes_)));
   pending_nodes_ = scheduler::SnapshotDelta();
   return absl::OkStatus();
+}
+
+absl::StatusOr<const scheduler::InventorySnapshot*> Txn::View() {
+  RETURN_IF_ERROR(Flush());
+  return &snapshot_.current();
 }
 
 absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>>
 Txn::Snapshot() {
   RETURN_IF_ERROR(Flush());
-  return own_.snapshot;
+  return snapshot_.Publish();
 }
 
-absl::Status Txn::ApplyDelta(const scheduler::SnapshotDelta& delta) {
+absl::Status Txn::ApplyDelta(scheduler::SnapshotDelta delta) {
   RETURN_IF_ERROR(Flush());
   std::vector<std::string> released_on;
   for (const std::string& pg_id : delta.release_pg_ids) {
-    for (scheduler::Allocation& a : own_.snapshot->AllocationsOf(pg_id)) {
+    for (scheduler::Allocation& a : snapshot_.current().AllocationsOf(pg_id)) {
       released_on.push_back(std::move(a.node_id));
     }
   }
-  ASSIGN_OR_RETURN(own_.snapshot, own_.snapshot->Apply(delta));
-  if (!delta.release_pg_ids.empty()) own_.retry_pending = true;
+  const bool releases = !delta.release_pg_ids.empty();
+  RETURN_IF_ERROR(snapshot_.Apply(std::move(delta)));
+  if (releases) own_.retry_pending = true;
   own_.released_on.insert(released_on.begin(), released_on.end());
   return absl::OkStatus();
 }

@@ -3,9 +3,10 @@
 // ClusterState is what readers see: everything committed. A Txn is one
 // operation's view during a group commit: the committed state, overlaid with
 // the changes of the operations before it in the same group, overlaid with
-// its own. Its writes go both to that overlay and to the storage mutation
-// the group commits. See server/core/cluster.h for how groups are run,
-// committed and installed.
+// its own. The engine snapshot is not overlaid but edited: one
+// SnapshotEditor per group, which the Cluster rolls back when an op fails. Its
+// writes go both to that overlay and to the storage mutation the group commits.
+// See server/core/cluster.h for how groups are run, committed and installed.
 //
 // Thread-safety: ClusterState is guarded by Cluster's lock. A Txn is not
 // thread-safe; it lives on the coordinator's writer thread for the duration
@@ -146,7 +147,6 @@ struct StateChanges {
   Changes<scheduler::Node> nodes;
   Changes<PlacementGroup> pgs;
   Changes<ComputeClass> classes;
-  std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   uint64_t next_sequence = 0;
   // Set when capacity may have freed up or a class changed: the pending
   // queue is retried at the end of the group.
@@ -189,8 +189,11 @@ void AddCount(Map& counts, const typename Map::key_type& key, int64_t d) {
 
 class Txn {
  public:
-  // REQUIRES: `committed` and `group` outlive the Txn.
-  Txn(const ClusterState& committed, const StateChanges& group, absl::Time now);
+  // `snapshot` edits the engine snapshot for the group: committed, with the
+  // changes of the group's ops before this one.
+  // REQUIRES: `committed`, `group` and `snapshot` outlive the Txn.
+  Txn(const ClusterState& committed, const StateChanges& group,
+      scheduler::SnapshotEditor& snapshot, absl::Time now);
 
   absl::Time now() const { return now_; }
 
@@ -249,13 +252,18 @@ class Txn {
   void DeleteLog(absl::string_view key) { mutation_.DeleteLog(key); }
 
   // ---- The engine snapshot
-  // The snapshot with every change so far applied. Returns the error of
-  // applying pending node changes (e.g. removing a node that holds
-  // allocations: FailedPrecondition).
+  // The snapshot with every change so far applied, valid until this op's
+  // next change (ApplyDelta, or a node change and the next View): for work
+  // done with it before that. Returns the error of applying pending node
+  // changes (e.g. removing a node that holds allocations:
+  // FailedPrecondition).
+  absl::StatusOr<const scheduler::InventorySnapshot*> View();
+  // The same, published: immutable and shared, for a caller that keeps it
+  // past a change. The group's next change then copies what it writes.
   absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>>
   Snapshot();
   // Applies an allocation delta to the snapshot.
-  absl::Status ApplyDelta(const scheduler::SnapshotDelta& delta);
+  absl::Status ApplyDelta(scheduler::SnapshotDelta delta);
 
   // ---- Queue bookkeeping
   // A fresh placement-group sequence; the new high-water mark is written in
@@ -323,6 +331,7 @@ class Txn {
 
   const ClusterState& committed_;
   const StateChanges& group_;
+  scheduler::SnapshotEditor& snapshot_;
   StateChanges own_;
   scheduler::SnapshotDelta pending_nodes_;
   storage::Mutation mutation_;

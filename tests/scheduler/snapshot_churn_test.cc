@@ -460,17 +460,23 @@ SnapshotDelta RandomDelta(ChurnGenerator& g, const InventorySnapshot& snap,
   return delta;
 }
 
+// Three random slices and six CPU nodes.
+Mirror StartingFleet(ChurnGenerator& g) {
+  Mirror mirror;
+  for (int i = 0; i < 3; ++i) {
+    for (Node& n : g.NewSlice()) mirror.nodes[n.node_id] = n;
+  }
+  for (int i = 0; i < 6; ++i) {
+    Node n = CpuNode(g.Id("c"), 8, g.Zone(), g.Tier());
+    mirror.nodes[n.node_id] = n;
+  }
+  return mirror;
+}
+
 TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     ChurnGenerator g(seed);
-    Mirror mirror;
-    for (int i = 0; i < 3; ++i) {
-      for (Node& n : g.NewSlice()) mirror.nodes[n.node_id] = n;
-    }
-    for (int i = 0; i < 6; ++i) {
-      Node n = CpuNode(g.Id("c"), 8, g.Zone(), g.Tier());
-      mirror.nodes[n.node_id] = n;
-    }
+    Mirror mirror = StartingFleet(g);
     std::shared_ptr<const InventorySnapshot> snap = mirror.Build();
     std::vector<std::string> pgs;
     for (int step = 0; step < 120; ++step) {
@@ -553,6 +559,99 @@ TEST(SnapshotChurnTest, LargeInventoryAcrossChunkBoundaries) {
           << "step " << step << " request " << r;
     }
   }
+}
+
+// A delta that fails part way: its first allocations fit, the last does
+// not, so Apply() has edited the copy before it finds out.
+SnapshotDelta FailingDelta(ChurnGenerator& g, const InventorySnapshot& snap,
+                           const Mirror& mirror) {
+  SnapshotDelta delta;
+  delta.add_allocations = g.Allocate(snap, mirror);
+  if (mirror.nodes.empty()) {
+    delta.remove_node_ids = {"ghost"};
+    return delta;
+  }
+  auto it = mirror.nodes.begin();
+  std::advance(it, g.Int(mirror.nodes.size()));
+  delta.add_allocations.push_back(
+      Allocation{"too-big", 0, it->first, {{"CPU", Units(1000)}}});
+  return delta;
+}
+
+// A SnapshotEditor across random deltas, failing deltas, savepoints,
+// roll-backs and publications: current() always equals a full build of what
+// was applied (and not rolled back), and every snapshot it published still
+// reads as it did when published, whatever the editor wrote afterwards.
+TEST(SnapshotChurnTest, EditorMatchesRebuildAcrossRollBacks) {
+  struct Published {
+    std::shared_ptr<const InventorySnapshot> snap;
+    std::vector<std::string> ids, pgs;
+    std::string text;
+  };
+  int replays = 0, publications = 0;
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    ChurnGenerator g(seed);
+    Mirror mirror = StartingFleet(g);
+    SnapshotEditor editor(mirror.Build());
+    Mirror saved = mirror;
+    std::vector<Published> published;
+    std::vector<std::string> pgs;
+    for (int step = 0; step < 150; ++step) {
+      const std::string where =
+          absl::StrCat("seed ", seed, " step ", step, ": ");
+      const int action = g.Int(12);
+      if (action == 0) {
+        editor.Savepoint();
+        saved = mirror;
+      } else if (action == 1) {
+        replays += mirror.allocations != saved.allocations ||
+                   mirror.nodes.size() != saved.nodes.size();
+        editor.RollBack();
+        mirror = saved;
+      } else if (action == 2) {
+        std::shared_ptr<const InventorySnapshot> p = editor.Publish();
+        ASSERT_EQ(editor.Publish(), p) << where << "published twice";
+        ASSERT_EQ(&editor.current(), p.get()) << where;
+        Published kept{p, {}, pgs, ""};
+        for (const auto& [id, n] : mirror.nodes) kept.ids.push_back(id);
+        kept.text = Observe(*p, kept.ids, kept.pgs);
+        published.push_back(std::move(kept));
+        ++publications;
+      } else if (action == 3) {
+        SnapshotDelta bad = FailingDelta(g, editor.current(), mirror);
+        const size_t asked = bad.add_allocations.size();
+        ASSERT_FALSE(editor.Apply(std::move(bad)).ok()) << where;
+        ASSERT_EQ(bad.add_allocations.size(), asked) << where << "not kept";
+      } else {
+        SnapshotDelta delta = RandomDelta(g, editor.current(), mirror);
+        mirror.Apply(delta);
+        for (const Allocation& a : delta.add_allocations) {
+          pgs.push_back(a.pg_id);
+        }
+        absl::Status applied = editor.Apply(std::move(delta));
+        ASSERT_TRUE(applied.ok()) << where << applied;
+      }
+      std::shared_ptr<const InventorySnapshot> rebuilt = mirror.Build();
+      std::vector<std::string> ids = {"ghost"};
+      for (const auto& [id, n] : mirror.nodes) ids.push_back(id);
+      ASSERT_EQ(Observe(editor.current(), ids, pgs),
+                Observe(*rebuilt, ids, pgs))
+          << where << "action " << action;
+      for (int r = 0; r < 3; ++r) {
+        const PlacementRequest request = g.Request();
+        ASSERT_TRUE(Solve(editor.current(), request) ==
+                    Solve(*rebuilt, request))
+            << where << "request " << r;
+      }
+      for (const Published& p : published) {
+        ASSERT_EQ(Observe(*p.snap, p.ids, p.pgs), p.text)
+            << where << "a published snapshot changed";
+      }
+    }
+  }
+  // The paths above were taken, not skipped.
+  EXPECT_GT(replays, 20);
+  EXPECT_GT(publications, 50);
 }
 
 // Errors leave the source untouched and match what a rebuild would refuse.
