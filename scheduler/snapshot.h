@@ -271,9 +271,11 @@ class InventorySnapshot {
 // of N placements copies a touched chunk once, not N times (and frees no
 // intermediate snapshot). It keeps the deltas since its last publication:
 // RollBack() returns to the last Savepoint() by re-applying them to that
-// publication. After a roll-back that had to re-apply deltas, every
-// Savepoint() publishes first, so an editor re-applies at most once and a run
-// with failures costs what publishing each step does.
+// publication (as does a failed Apply(), which may have half edited the
+// copy). After either had to re-apply deltas, every Savepoint() publishes
+// first, so a later one re-applies at most the deltas since the last
+// savepoint, and a run with failures costs about what publishing each step
+// does.
 //
 // Nothing outside the editor sees its current() snapshot change: the
 // reference is valid until the next Apply(), RollBack() or Publish() (or the

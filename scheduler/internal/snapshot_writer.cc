@@ -1321,8 +1321,8 @@ absl::Status SnapshotEditor::Apply(SnapshotDelta&& delta) {
   absl::Status status = writer_->Apply(delta);
   if (!status.ok()) {
     // The copy may be half edited: make it again from what succeeded.
+    if (!applied_.empty()) publish_at_savepoints_ = true;
     Replay(applied_.size());
-    publish_at_savepoints_ = true;
     return status;
   }
   applied_.push_back(std::move(delta));
