@@ -360,6 +360,47 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
         self.assertEqual(calls, ["get", "get", "remove"])
 
+    def test_a_watch_opened_while_no_leader_is_known_is_retried(self):
+        # A standby during a failover answers UNAVAILABLE naming no leader
+        # (docs/ha.md): opening a watch then backs off and tries again, as a
+        # read does. Once it has delivered an event, UNAVAILABLE ends it.
+        from concurrent import futures
+        calls, refusals = [], [2]
+
+        class NoLeaderYet(sliced_pb2_grpc.PlacementServicer):
+            def WatchPlacementGroups(self, request, context):
+                calls.append("watch")
+                if refusals[0] > 0:
+                    refusals[0] -= 1
+                    context.abort(grpc.StatusCode.UNAVAILABLE,
+                                  "not the leader: no leader is known; retry")
+                yield P.PlacementGroupEvent(
+                    placement_group=P.PlacementGroup(placement_group_id="pg-1",
+                                                     state=P.CREATED))
+                context.abort(grpc.StatusCode.UNAVAILABLE, "leader stepped down")
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        sliced_pb2_grpc.add_PlacementServicer_to_server(NoLeaderYet(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        with Client("127.0.0.1:%d" % port, timeout=5) as client:
+            events = client.watch(timeout=10)
+            self.assertEqual(next(events).id, "pg-1")
+            with self.assertRaises(SlicedError) as err:
+                next(events)
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(calls, ["watch"] * 3)
+        # With every attempt refused, the last refusal comes back.
+        calls.clear()
+        refusals[0] = 100
+        with Client("127.0.0.1:%d" % port, timeout=5, max_attempts=2) as client:
+            with self.assertRaises(SlicedError) as err:
+                next(client.watch(timeout=10))
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("no leader is known", err.exception.message)
+        self.assertEqual(calls, ["watch"] * 2)
+
     def test_a_watch_that_falls_behind_ends_aborted_and_is_opened_again(self):
         d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",
                    "--max_watch_buffer_bytes=65536").start()

@@ -547,7 +547,9 @@ class Client:
         """Yields the matching groups' current state, then every change, until
         the generator is closed (or `timeout` seconds pass: SlicedError with
         DEADLINE_EXCEEDED). Closing it cancels the stream. Opened on a standby,
-        it is opened again on the leader the standby names. If the reader
+        it is opened again on the leader the standby names; UNAVAILABLE before
+        the first event (no leader yet, during a failover) is retried with
+        backoff, as reads are. If the reader
         falls so far behind that the daemon ends the stream (ABORTED, "fell
         behind"), it is opened again: the current state follows, then every
         change (up to 3 times)."""
@@ -560,7 +562,12 @@ class Client:
         request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
                                                   placement_group_id=placement_group_id)
         method, delivered = self._placement.WatchPlacementGroups, False
-        for retries in range(4):
+        reopened = redirects = 0
+        # Opening is retried as reads are: UNAVAILABLE before the first event
+        # (a standby during a failover names no leader yet) backs off and
+        # tries again, within the client's timeout and attempts.
+        deadline, backoff, attempt = time.monotonic() + self._timeout, 0.1, 1
+        while True:
             stream = method(request, timeout=timeout, metadata=self._metadata)
             if opened is not None:
                 opened(stream)
@@ -571,15 +578,23 @@ class Client:
                 return
             except grpc.RpcError as e:
                 if (e.code() == grpc.StatusCode.ABORTED and "fell behind" in (e.details() or "")
-                        and retries < 3):
+                        and reopened < 3):
+                    reopened += 1
                     _log.warning("watch fell behind, opening it again: %s", e.details())
                     continue
-                followed = (None if delivered or retries == 3
-                            or e.code() != grpc.StatusCode.UNAVAILABLE
-                            else self._follow(e, method))
-                if followed is None:
+                if delivered or e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise SlicedError(e.code(), e.details()) from None
-                method = followed
+                followed = self._follow(e, method) if redirects < 3 else None
+                if followed is not None:
+                    method, redirects = followed, redirects + 1
+                    continue
+                if (attempt >= self._max_attempts
+                        or time.monotonic() + backoff >= deadline):
+                    raise SlicedError(e.code(), e.details()) from None
+                if self.address != self._home:
+                    method = self._rebind(method, self._home) or method
+                time.sleep(backoff)
+                backoff, attempt = min(backoff * 2, 2.0), attempt + 1
             finally:
                 stream.cancel()
 
