@@ -316,7 +316,8 @@ class SnapshotEditor {
   std::shared_ptr<const InventorySnapshot> save_base_;
   size_t save_count_ = 0;
   std::vector<SnapshotDelta> saved_;
-  // Set by a roll-back that re-applied deltas: savepoints publish first.
+  // Set once a roll-back or a failed Apply() re-applied deltas: savepoints
+  // publish first.
   bool publish_at_savepoints_ = false;
 };
 
