@@ -1357,7 +1357,6 @@ void SnapshotEditor::RollBack() {
   } else if (save_count_ == applied_.size()) {
     return;  // nothing applied since
   }
-  applied_.resize(save_count_);
   Replay(save_count_);
   if (save_count_ > 0) publish_at_savepoints_ = true;
 }

@@ -64,16 +64,18 @@ void IndexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (Waits(pg.state)) {
     state.waiting.insert(QueueKeyOf(pg));
     state.waiting_since.emplace(pg.queued_time, pg.id);
-    ++state.waiting_asks[LeastAskOfANode(pg.request)];
+    AddCount(state.waiting_asks, LeastAskOfANode(pg.request), 1);
   }
   if (pg.state == PgState::kCreated) {
-    ++state.created_by_priority[pg.priority];
+    AddCount(state.created_by_priority, pg.priority, 1);
     state.created_by_placed_time.emplace(pg.placed_time, pg.priority, pg.id);
   }
   if (!pg.preempting.empty()) {
     state.preemptors_by_deadline.emplace(pg.preemption_deadline, pg.id);
   }
-  if (MayStillPreempt(pg)) ++state.may_preempt_by_priority[pg.priority];
+  if (MayStillPreempt(pg)) {
+    AddCount(state.may_preempt_by_priority, pg.priority, 1);
+  }
   if (!pg.job_id.empty()) state.pgs_by_job.emplace(pg.job_id, pg.id);
   state.pgs_by_state.emplace(pg.state, pg.id);
 }
@@ -85,20 +87,17 @@ void UnindexGroup(ClusterState& state, const PlacementGroup& pg) {
   if (Waits(pg.state)) {
     state.waiting.erase(QueueKeyOf(pg));
     state.waiting_since.erase({pg.queued_time, pg.id});
-    auto ask = state.waiting_asks.find(LeastAskOfANode(pg.request));
-    if (--ask->second == 0) state.waiting_asks.erase(ask);
+    AddCount(state.waiting_asks, LeastAskOfANode(pg.request), -1);
   }
   if (pg.state == PgState::kCreated) {
-    auto count = state.created_by_priority.find(pg.priority);
-    if (--count->second == 0) state.created_by_priority.erase(count);
+    AddCount(state.created_by_priority, pg.priority, -1);
     state.created_by_placed_time.erase({pg.placed_time, pg.priority, pg.id});
   }
   if (!pg.preempting.empty()) {
     state.preemptors_by_deadline.erase({pg.preemption_deadline, pg.id});
   }
   if (MayStillPreempt(pg)) {
-    auto count = state.may_preempt_by_priority.find(pg.priority);
-    if (--count->second == 0) state.may_preempt_by_priority.erase(count);
+    AddCount(state.may_preempt_by_priority, pg.priority, -1);
   }
   if (!pg.job_id.empty()) state.pgs_by_job.erase({pg.job_id, pg.id});
   state.pgs_by_state.erase({pg.state, pg.id});

@@ -329,11 +329,22 @@ class PythonClientEndToEnd(unittest.TestCase):
                 unreachable.submit(SEED)
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
 
+    def serve_placement(self, servicer):
+        """A gRPC server on loopback serving `servicer` as sliced.v1.Placement
+        (a fake daemon, for answers a real one gives only in a race); its
+        port. Stopped when the test ends."""
+        from concurrent import futures
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        sliced_pb2_grpc.add_PlacementServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        return port
+
     def test_a_call_the_server_cancelled_is_retried_when_retryable(self):
         # What a daemon answers a call that reaches it as it stops its server
         # (a standby turning leader, docs/ha.md): retried as UNAVAILABLE is;
         # a remove is still sent once.
-        from concurrent import futures
         calls = []
 
         class Cancelling(sliced_pb2_grpc.PlacementServicer):
@@ -348,11 +359,7 @@ class PythonClientEndToEnd(unittest.TestCase):
                 calls.append("remove")
                 context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        sliced_pb2_grpc.add_PlacementServicer_to_server(Cancelling(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        self.addCleanup(server.stop, None)
+        port = self.serve_placement(Cancelling())
         with Client("127.0.0.1:%d" % port, timeout=5) as client:
             self.assertEqual(client.get("pg-1").state, "CREATED")
             with self.assertRaises(SlicedError) as err:
@@ -364,7 +371,6 @@ class PythonClientEndToEnd(unittest.TestCase):
         # A standby during a failover answers UNAVAILABLE naming no leader
         # (docs/ha.md): opening a watch then backs off and tries again, as a
         # read does. Once it has delivered an event, UNAVAILABLE ends it.
-        from concurrent import futures
         calls, refusals = [], [2]
 
         class NoLeaderYet(sliced_pb2_grpc.PlacementServicer):
@@ -379,11 +385,7 @@ class PythonClientEndToEnd(unittest.TestCase):
                                                      state=P.CREATED))
                 context.abort(grpc.StatusCode.UNAVAILABLE, "leader stepped down")
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        sliced_pb2_grpc.add_PlacementServicer_to_server(NoLeaderYet(), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        self.addCleanup(server.stop, None)
+        port = self.serve_placement(NoLeaderYet())
         with Client("127.0.0.1:%d" % port, timeout=5) as client:
             events = client.watch(timeout=10)
             self.assertEqual(next(events).id, "pg-1")
