@@ -19,6 +19,59 @@ namespace {
 // The trailing metadata a standby names the leader in (server/api/status.h).
 constexpr char kLeaderMetadataKey[] = "sliced-leader";
 constexpr int kMaxRedirects = 3;
+// The longest wait between calls to a standby that knows no leader yet: the
+// new leader is found soon after it leads.
+constexpr absl::Duration kFailoverPoll = absl::Milliseconds(500);
+
+// The attempts, backoff and redirects of one call (or of a watch's opening),
+// under its deadline.
+class Retries {
+ public:
+  Retries(const ClientOptions& options, absl::Time deadline, int attempts)
+      : options_(options),
+        deadline_(deadline),
+        attempts_left_(attempts),
+        backoff_(options.initial_backoff) {}
+
+  // Whether a standby's redirect may be followed now: up to kMaxRedirects in
+  // a row. (A standby may still name the old leader for a moment, which then
+  // says it knows none: they count again after each wait.)
+  bool may_follow() const { return redirects_ < kMaxRedirects; }
+  // A redirect was followed: the next attempt goes at once.
+  void Followed() {
+    ++redirects_;
+    backoff_ = options_.initial_backoff;
+  }
+
+  // After a failed attempt: sleeps before the next one and returns true, or
+  // returns false at once when no attempt is left or the deadline would
+  // pass meanwhile. `failover` (a standby that knows no leader yet, which
+  // did nothing): the attempt is not spent, unless retries are off
+  // (max_attempts 1: a caller with its own backoff), and the wait is at most
+  // kFailoverPoll, random in its upper half, so that the clients that lost
+  // the leader together do not call the standby in step.
+  bool WaitForNext(bool failover) {
+    failover = failover && options_.max_attempts > 1;
+    if (!failover && --attempts_left_ <= 0) return false;
+    absl::Duration wait = backoff_;
+    if (failover) {
+      absl::BitGen gen;
+      wait = std::min(backoff_, kFailoverPoll) * absl::Uniform(gen, 0.5, 1.0);
+    }
+    if (absl::Now() + wait >= deadline_) return false;
+    absl::SleepFor(wait);
+    backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    redirects_ = 0;
+    return true;
+  }
+
+ private:
+  const ClientOptions& options_;
+  const absl::Time deadline_;
+  int attempts_left_;
+  absl::Duration backoff_;
+  int redirects_ = 0;
+};
 
 absl::StatusOr<std::string> ReadPem(absl::string_view what,
                                     const std::string& path) {
@@ -124,16 +177,20 @@ SlicedClient::Endpoint* SlicedClient::Current() const {
 
 std::string SlicedClient::server() const { return Current()->address; }
 
-bool SlicedClient::FollowLeaderIn(const grpc::ClientContext& context,
-                                  bool may_follow) {
+SlicedClient::Refusal SlicedClient::Refused(const grpc::ClientContext& context,
+                                            bool may_follow) {
   const auto& trailers = context.GetServerTrailingMetadata();
   auto leader = trailers.find(kLeaderMetadataKey);
-  if (leader == trailers.end()) {
-    FollowBack();  // unreachable: the leader it followed may be gone
-    return false;
+  if (leader == trailers.end() || leader->second.empty()) {
+    // Unreachable, so the leader it followed may be gone; or a standby
+    // without a leader, which the address given may find sooner.
+    FollowBack();
+    return leader == trailers.end() ? Refusal::kOther : Refusal::kFailover;
   }
-  return may_follow &&
-         Follow(std::string(leader->second.data(), leader->second.size()));
+  return may_follow && Follow(std::string(leader->second.data(),
+                                          leader->second.size()))
+             ? Refusal::kFollowed
+             : Refusal::kOther;
 }
 
 void SlicedClient::FollowBack() {
@@ -173,32 +230,32 @@ absl::Status SlicedClient::Call(
     bool retryable,
     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
   const absl::Time deadline = absl::Now() + options_.timeout;
-  const int attempts = retryable ? std::max(1, options_.max_attempts) : 1;
-  absl::Duration backoff = options_.initial_backoff;
-  grpc::Status status;
-  int redirects = 0;
-  for (int i = 0; i < attempts; ++i) {
-    if (i > 0) {
-      if (absl::Now() + backoff >= deadline) break;
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, options_.max_backoff);
-    }
+  Retries retries(options_, deadline,
+                  retryable ? std::max(1, options_.max_attempts) : 1);
+  for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);
-    status = attempt(&context);
+    const grpc::Status status = attempt(&context);
+    Refusal refusal = Refusal::kOther;
     // A call the server dropped as it stopped (a standby turning leader:
     // docs/ha.md) did nothing either; this client never cancels its own.
-    if (status.error_code() == grpc::StatusCode::CANCELLED) continue;
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-    // A standby names the leader and did nothing: go there, at once, without
-    // spending an attempt.
-    if (FollowLeaderIn(context, /*may_follow=*/redirects < kMaxRedirects)) {
-      ++redirects;
-      --i;
-      backoff = options_.initial_backoff;
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      refusal = Refused(context, retries.may_follow());
+    } else if (status.error_code() != grpc::StatusCode::CANCELLED) {
+      return FromGrpcStatus(status);
+    }
+    if (refusal == Refusal::kFollowed) {
+      // A standby names the leader and did nothing: go there, at once,
+      // without spending an attempt.
+      retries.Followed();
+      continue;
+    }
+    // A failover in progress did nothing either: any call waits for the new
+    // leader, for as long as its deadline allows.
+    if (!retries.WaitForNext(refusal == Refusal::kFailover)) {
+      return FromGrpcStatus(status);
     }
   }
-  return FromGrpcStatus(status);
 }
 
 // Whether a call may be retried on UNAVAILABLE (see the header).
@@ -419,8 +476,8 @@ absl::Status SlicedClient::WatchPlacementGroups(
     const v1::WatchPlacementGroupsRequest& request, absl::Duration timeout,
     absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event) {
   const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration backoff = options_.initial_backoff;
-  for (int attempt = 1;; ++attempt) {
+  Retries retries(options_, deadline, std::max(1, options_.max_attempts));
+  for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);
     std::unique_ptr<grpc::ClientReader<v1::PlacementGroupEvent>> reader =
@@ -435,18 +492,19 @@ absl::Status SlicedClient::WatchPlacementGroups(
         return absl::OkStatus();
       }
     }
-    grpc::Status status = reader->Finish();
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !delivered &&
-        FollowLeaderIn(context, /*may_follow=*/true)) {
-      --attempt;  // a standby: open the watch on the leader, at once
-      continue;
-    }
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || delivered ||
-        attempt >= options_.max_attempts || absl::Now() + backoff >= deadline) {
+    const grpc::Status status = reader->Finish();
+    // Only the opening is retried: once events came, the caller decides.
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || delivered) {
       return FromGrpcStatus(status);
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    const Refusal refusal = Refused(context, retries.may_follow());
+    if (refusal == Refusal::kFollowed) {
+      retries.Followed();  // a standby: open the watch on the leader, at once
+      continue;
+    }
+    if (!retries.WaitForNext(refusal == Refusal::kFailover)) {
+      return FromGrpcStatus(status);
+    }
   }
 }
 

@@ -15,10 +15,14 @@
 // High availability (docs/ha.md): a standby daemon answers UNAVAILABLE with
 // the leader's address in the trailing metadata `sliced-leader`; the client
 // then sends this call (any call: a standby did nothing) and the later ones
-// to the leader, up to 3 redirects per call; when the daemon it followed is
+// to the leader, up to 3 redirects in a row; when the daemon it followed is
 // unreachable, it goes back to options.server. Give every daemon there (a
 // gRPC target such as "ipv4:10.0.0.1:50051,10.0.0.2:50051", or a DNS name
-// listing them) so that a dead leader's standby is found.
+// listing them) so that a dead leader's standby is found. While a failover
+// is in progress a standby knows no leader (`sliced-leader` is empty): any
+// call then waits for the new leader, backing off (at most 0.5 s apart,
+// jittered) until the call's deadline, without spending its attempts —
+// unless max_attempts is 1 (retries off).
 //
 // Example:
 //   sliced::client::ClientOptions options;
@@ -59,7 +63,8 @@ struct ClientOptions {
   std::string server = "127.0.0.1:50051";
   // Deadline of one call, covering all of its attempts.
   absl::Duration timeout = absl::Seconds(10);
-  // Attempts per retryable call (1 disables retries). Must be >= 1.
+  // Attempts per retryable call (1 disables retries, and the wait for a
+  // new leader during a failover). Must be >= 1.
   int max_attempts = 4;
   // Backoff before the second attempt; doubles per attempt up to max_backoff.
   absl::Duration initial_backoff = absl::Milliseconds(100);
@@ -169,6 +174,7 @@ class SlicedClient {
   // Runs `attempt` (one RPC under the given context) until it succeeds, fails
   // with a code other than UNAVAILABLE, runs out of attempts (retryable ==
   // false: one attempt) or the call's deadline would pass during the backoff.
+  // Answers after which nothing was done (a standby's) spend no attempt.
   absl::Status Call(
       bool retryable,
       absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
@@ -203,10 +209,17 @@ class SlicedClient {
   // A standby named `leader`: calls go there from now on. False when the
   // client can't follow (no credentials) or already calls it.
   bool Follow(const std::string& leader);
+  // What an UNAVAILABLE attempt's trailing metadata `sliced-leader` says.
+  enum class Refusal {
+    kFollowed,  // it named the leader, and calls go there now
+    kFailover,  // a daemon not leading knows no leader yet: nothing was done
+    kOther,     // no such metadata (the daemon may be gone), or a leader
+                // this client could not follow
+  };
   // After an UNAVAILABLE attempt under `context`: Follow()s the leader its
-  // trailing metadata names, if `may_follow` (true when calls now go
-  // elsewhere), or, when it names none, FollowBack()s.
-  bool FollowLeaderIn(const grpc::ClientContext& context, bool may_follow);
+  // trailing metadata names, if `may_follow`; when it names none, or an
+  // empty one (kFailover), FollowBack()s.
+  Refusal Refused(const grpc::ClientContext& context, bool may_follow);
   // An unreachable daemon named no leader: calls go back to options.server
   // (which may list every daemon: "ipv4:host1:port,host2:port").
   void FollowBack();

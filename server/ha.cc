@@ -38,17 +38,21 @@ constexpr absl::Duration kRetryPause = absl::Seconds(1);
 // The answer to a call this daemon does not serve, as a standby or stepping
 // down: UNAVAILABLE naming the leader (in the message, and as
 // api::WithLeader for the trailing metadata) when one is known that is not
-// this daemon. Asks etcd.
+// this daemon; when none is, the leader named is empty, which tells the
+// clients that a failover is in progress and to wait for it (docs/ha.md).
+// Asks etcd.
 absl::Status NotLeader(storage::EtcdElection& election) {
   absl::StatusOr<std::string> leader = election.LeaderValue();
   if (leader.ok() && *leader == election.value()) {
     leader = absl::NotFoundError("this daemon's key is not gone yet");
   }
   if (!leader.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "not the leader: this sliced is a standby and no leader is known "
-        "(a failover is in progress?); retry: ",
-        leader.status().message()));
+    return api::WithLeader(
+        absl::UnavailableError(absl::StrCat(
+            "not the leader: this sliced is a standby and no leader is known "
+            "(a failover is in progress?); retry: ",
+            leader.status().message())),
+        "");
   }
   return api::WithLeader(
       absl::UnavailableError(absl::StrCat(

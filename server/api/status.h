@@ -15,7 +15,9 @@ namespace sliced::server::api {
 
 // Trailing metadata naming the leader on an UNAVAILABLE after which nothing
 // was done: a standby's answer, and a stepping-down leader's (server/ha.h,
-// docs/ha.md). The clients follow it to the leader.
+// docs/ha.md). The clients follow it to the leader; an empty value says that
+// no leader is known yet (a failover is in progress), and the clients wait
+// for one within the call's deadline.
 inline constexpr char kLeaderMetadataKey[] = "sliced-leader";
 
 grpc::Status ToGrpcStatus(const absl::Status& status);

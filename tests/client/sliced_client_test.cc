@@ -96,6 +96,34 @@ class FakePlacement final : public v1::Placement::Service {
   std::string authorization_ ABSL_GUARDED_BY(mu_);
 };
 
+// A standby (server/ha.h): every call UNAVAILABLE, the leader named in the
+// trailing metadata `sliced-leader`; in its first `failover_calls` answers
+// the name is empty (no leader is known yet: a failover is in progress).
+class FakeStandby : public grpc::CallbackGenericService {
+ public:
+  explicit FakeStandby(std::string leader, int failover_calls = 0)
+      : leader_(std::move(leader)), failover_calls_(failover_calls) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    const int n = calls++;
+    context->AddTrailingMetadata("sliced-leader",
+                                 n < failover_calls_ ? "" : leader_);
+    class Finished : public grpc::ServerGenericBidiReactor {
+     public:
+      Finished() {
+        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Finished();
+  }
+  std::atomic<int> calls{0};
+
+ private:
+  const std::string leader_;
+  const int failover_calls_;
+};
+
 class SlicedClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -115,6 +143,31 @@ class SlicedClientTest : public ::testing::Test {
     auto client = SlicedClient::Create(options_);
     EXPECT_TRUE(client.ok()) << client.status();
     return *std::move(client);
+  }
+
+  // Opens a watch of pg-9 and reads two events; how many came (-1 if the
+  // watch failed).
+  static int WatchTwoEvents(SlicedClient& client) {
+    v1::WatchPlacementGroupsRequest watch;
+    watch.set_placement_group_id("pg-9");
+    int events = 0;
+    absl::Status status = client.WatchPlacementGroups(
+        watch, absl::Seconds(10),
+        [&](const v1::PlacementGroupEvent&) { return ++events < 2; });
+    return status.ok() ? events : -1;
+  }
+
+  // Serves `standby` on a port of its own, where the next Client()'s calls
+  // go; the leader it names is the fake placement unless said otherwise.
+  std::unique_ptr<grpc::Server> ServeStandby(FakeStandby& standby) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterCallbackGenericService(&standby);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    options_.server = "127.0.0.1:" + std::to_string(port);
+    return server;
   }
 
   FakePlacement fake_;
@@ -245,41 +298,11 @@ TEST_F(SlicedClientTest, UnreachableServerIsUnavailable) {
             absl::StatusCode::kUnavailable);
 }
 
-// A standby (server/ha.h): every call UNAVAILABLE, the leader named in the
-// trailing metadata `sliced-leader`.
-class FakeStandby : public grpc::CallbackGenericService {
- public:
-  explicit FakeStandby(std::string leader) : leader_(std::move(leader)) {}
-  grpc::ServerGenericBidiReactor* CreateReactor(
-      grpc::GenericCallbackServerContext* context) override {
-    ++calls;
-    context->AddTrailingMetadata("sliced-leader", leader_);
-    class Finished : public grpc::ServerGenericBidiReactor {
-     public:
-      Finished() {
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "not the leader"));
-      }
-      void OnDone() override { delete this; }
-    };
-    return new Finished();
-  }
-  std::atomic<int> calls{0};
-
- private:
-  const std::string leader_;
-};
-
 TEST_F(SlicedClientTest, FollowsAStandbyToTheLeaderEvenForARemove) {
-  FakeStandby standby(options_.server);  // the fake placement leads
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterCallbackGenericService(&standby);
-  auto server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
   const std::string leader = options_.server;
-  options_.server = "127.0.0.1:" + std::to_string(port);
+  FakeStandby standby(leader);  // the fake placement leads
+  auto server = ServeStandby(standby);
+  ASSERT_NE(server, nullptr);
   auto client = Client();
   // A standby did nothing, so even a call tried once goes to the leader.
   EXPECT_TRUE(client->RemovePlacementGroup("pg-1").ok());
@@ -288,22 +311,68 @@ TEST_F(SlicedClientTest, FollowsAStandbyToTheLeaderEvenForARemove) {
   EXPECT_EQ(standby.calls.load(), 1);
   EXPECT_EQ(fake_.calls(), 2);
   // A watch opened on the standby is opened again on the leader.
-  v1::WatchPlacementGroupsRequest watch;
-  watch.set_placement_group_id("pg-9");
-  int events = 0;
-  EXPECT_TRUE(Client()
-                  ->WatchPlacementGroups(watch, absl::Seconds(10),
-                                         [&](const v1::PlacementGroupEvent&) {
-                                           return ++events < 2;
-                                         })
-                  .ok());
-  EXPECT_EQ(events, 2);
+  EXPECT_EQ(WatchTwoEvents(*Client()), 2);
   EXPECT_EQ(standby.calls.load(), 2);
   // The leader goes away: the client goes back to the address it was given.
   server_->Shutdown();
   EXPECT_FALSE(client->GetPlacementGroup("pg-1").ok());
   EXPECT_EQ(client->server(), options_.server);
   server->Shutdown();
+}
+
+// During a failover the standby knows no leader for a while, then names the
+// new one. Its answers did nothing, so any call waits for the leader, past
+// max_attempts, within the call's deadline.
+TEST_F(SlicedClientTest, WaitsOutAFailoverWithoutSpendingAttempts) {
+  const std::string leader = options_.server;
+  FakeStandby standby(leader, /*failover_calls=*/6);
+  auto server = ServeStandby(standby);
+  ASSERT_NE(server, nullptr);
+  options_.max_attempts = 2;
+  auto client = Client();
+  EXPECT_TRUE(client->RemovePlacementGroup("pg-1").ok());  // tried once
+  EXPECT_EQ(standby.calls.load(), 6 + 1);
+  EXPECT_EQ(fake_.calls(), 1);
+  EXPECT_EQ(client->server(), leader);
+
+  // The opening of a watch waits the same way.
+  FakeStandby watch_standby(leader, /*failover_calls=*/5);
+  auto watch_server = ServeStandby(watch_standby);
+  ASSERT_NE(watch_server, nullptr);
+  EXPECT_EQ(WatchTwoEvents(*Client()), 2);
+  EXPECT_EQ(watch_standby.calls.load(), 5 + 1);
+  watch_server->Shutdown();
+  server->Shutdown();
+}
+
+// A failover that outlasts the call's deadline: the standby's UNAVAILABLE,
+// as it gave it, before the deadline; with retries off, at once. An
+// unreachable daemon still spends attempts.
+TEST_F(SlicedClientTest, AFailoverLongerThanTheDeadlineIsUnavailable) {
+  FakeStandby standby(options_.server, /*failover_calls=*/1000000);
+  auto server = ServeStandby(standby);
+  ASSERT_NE(server, nullptr);
+  options_.max_attempts = 2;
+  options_.timeout = absl::Milliseconds(400);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status(),
+            absl::UnavailableError("not the leader"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_GT(standby.calls.load(), 2);  // attempts were not spent
+
+  // Retries off (a caller with a backoff of its own): the refusal at once.
+  standby.calls = 0;
+  options_.max_attempts = 1;
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status(),
+            absl::UnavailableError("not the leader"));
+  EXPECT_EQ(standby.calls.load(), 1);
+  server->Shutdown();
+
+  options_.timeout = absl::Seconds(10);
+  const absl::Time unreachable = absl::Now();
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - unreachable, absl::Seconds(5));
 }
 
 TEST(SlicedClientCreateTest, RejectsBadOptions) {

@@ -20,6 +20,7 @@ import os
 import queue
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -28,7 +29,7 @@ import unittest
 import grpc
 
 from sliced_testlib import list_all_groups, sliced_pb2, sliced_pb2_grpc
-from test_etcd_failover_e2e import ETCD, LEASE_TTL_S, Etcd, HaDaemon, free_port
+from test_etcd_failover_e2e import ETCD, LEASE_TTL_S, Client, Etcd, HaDaemon, free_port
 from test_placement_e2e import cpu_node
 
 P = sliced_pb2
@@ -242,6 +243,57 @@ class EtcdStepDown(unittest.TestCase):
               "watch %s; %d acknowledged creates, all live"
               % (dict(first.codes), first.watch_end[0], dict(second.codes),
                  second.watch_end[0], len(acked)), flush=True)
+
+    def test_a_call_during_a_failover_waits_for_the_new_leader(self):
+        # With etcd down no daemon knows a leader: the standby answers
+        # UNAVAILABLE with an empty `sliced-leader` (docs/ha.md), and the
+        # clients wait for one within their timeout instead of giving up
+        # after their attempts. Calls made during the outage complete once
+        # etcd is back and a daemon leads again.
+        a, b = self.daemons
+        with grpc.insecure_channel(a.addr) as ch:
+            sliced_pb2_grpc.InventoryStub(ch).RegisterNodes(P.RegisterNodesRequest(
+                nodes=[cpu_node("n-%d" % i, 8) for i in range(3)]), timeout=30)
+        member = self.etcd.members[0]
+        member["proc"].kill()
+        member["proc"].wait(timeout=20)
+        with grpc.insecure_channel(b.addr) as ch:
+            with self.assertRaises(grpc.RpcError) as err:
+                sliced_pb2_grpc.InventoryStub(ch).ListNodes(P.ListNodesRequest(), timeout=30)
+        e = err.exception
+        self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+        self.assertIn("no leader is known", e.details())
+        self.assertEqual(dict(e.trailing_metadata() or ()).get("sliced-leader"), "")
+
+        result = {}
+
+        def python_client():
+            start = time.monotonic()
+            try:
+                with Client(b.addr, timeout=60) as c:
+                    result["nodes"] = sorted(n.node_id for n in c.nodes())
+            except Exception as ex:  # reported by the assertion below
+                result["error"] = ex
+            result["took"] = time.monotonic() - start
+
+        caller = threading.Thread(target=python_client, daemon=True)
+        caller.start()
+        slicectl = os.environ.get("SLICECTL_BIN")
+        cli = subprocess.Popen([slicectl, "--server=" + b.addr, "--timeout=60s", "nodes"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) if slicectl else None
+        outage = 2 * LEASE_TTL_S  # longer than both clients' attempts
+        time.sleep(outage)
+        self.etcd.start(member)
+        caller.join(timeout=90)
+        self.assertEqual(result.get("nodes"), ["n-0", "n-1", "n-2"], result)
+        self.assertGreater(result["took"], outage)
+        if cli:
+            out, err = cli.communicate(timeout=90)
+            self.assertEqual(cli.returncode, 0, err)
+            self.assertIn("n-2", out)
+        print("\nfailover wait: the Python client's call took %.1fs (etcd down %ds)"
+              % (result["took"], outage), flush=True)
 
 
 def leader_key(line):

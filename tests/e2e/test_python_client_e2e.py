@@ -367,10 +367,10 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
         self.assertEqual(calls, ["get", "get", "remove"])
 
-    def test_a_watch_opened_while_no_leader_is_known_is_retried(self):
-        # A standby during a failover answers UNAVAILABLE naming no leader
-        # (docs/ha.md): opening a watch then backs off and tries again, as a
-        # read does. Once it has delivered an event, UNAVAILABLE ends it.
+    def test_a_watch_refused_before_its_first_event_is_retried(self):
+        # UNAVAILABLE naming no leader (a daemon on its way down): opening a
+        # watch backs off and tries again, as a read does, within its
+        # attempts. Once it has delivered an event, UNAVAILABLE ends it.
         calls, refusals = [], [2]
 
         class NoLeaderYet(sliced_pb2_grpc.PlacementServicer):
@@ -402,6 +402,64 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
             self.assertIn("no leader is known", err.exception.message)
         self.assertEqual(calls, ["watch"] * 2)
+
+    def test_calls_wait_out_a_failover_without_spending_attempts(self):
+        # A standby that knows no leader yet answers UNAVAILABLE with an
+        # empty `sliced-leader` (docs/ha.md): it did nothing, so any call, a
+        # remove too, waits for the new leader within its timeout, past
+        # max_attempts; the watch's opening as well. Not with max_attempts=1.
+        calls, refusals = [], [4]
+
+        def refuse(context, call):
+            calls.append(call)
+            if refusals[0] > 0:
+                refusals[0] -= 1
+                context.set_trailing_metadata((("sliced-leader", ""),))
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "not the leader: no leader is known; retry")
+
+        class Failover(sliced_pb2_grpc.PlacementServicer):
+            def RemovePlacementGroup(self, request, context):
+                refuse(context, "remove")
+                return P.RemovePlacementGroupResponse()
+
+            def GetPlacementGroup(self, request, context):
+                refuse(context, "get")
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.CREATED)
+
+            def WatchPlacementGroups(self, request, context):
+                refuse(context, "watch")
+                yield P.PlacementGroupEvent(
+                    placement_group=P.PlacementGroup(placement_group_id="pg-1",
+                                                     state=P.CREATED))
+
+        port = self.serve_placement(Failover())
+        with Client("127.0.0.1:%d" % port, timeout=10, max_attempts=2) as client:
+            client.remove("pg-1")
+            self.assertEqual(calls, ["remove"] * 5)
+            calls.clear()
+            refusals[0] = 4
+            self.assertEqual(next(client.watch(timeout=10)).id, "pg-1")
+            self.assertEqual(calls, ["watch"] * 5)
+        # A failover longer than the timeout: its refusal, by the timeout.
+        calls.clear()
+        refusals[0] = 1000
+        with Client("127.0.0.1:%d" % port, timeout=1, max_attempts=2) as client:
+            start = time.monotonic()
+            with self.assertRaises(SlicedError) as err:
+                client.get("pg-1")
+            self.assertLess(time.monotonic() - start, 5)
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("no leader is known", err.exception.message)
+        self.assertGreater(len(calls), 2)
+        # Retries off (the node agent, which has its own backoff): at once.
+        calls.clear()
+        with Client("127.0.0.1:%d" % port, timeout=10, max_attempts=1) as client:
+            with self.assertRaises(SlicedError) as err:
+                client.get("pg-1")
+            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(calls, ["get"])
 
     def test_a_watch_that_falls_behind_ends_aborted_and_is_opened_again(self):
         d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",

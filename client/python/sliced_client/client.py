@@ -19,13 +19,17 @@ always carry a request_id (generated when not given), so a retry gets the same
 placement group back. Removes are sent once. Against daemons on etcd
 (docs/ha.md), a standby's UNAVAILABLE names the leader and every call follows
 it there; give an address listing every daemon ("ipv4:h1:50051,h2:50051") so
-that a dead leader's standby is found.
+that a dead leader's standby is found. While a failover is in progress a
+standby knows no leader yet: every call then waits for the new one (polling
+at most 0.5 s apart, jittered) within its timeout, spending none of its
+attempts, unless max_attempts is 1.
 
 A Client is safe to share between threads (gRPC channels and stubs are).
 """
 import contextlib
 import dataclasses
 import logging
+import random
 import threading
 import time
 import uuid
@@ -315,7 +319,8 @@ class Client:
                  token: Optional[str] = None,
                  options: Optional[List[tuple]] = None):
         """timeout: seconds per call, retries included. max_attempts: tries per
-        retryable call. credentials: grpc.ssl_channel_credentials(...) for TLS;
+        retryable call (1: no retries, nor the wait for a new leader during a
+        failover). credentials: grpc.ssl_channel_credentials(...) for TLS;
         None for plaintext. token: a bearer token sent on every call
         (`authorization: Bearer <token>`) when the daemon runs with tokens.
         options: gRPC channel arguments."""
@@ -343,14 +348,34 @@ class Client:
         self._placement = _pb_grpc.PlacementStub(self._channel)
         self._telemetry = _pb_grpc.TelemetryStub(self._channel)
 
-    def _follow(self, error: grpc.RpcError, method):
-        """A standby (docs/ha.md) answers UNAVAILABLE naming the leader in the
-        trailing metadata `sliced-leader`: move there and return `method` on
-        the new channel; None when `error` names no other daemon."""
+    def _refused(self, error: grpc.RpcError, method, may_follow: bool):
+        """After an UNAVAILABLE `error`: (how, method). A standby (docs/ha.md)
+        names the leader in the trailing metadata `sliced-leader`; when
+        `may_follow` and it is another daemon, how is "followed" and `method`
+        is bound to the leader's channel. An empty name, how "failover": a
+        daemon not leading knows no leader yet and did nothing. No name (the
+        daemon may be gone) or an empty one: calls go back to the address
+        given (which may list every daemon)."""
         leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
-        if not leader or leader == self.address:
+        if leader:
+            followed = (self._rebind(method, leader)
+                        if may_follow and leader != self.address else None)
+            return ("followed", followed) if followed else (None, method)
+        if self.address != self._home:
+            method = self._rebind(method, self._home) or method
+        return ("failover" if leader == "" else None), method
+
+    @staticmethod
+    def _wait_to_retry(deadline: float, backoff: float, failover: bool) -> Optional[float]:
+        """Sleeps before the next attempt; returns the next backoff, or None,
+        without sleeping, when the deadline would pass meanwhile. During a
+        failover the wait is at most 0.5 s, random in its upper half (the
+        clients that lost the leader together do not call in step)."""
+        wait = min(backoff, 0.5) * random.uniform(0.5, 1.0) if failover else backoff
+        if time.monotonic() + wait >= deadline:
             return None
-        return self._rebind(method, leader)
+        time.sleep(wait)
+        return min(backoff * 2, 2.0)
 
     def _rebind(self, method, address: str):
         """Connects to `address`; returns `method` on the new channel."""
@@ -564,8 +589,8 @@ class Client:
         method, delivered = self._placement.WatchPlacementGroups, False
         reopened = redirects = 0
         # Opening is retried as reads are: UNAVAILABLE before the first event
-        # (a standby during a failover names no leader yet) backs off and
-        # tries again, within the client's timeout and attempts.
+        # backs off and tries again, within the client's timeout and attempts
+        # (a failover spends no attempt).
         deadline, backoff, attempt = time.monotonic() + self._timeout, 0.1, 1
         while True:
             stream = method(request, timeout=timeout, metadata=self._metadata)
@@ -584,17 +609,16 @@ class Client:
                     continue
                 if delivered or e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise SlicedError(e.code(), e.details()) from None
-                followed = self._follow(e, method) if redirects < 3 else None
-                if followed is not None:
-                    method, redirects = followed, redirects + 1
+                how, method = self._refused(e, method, redirects < 3)
+                if how == "followed":
+                    redirects += 1
                     continue
-                if (attempt >= self._max_attempts
-                        or time.monotonic() + backoff >= deadline):
+                failover = how == "failover" and self._max_attempts > 1
+                backoff = (None if not failover and attempt >= self._max_attempts
+                           else self._wait_to_retry(deadline, backoff, failover))
+                if backoff is None:
                     raise SlicedError(e.code(), e.details()) from None
-                if self.address != self._home:
-                    method = self._rebind(method, self._home) or method
-                time.sleep(backoff)
-                backoff, attempt = min(backoff * 2, 2.0), attempt + 1
+                attempt, redirects = attempt + (0 if failover else 1), 0
             finally:
                 stream.cancel()
 
@@ -732,25 +756,26 @@ class Client:
                 return method(request, timeout=max(0.001, deadline - time.monotonic()),
                               metadata=self._metadata)
             except grpc.RpcError as e:
-                # A standby did nothing: any call goes to the leader it names.
-                followed = (self._follow(e, method) if redirects < 3
-                            and e.code() == grpc.StatusCode.UNAVAILABLE else None)
-                if followed is not None:
-                    method, redirects = followed, redirects + 1
+                how = None
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    how, method = self._refused(e, method, redirects < 3)
+                if how == "followed":
+                    # A standby did nothing: any call goes to the leader it names.
+                    redirects += 1
                     continue
-                if e.code() == grpc.StatusCode.UNAVAILABLE and self.address != self._home:
-                    # The leader it followed is gone: back to the address given
-                    # (which may list every daemon), whose standby names the next.
-                    method = self._rebind(method, self._home) or method
-                # CANCELLED: a daemon dropped the call as it stopped (a
-                # standby turning leader, docs/ha.md); this client never
-                # cancels its own unary calls.
-                if (retry and e.code() in (grpc.StatusCode.UNAVAILABLE,
-                                           grpc.StatusCode.CANCELLED)
-                        and attempt < self._max_attempts
-                        and time.monotonic() + backoff < deadline):
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    attempt += 1
-                    continue
+                # A failover in progress did nothing either: any call waits
+                # for the new leader, spending no attempt (unless retries are
+                # off: max_attempts=1, the node agent). CANCELLED: a daemon
+                # dropped the call as it stopped (a standby turning leader,
+                # docs/ha.md); this client never cancels its own unary calls.
+                failover = how == "failover" and self._max_attempts > 1
+                if failover or (retry and attempt < self._max_attempts and e.code() in (
+                        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)):
+                    # A standby may still name the old leader for a moment,
+                    # which then says it knows none: redirects count again
+                    # after each wait.
+                    backoff = self._wait_to_retry(deadline, backoff, failover)
+                    if backoff is not None:
+                        attempt, redirects = attempt + (0 if failover else 1), 0
+                        continue
                 raise SlicedError(e.code(), e.details()) from None
