@@ -15,6 +15,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -223,8 +225,7 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
-    const grpc::Status status =
-        api::ToGrpcStatus(NotLeader(*election_), *context);
+    const grpc::Status status = api::ToGrpcStatus(Refusal(), *context);
     class Finished : public grpc::ServerGenericBidiReactor {
      public:
       explicit Finished(const grpc::Status& status) { Finish(status); }
@@ -234,8 +235,26 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
   }
 
  private:
+  // How long a refusal is reused: the leader it names is at most this late.
+  static constexpr absl::Duration kRefusalFresh = absl::Milliseconds(100);
+
+  // NotLeader(), asked of etcd at most once per kRefusalFresh: a standby
+  // refuses every call, and during a failover every client polls it. One
+  // lookup at a time; calls arriving meanwhile wait for its answer.
+  absl::Status Refusal() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Now() >= fresh_until_) {
+      refusal_ = NotLeader(*election_);
+      fresh_until_ = absl::Now() + kRefusalFresh;
+    }
+    return refusal_;
+  }
+
   storage::EtcdElection* election_ = nullptr;
   std::unique_ptr<grpc::Server> server_;
+  absl::Mutex mu_;
+  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
+  absl::Time fresh_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 absl::StatusOr<std::unique_ptr<HaDaemon>> HaDaemon::Start(

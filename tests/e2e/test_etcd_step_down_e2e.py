@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 import grpc
 
@@ -294,6 +295,45 @@ class EtcdStepDown(unittest.TestCase):
             self.assertIn("n-2", out)
         print("\nfailover wait: the Python client's call took %.1fs (etcd down %ds)"
               % (result["took"], outage), flush=True)
+
+    def test_a_standby_asks_etcd_for_the_leader_at_most_ten_times_a_second(self):
+        # A standby refuses every call naming the leader, and during a
+        # failover every client polls it: it asks etcd at most once per
+        # 0.1 s, however many calls come (docs/ha.md).
+        a, b = self.daemons
+        member = self.etcd.members[0]
+
+        def leader_lookups():
+            url = "http://127.0.0.1:%d/metrics" % member["client"]
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text = r.read().decode()
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("grpc_server_handled_total{")
+                       and 'grpc_method="Leader"' in line)
+
+        named = collections.Counter()
+
+        def caller():
+            with grpc.insecure_channel(b.addr) as ch:
+                inventory = sliced_pb2_grpc.InventoryStub(ch)
+                for _ in range(100):
+                    try:
+                        inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=10)
+                    except grpc.RpcError as e:
+                        named[(e.code().name, dict(e.trailing_metadata() or ()).get(
+                            "sliced-leader"))] += 1
+
+        before, start = leader_lookups(), time.monotonic()
+        callers = [threading.Thread(target=caller) for _ in range(8)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join(timeout=60)
+        took, lookups = time.monotonic() - start, leader_lookups() - before
+        self.assertEqual(named, {("UNAVAILABLE", a.addr): 800})
+        self.assertLessEqual(lookups, took * 10 + 5, (lookups, took))
+        print("\nstandby refusals: 800 calls in %.1fs, %d leader lookups in etcd"
+              % (took, lookups), flush=True)
 
 
 def leader_key(line):
