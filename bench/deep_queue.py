@@ -88,10 +88,11 @@ def render(args, rows, load_start, load_end, started):
             f"{sum(r['errors'] for r in rs)} |")
     lines += [
         "",
-        "A create that follows a release in its commit group re-tries the "
-        "queue first only when a node the releases freed covers the least a "
-        "waiting group asks of one node; the retry at the end of each commit "
-        "group walks the queue once (docs/architecture.md).",
+        "The queue is walked after releases only when a node they freed "
+        "covers the least a waiting group asks of one node (before a create "
+        "that follows them in the commit group, and at the group's end); "
+        "otherwise the next preemption check walks it, about once a second "
+        "(docs/architecture.md).",
     ]
     return "\n".join(lines) + "\n"
 

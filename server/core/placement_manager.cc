@@ -316,7 +316,7 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
   // that a queued group may use, re-try the queue before this newcomer can
   // take it. A new group then backfills beside the queued ones, unless one
   // of at least its priority starves.
-  if (txn.PendingRetryRequested() && QueueMayPlace(txn)) RetryQueue(txn);
+  if (txn.PendingRetryRequested() && QueueMayPlace(txn)) WalkQueue(txn);
   const bool room = txn.QueueSize() < options_.max_pending;
   const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
       "the pending queue is full (", options_.max_pending,
@@ -598,26 +598,28 @@ void PlacementManager::CompletePreemptions(Done done) {
     }
     return ids;
   });
-  if (due.empty() && !cooled) {
+  // A walk skipped since the last check: have one now.
+  const bool walk = walk_skipped_.exchange(false, std::memory_order_relaxed);
+  if (due.empty() && !cooled && !walk) {
     done(absl::OkStatus());
     return;
   }
-  coordinator_->Submit(WriteOp{[this, cooled, due = std::move(due)](Txn& txn) {
-                                 for (const std::string& id : due) {
-                                   const PlacementGroup* g = txn.FindPg(id);
-                                   if (g == nullptr || g->preempting.empty() ||
-                                       !VictimsDue(txn, *g)) {
-                                     continue;
-                                   }
-                                   PlacementGroup p = *g;
-                                   RETURN_IF_ERROR(FinishPreemption(txn, p));
-                                 }
-                                 // New victims: the queue is re-tried (and may
-                                 // preempt them).
-                                 if (cooled) txn.RequestPendingRetry();
-                                 return absl::OkStatus();
-                               },
-                               std::move(done)});
+  coordinator_->Submit(WriteOp{
+      [this, cooled, walk, due = std::move(due)](Txn& txn) {
+        for (const std::string& id : due) {
+          const PlacementGroup* g = txn.FindPg(id);
+          if (g == nullptr || g->preempting.empty() || !VictimsDue(txn, *g)) {
+            continue;
+          }
+          PlacementGroup p = *g;
+          RETURN_IF_ERROR(FinishPreemption(txn, p));
+        }
+        // New victims: the queue is re-tried (and may
+        // preempt them).
+        if (cooled || walk) txn.RequestPendingRetry();
+        return absl::OkStatus();
+      },
+      std::move(done)});
 }
 
 // ---------------------------------------------------------------- the queue
@@ -652,6 +654,19 @@ bool PlacementManager::QueueMayPlace(Txn& txn) const {
 }
 
 void PlacementManager::RetryQueue(Txn& txn) {
+  if (QueueMayPlace(txn)) {
+    WalkQueue(txn);
+    return;
+  }
+  // Releases alone, where no waiting group can fit: a walk would place
+  // nothing. It would only refresh reasons (a freed node may now be short
+  // of another resource first) and run the victim searches the last walk
+  // had no budget for; the next preemption check has one run, so a busy
+  // cluster walks a deep queue once per check, not once per commit.
+  walk_skipped_.store(true, std::memory_order_relaxed);
+}
+
+void PlacementManager::WalkQueue(Txn& txn) {
   // INFEASIBLE groups cannot fit until the inventory or a class changes.
   const std::vector<std::string> queue =
       txn.PendingQueue(txn.InfeasibleRecheckRequested());

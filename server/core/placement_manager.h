@@ -9,7 +9,9 @@
 //    backfill around a blocked one, but a group that has waited past the
 //    starvation bound blocks every group behind it (same or lower priority)
 //    until it is placed. Re-tried at the end of every commit group that may
-//    have freed capacity (Cluster::Observer::RetryQueue).
+//    have freed capacity (Cluster::Observer::RetryQueue), unless releases
+//    alone freed it where no waiting group can fit; then the reasons are
+//    refreshed by the next preemption check (CompletePreemptions).
 //  - Node loss: the groups on lost nodes go RESCHEDULING in the same commit;
 //    a slice group is re-placed whole, a plain group re-places only its lost
 //    bundles (the others stay pinned).
@@ -30,6 +32,7 @@
 #ifndef SLICED_SERVER_CORE_PLACEMENT_MANAGER_H_
 #define SLICED_SERVER_CORE_PLACEMENT_MANAGER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -196,7 +199,8 @@ class PlacementManager : public Cluster::Observer {
   absl::Status HandleNodesLost(Txn& txn,
                                const std::vector<std::string>& node_ids);
 
-  // Cluster::Observer
+  // Cluster::Observer: walks the queue (WalkQueue) when a group may fit
+  // (QueueMayPlace); else only asks the next CompletePreemptions to.
   void RetryQueue(Txn& txn) override;
   void Published(const std::vector<PlacementGroup>& changed,
                  const scheduler::InventorySnapshot& snapshot) override;
@@ -204,6 +208,9 @@ class PlacementManager : public Cluster::Observer {
 
  private:
   absl::Status CreateInTxn(Txn& txn, PgSpec& spec);
+  // Re-tries every waiting group in queue order: places what fits, keeps
+  // the reasons current, starts preemptions (a bounded number of searches).
+  void WalkQueue(Txn& txn);
   // Solves `group` on the txn's snapshot and, when placed, allocates.
   // Updates the group's state, bundles and reason; returns the decision.
   absl::StatusOr<scheduler::Decision> TryPlace(
@@ -291,6 +298,11 @@ class PlacementManager : public Cluster::Observer {
   // When CompletePreemptions last looked (cool-downs that ended since then
   // re-try the queue).
   absl::Time last_check_ ABSL_GUARDED_BY(check_mu_) = absl::InfinitePast();
+  // Set by RetryQueue when it skipped the walk: the waiting groups' reasons
+  // may have changed (which resource a freed node is short of first) and
+  // the searches for victims a walk would have run did not run.
+  // CompletePreemptions then has the queue walked.
+  std::atomic<bool> walk_skipped_{false};
   Ticker ticker_;  // calls CompletePreemptions
 
   absl::Mutex watch_mu_;

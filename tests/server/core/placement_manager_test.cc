@@ -509,15 +509,19 @@ TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
 
   // Three releases of 1 CPU, each followed by a create: the node they free
   // has 2 CPUs free at most, short of the 8 the queued group asks of one
-  // node, so no create re-tries the queue first. The group's one retry is
-  // at its end: 3 + 1 solves (not 3 + 3).
+  // node, so no create re-tries the queue first, nor does the end of the
+  // group: 3 solves (not 3 + 3, nor 3 + 1). The next preemption check walks
+  // the queue once.
   const std::vector<std::string> created = RemoveAndCreateInOneCommitGroup(
       *core_,
       {{small[0], Cpus(1, 1)}, {small[1], Cpus(1, 1)}, {small[2], Cpus(1, 1)}});
-  EXPECT_EQ(solves.solves() - before, 3 + 1);
+  EXPECT_EQ(solves.solves() - before, 3);
   for (const std::string& id : created) {
     EXPECT_EQ(core_->StateOf(id), PgState::kCreated) << id;
   }
+  EXPECT_EQ(core_->StateOf(waiting), PgState::kPending);
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(solves.solves() - before, 3 + 1);
   EXPECT_EQ(core_->StateOf(waiting), PgState::kPending);
 
   // A release the queued group can use: it is re-tried before the newcomer
@@ -526,6 +530,50 @@ TEST_F(PlacementManagerTest, ACreateRetriesTheQueueOnlyWhenAReleaseMayHelpIt) {
       RemoveAndCreateInOneCommitGroup(*core_, {{big, Cpus(1, 8)}}).at(0);
   EXPECT_EQ(core_->StateOf(waiting), PgState::kCreated);
   EXPECT_EQ(core_->StateOf(newcomer), PgState::kPending);
+}
+
+// A release no waiting group can use (the node it frees covers no group's
+// least ask of one node) places nothing, so the commit does not walk the
+// queue; the next preemption check does, which brings the reasons up to
+// date (the node is now short of another resource first). A release the
+// group can use places it in the same commit.
+TEST_F(PlacementManagerTest,
+       AReleaseNoWaitingGroupCanUseLeavesTheWalkToTheNextCheck) {
+  SolveCounter solves;
+  CoreOptions options;
+  options.decisions = &solves;
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());  // 32 GB of memory
+  auto one_bundle = [](scheduler::ResourceSet resources) {
+    scheduler::PlacementRequest r;
+    r.bundles.push_back(scheduler::Bundle{std::move(resources), {}, ""});
+    auto spec = NewPgSpec(std::move(r), PgOwner(), Limits());
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  };
+  const std::string cpus = Create(Cpus(1, 8));
+  const std::string memory = Create(one_bundle({{"memory", Units(32e9)}}));
+  const std::string waiting =
+      Create(one_bundle({{"CPU", Units(8)}, {"memory", Units(32e9)}}));
+  ASSERT_EQ(core_->StateOf(waiting), PgState::kPending);
+  auto reason = [&] { return core_->placement().Get(waiting)->group.reason; };
+  const std::string short_of_cpu = reason();
+  EXPECT_NE(short_of_cpu.find("insufficient free CPU"), std::string::npos)
+      << short_of_cpu;
+  const int before = solves.solves();
+
+  ASSERT_TRUE(core_->Remove(cpus).ok());  // c1: 8 CPUs free, no memory
+  EXPECT_EQ(solves.solves(), before);
+  EXPECT_EQ(reason(), short_of_cpu);
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(solves.solves(), before + 1);
+  EXPECT_NE(reason().find("insufficient free memory"), std::string::npos)
+      << reason();
+  ASSERT_TRUE(core_->CompletePreemptions().ok());  // nothing skipped since
+  EXPECT_EQ(solves.solves(), before + 1);
+
+  ASSERT_TRUE(core_->Remove(memory).ok());
+  EXPECT_EQ(core_->StateOf(waiting), PgState::kCreated);
 }
 
 TEST_F(PlacementManagerTest,
