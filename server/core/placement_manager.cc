@@ -614,8 +614,8 @@ void PlacementManager::CompletePreemptions(Done done) {
           PlacementGroup p = *g;
           RETURN_IF_ERROR(FinishPreemption(txn, p));
         }
-        // New victims: the queue is re-tried (and may
-        // preempt them).
+        // New victims (a cool-down ended), or a walk skipped since: the
+        // queue is re-tried (and may preempt them).
         if (cooled || walk) txn.RequestPendingRetry();
         return absl::OkStatus();
       },
