@@ -258,6 +258,7 @@ class EtcdStepDown(unittest.TestCase):
         member = self.etcd.members[0]
         member["proc"].kill()
         member["proc"].wait(timeout=20)
+        member["log"].close()  # start() opens it again
         with grpc.insecure_channel(b.addr) as ch:
             with self.assertRaises(grpc.RpcError) as err:
                 sliced_pb2_grpc.InventoryStub(ch).ListNodes(P.ListNodesRequest(), timeout=30)
