@@ -662,8 +662,9 @@ void PlacementManager::RetryQueue(Txn& txn) {
   // nothing. It would only refresh reasons (a freed node may now be short
   // of another resource first) and run the victim searches the last walk
   // had no budget for; the next preemption check has one run, so a busy
-  // cluster walks a deep queue once per check, not once per commit.
-  walk_skipped_.store(true, std::memory_order_relaxed);
+  // cluster walks a deep queue once per check, not once per commit. With
+  // nothing queued there is nothing to refresh.
+  if (txn.QueueSize() > 0) walk_skipped_.store(true, std::memory_order_relaxed);
 }
 
 void PlacementManager::WalkQueue(Txn& txn) {
