@@ -220,8 +220,9 @@ class SlicedClient {
   // trailing metadata names, if `may_follow`; when it names none, or an
   // empty one (kFailover), FollowBack()s.
   Refusal Refused(const grpc::ClientContext& context, bool may_follow);
-  // An unreachable daemon named no leader: calls go back to options.server
-  // (which may list every daemon: "ipv4:host1:port,host2:port").
+  // An unreachable daemon, or a standby that knows no leader: calls go back
+  // to options.server (which may list every daemon:
+  // "ipv4:host1:port,host2:port").
   void FollowBack();
 
   const ClientOptions options_;

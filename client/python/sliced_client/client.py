@@ -310,6 +310,47 @@ class PreemptionListener:
         self._thread.join(timeout)
 
 
+class _Retries:
+    """The attempts, backoff and redirects of one call (or of a watch's
+    opening) under its deadline, as the C++ client's Retries."""
+
+    def __init__(self, timeout: float, max_attempts: int, attempts: int):
+        self.deadline = time.monotonic() + timeout
+        self._max_attempts, self._left = max_attempts, attempts
+        self._backoff, self._redirects = 0.1, 0
+
+    def may_follow(self) -> bool:
+        """Whether a standby's redirect may be followed now: up to 3 in a row
+        (a standby may still name the old leader for a moment, which then
+        says it knows none: they count again after each wait)."""
+        return self._redirects < 3
+
+    def followed(self) -> None:
+        """A redirect was followed: the next attempt goes at once."""
+        self._redirects, self._backoff = self._redirects + 1, 0.1
+
+    def wait_for_next(self, failover: bool) -> bool:
+        """After a failed attempt: sleeps before the next one and returns
+        True, or returns False at once when no attempt is left or the
+        deadline would pass meanwhile. `failover` (a standby that knows no
+        leader yet, which did nothing): no attempt is spent, unless retries
+        are off (max_attempts=1: the node agent, with its own backoff), and
+        the wait is at most 0.5 s, random in its upper half (the clients that
+        lost the leader together do not call in step)."""
+        failover = failover and self._max_attempts > 1
+        if not failover:
+            self._left -= 1
+            if self._left <= 0:
+                return False
+        wait = (min(self._backoff, 0.5) * random.uniform(0.5, 1.0) if failover
+                else self._backoff)
+        if time.monotonic() + wait >= self.deadline:
+            return False
+        time.sleep(wait)
+        self._backoff, self._redirects = min(self._backoff * 2, 2.0), 0
+        return True
+
+
 class Client:
     """A connection to sliced. Use as a context manager, or call close()."""
 
@@ -364,18 +405,6 @@ class Client:
         if self.address != self._home:
             method = self._rebind(method, self._home) or method
         return ("failover" if leader == "" else None), method
-
-    @staticmethod
-    def _wait_to_retry(deadline: float, backoff: float, failover: bool) -> Optional[float]:
-        """Sleeps before the next attempt; returns the next backoff, or None,
-        without sleeping, when the deadline would pass meanwhile. During a
-        failover the wait is at most 0.5 s, random in its upper half (the
-        clients that lost the leader together do not call in step)."""
-        wait = min(backoff, 0.5) * random.uniform(0.5, 1.0) if failover else backoff
-        if time.monotonic() + wait >= deadline:
-            return None
-        time.sleep(wait)
-        return min(backoff * 2, 2.0)
 
     def _rebind(self, method, address: str):
         """Connects to `address`; returns `method` on the new channel."""
@@ -587,11 +616,11 @@ class Client:
         request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
                                                   placement_group_id=placement_group_id)
         method, delivered = self._placement.WatchPlacementGroups, False
-        reopened = redirects = 0
+        reopened = 0
         # Opening is retried as reads are: UNAVAILABLE before the first event
         # backs off and tries again, within the client's timeout and attempts
         # (a failover spends no attempt).
-        deadline, backoff, attempt = time.monotonic() + self._timeout, 0.1, 1
+        retries = _Retries(self._timeout, self._max_attempts, self._max_attempts)
         while True:
             stream = method(request, timeout=timeout, metadata=self._metadata)
             if opened is not None:
@@ -609,16 +638,12 @@ class Client:
                     continue
                 if delivered or e.code() != grpc.StatusCode.UNAVAILABLE:
                     raise SlicedError(e.code(), e.details()) from None
-                how, method = self._refused(e, method, redirects < 3)
+                how, method = self._refused(e, method, retries.may_follow())
                 if how == "followed":
-                    redirects += 1
+                    retries.followed()
                     continue
-                failover = how == "failover" and self._max_attempts > 1
-                backoff = (None if not failover and attempt >= self._max_attempts
-                           else self._wait_to_retry(deadline, backoff, failover))
-                if backoff is None:
+                if not retries.wait_for_next(how == "failover"):
                     raise SlicedError(e.code(), e.details()) from None
-                attempt, redirects = attempt + (0 if failover else 1), 0
             finally:
                 stream.cancel()
 
@@ -747,35 +772,26 @@ class Client:
     # ------------------------------------------------------------ plumbing
 
     def _call(self, method, request, *, retry: bool):
-        deadline = time.monotonic() + self._timeout
-        backoff = 0.1
-        attempt = 1
-        redirects = 0
+        retries = _Retries(self._timeout, self._max_attempts,
+                           self._max_attempts if retry else 1)
         while True:
             try:
-                return method(request, timeout=max(0.001, deadline - time.monotonic()),
+                return method(request,
+                              timeout=max(0.001, retries.deadline - time.monotonic()),
                               metadata=self._metadata)
             except grpc.RpcError as e:
                 how = None
                 if e.code() == grpc.StatusCode.UNAVAILABLE:
-                    how, method = self._refused(e, method, redirects < 3)
+                    how, method = self._refused(e, method, retries.may_follow())
+                elif e.code() != grpc.StatusCode.CANCELLED:
+                    raise SlicedError(e.code(), e.details()) from None
                 if how == "followed":
                     # A standby did nothing: any call goes to the leader it names.
-                    redirects += 1
+                    retries.followed()
                     continue
                 # A failover in progress did nothing either: any call waits
-                # for the new leader, spending no attempt (unless retries are
-                # off: max_attempts=1, the node agent). CANCELLED: a daemon
-                # dropped the call as it stopped (a standby turning leader,
-                # docs/ha.md); this client never cancels its own unary calls.
-                failover = how == "failover" and self._max_attempts > 1
-                if failover or (retry and attempt < self._max_attempts and e.code() in (
-                        grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)):
-                    # A standby may still name the old leader for a moment,
-                    # which then says it knows none: redirects count again
-                    # after each wait.
-                    backoff = self._wait_to_retry(deadline, backoff, failover)
-                    if backoff is not None:
-                        attempt, redirects = attempt + (0 if failover else 1), 0
-                        continue
-                raise SlicedError(e.code(), e.details()) from None
+                # for the new leader. CANCELLED: a daemon dropped the call as
+                # it stopped (a standby turning leader, docs/ha.md); this
+                # client never cancels its own unary calls.
+                if not retries.wait_for_next(how == "failover"):
+                    raise SlicedError(e.code(), e.details()) from None
