@@ -12,6 +12,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 
 namespace sliced::client {
 namespace {
@@ -43,14 +44,15 @@ class Retries {
     backoff_ = options_.initial_backoff;
   }
 
-  // After a failed attempt: sleeps before the next one and returns true, or
+  // After a failed attempt: sleeps before the next one (while `channel`, the
+  // next attempt's, connects) and returns true, or
   // returns false at once when no attempt is left or the deadline would
   // pass meanwhile. `failover` (a standby that knows no leader yet, which
   // did nothing): the attempt is not spent, unless retries are off
   // (max_attempts 1: a caller with its own backoff), and the wait is at most
   // kFailoverPoll, random in its upper half, so that the clients that lost
   // the leader together do not call the standby in step.
-  bool WaitForNext(bool failover) {
+  bool WaitForNext(bool failover, grpc::Channel& channel) {
     failover = failover && options_.max_attempts > 1;
     if (!failover && --attempts_left_ <= 0) return false;
     absl::Duration wait = backoff_;
@@ -59,7 +61,14 @@ class Retries {
       wait = std::min(backoff_, kFailoverPoll) * absl::Uniform(gen, 0.5, 1.0);
     }
     if (absl::Now() + wait >= deadline_) return false;
-    absl::SleepFor(wait);
+    // Meanwhile the channel of the next attempt connects: one whose
+    // connection failed connects again only while something polls it,
+    // which a call failing at once does not. Without this a daemon back
+    // after a moment (a port handed from standby to leader) would stay
+    // unreachable until gRPC's backup poll, up to 5 s later.
+    const absl::Time until = absl::Now() + wait;
+    channel.WaitForConnected(absl::ToChronoTime(until));
+    absl::SleepFor(until - absl::Now());
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
     redirects_ = 0;
     return true;
@@ -117,6 +126,25 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(
   return grpc::SslCredentials(ssl);
 }
 
+// A channel to `target` that reconnects on the schedule of the attempts:
+// gRPC's own reconnect backoff starts at 1 s and grows to 120 s, and until
+// it passes every call fails at once, so a daemon back (or a failover's port
+// reopened) 0.1 s after a refused connection would stay unreachable to every
+// attempt of a call.
+std::shared_ptr<grpc::Channel> NewChannel(
+    const std::string& target,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const ClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(
+                  std::max(options.initial_backoff, absl::Milliseconds(1)))));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(
+                  std::max(options.max_backoff, options.initial_backoff))));
+  return grpc::CreateCustomChannel(target, credentials, args);
+}
+
 bool Settled(v1::PlacementGroupState state) {
   return state == v1::CREATED || state == v1::INFEASIBLE ||
          state == v1::REMOVED;
@@ -151,7 +179,7 @@ absl::StatusOr<std::unique_ptr<SlicedClient>> SlicedClient::Create(
   auto credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
   return std::make_unique<SlicedClient>(
-      grpc::CreateChannel(options.server, *credentials), options,
+      NewChannel(options.server, *credentials, options), options,
       *credentials);
 }
 
@@ -210,7 +238,7 @@ bool SlicedClient::Follow(const std::string& leader) {
     }
   }
   endpoints_.push_back(std::make_unique<Endpoint>(
-      grpc::CreateChannel(leader, credentials_)));
+      NewChannel(leader, credentials_, options_)));
   endpoints_.back()->address = leader;
   current_ = endpoints_.back().get();
   return true;
@@ -252,7 +280,8 @@ absl::Status SlicedClient::Call(
     }
     // A failover in progress did nothing either: any call waits for the new
     // leader, for as long as its deadline allows.
-    if (!retries.WaitForNext(refusal == Refusal::kFailover)) {
+    if (!retries.WaitForNext(refusal == Refusal::kFailover,
+                             *Current()->channel)) {
       return FromGrpcStatus(status);
     }
   }
@@ -502,7 +531,8 @@ absl::Status SlicedClient::WatchPlacementGroups(
       retries.Followed();  // a standby: open the watch on the leader, at once
       continue;
     }
-    if (!retries.WaitForNext(refusal == Refusal::kFailover)) {
+    if (!retries.WaitForNext(refusal == Refusal::kFailover,
+                             *Current()->channel)) {
       return FromGrpcStatus(status);
     }
   }

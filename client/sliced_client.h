@@ -67,6 +67,9 @@ struct ClientOptions {
   // new leader during a failover). Must be >= 1.
   int max_attempts = 4;
   // Backoff before the second attempt; doubles per attempt up to max_backoff.
+  // The channel reconnects to an unreachable daemon on the same schedule
+  // (not gRPC's default of 1 s growing to 120 s, during which every call
+  // fails at once).
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
 

@@ -2,9 +2,19 @@
 // command: retries, request ids, deadlines, the status mapping, waiting.
 #include "client/sliced_client.h"
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -96,6 +106,40 @@ class FakePlacement final : public v1::Placement::Service {
   std::string authorization_ ABSL_GUARDED_BY(mu_);
 };
 
+// The daemon of AConnectedClientGetsPastAPortClosedForAMoment, which runs
+// this binary again with SLICED_FLAPPING_DAEMON set: it serves FakePlacement
+// on a port it prints ("port N"); each line read from stdin closes the port
+// for 5 ms ("back" once open again); it exits, before any test runs, when
+// stdin ends.
+void RunFlappingDaemon() {
+  FakePlacement fake;
+  int port = 0;
+  auto serve = [&](int at) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(at),
+                             grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&fake);
+    return builder.BuildAndStart();
+  };
+  std::unique_ptr<grpc::Server> server = serve(0);
+  std::printf("port %d\n", port);
+  std::fflush(stdout);
+  for (std::string line; std::getline(std::cin, line);) {
+    server->Shutdown(std::chrono::system_clock::now());
+    server->Wait();
+    server.reset();
+    absl::SleepFor(absl::Milliseconds(5));
+    server = serve(port);
+    std::printf(server != nullptr ? "back\n" : "lost the port\n");
+    std::fflush(stdout);
+  }
+  std::_Exit(0);
+}
+const bool kFlappingDaemon = [] {
+  if (std::getenv("SLICED_FLAPPING_DAEMON") != nullptr) RunFlappingDaemon();
+  return false;
+}();
+
 // A standby (server/ha.h): every call UNAVAILABLE, the leader named in the
 // trailing metadata `sliced-leader`; in its first `failover_calls` answers
 // the name is empty (no leader is known yet: a failover is in progress).
@@ -137,7 +181,9 @@ class SlicedClientTest : public ::testing::Test {
     options_.initial_backoff = absl::Milliseconds(1);
     options_.timeout = absl::Seconds(10);
   }
-  void TearDown() override { server_->Shutdown(); }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
 
   std::unique_ptr<SlicedClient> Client() {
     auto client = SlicedClient::Create(options_);
@@ -296,6 +342,130 @@ TEST_F(SlicedClientTest, UnreachableServerIsUnavailable) {
   options_.max_attempts = 2;
   EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A daemon whose port reopens between two attempts (a restart; a failover
+// moving a port from standby to leader) is reached by the next one: the
+// channel reconnects on the attempts' schedule. With gRPC's default (1 s)
+// all three attempts (at 0, 0.1 and 0.3 s) fail at once.
+TEST_F(SlicedClientTest, ADaemonBackBetweenAttemptsIsReachedByTheNextOne) {
+  server_->Shutdown();
+  server_->Wait();
+  server_.reset();
+  options_.initial_backoff = absl::Milliseconds(100);
+  options_.max_attempts = 3;
+  auto client = Client();
+  std::thread restart([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port_),
+                             grpc::InsecureServerCredentials());
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::PlacementGroup> pg = client->GetPlacementGroup("pg-1");
+  restart.join();
+  ASSERT_NE(server_, nullptr) << "port " << port_ << " was taken meanwhile";
+  EXPECT_TRUE(pg.ok()) << pg.status() << " after "
+                       << absl::FormatDuration(absl::Now() - start);
+  EXPECT_EQ(fake_.calls(), 1);
+}
+
+// RunFlappingDaemon in a child process, killed when this goes.
+class FlappingDaemon {
+ public:
+  FlappingDaemon() {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, from_child[1], 1);
+    posix_spawn_file_actions_addclose(&actions, to_child[1]);
+    posix_spawn_file_actions_addclose(&actions, from_child[0]);
+    std::string self = std::filesystem::read_symlink("/proc/self/exe");
+    std::vector<char*> argv = {self.data(), nullptr};
+    std::vector<std::string> env_strings = {"SLICED_FLAPPING_DAEMON=1"};
+    for (char** e = environ; *e != nullptr; ++e) env_strings.push_back(*e);
+    std::vector<char*> env;
+    for (std::string& e : env_strings) env.push_back(e.data());
+    env.push_back(nullptr);
+    if (posix_spawn(&pid_, self.c_str(), &actions, nullptr, argv.data(),
+                    env.data()) != 0) {
+      pid_ = 0;
+    }
+    posix_spawn_file_actions_destroy(&actions);
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = to_child[1];
+    out_ = fdopen(from_child[0], "r");
+    for (std::string line = Line(); !line.empty(); line = Line()) {
+      if (std::sscanf(line.c_str(), "port %d", &port_) == 1) break;
+    }
+  }
+  ~FlappingDaemon() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (in_ >= 0) close(in_);
+    if (out_ != nullptr) std::fclose(out_);
+  }
+  // The port served; 0 if the child did not start.
+  int port() const { return port_; }
+  // Closes the port for 5 ms; whether it is open again.
+  bool Flap() { return write(in_, "\n", 1) == 1 && Line() == "back\n"; }
+
+ private:
+  std::string Line() {
+    char line[256];
+    return out_ != nullptr && std::fgets(line, sizeof(line), out_) ? line : "";
+  }
+  pid_t pid_ = 0;
+  int in_ = -1;
+  FILE* out_ = nullptr;
+  int port_ = 0;
+};
+
+// A port closed for 5 ms under a connected client (a standby's port handed
+// to the new leader's server, server/ha.cc), five times, while the client
+// calls every 2 ms: no call fails. The daemon is another process, as in
+// life (in this one the server's threads would drive the channel's
+// reconnection, which a call failing at once does not).
+TEST(SlicedClientFlapTest, AConnectedClientGetsPastAPortClosedForAMoment) {
+  FlappingDaemon daemon;
+  ASSERT_NE(daemon.port(), 0);
+  ClientOptions options;
+  options.server = "127.0.0.1:" + std::to_string(daemon.port());
+  auto client = SlicedClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->GetPlacementGroup("pg-1").ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::vector<std::string> errors;
+  std::thread caller([&] {
+    while (!stop) {
+      absl::StatusOr<v1::PlacementGroup> pg =
+          (*client)->GetPlacementGroup("pg-1");
+      if (pg.ok()) {
+        ++ok;
+      } else {
+        errors.push_back(pg.status().ToString());
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  });
+  for (int round = 0; round < 5; ++round) {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_TRUE(daemon.Flap()) << "round " << round;
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  stop = true;
+  caller.join();
+  EXPECT_TRUE(errors.empty()) << errors.size() << " calls failed (" << ok
+                              << " succeeded), the first: " << errors[0];
+  EXPECT_GT(ok, 0);
 }
 
 TEST_F(SlicedClientTest, FollowsAStandbyToTheLeaderEvenForARemove) {

@@ -174,6 +174,32 @@ def wait_until(condition, timeout=20, what="the condition"):
         time.sleep(0.05)
 
 
+class Caller:
+    """Calls `call()` every `interval` seconds on a thread of its own until
+    stop(): counts the calls that returned (`ok`) and keeps what the others
+    raised (`errors`)."""
+
+    def __init__(self, call, interval=0.002):
+        self.ok, self.errors = 0, []
+        self._call, self._interval = call, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self._call()
+                self.ok += 1
+            except Exception as e:  # the test asserts on them
+                self.errors.append(e)
+            time.sleep(self._interval)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
 def first_event_then(events, on_event):
     """Reads the stream `events` on a thread, calling on_event(event) for each
     until it returns True; returns the thread once the first event (the

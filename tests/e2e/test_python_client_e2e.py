@@ -16,8 +16,8 @@ import unittest
 import grpc
 from google.protobuf import json_format
 
-from sliced_testlib import (REPO, Daemon, first_event_then, sliced_pb2, sliced_pb2_grpc,
-                            temp_data_dir)
+from sliced_testlib import (REPO, Caller, Daemon, first_event_then, sliced_pb2,
+                            sliced_pb2_grpc, temp_data_dir)
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import sliced_client  # noqa: E402
@@ -340,6 +340,94 @@ class PythonClientEndToEnd(unittest.TestCase):
         server.start()
         self.addCleanup(server.stop, None)
         return port
+
+    def test_a_daemon_back_between_attempts_is_reached_by_the_next_one(self):
+        # A port that reopens between two attempts (a restart; a failover
+        # moving a port from standby to leader) is reached by the next one:
+        # the channel reconnects on the attempts' schedule. With gRPC's
+        # default (1 s) the three attempts (at 0, 0.1 and 0.3 s) all fail.
+        from concurrent import futures
+
+        class Placement(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.CREATED)
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        sliced_pb2_grpc.add_PlacementServicer_to_server(Placement(), server)
+        self.addCleanup(server.stop, None)
+
+        def come_back():
+            time.sleep(0.05)
+            server.add_insecure_port("127.0.0.1:%d" % port)
+            server.start()
+
+        with Client("127.0.0.1:%d" % port, timeout=10, max_attempts=3) as client:
+            back = threading.Thread(target=come_back)
+            back.start()
+            start = time.monotonic()
+            try:
+                self.assertEqual(client.get("pg-1").state, "CREATED")
+            finally:
+                back.join()
+            self.assertLess(time.monotonic() - start, 1)
+
+    def test_a_connected_client_gets_past_a_port_closed_for_a_moment(self):
+        # A daemon's port closed for 5 ms under a connected client (a
+        # standby's port handed to the new leader's server, docs/ha.md),
+        # five times, while the client calls every 2 ms: no call fails. The
+        # daemon is another process, as in life: a gRPC channel whose
+        # connection failed connects again only while something in its
+        # process polls it, which a call failing at once does not (the
+        # client keeps it connecting while it backs off); in one process the
+        # server's own threads would do it.
+        script = (
+            "import sys, time\n"
+            "from concurrent import futures\n"
+            "import grpc\n"
+            "from sliced.v1 import sliced_pb2 as P, sliced_pb2_grpc\n"
+            "class Placement(sliced_pb2_grpc.PlacementServicer):\n"
+            "    def GetPlacementGroup(self, request, context):\n"
+            "        return P.PlacementGroup(placement_group_id=request.placement_group_id,\n"
+            "                                state=P.CREATED)\n"
+            "def serve(port):\n"
+            "    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))\n"
+            "    sliced_pb2_grpc.add_PlacementServicer_to_server(Placement(), server)\n"
+            "    port = server.add_insecure_port('127.0.0.1:%d' % port)\n"
+            "    server.start()\n"
+            "    return server, port\n"
+            "server, port = serve(0)\n"
+            "print(port, flush=True)\n"
+            "for _ in sys.stdin:  # a line: the port closes for 5 ms\n"
+            "    server.stop(None).wait()\n"
+            "    time.sleep(0.005)\n"
+            "    server, _ = serve(port)\n"
+            "    print('back', flush=True)\n")
+        env = dict(os.environ, PYTHONPATH=os.environ.get("SLICED_PY", ""))
+        proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env)
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.stdin.close)
+        self.addCleanup(proc.wait, 30)
+        self.addCleanup(proc.kill)
+        port = int(proc.stdout.readline())
+        with Client("127.0.0.1:%d" % port, timeout=10) as client:
+            client.get("pg-1")
+            caller = Caller(lambda: client.get("pg-1"))
+            try:
+                for _ in range(5):
+                    time.sleep(0.1)
+                    proc.stdin.write("\n")
+                    proc.stdin.flush()
+                    self.assertEqual(proc.stdout.readline(), "back\n")
+                time.sleep(0.5)
+            finally:
+                caller.stop()
+        self.assertEqual(caller.errors, [], "%d calls succeeded" % caller.ok)
+        self.assertGreater(caller.ok, 0)
 
     def test_a_call_the_server_cancelled_is_retried_when_retryable(self):
         # What a daemon answers a call that reaches it as it stops its server

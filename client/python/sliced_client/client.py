@@ -43,6 +43,14 @@ from sliced_client._stubs import sliced_pb2_grpc as _pb_grpc
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 _log = logging.getLogger("sliced_client")
 _SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
+# Seconds before the second attempt, doubling per attempt up to the max.
+_INITIAL_BACKOFF, _MAX_BACKOFF = 0.1, 2.0
+# The channel reconnects on the same schedule: gRPC's own backoff starts at
+# 1 s and grows to 120 s, and until it passes every call fails at once, so a
+# daemon back (or a failover's port reopened) 0.1 s after a refused
+# connection would stay unreachable to every attempt. Options given win.
+_RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", int(_INITIAL_BACKOFF * 1000)),
+                      ("grpc.max_reconnect_backoff_ms", int(_MAX_BACKOFF * 1000)))
 
 
 class SlicedError(Exception):
@@ -314,10 +322,12 @@ class _Retries:
     """The attempts, backoff and redirects of one call (or of a watch's
     opening) under its deadline, as the C++ client's Retries."""
 
-    def __init__(self, timeout: float, max_attempts: int, attempts: int):
+    def __init__(self, timeout: float, max_attempts: int, attempts: int,
+                 sleep: Callable[[float], None] = time.sleep):
         self.deadline = time.monotonic() + timeout
+        self._sleep = sleep
         self._max_attempts, self._left = max_attempts, attempts
-        self._backoff, self._redirects = 0.1, 0
+        self._backoff, self._redirects = _INITIAL_BACKOFF, 0
 
     def may_follow(self) -> bool:
         """Whether a standby's redirect may be followed now: up to 3 in a row
@@ -327,7 +337,7 @@ class _Retries:
 
     def followed(self) -> None:
         """A redirect was followed: the next attempt goes at once."""
-        self._redirects, self._backoff = self._redirects + 1, 0.1
+        self._redirects, self._backoff = self._redirects + 1, _INITIAL_BACKOFF
 
     def wait_for_next(self, failover: bool) -> bool:
         """After a failed attempt: sleeps before the next one and returns
@@ -346,8 +356,8 @@ class _Retries:
                 else self._backoff)
         if time.monotonic() + wait >= self.deadline:
             return False
-        time.sleep(wait)
-        self._backoff, self._redirects = min(self._backoff * 2, 2.0), 0
+        self._sleep(wait)
+        self._backoff, self._redirects = min(self._backoff * 2, _MAX_BACKOFF), 0
         return True
 
 
@@ -364,14 +374,19 @@ class Client:
         failover). credentials: grpc.ssl_channel_credentials(...) for TLS;
         None for plaintext. token: a bearer token sent on every call
         (`authorization: Bearer <token>`) when the daemon runs with tokens.
-        options: gRPC channel arguments."""
+        options: gRPC channel arguments (by default the channel reconnects
+        0.1 s after a refused connection, backing off to 2 s, as the
+        attempts do)."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.address = address
         self._timeout = timeout
         self._max_attempts = max_attempts
         self._metadata = (("authorization", "Bearer " + token),) if token else None
-        self._credentials, self._options = credentials, options
+        given = {name for name, _ in options or ()}
+        self._credentials = credentials
+        self._options = list(options or []) + [
+            o for o in _RECONNECT_OPTIONS if o[0] not in given]
         self._home = address
         self._old_channels = []
         self._connect(address)
@@ -405,6 +420,23 @@ class Client:
         if self.address != self._home:
             method = self._rebind(method, self._home) or method
         return ("failover" if leader == "" else None), method
+
+    def _back_off(self, seconds: float) -> None:
+        """Sleeps `seconds` while the channel of the next attempt connects. A
+        channel whose connection failed connects again only while something
+        polls it, and a call failing at once does not: without this a daemon
+        back after a moment (a port handed from standby to leader) would
+        stay unreachable until gRPC's backup poll, up to 5 s later."""
+        channel = self._channel
+
+        def ignore(_state):
+            pass
+
+        channel.subscribe(ignore, try_to_connect=True)
+        try:
+            time.sleep(seconds)
+        finally:
+            channel.unsubscribe(ignore)
 
     def _rebind(self, method, address: str):
         """Connects to `address`; returns `method` on the new channel."""
@@ -620,7 +652,8 @@ class Client:
         # Opening is retried as reads are: UNAVAILABLE before the first event
         # backs off and tries again, within the client's timeout and attempts
         # (a failover spends no attempt).
-        retries = _Retries(self._timeout, self._max_attempts, self._max_attempts)
+        retries = _Retries(self._timeout, self._max_attempts, self._max_attempts,
+                           self._back_off)
         while True:
             stream = method(request, timeout=timeout, metadata=self._metadata)
             if opened is not None:
@@ -773,7 +806,7 @@ class Client:
 
     def _call(self, method, request, *, retry: bool):
         retries = _Retries(self._timeout, self._max_attempts,
-                           self._max_attempts if retry else 1)
+                           self._max_attempts if retry else 1, self._back_off)
         while True:
             try:
                 return method(request,
