@@ -1,10 +1,13 @@
 #include "server/ha.h"
 
+#include <netdb.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -36,6 +40,44 @@ void Say(const std::string& line) {
 
 // How long a failed start as leader waits before campaigning again.
 constexpr absl::Duration kRetryPause = absl::Seconds(1);
+// How often a daemon that lost leadership looks whether its old server's
+// port is free for the standby's: a client finds the port closed that long.
+constexpr absl::Duration kPortPoll = absl::Milliseconds(10);
+
+// Whether `listen` (host:port as gRPC takes it) can be bound now: a plain
+// bind as gRPC's (SO_REUSEADDR), so that waiting for a port to be freed
+// does not log gRPC's bind errors. True when it cannot tell (gRPC says).
+bool PortFree(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return true;
+  std::string host = listen.substr(0, colon);
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port = listen.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints,
+                  &found) != 0) {
+    return true;
+  }
+  bool bindable = true;
+  for (const addrinfo* a = found; a != nullptr && bindable; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
+                          a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE) {
+      bindable = false;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return bindable;
+}
 
 // The answer to a call this daemon does not serve, as a standby or stepping
 // down: UNAVAILABLE naming the leader (in the message, and as
@@ -216,6 +258,14 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
     server_->GetHealthCheckService()->SetServingStatus(false);
     return port;
   }
+  // Between winning and serving (the state loading), calls are refused as
+  // during a failover: empty `sliced-leader`, so the clients wait.
+  void SetElected(bool elected) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    elected_ = elected;
+    fresh_until_ = absl::InfinitePast();
+  }
+
   ~Redirect() override {
     if (server_ != nullptr) {
       server_->Shutdown(std::chrono::system_clock::now());
@@ -243,6 +293,13 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
   // lookup at a time; calls arriving meanwhile wait for its answer.
   absl::Status Refusal() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
+    if (elected_) {
+      return api::WithLeader(
+          absl::UnavailableError(
+              "not the leader yet: this sliced was elected and is loading "
+              "the cluster state; retry"),
+          "");
+    }
     if (absl::Now() >= fresh_until_) {
       refusal_ = NotLeader(*election_);
       fresh_until_ = absl::Now() + kRefusalFresh;
@@ -255,6 +312,7 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
   absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
   absl::Time fresh_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool elected_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 absl::StatusOr<std::unique_ptr<HaDaemon>> HaDaemon::Start(
@@ -290,7 +348,9 @@ absl::Status HaDaemon::StartStandbyPorts() {
     ASSIGN_OR_RETURN(auto credentials, ServerCredentials(server_options_));
     auto redirect = std::make_unique<Redirect>();
     const int port =
-        redirect->Start(server_options_.listen, credentials, &election_);
+        PortFree(server_options_.listen)
+            ? redirect->Start(server_options_.listen, credentials, &election_)
+            : 0;
     if (port == 0) {
       return absl::UnavailableError(absl::StrCat(
           "cannot listen on ", server_options_.listen,
@@ -377,21 +437,25 @@ void HaDaemon::Loop() {
     if (mirror_ != nullptr) mirror_->Start();
     absl::StatusOr<storage::Leadership> leadership = election_.Campaign();
     if (!leadership.ok()) break;  // stopped
-    StopStandbyPorts();
     Lead(*leadership);
+    bool stopping;
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) break;
+      stopping = stopping_;
     }
-    while (true) {
+    // The standby's ports open as soon as the old server's close (its calls
+    // in flight may still be finishing, on stepping_down_).
+    while (!stopping) {
       absl::Status started = StartStandbyPorts();
       if (started.ok()) break;
       if (started.code() != absl::StatusCode::kUnavailable) {
         Say(absl::StrCat("standby without its ports: ", started.ToString()));
         break;
       }
-      absl::SleepFor(absl::Milliseconds(100));  // the leader's ports free
+      absl::SleepFor(kPortPoll);
     }
+    if (stepping_down_.joinable()) stepping_down_.join();
+    if (stopping) break;
     Say(absl::StrCat("standby on ", server_options_.listen,
                      "; campaigning for leadership"));
   }
@@ -401,6 +465,8 @@ void HaDaemon::Loop() {
 
 void HaDaemon::Lead(const storage::Leadership& leadership) {
   const absl::Time won = absl::Now();
+  // The standby's port answers "loading; retry" until the leader's binds it.
+  if (redirect_ != nullptr) redirect_->SetElected(true);
   std::string loaded_from = "etcd";
   absl::StatusOr<std::unique_ptr<storage::Store>> store =
       storage::OpenEtcdStore(
@@ -416,10 +482,12 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
            .mirror = mirror_,
            .loaded_from = &loaded_from});
   absl::StatusOr<std::unique_ptr<SlicedServer>> server =
-      store.ok() ? SlicedServer::StartWithStore(server_options_,
-                                                std::move(*store))
+      store.ok() ? SlicedServer::StartWithStore(
+                       server_options_, std::move(*store),
+                       [this] { StopStandbyPorts(); })
                  : store.status();
   if (!server.ok()) {
+    if (redirect_ != nullptr) redirect_->SetElected(false);
     const absl::StatusCode code = server.status().code();
     Say(absl::StrCat("elected, but cannot serve: ",
                      server.status().ToString()));
@@ -452,11 +520,17 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
     absl::MutexLock lock(&mu_);
     serving = std::move(server_);
   }
+  if (!why.empty()) Say(absl::StrCat("lost leadership: ", why));
   // Clients are sent where the standby would send them. A commit under way
   // is answered within the store's retry_for (one TTL); the rest at once.
-  serving->StepDown(NotLeader(election_),
-                    options_.lease_ttl + absl::Seconds(2));
-  if (!why.empty()) Say(absl::StrCat("lost leadership: ", why));
+  // On a thread of its own, so that the standby's port opens as soon as
+  // the server's closes (Loop), not once the last call has finished.
+  stepping_down_ = std::thread(
+      [serving = std::move(serving), refusal = NotLeader(election_),
+       grace = options_.lease_ttl + absl::Seconds(2)] {
+        pthread_setname_np(pthread_self(), "sliced-stepdown");
+        serving->StepDown(refusal, grace);
+      });
 }
 
 }  // namespace sliced::server

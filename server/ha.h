@@ -13,18 +13,20 @@
 //     loaded at a revision, then tailed with a watch); and campaign in
 //     etcd's election /sliced/<cluster>/leader under a lease
 //     (storage/etcd/etcd_election.h);
-//  2. on winning: stop the standby's ports, open the etcd store fenced on
-//     the leader key's creation revision, whose first Load takes the copy
-//     once it has caught up with the election (every earlier leader's
-//     writes applied) — or reads etcd when it has not within 2 s — and
-//     serve as SlicedServer does;
+//  2. on winning: open the etcd store fenced on the leader key's creation
+//     revision, whose first Load takes the copy once it has caught up with
+//     the election (every earlier leader's writes applied) — or reads etcd
+//     when it has not within 2 s — meanwhile the standby's port answers
+//     "elected, loading; retry" (an empty `sliced-leader`: clients wait);
+//     then stop the standby's ports and serve on them as SlicedServer does;
 //  3. on losing leadership (the lease lapsed, a commit failed the fence, or
 //     Shutdown()): step down (SlicedServer::StepDown) — new calls, queued
 //     writes and open streams are answered as the standby answers them
 //     (UNAVAILABLE naming the new leader); a write being committed gets
 //     its commit's answer, so none is acknowledged unless committed; the
-//     calls in flight finish before the server stops — and go back to 1
-//     (a fresh copy).
+//     calls in flight finish before the server stops, while the standby's
+//     port already answers (it opens as soon as the server's closes) — and
+//     go back to 1 (a fresh copy).
 //
 // Thread-safe: Shutdown() and ReloadAuth() may be called from any thread.
 #ifndef SLICED_SERVER_HA_H_
@@ -112,6 +114,8 @@ class HaDaemon {
   // Loop thread only (and Start, before the loop runs).
   std::unique_ptr<Redirect> redirect_;
   std::unique_ptr<api::HttpServer> standby_http_;
+  // The last term's SlicedServer::StepDown (Lead starts it, Loop joins it).
+  std::thread stepping_down_;
   std::thread loop_;
 };
 

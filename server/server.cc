@@ -238,7 +238,7 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
       [&]() -> absl::StatusOr<std::unique_ptr<SlicedServer>> {
     ASSIGN_OR_RETURN(std::unique_ptr<storage::Store> store,
                      storage::OpenRocksDbStore({.path = options.data_dir}));
-    return Serve(std::move(impl), options, std::move(store));
+    return Serve(std::move(impl), options, std::move(store), nullptr);
   }();
   if (!server.ok() && !created.empty()) {
     std::error_code ignored;  // best effort: the start failed anyway
@@ -248,9 +248,10 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Start(
 }
 
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::StartWithStore(
-    const ServerOptions& options, std::unique_ptr<storage::Store> store) {
+    const ServerOptions& options, std::unique_ptr<storage::Store> store,
+    const std::function<void()>& before_listen) {
   ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(options));
-  return Serve(std::move(impl), options, std::move(store));
+  return Serve(std::move(impl), options, std::move(store), before_listen);
 }
 
 absl::StatusOr<std::unique_ptr<SlicedServer::Impl>> SlicedServer::Prepare(
@@ -273,8 +274,10 @@ absl::StatusOr<std::unique_ptr<SlicedServer::Impl>> SlicedServer::Prepare(
 
 absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Serve(
     std::unique_ptr<Impl> impl, const ServerOptions& options,
-    std::unique_ptr<storage::Store> store) {
+    std::unique_ptr<storage::Store> store,
+    const std::function<void()>& before_listen) {
   RETURN_IF_ERROR(Wire(*impl, options, std::move(store)));
+  if (before_listen) before_listen();
 
   // The health proto is compiled into this binary so that reflection can
   // describe grpc.health.v1.Health; touching its descriptor keeps the linker

@@ -7,6 +7,7 @@
 #ifndef SLICED_SERVER_SERVER_H_
 #define SLICED_SERVER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,8 +90,12 @@ class SlicedServer {
       const ServerOptions& options);
 
   // Same, on a given store (tests use the in-memory one); data_dir unused.
+  // `before_listen`, when set, runs once the state is loaded, just before
+  // the ports are bound (server/ha.cc: a new leader's standby keeps its
+  // ports answering until then).
   static absl::StatusOr<std::unique_ptr<SlicedServer>> StartWithStore(
-      const ServerOptions& options, std::unique_ptr<storage::Store> store);
+      const ServerOptions& options, std::unique_ptr<storage::Store> store,
+      const std::function<void()>& before_listen = nullptr);
 
   ~SlicedServer();
 
@@ -132,7 +137,8 @@ class SlicedServer {
   // Wires the core on `store` and starts serving.
   static absl::StatusOr<std::unique_ptr<SlicedServer>> Serve(
       std::unique_ptr<Impl> impl, const ServerOptions& options,
-      std::unique_ptr<storage::Store> store);
+      std::unique_ptr<storage::Store> store,
+      const std::function<void()>& before_listen);
   static absl::Status Wire(Impl& impl, const ServerOptions& options,
                            std::unique_ptr<storage::Store> store);
   // Shutdown: ends the streams with `end`, then waits up to `grace`.

@@ -20,6 +20,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -29,7 +30,7 @@ import urllib.request
 
 import grpc
 
-from sliced_testlib import list_all_groups, sliced_pb2, sliced_pb2_grpc
+from sliced_testlib import Caller, list_all_groups, sliced_pb2, sliced_pb2_grpc
 from test_etcd_failover_e2e import ETCD, LEASE_TTL_S, Client, Etcd, HaDaemon, free_port
 from test_placement_e2e import cpu_node
 
@@ -244,6 +245,85 @@ class EtcdStepDown(unittest.TestCase):
               "watch %s; %d acknowledged creates, all live"
               % (dict(first.codes), first.watch_end[0], dict(second.codes),
                  second.watch_end[0], len(acked)), flush=True)
+
+    def test_clients_get_through_a_hand_over_without_an_error(self):
+        # A refused connection is the one answer a client cannot tell from a
+        # dead daemon: it spends an attempt. So through a change of leader
+        # each daemon's port takes connections but for a moment (docs/ha.md):
+        # while the new leader loads the state its standby port answers
+        # "elected, loading; retry" with an empty `sliced-leader` (clients
+        # wait), until its own server binds the port; the old leader's
+        # standby port opens as soon as its server's closes. Probed with a
+        # TCP connect every 2 ms, and with a raw gRPC call to the new leader
+        # every 1 ms. A Python client calling all along never fails.
+        a, b = self.daemons
+        self.register(a)  # a state that takes a while to load
+        closed = collections.defaultdict(list)  # addr -> [seconds refused]
+        answers = collections.Counter()  # b's raw answers
+        stop = threading.Event()
+
+        def probe(addr):
+            host, port = addr.rsplit(":", 1)
+            since = None  # the first refusal of the current run
+            while not stop.is_set():
+                try:
+                    socket.create_connection((host, int(port)), timeout=5).close()
+                    if since is not None:
+                        closed[addr].append(time.monotonic() - since)
+                        since = None
+                except ConnectionRefusedError:
+                    since = since or time.monotonic()
+                time.sleep(0.002)
+            if since is not None:
+                closed[addr].append(float("inf"))
+
+        def ask_b():
+            with grpc.insecure_channel(b.addr) as ch:
+                inventory = sliced_pb2_grpc.InventoryStub(ch)
+                while not stop.is_set() and not answers["OK"]:
+                    try:
+                        inventory.GetNode(P.GetNodeRequest(node_id="n-00001"), timeout=10)
+                        answers["OK"] += 1
+                    except grpc.RpcError as e:
+                        leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                        answers[(e.code().name, e.details().split(":")[0], leader)] += 1
+                    time.sleep(0.001)
+
+        client = Client(b.addr, timeout=10)
+        self.addCleanup(client.close)
+        caller = Caller(lambda: client.node("n-00001"))
+        threads = [threading.Thread(target=probe, args=(d.addr,)) for d in self.daemons]
+        threads.append(threading.Thread(target=ask_b))
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.2)
+            out = self.etcd.etcdctl("del", a.leader_key)
+            self.assertEqual(out.strip(), "1", out)
+            loaded = b.wait_line("leading", timeout=30)
+            with grpc.insecure_channel(a.addr) as ch:  # its next commit fails the fence
+                with self.assertRaises(grpc.RpcError) as err:
+                    sliced_pb2_grpc.InventoryStub(ch).RegisterNodes(P.RegisterNodesRequest(
+                        nodes=[cpu_node("n-late", 8)]), timeout=30)
+                self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            a.wait_line("lost leadership", timeout=30)
+            a.wait_line("standby on", timeout=30)
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            caller.stop()
+            for t in threads:
+                t.join(timeout=30)
+        print("\nhand-over: %s; ports closed for %s s; the new leader answered %s; "
+              "%d client calls, errors %s"
+              % (loaded.split("): ")[1].strip(),
+                 {k: ["%.3f" % t for t in v] for k, v in closed.items()},
+                 dict(answers), caller.ok, caller.errors[:3]), flush=True)
+        self.assertEqual(caller.errors, [])
+        self.assertGreater(caller.ok, 0)
+        for addr, gaps in closed.items():
+            self.assertLess(max(gaps), 0.1, (addr, gaps))
+        self.assertGreater(answers[("UNAVAILABLE", "not the leader yet", "")], 0, answers)
 
     def test_a_call_during_a_failover_waits_for_the_new_leader(self):
         # With etcd down no daemon knows a leader: the standby answers
