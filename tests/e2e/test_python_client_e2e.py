@@ -375,15 +375,11 @@ class PythonClientEndToEnd(unittest.TestCase):
                 back.join()
             self.assertLess(time.monotonic() - start, 1)
 
-    def test_a_connected_client_gets_past_a_port_closed_for_a_moment(self):
-        # A daemon's port closed for 5 ms under a connected client (a
-        # standby's port handed to the new leader's server, docs/ha.md),
-        # five times, while the client calls every 2 ms: no call fails. The
-        # daemon is another process, as in life: a gRPC channel whose
-        # connection failed connects again only while something in its
-        # process polls it, which a call failing at once does not (the
-        # client keeps it connecting while it backs off); in one process the
-        # server's own threads would do it.
+    def flapping_daemon(self):
+        """A fake daemon in a process of its own, as in life (in this one the
+        server's threads would also poll the client's channel): serves
+        GetPlacementGroup; flap(seconds) closes its port for that long.
+        Returns (address, flap)."""
         script = (
             "import sys, time\n"
             "from concurrent import futures\n"
@@ -401,9 +397,10 @@ class PythonClientEndToEnd(unittest.TestCase):
             "    return server, port\n"
             "server, port = serve(0)\n"
             "print(port, flush=True)\n"
-            "for _ in sys.stdin:  # a line: the port closes for 5 ms\n"
+            "for line in sys.stdin:  # seconds to keep the port closed\n"
             "    server.stop(None).wait()\n"
-            "    time.sleep(0.005)\n"
+            "    print('closed', flush=True)\n"
+            "    time.sleep(float(line))\n"
             "    server, _ = serve(port)\n"
             "    print('back', flush=True)\n")
         env = dict(os.environ, PYTHONPATH=os.environ.get("SLICED_PY", ""))
@@ -414,20 +411,56 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.addCleanup(proc.wait, 30)
         self.addCleanup(proc.kill)
         port = int(proc.stdout.readline())
-        with Client("127.0.0.1:%d" % port, timeout=10) as client:
+
+        def flap(seconds, when_closed=None):
+            proc.stdin.write("%f\n" % seconds)
+            proc.stdin.flush()
+            self.assertEqual(proc.stdout.readline(), "closed\n")
+            if when_closed:
+                when_closed()
+            self.assertEqual(proc.stdout.readline(), "back\n")
+
+        return "127.0.0.1:%d" % port, flap
+
+    def test_a_connected_client_gets_past_a_port_closed_for_a_moment(self):
+        # A daemon's port closed for 5 ms under a connected client (a
+        # standby's port handed to the new leader's server, docs/ha.md),
+        # five times, while the client calls every 2 ms: no call fails.
+        address, flap = self.flapping_daemon()
+        with Client(address, timeout=10) as client:
             client.get("pg-1")
             caller = Caller(lambda: client.get("pg-1"))
             try:
                 for _ in range(5):
                     time.sleep(0.1)
-                    proc.stdin.write("\n")
-                    proc.stdin.flush()
-                    self.assertEqual(proc.stdout.readline(), "back\n")
+                    flap(0.005)
                 time.sleep(0.5)
             finally:
                 caller.stop()
         self.assertEqual(caller.errors, [], "%d calls succeeded" % caller.ok)
         self.assertGreater(caller.ok, 0)
+
+    def test_a_client_without_retries_reconnects_before_its_next_call(self):
+        # max_attempts=1 (the node agent, with its own backoff): a call while
+        # the port is closed fails, and the next one, once the port is back,
+        # gets through. The client keeps the channel connecting in the
+        # background meanwhile; else it would wait for gRPC's backup poll
+        # (up to 5 s).
+        address, flap = self.flapping_daemon()
+        with Client(address, timeout=5, max_attempts=1) as client:
+            client.get("pg-1")
+            for _ in range(3):
+                failed = []
+
+                def call_while_closed():
+                    with self.assertRaises(SlicedError) as err:
+                        client.get("pg-1")
+                    failed.append(err.exception.code)
+
+                flap(0.2, call_while_closed)
+                self.assertEqual(failed, [grpc.StatusCode.UNAVAILABLE])
+                time.sleep(0.5)  # the channel reconnects 0.1 s after a refusal
+                self.assertEqual(client.get("pg-1").state, "CREATED")
 
     def test_a_call_the_server_cancelled_is_retried_when_retryable(self):
         # What a daemon answers a call that reaches it as it stops its server

@@ -322,10 +322,8 @@ class _Retries:
     """The attempts, backoff and redirects of one call (or of a watch's
     opening) under its deadline, as the C++ client's Retries."""
 
-    def __init__(self, timeout: float, max_attempts: int, attempts: int,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, timeout: float, max_attempts: int, attempts: int):
         self.deadline = time.monotonic() + timeout
-        self._sleep = sleep
         self._max_attempts, self._left = max_attempts, attempts
         self._backoff, self._redirects = _INITIAL_BACKOFF, 0
 
@@ -356,7 +354,7 @@ class _Retries:
                 else self._backoff)
         if time.monotonic() + wait >= self.deadline:
             return False
-        self._sleep(wait)
+        time.sleep(wait)
         self._backoff, self._redirects = min(self._backoff * 2, _MAX_BACKOFF), 0
         return True
 
@@ -389,6 +387,8 @@ class Client:
             o for o in _RECONNECT_OPTIONS if o[0] not in given]
         self._home = address
         self._old_channels = []
+        self._connecting_lock = threading.Lock()
+        self._connecting = {}  # channel -> its channel_ready_future
         self._connect(address)
 
     def _connect(self, address: str) -> None:
@@ -419,24 +419,23 @@ class Client:
             return ("followed", followed) if followed else (None, method)
         if self.address != self._home:
             method = self._rebind(method, self._home) or method
+        if leader is None:  # the daemon may be down, or back in a moment
+            self._keep_connecting()
         return ("failover" if leader == "" else None), method
 
-    def _back_off(self, seconds: float) -> None:
-        """Sleeps `seconds` while the channel of the next attempt connects. A
-        channel whose connection failed connects again only while something
-        polls it, and a call failing at once does not: without this a daemon
-        back after a moment (a port handed from standby to leader) would
-        stay unreachable until gRPC's backup poll, up to 5 s later."""
+    def _keep_connecting(self) -> None:
+        """The channel calls go to connects in the background until it is
+        connected (or the client closed). A gRPC channel whose connection
+        failed connects again only while something in its process polls it,
+        which a call failing at once does not: without this a daemon back
+        after a moment (a port handed from standby to leader, a restart)
+        would stay unreachable to this client until gRPC's backup poll, up
+        to 5 s later, past all of a call's attempts."""
         channel = self._channel
-
-        def ignore(_state):
-            pass
-
-        channel.subscribe(ignore, try_to_connect=True)
-        try:
-            time.sleep(seconds)
-        finally:
-            channel.unsubscribe(ignore)
+        with self._connecting_lock:
+            future = self._connecting.get(channel)
+            if future is None or future.done():
+                self._connecting[channel] = grpc.channel_ready_future(channel)
 
     def _rebind(self, method, address: str):
         """Connects to `address`; returns `method` on the new channel."""
@@ -454,6 +453,9 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        with self._connecting_lock:
+            for future in self._connecting.values():
+                future.cancel()
         for channel in self._old_channels + [self._channel]:
             channel.close()
 
@@ -652,8 +654,7 @@ class Client:
         # Opening is retried as reads are: UNAVAILABLE before the first event
         # backs off and tries again, within the client's timeout and attempts
         # (a failover spends no attempt).
-        retries = _Retries(self._timeout, self._max_attempts, self._max_attempts,
-                           self._back_off)
+        retries = _Retries(self._timeout, self._max_attempts, self._max_attempts)
         while True:
             stream = method(request, timeout=timeout, metadata=self._metadata)
             if opened is not None:
@@ -806,7 +807,7 @@ class Client:
 
     def _call(self, method, request, *, retry: bool):
         retries = _Retries(self._timeout, self._max_attempts,
-                           self._max_attempts if retry else 1, self._back_off)
+                           self._max_attempts if retry else 1)
         while True:
             try:
                 return method(request,
