@@ -45,6 +45,7 @@ void EtcdElection::StopKeepAlive() {
     if (lost_.empty()) lost_ = "stopped";
     lease = lease_;
     lease_ = 0;
+    leading_ = Leadership{};
   }
   if (keep_alive_.joinable()) keep_alive_.join();
   // Revoking deletes the leader key at once: a standby need not wait out
@@ -65,8 +66,11 @@ void EtcdElection::KeepAliveLoop(int64_t lease) {
       if (mu_.AwaitWithTimeout(absl::Condition(&done), every)) return;
     }
     absl::StatusOr<absl::Duration> ttl = client_->KeepAliveOnce(lease);
+    const std::string gone = ttl.ok() ? KeyGone() : "";
     absl::MutexLock lock(&mu_);
-    if (ttl.ok()) {
+    if (!gone.empty()) {
+      if (lost_.empty()) lost_ = gone;
+    } else if (ttl.ok()) {
       renewed = absl::Now();
     } else if (ttl.status().code() == absl::StatusCode::kNotFound) {
       if (lost_.empty()) lost_ = std::string(ttl.status().message());
@@ -78,6 +82,28 @@ void EtcdElection::KeepAliveLoop(int64_t lease) {
       }
     }
   }
+}
+
+std::string EtcdElection::KeyGone() {
+  Leadership leading;
+  {
+    absl::MutexLock lock(&mu_);
+    leading = leading_;
+  }
+  if (leading.key.empty()) return "";
+  etcdserverpb::RangeRequest request;
+  request.set_key(leading.key);
+  request.set_keys_only(true);
+  absl::StatusOr<etcdserverpb::RangeResponse> found = client_->Range(request);
+  if (!found.ok()) return "";  // unreachable: the renewals say when it matters
+  if (found->kvs_size() == 0) {
+    return absl::StrCat("the election key ", leading.key, " was deleted");
+  }
+  if (found->kvs(0).create_revision() != leading.revision) {
+    return absl::StrCat("the election key ", leading.key,
+                        " was deleted and made again");
+  }
+  return "";
 }
 
 absl::StatusOr<Leadership> EtcdElection::Campaign() {
@@ -113,7 +139,9 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
         campaign_context_ = nullptr;
       }
       if (key.ok()) {
-        return Leadership{key->key(), key->rev(), key->lease()};
+        absl::MutexLock lock(&mu_);
+        leading_ = Leadership{key->key(), key->rev(), key->lease()};
+        return leading_;
       }
       // A member went away mid-campaign: campaign again on the same lease
       // (etcd finds the key this lease already made).

@@ -7,8 +7,9 @@
 // the value; it returns once this process leads, with the leader key and its
 // creation revision (EtcdStoreOptions::fence_key / fence_revision). If the
 // lease can't be renewed for a whole TTL, or etcd says it has expired, or
-// the store's fence failed (MarkLost), leadership is lost: AwaitLost()
-// returns why. A process that was paused past its TTL therefore wakes up
+// the leader key was deleted (read at every renewal, so a leader that does
+// not write notices within TTL/3), or the store's fence failed (MarkLost),
+// leadership is lost: AwaitLost() returns why. A process that was paused past its TTL therefore wakes up
 // deposed, and its first commit fails the fence before it notices.
 //
 // Thread-safe. Campaign and AwaitLost block; Stop() ends both from another
@@ -76,6 +77,10 @@ class EtcdElection {
 
  private:
   void KeepAliveLoop(int64_t lease);
+  // While leading: why the election key is not ours any more (deleted, or
+  // deleted and made again), read from etcd; "" while it is, or when etcd
+  // does not answer.
+  std::string KeyGone() ABSL_LOCKS_EXCLUDED(mu_);
   // Joins the keep-alive thread and revokes its lease. Only on the thread
   // that campaigns (Campaign, AwaitLost, the destructor).
   void StopKeepAlive();
@@ -87,6 +92,8 @@ class EtcdElection {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::string value_ ABSL_GUARDED_BY(mu_);
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
+  // The key won by the last Campaign; empty while campaigning.
+  Leadership leading_ ABSL_GUARDED_BY(mu_);
   // Why the current lease's leadership (or campaign) ended; empty while
   // it holds.
   std::string lost_ ABSL_GUARDED_BY(mu_);

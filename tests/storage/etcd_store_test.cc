@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/etcd/etcd_election.h"
 #include "tests/storage/etcd_test_cluster.h"
@@ -256,6 +257,31 @@ TEST_F(EtcdStoreTest, ALeaseThatExpiresIsLostLeadership) {
   ASSERT_TRUE(led.ok()) << led.status();
   ASSERT_TRUE(client_->RevokeLease(led->lease).ok());  // as if it expired
   EXPECT_NE(election.AwaitLost().find("expired"), std::string::npos);
+}
+
+// An operator's `etcdctl del` of the leader key: the leader notices at its
+// next renewal (TTL/3), not only at its next commit. Until then it would
+// serve reads and take heartbeats beside the new leader.
+TEST_F(EtcdStoreTest, ADeletedLeaderKeyIsLostLeadershipWithoutACommit) {
+  EtcdElection election(client_, {.name = prefix_ + "leader",
+                                  .value = "a:1",
+                                  .ttl = absl::Seconds(3)});
+  auto led = election.Campaign();
+  ASSERT_TRUE(led.ok()) << led.status();
+  Delete(led->key);
+  std::string why = "(still leading after 5 s)";
+  absl::Notification lost;
+  std::thread waiter([&] {
+    why = election.AwaitLost();
+    lost.Notify();
+  });
+  if (!lost.WaitForNotificationWithTimeout(absl::Seconds(5))) {
+    election.Stop();  // AwaitLost returns "" then
+    lost.WaitForNotification();
+    why = "(still leading after 5 s)";
+  }
+  waiter.join();
+  EXPECT_NE(why.find("was deleted"), std::string::npos) << why;
 }
 
 }  // namespace
