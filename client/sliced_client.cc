@@ -45,9 +45,8 @@ class Retries {
   }
 
   // After a failed attempt: sleeps before the next one (while `channel`, the
-  // next attempt's, connects) and returns true, or
-  // returns false at once when no attempt is left or the deadline would
-  // pass meanwhile. `failover` (a standby that knows no leader yet, which
+  // next attempt's, connects) and returns true, or returns false at once
+  // when no attempt is left or the deadline would pass meanwhile. `failover` (a standby that knows no leader yet, which
   // did nothing): the attempt is not spent, unless retries are off
   // (max_attempts 1: a caller with its own backoff), and the wait is at most
   // kFailoverPoll, random in its upper half, so that the clients that lost

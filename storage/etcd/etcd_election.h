@@ -9,8 +9,9 @@
 // lease can't be renewed for a whole TTL, or etcd says it has expired, or
 // the leader key was deleted (read at every renewal, so a leader that does
 // not write notices within TTL/3), or the store's fence failed (MarkLost),
-// leadership is lost: AwaitLost() returns why. A process that was paused past its TTL therefore wakes up
-// deposed, and its first commit fails the fence before it notices.
+// leadership is lost: AwaitLost() returns why. A process that was paused
+// past its TTL therefore wakes up deposed, and its first commit fails the
+// fence before it notices.
 //
 // Thread-safe. Campaign and AwaitLost block; Stop() ends both from another
 // thread.
