@@ -49,8 +49,21 @@ void EtcdElection::StopKeepAlive() {
   }
   if (keep_alive_.joinable()) keep_alive_.join();
   // Revoking deletes the leader key at once: a standby need not wait out
-  // the TTL.
-  if (lease != 0) (void)client_->RevokeLease(lease);
+  // the TTL. When etcd can't be reached (the reason leadership was lost,
+  // often) the next Campaign revokes it: etcd renews every lease when it
+  // comes back, so the key would otherwise block every campaign for a TTL.
+  if (lease != 0 && !Revoke(lease)) {
+    absl::MutexLock lock(&mu_);
+    unrevoked_ = lease;
+  }
+}
+
+bool EtcdElection::Revoke(int64_t lease) {
+  const absl::Status revoked = client_->RevokeLease(lease);
+  // Anything but an unreachable etcd: the lease is gone, or will not go by
+  // asking again.
+  return revoked.code() != absl::StatusCode::kUnavailable &&
+         revoked.code() != absl::StatusCode::kDeadlineExceeded;
 }
 
 void EtcdElection::KeepAliveLoop(int64_t lease) {
@@ -111,6 +124,19 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) return absl::CancelledError("election stopped");
+    }
+    int64_t unrevoked;
+    {
+      absl::MutexLock lock(&mu_);
+      unrevoked = unrevoked_;
+    }
+    if (unrevoked != 0) {
+      if (!Revoke(unrevoked)) {
+        absl::SleepFor(kRetryPause);
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      unrevoked_ = 0;
     }
     absl::StatusOr<int64_t> lease = client_->GrantLease(options_.ttl);
     if (!lease.ok()) {

@@ -82,9 +82,12 @@ class EtcdElection {
   // deleted and made again), read from etcd; "" while it is, or when etcd
   // does not answer.
   std::string KeyGone() ABSL_LOCKS_EXCLUDED(mu_);
-  // Joins the keep-alive thread and revokes its lease. Only on the thread
-  // that campaigns (Campaign, AwaitLost, the destructor).
+  // Joins the keep-alive thread and revokes its lease (or leaves it to the
+  // next Campaign, when etcd can't be reached). Only on the thread that
+  // campaigns (Campaign, AwaitLost, the destructor).
   void StopKeepAlive();
+  // Revokes `lease`; false when etcd could not be reached.
+  bool Revoke(int64_t lease);
 
   const std::shared_ptr<EtcdClient> client_;
   const EtcdElectionOptions options_;
@@ -93,6 +96,8 @@ class EtcdElection {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::string value_ ABSL_GUARDED_BY(mu_);
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
+  // A lost term's lease that etcd could not be asked to revoke (0: none).
+  int64_t unrevoked_ ABSL_GUARDED_BY(mu_) = 0;
   // The key won by the last Campaign; empty while campaigning.
   Leadership leading_ ABSL_GUARDED_BY(mu_);
   // Why the current lease's leadership (or campaign) ended; empty while

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "storage/etcd/etcd_election.h"
+#include "tests/storage/cuttable_proxy.h"
 #include "tests/storage/etcd_test_cluster.h"
 
 namespace sliced::storage {
@@ -282,6 +283,37 @@ TEST_F(EtcdStoreTest, ADeletedLeaderKeyIsLostLeadershipWithoutACommit) {
   }
   waiter.join();
   EXPECT_NE(why.find("was deleted"), std::string::npos) << why;
+}
+
+// Leadership lost while etcd can't be reached (so the lease can't be
+// revoked): the next campaign revokes it first, and wins at once instead of
+// waiting behind its own old key for the rest of that lease's TTL.
+TEST_F(EtcdStoreTest, AnUnrevokedLeaseIsRevokedByTheNextCampaign) {
+  const std::string& endpoints = cluster_->endpoints();
+  CuttableProxy proxy(std::stoi(endpoints.substr(endpoints.rfind(':') + 1)));
+  auto client = EtcdClient::Create({.endpoints = proxy.endpoint(),
+                                    .call_timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(client.ok());
+  EtcdElection election(*client, {.name = prefix_ + "leader",
+                                  .value = "a:1",
+                                  .ttl = absl::Seconds(5)});
+  auto led = election.Campaign();
+  ASSERT_TRUE(led.ok()) << led.status();
+  proxy.Cut();  // the revoke does not reach etcd
+  absl::SleepFor(absl::Milliseconds(100));  // the proxy's pump has cut
+  election.MarkLost("the test");
+  EXPECT_EQ(election.AwaitLost(), "the test");
+  etcdserverpb::RangeRequest old_key;
+  old_key.set_key(led->key);
+  EXPECT_EQ(client_->Range(old_key)->kvs_size(), 1);  // revoking failed
+  proxy.Restore();
+  const absl::Time start = absl::Now();
+  auto again = election.Campaign();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));  // not the lease's 5 s
+  EXPECT_NE(again->key, led->key);
+  EXPECT_EQ(client_->Range(old_key)->kvs_size(), 0);
+  election.Stop();
 }
 
 }  // namespace
