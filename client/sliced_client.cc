@@ -46,11 +46,12 @@ class Retries {
 
   // After a failed attempt: sleeps before the next one (while `channel`, the
   // next attempt's, connects) and returns true, or returns false at once
-  // when no attempt is left or the deadline would pass meanwhile. `failover` (a standby that knows no leader yet, which
-  // did nothing): the attempt is not spent, unless retries are off
-  // (max_attempts 1: a caller with its own backoff), and the wait is at most
-  // kFailoverPoll, random in its upper half, so that the clients that lost
-  // the leader together do not call the standby in step.
+  // when no attempt is left or the deadline would pass meanwhile.
+  // `failover` (a standby that knows no leader yet, which did nothing): the
+  // attempt is not spent, unless retries are off (max_attempts 1: a caller
+  // with its own backoff), and the wait is at most kFailoverPoll, random in
+  // its upper half, so that the clients that lost the leader together do not
+  // call the standby in step.
   bool WaitForNext(bool failover, grpc::Channel& channel) {
     failover = failover && options_.max_attempts > 1;
     if (!failover && --attempts_left_ <= 0) return false;

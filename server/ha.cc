@@ -444,13 +444,22 @@ void HaDaemon::Loop() {
       stopping = stopping_;
     }
     // The standby's ports open as soon as the old server's close (its calls
-    // in flight may still be finishing, on stepping_down_).
+    // in flight may still be finishing, on stepping_down_, for up to its
+    // grace); past that, someone else holds a port, and the log says so.
+    const absl::Time warn_at =
+        absl::Now() + options_.lease_ttl + absl::Seconds(5);
+    bool warned = false;
     while (!stopping) {
       absl::Status started = StartStandbyPorts();
       if (started.ok()) break;
       if (started.code() != absl::StatusCode::kUnavailable) {
         Say(absl::StrCat("standby without its ports: ", started.ToString()));
         break;
+      }
+      if (!warned && absl::Now() >= warn_at) {
+        Say(absl::StrCat("standby still waiting for its ports: ",
+                         started.message(), "; retrying"));
+        warned = true;
       }
       absl::SleepFor(kPortPoll);
     }

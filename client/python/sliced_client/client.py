@@ -45,6 +45,9 @@ _log = logging.getLogger("sliced_client")
 _SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
 # Seconds before the second attempt, doubling per attempt up to the max.
 _INITIAL_BACKOFF, _MAX_BACKOFF = 0.1, 2.0
+# Redirects followed in a row; the longest wait on a standby that knows no
+# leader yet (seconds), as the C++ client's kMaxRedirects and kFailoverPoll.
+_MAX_REDIRECTS, _FAILOVER_POLL = 3, 0.5
 # The channel reconnects on the same schedule: gRPC's own backoff starts at
 # 1 s and grows to 120 s, and until it passes every call fails at once, so a
 # daemon back (or a failover's port reopened) 0.1 s after a refused
@@ -331,7 +334,7 @@ class _Retries:
         """Whether a standby's redirect may be followed now: up to 3 in a row
         (a standby may still name the old leader for a moment, which then
         says it knows none: they count again after each wait)."""
-        return self._redirects < 3
+        return self._redirects < _MAX_REDIRECTS
 
     def followed(self) -> None:
         """A redirect was followed: the next attempt goes at once."""
@@ -350,7 +353,7 @@ class _Retries:
             self._left -= 1
             if self._left <= 0:
                 return False
-        wait = (min(self._backoff, 0.5) * random.uniform(0.5, 1.0) if failover
+        wait = (min(self._backoff, _FAILOVER_POLL) * random.uniform(0.5, 1.0) if failover
                 else self._backoff)
         if time.monotonic() + wait >= self.deadline:
             return False
