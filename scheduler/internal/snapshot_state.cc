@@ -27,8 +27,41 @@ int64_t SnapshotState::SliceIndex(absl::string_view name) const {
                            : int64_t{slice_index_of_slot_[it->second]};
 }
 
+namespace {
+
+// Consecutive counters that share a shard and a bucket: 2^kPgRunBits.
+constexpr int kPgRunBits = 4;
+// Fewer trailing hex digits than this is not a counter.
+constexpr int kPgCounterDigits = 4;
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+}  // namespace
+
+// A commit group creates groups with consecutive ids (the daemon's
+// "pg-%012x" of a sequence). Hashed at random, each new group would copy a
+// shard and a bucket of its own; an id that ends in a counter keeps runs of
+// 2^kPgRunBits consecutive counters in one shard and one bucket instead, so a
+// commit group copies one or two. Runs go round the shards in order; which
+// bucket a run's lap takes, and where its prefix starts, is hashed.
 size_t SnapshotState::PgHash(absl::string_view pg_id) {
-  return absl::Hash<absl::string_view>()(pg_id);
+  uint64_t counter = 0;
+  int digits = 0;
+  while (digits < 16 && digits < static_cast<int>(pg_id.size())) {
+    const int d = HexDigit(pg_id[pg_id.size() - 1 - digits]);
+    if (d < 0) break;
+    counter |= static_cast<uint64_t>(d) << (4 * digits);
+    ++digits;
+  }
+  if (digits < kPgCounterDigits) return absl::Hash<absl::string_view>()(pg_id);
+  const uint64_t run = counter >> kPgRunBits;
+  const size_t mix = absl::HashOf(pg_id.substr(0, pg_id.size() - digits),
+                                  run >> kPgShardBits);
+  return ((run + mix) & (kPgShards - 1)) | (mix << kPgShardBits);
 }
 
 bool SnapshotState::SliceFreeIntact(int32_t s) const {

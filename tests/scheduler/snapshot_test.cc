@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "scheduler/internal/snapshot_state.h"
@@ -411,6 +412,37 @@ TEST(SnapshotTest, PgIndexShardsSplitAndEachSnapshotKeepsItsGroups) {
     if (g % 3 != 0) all.push_back(alloc(g));
   }
   EXPECT_EQ(Describe(**InventorySnapshot::Build(nodes, all)), Describe(*s3));
+}
+
+// The daemon's ids ("pg-" and a counter in hex) come in order, a commit
+// group's creates one after another: runs of 16 share a shard and a bucket
+// (one copy of each per commit group), and the runs still fill every shard
+// alike. Other ids are hashed.
+TEST(SnapshotTest, ConsecutiveGroupIdsShareAShardAndABucket) {
+  using internal::SnapshotState;
+  auto hash = [](uint64_t seq) {
+    return SnapshotState::PgHash(absl::StrFormat("pg-%012x", seq));
+  };
+  auto shard = [&](uint64_t seq) {
+    return SnapshotState::PgShardOf(hash(seq));
+  };
+  for (uint64_t seq = 0x12340; seq < 0x12350; ++seq) {
+    EXPECT_EQ(hash(seq), hash(0x12340)) << seq;
+  }
+  EXPECT_EQ(shard(0x12350), (shard(0x12340) + 1) % SnapshotState::kPgShards);
+  std::vector<int> per_shard(SnapshotState::kPgShards);
+  // Four laps round the shards, from the start of one: 64 groups each.
+  constexpr uint64_t kLap = 16 * SnapshotState::kPgShards;
+  for (uint64_t seq = 3 * kLap; seq < 7 * kLap; ++seq) ++per_shard[shard(seq)];
+  EXPECT_EQ(*std::min_element(per_shard.begin(), per_shard.end()), 64);
+  EXPECT_EQ(*std::max_element(per_shard.begin(), per_shard.end()), 64);
+  // Names are hashed: neither neighbours nor one shard.
+  per_shard.assign(SnapshotState::kPgShards, 0);
+  for (int i = 0; i < 16 * SnapshotState::kPgShards; ++i) {
+    ++per_shard[SnapshotState::PgShardOf(
+        SnapshotState::PgHash(absl::StrCat("train-", i, "-job")))];
+  }
+  EXPECT_LT(*std::max_element(per_shard.begin(), per_shard.end()), 64);
 }
 
 TEST(SnapshotTest, SliceBecomesHeldAndFreeAgain) {
