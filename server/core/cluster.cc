@@ -232,7 +232,14 @@ void Cluster::EndGroup(storage::Mutation& writes) {
 }
 
 void Cluster::Install() {
-  std::vector<PlacementGroup> changed = std::move(group_.events);
+  // What watchers and the log see: the commit's intermediate events, then
+  // each changed group. A group still present is read where it was
+  // installed, not copied: only this thread (the writer) changes the table,
+  // and a node_hash_map keeps its entries in place. A removed one is copied
+  // here, as it was, with state REMOVED.
+  const std::vector<PlacementGroup> events = std::move(group_.events);
+  std::vector<PlacementGroup> removed;
+  std::vector<const PlacementGroup*> changed;
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   // Published before the lock; the one it replaces is freed after it.
   std::shared_ptr<const scheduler::InventorySnapshot> replaced;
@@ -246,23 +253,32 @@ void Cluster::Install() {
     std::sort(
         ids.begin(), ids.end(),
         [](const std::string* a, const std::string* b) { return *a < *b; });
+    removed.reserve(ids.size());  // `changed` points into it
+    changed.reserve(events.size() + ids.size());
+    for (const PlacementGroup& e : events) changed.push_back(&e);
     for (const std::string* id_ptr : ids) {
       const std::string& id = *id_ptr;
       const std::optional<PlacementGroup>& change = group_.pgs.at(id);
       const PlacementGroup* old = state_.pgs.Find(id);
-      if (change) {
-        changed.push_back(*change);
-      } else if (old != nullptr) {
+      if (!change && old != nullptr) {
         // The final event: the group as it was, REMOVED; a reason it was
         // waiting for would be stale now.
-        changed.push_back(*old);
-        changed.back().state = PgState::kRemoved;
-        changed.back().reason.clear();
+        removed.push_back(*old);
+        removed.back().state = PgState::kRemoved;
+        removed.back().reason.clear();
       }
       if (old != nullptr) UnindexGroup(state_, *old);
       if (change) IndexGroup(state_, *change);
     }
     InstallInto(group_.pgs, state_.pgs);
+    auto next_removed = removed.begin();
+    for (const std::string* id : ids) {
+      if (const PlacementGroup* installed = state_.pgs.Find(*id)) {
+        changed.push_back(installed);
+      } else if (next_removed != removed.end() && next_removed->id == *id) {
+        changed.push_back(&*next_removed++);
+      }
+    }
     InstallInto(group_.classes, state_.classes);
     if (snapshot) {
       replaced = std::move(state_.snapshot);

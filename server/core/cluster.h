@@ -42,8 +42,8 @@ class Cluster : public Coordinator::Machine {
     virtual void RetryQueue(Txn& txn) = 0;
     // After Install(): the groups whose state changed, in order (removed
     // ones with state kRemoved), and the snapshot they were installed with.
-    // Must not block.
-    virtual void Published(const std::vector<PlacementGroup>& changed,
+    // The groups are valid during the call only. Must not block.
+    virtual void Published(const std::vector<const PlacementGroup*>& changed,
                            const scheduler::InventorySnapshot& snapshot) = 0;
     // After the ops of the group installed last had their answers.
     virtual void Answered() {}

@@ -202,7 +202,7 @@ class PlacementManager : public Cluster::Observer {
   // Cluster::Observer: walks the queue (WalkQueue) when a group may fit
   // (QueueMayPlace); else only asks the next CompletePreemptions to.
   void RetryQueue(Txn& txn) override;
-  void Published(const std::vector<PlacementGroup>& changed,
+  void Published(const std::vector<const PlacementGroup*>& changed,
                  const scheduler::InventorySnapshot& snapshot) override;
   void Answered() override;
 
@@ -280,7 +280,7 @@ class PlacementManager : public Cluster::Observer {
                                   Explanation& out);
   // Logs the groups of `changed` whose state differs from the one last
   // logged (a new reason alone is debug). Writer thread.
-  void LogChanges(const std::vector<PlacementGroup>& changed);
+  void LogChanges(const std::vector<const PlacementGroup*>& changed);
 
   Coordinator* const coordinator_;
   Cluster* const cluster_;
