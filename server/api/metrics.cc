@@ -300,20 +300,58 @@ void Metrics::OnPreemption(const PlacementGroup& victim,
       .Increment();
 }
 
+template <typename Cell>
+template <typename Make>
+Cell Metrics::CellCache<Cell>::Get(absl::string_view key, Make make) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (auto it = cells_.find(key); it != cells_.end()) return it->second;
+  }
+  // prometheus-cpp gives the same cell for the same labels, so two threads
+  // making one at once agree.
+  const Cell cell = make();
+  absl::MutexLock lock(&mu_);
+  cells_.emplace(key, cell);
+  return cell;
+}
+
+namespace {
+
+// `a` and `b` joined with '\0', in a buffer of the calling thread's.
+absl::string_view CellKey(absl::string_view a, absl::string_view b) {
+  thread_local std::string key;
+  key.assign(a.data(), a.size());
+  key.push_back('\0');
+  key.append(b.data(), b.size());
+  return key;
+}
+
+}  // namespace
+
 void Metrics::ObserveRpc(absl::string_view method, absl::string_view code,
                          double seconds) {
-  rpcs_.Add({{"method", std::string(method)}, {"code", std::string(code)}})
-      .Increment();
-  rpc_seconds_.Add({{"method", std::string(method)}}, LatencyBuckets())
-      .Observe(seconds);
+  const RpcCell cell = rpc_cells_.Get(CellKey(method, code), [&] {
+    return RpcCell{
+        &rpcs_.Add({{"method", std::string(method)},
+                    {"code", std::string(code)}}),
+        &rpc_seconds_.Add({{"method", std::string(method)}},
+                          LatencyBuckets())};
+  });
+  cell.calls->Increment();
+  cell.seconds->Observe(seconds);
 }
 
 void Metrics::ObserveDecision(absl::string_view outcome, int priority,
                               double seconds) {
-  decisions_
-      .Add({{"outcome", std::string(outcome)},
-            {"priority", priority < 0 ? "none" : absl::StrCat(priority)}})
-      .Increment();
+  const std::string priority_label =
+      priority < 0 ? "none" : absl::StrCat(priority);
+  decision_cells_
+      .Get(CellKey(outcome, priority_label),
+           [&] {
+             return &decisions_.Add({{"outcome", std::string(outcome)},
+                                     {"priority", priority_label}});
+           })
+      ->Increment();
   solve_seconds_.Observe(seconds);
 }
 

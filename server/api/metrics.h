@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
@@ -74,6 +77,26 @@ class Metrics : public Coordinator::CommitObserver,
   prometheus::Histogram& commit_ops_;
   prometheus::Counter& commit_failures_;
   std::shared_ptr<prometheus::Collectable> state_collector_;
+
+  // Cells of labelled families by their label values joined with '\0',
+  // so that counting an RPC or a decision finds its cell without building
+  // prometheus-cpp's label map and taking its family's lock.
+  template <typename Cell>
+  class CellCache {
+   public:
+    template <typename Make>
+    Cell Get(absl::string_view key, Make make);
+
+   private:
+    absl::Mutex mu_;
+    absl::flat_hash_map<std::string, Cell> cells_ ABSL_GUARDED_BY(mu_);
+  };
+  struct RpcCell {
+    prometheus::Counter* calls;
+    prometheus::Histogram* seconds;
+  };
+  CellCache<RpcCell> rpc_cells_;
+  CellCache<prometheus::Counter*> decision_cells_;
 };
 
 }  // namespace sliced::server::api
