@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "server/core/log_store.h"
 #include "server/core/pg_spec.h"
@@ -239,7 +241,16 @@ void Cluster::Install() {
   // here, as it was, with state REMOVED.
   const std::vector<PlacementGroup> events = std::move(group_.events);
   std::vector<PlacementGroup> removed;
-  std::vector<const PlacementGroup*> changed;
+  std::vector<Observer::Change> changed;
+  // Each group's state at its last change so far (Change::before), from
+  // `installed` (the group before this commit, or null) at its first.
+  absl::flat_hash_map<absl::string_view, std::optional<PgState>> last;
+  auto before = [&last](const std::string& id, PgState now,
+                        const PlacementGroup* installed) {
+    auto [it, fresh] = last.try_emplace(id);
+    if (fresh && installed != nullptr) it->second = installed->state;
+    return std::exchange(it->second, now);
+  };
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   // Published before the lock; the one it replaces is freed after it.
   std::shared_ptr<const scheduler::InventorySnapshot> replaced;
@@ -254,8 +265,11 @@ void Cluster::Install() {
         ids.begin(), ids.end(),
         [](const std::string* a, const std::string* b) { return *a < *b; });
     removed.reserve(ids.size());  // `changed` points into it
+    std::vector<const std::string*> finals;  // ids of the final events
     changed.reserve(events.size() + ids.size());
-    for (const PlacementGroup& e : events) changed.push_back(&e);
+    for (const PlacementGroup& e : events) {
+      changed.push_back({&e, before(e.id, e.state, state_.pgs.Find(e.id))});
+    }
     for (const std::string* id_ptr : ids) {
       const std::string& id = *id_ptr;
       const std::optional<PlacementGroup>& change = group_.pgs.at(id);
@@ -267,17 +281,22 @@ void Cluster::Install() {
         removed.back().state = PgState::kRemoved;
         removed.back().reason.clear();
       }
+      if (change || old != nullptr) {
+        finals.push_back(&id);
+        changed.push_back(
+            {nullptr,
+             before(id, change ? change->state : PgState::kRemoved, old)});
+      }
       if (old != nullptr) UnindexGroup(state_, *old);
       if (change) IndexGroup(state_, *change);
     }
     InstallInto(group_.pgs, state_.pgs);
+    // The final events' groups, now that they are installed.
     auto next_removed = removed.begin();
-    for (const std::string* id : ids) {
-      if (const PlacementGroup* installed = state_.pgs.Find(*id)) {
-        changed.push_back(installed);
-      } else if (next_removed != removed.end() && next_removed->id == *id) {
-        changed.push_back(&*next_removed++);
-      }
+    for (size_t i = 0; i < finals.size(); ++i) {
+      const PlacementGroup* installed = state_.pgs.Find(*finals[i]);
+      changed[events.size() + i].group =
+          installed != nullptr ? installed : &*next_removed++;
     }
     InstallInto(group_.classes, state_.classes);
     if (snapshot) {

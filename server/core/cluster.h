@@ -40,10 +40,17 @@ class Cluster : public Coordinator::Machine {
     // At the end of a group whose changes may have freed capacity (or
     // changed a class): re-try the queue in `txn`. Runs inside the group.
     virtual void RetryQueue(Txn& txn) = 0;
+    // A group as a commit changed it, and its state before that change:
+    // as installed before the commit, or at the commit's previous event of
+    // the group; none for a new group.
+    struct Change {
+      const PlacementGroup* group;
+      std::optional<PgState> before;
+    };
     // After Install(): the groups whose state changed, in order (removed
     // ones with state kRemoved), and the snapshot they were installed with.
     // The groups are valid during the call only. Must not block.
-    virtual void Published(const std::vector<const PlacementGroup*>& changed,
+    virtual void Published(const std::vector<Change>& changed,
                            const scheduler::InventorySnapshot& snapshot) = 0;
     // After the ops of the group installed last had their answers.
     virtual void Answered() {}

@@ -1017,25 +1017,25 @@ void PlacementManager::Unwatch(Watcher* watcher) {
   watchers_.erase(watcher);
 }
 
-void PlacementManager::Published(
-    const std::vector<const PlacementGroup*>& changed,
-    const scheduler::InventorySnapshot& snapshot) {
+void PlacementManager::Published(const std::vector<Change>& changed,
+                                 const scheduler::InventorySnapshot& snapshot) {
   LogChanges(changed);
-  for (const PlacementGroup* g : changed) {
-    if (g->state == PgState::kPreempting) {
-      preempting_.insert(g->id);
-    } else if (preempting_.erase(g->id) > 0 && decisions_ != nullptr) {
-      decisions_->OnPreemption(*g, PreemptionOutcome(g->state));
+  for (const Change& c : changed) {
+    const PlacementGroup& g = *c.group;
+    if (g.state == PgState::kPreempting) {
+      preempting_.insert(g.id);
+    } else if (preempting_.erase(g.id) > 0 && decisions_ != nullptr) {
+      decisions_->OnPreemption(g, PreemptionOutcome(g.state));
     }
   }
   absl::MutexLock lock(&watch_mu_);
-  for (const PlacementGroup* g : changed) {
+  for (const Change& c : changed) {
     std::optional<PlacementGroupView> view;  // built once, if wanted
     auto build = [&]() -> const PlacementGroupView& {
-      if (!view) view = ViewOf(*g, snapshot);
+      if (!view) view = ViewOf(*c.group, snapshot);
       return *view;
     };
-    for (Watcher* w : watchers_) w->Deliver(*g, build);
+    for (Watcher* w : watchers_) w->Deliver(*c.group, build);
   }
 }
 
@@ -1044,20 +1044,16 @@ void PlacementManager::Answered() {
   for (Watcher* w : watchers_) w->Flush();
 }
 
-void PlacementManager::LogChanges(
-    const std::vector<const PlacementGroup*>& changed) {
+void PlacementManager::LogChanges(const std::vector<Change>& changed) {
   Logger* log = options_.log;
   if (log == nullptr || !log->enabled(Logger::Level::kInfo)) return;
   std::vector<std::pair<Logger::Level, std::string>> lines;
-  for (const PlacementGroup* g : changed) {
-    auto [it, fresh] = logged_states_.try_emplace(g->id, g->state);
-    const bool state_changed = fresh || it->second != g->state;
-    it->second = g->state;
-    if (g->state == PgState::kRemoved) logged_states_.erase(it);
+  for (const Change& c : changed) {
+    const bool state_changed = c.before != c.group->state;
     if (!state_changed && !log->enabled(Logger::Level::kDebug)) continue;
     lines.emplace_back(
         state_changed ? Logger::Level::kInfo : Logger::Level::kDebug,
-        GroupChangeLine(*g));
+        GroupChangeLine(*c.group));
   }
   log->LogAll(lines);
 }

@@ -202,7 +202,7 @@ class PlacementManager : public Cluster::Observer {
   // Cluster::Observer: walks the queue (WalkQueue) when a group may fit
   // (QueueMayPlace); else only asks the next CompletePreemptions to.
   void RetryQueue(Txn& txn) override;
-  void Published(const std::vector<const PlacementGroup*>& changed,
+  void Published(const std::vector<Change>& changed,
                  const scheduler::InventorySnapshot& snapshot) override;
   void Answered() override;
 
@@ -280,16 +280,13 @@ class PlacementManager : public Cluster::Observer {
                                   Explanation& out);
   // Logs the groups of `changed` whose state differs from the one last
   // logged (a new reason alone is debug). Writer thread.
-  void LogChanges(const std::vector<const PlacementGroup*>& changed);
+  void LogChanges(const std::vector<Change>& changed);
 
   Coordinator* const coordinator_;
   Cluster* const cluster_;
   const Options options_;
   DecisionObserver* const decisions_;
 
-  // The state last logged per live group. Touched only by Published, on the
-  // writer thread.
-  absl::flat_hash_map<std::string, PgState> logged_states_;
   // Groups last published PREEMPTING (for DecisionObserver::OnPreemption):
   // seeded at construction, then touched only by Published.
   absl::flat_hash_set<std::string> preempting_;

@@ -5,6 +5,8 @@
 #include "server/core/placement_manager.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -14,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -128,6 +132,45 @@ TEST_F(PlacementManagerTest, PlacesAtOnceAndQueuesWhatDoesNotFit) {
   EXPECT_EQ(core_->StateOf(waiting->group.id), PgState::kCreated);
   EXPECT_EQ(core_->Remove(placed->group.id).code(),
             absl::StatusCode::kNotFound);
+}
+
+// The log has a line at info when a group's state changes, and only then:
+// a group re-tried in the queue, or passing through a state within one
+// commit, logs no second line for the same state.
+TEST_F(PlacementManagerTest, LogsAGroupAtInfoWhenItsStateChanges) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  ASSERT_NE(out, nullptr);
+  Logger log(Logger::Level::kInfo, out);
+  CoreOptions options;
+  options.placement.log = &log;
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  const std::string a = Create(Cpus(2, 4));  // CREATED on c1
+  const std::string b = Create(Cpus(1, 4));  // PENDING
+  const std::string c = Create(Cpus(1, 4));  // PENDING; b re-tried, still
+  ASSERT_TRUE(core_->Register({CpuNode("c2", 8)}).ok());  // b, c CREATED
+  // a loses c1: RESCHEDULING (an event within the commit), then not
+  // placed on c2's 0 free CPUs: RESCHEDULING again, logged once.
+  ASSERT_TRUE(core_->RemoveNode("c1", /*force=*/true).ok());
+  ASSERT_EQ(core_->StateOf(a), PgState::kRescheduling);
+  ASSERT_TRUE(core_->Remove(a).ok());
+  core_.reset();
+  std::fclose(out);
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    // "<timestamp> placement group <id> <STATE>[: ...]"
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() > 4 && words[1] == "placement" && words[2] == "group") {
+      lines.push_back(absl::StrCat(words[3], " ", absl::StripSuffix(words[4], ":")));
+    }
+  }
+  std::free(text);
+  EXPECT_EQ(lines, std::vector<std::string>({
+                       a + " CREATED", b + " PENDING", c + " PENDING",
+                       b + " CREATED", c + " CREATED", a + " RESCHEDULING",
+                       a + " REMOVED"}));
 }
 
 TEST_F(PlacementManagerTest, SmallGroupsBackfillAroundABlockedOne) {
