@@ -414,8 +414,8 @@ absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& r) {
   return node;
 }
 
-PlacementGroupRecord ToRecord(const PlacementGroup& g) {
-  PlacementGroupRecord r;
+void ToRecord(const PlacementGroup& g, PlacementGroupRecord* out) {
+  PlacementGroupRecord& r = *out;
   r.set_placement_group_id(g.id);
   r.set_state(ToRecord(g.state));
   RequestToRecord(g.request, r);
@@ -449,7 +449,6 @@ PlacementGroupRecord ToRecord(const PlacementGroup& g) {
   if (g.scaling_config) {
     ScalingConfigToRecord(*g.scaling_config, r.mutable_scaling_config());
   }
-  return r;
 }
 
 absl::StatusOr<PlacementGroup> FromRecord(const PlacementGroupRecord& r) {

@@ -18,7 +18,9 @@
 namespace sliced::storage {
 
 NodeRecord ToRecord(const scheduler::Node& node);
-PlacementGroupRecord ToRecord(const server::PlacementGroup& group);
+// Fills `record` (cleared or new; it may live on an arena).
+void ToRecord(const server::PlacementGroup& group,
+              PlacementGroupRecord* record);
 ComputeClassRecord ToRecord(const server::ComputeClass& compute_class);
 LogRecord ToRecord(const server::LogLine& line);
 

@@ -2,9 +2,11 @@
 #include "storage/store.h"
 
 #include <array>
+#include <cstddef>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/arena.h"
 #include "storage/records.h"
 
 namespace sliced::storage {
@@ -42,7 +44,18 @@ void Mutation::DeleteNode(absl::string_view id) {
   writes_.push_back(Delete(Table::kNodes, id));
 }
 void Mutation::PutPlacementGroup(const server::PlacementGroup& group) {
-  writes_.push_back(Put(Table::kPlacementGroups, group.id, ToRecord(group)));
+  // Built on an arena whose first block is on the stack: a group's record
+  // (dozens of strings and nested messages) then costs no allocation to
+  // build and free unless it outgrows the block.
+  alignas(std::max_align_t) char block[16 * 1024];
+  google::protobuf::ArenaOptions options;
+  options.initial_block = block;
+  options.initial_block_size = sizeof(block);
+  google::protobuf::Arena arena(options);
+  auto* record =
+      google::protobuf::Arena::CreateMessage<PlacementGroupRecord>(&arena);
+  ToRecord(group, record);
+  writes_.push_back(Put(Table::kPlacementGroups, group.id, *record));
 }
 void Mutation::DeletePlacementGroup(absl::string_view id) {
   writes_.push_back(Delete(Table::kPlacementGroups, id));
