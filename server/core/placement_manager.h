@@ -278,8 +278,9 @@ class PlacementManager : public Cluster::Observer {
   // Adds the preemption line to `out`: what preempting would free.
   static void AddPreemptionWhatIf(const PreemptionWhatIf& what_if,
                                   Explanation& out);
-  // Logs the groups of `changed` whose state differs from the one last
-  // logged (a new reason alone is debug). Writer thread.
+  // Logs the groups of `changed` at info when their state differs from the
+  // one before the change (Change::before); a new reason alone is debug.
+  // Writer thread.
   void LogChanges(const std::vector<Change>& changed);
 
   Coordinator* const coordinator_;
