@@ -242,14 +242,16 @@ void Cluster::Install() {
   const std::vector<PlacementGroup> events = std::move(group_.events);
   std::vector<PlacementGroup> removed;
   std::vector<Observer::Change> changed;
-  // Each group's state at its last change so far (Change::before), from
-  // `installed` (the group before this commit, or null) at its first.
-  absl::flat_hash_map<absl::string_view, std::optional<PgState>> last;
-  auto before = [&last](const std::string& id, PgState now,
-                        const PlacementGroup* installed) {
-    auto [it, fresh] = last.try_emplace(id);
-    if (fresh && installed != nullptr) it->second = installed->state;
-    return std::exchange(it->second, now);
+  // Change::before: a group's state at its last intermediate event of this
+  // commit (few commits have any), else as `installed` before it.
+  absl::flat_hash_map<absl::string_view, PgState> evented;
+  auto before = [&evented](const std::string& id,
+                           const PlacementGroup* installed) {
+    if (auto it = evented.find(id); it != evented.end()) {
+      return std::optional<PgState>(it->second);
+    }
+    return installed != nullptr ? std::optional<PgState>(installed->state)
+                                : std::nullopt;
   };
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   // Published before the lock; the one it replaces is freed after it.
@@ -268,7 +270,8 @@ void Cluster::Install() {
     std::vector<const std::string*> finals;  // ids of the final events
     changed.reserve(events.size() + ids.size());
     for (const PlacementGroup& e : events) {
-      changed.push_back({&e, before(e.id, e.state, state_.pgs.Find(e.id))});
+      changed.push_back({&e, before(e.id, state_.pgs.Find(e.id))});
+      evented[e.id] = e.state;
     }
     for (const std::string* id_ptr : ids) {
       const std::string& id = *id_ptr;
@@ -283,9 +286,7 @@ void Cluster::Install() {
       }
       if (change || old != nullptr) {
         finals.push_back(&id);
-        changed.push_back(
-            {nullptr,
-             before(id, change ? change->state : PgState::kRemoved, old)});
+        changed.push_back({nullptr, before(id, old)});
       }
       if (old != nullptr) UnindexGroup(state_, *old);
       if (change) IndexGroup(state_, *change);
