@@ -20,6 +20,7 @@
 #define SLICED_BASE_FLAT_MAP_H_
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <initializer_list>
 #include <iterator>
@@ -138,6 +139,7 @@ class FlatMap {
     if constexpr (std::is_base_of_v<
                       std::forward_iterator_tag,
                       typename std::iterator_traits<It>::iterator_category>) {
+      if (entries_.empty()) return Assign(first, last);
       entries_.reserve(entries_.size() + std::distance(first, last));
     }
     const size_t sorted = entries_.size();
@@ -214,6 +216,43 @@ class FlatMap {
       return entry.first < key;
     }
   };
+
+  // insert(first, last) into an empty map, the common case (a map converted
+  // from another): the source's entries are ordered by reference, then each
+  // is copied once, in place (a node's labels on every restart and
+  // registration).
+  template <typename It>
+  void Assign(It first, It last) {
+    const size_t n = std::distance(first, last);
+    std::array<It, kScanBelow> few;
+    std::vector<It> many;
+    It* order = few.data();
+    if (n > kScanBelow) {
+      many.resize(n);
+      order = many.data();
+    }
+    for (size_t i = 0; i < n; ++i, ++first) order[i] = first;
+    auto by_key = [](const It& a, const It& b) { return a->first < b->first; };
+    if (n > kScanBelow) {
+      std::stable_sort(order, order + n, by_key);
+    } else {
+      for (size_t i = 1; i < n; ++i) {
+        It moving = order[i];
+        size_t j = i;
+        for (; j > 0 && by_key(moving, order[j - 1]); --j)
+          order[j] = order[j - 1];
+        order[j] = moving;
+      }
+    }
+    entries_.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      // Equal keys sit together, the first of them first.
+      if (i > 0 && !(order[i - 1]->first < order[i]->first)) continue;
+      entries_.emplace_back(std::piecewise_construct,
+                            std::forward_as_tuple(order[i]->first),
+                            std::forward_as_tuple(order[i]->second));
+    }
+  }
 
   std::vector<value_type> entries_;
 };
