@@ -191,6 +191,14 @@ void PrintServing(const sliced::server::ServerOptions& options,
       "port %d\n",
       host.c_str(), server.port(), options.data_dir.c_str(),
       server.node_count(), server.metrics_port());
+  const sliced::server::Coordinator::LoadStats& loaded = server.loaded();
+  std::printf(
+      "sliced: loaded %zu nodes and %zu placement groups in %.2f s (store "
+      "read %.2f s, state built %.2f s)\n",
+      loaded.nodes, loaded.placement_groups,
+      absl::ToDoubleSeconds(loaded.read + loaded.restore),
+      absl::ToDoubleSeconds(loaded.read),
+      absl::ToDoubleSeconds(loaded.restore));
   if (!server.tls() || !server.auth()) {
     std::printf("sliced: %s%s%s\n", server.tls() ? "" : "TLS off",
                 !server.tls() && !server.auth() ? ", " : "",

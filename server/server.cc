@@ -352,6 +352,10 @@ size_t SlicedServer::node_count() const {
       [](const ClusterState& s) { return s.snapshot->num_nodes(); });
 }
 
+const Coordinator::LoadStats& SlicedServer::loaded() const {
+  return impl_->coordinator->opened();
+}
+
 void SlicedServer::Shutdown() {
   // Unary calls finish in milliseconds; watch and tail streams never end on
   // their own, so they are ended first.

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/coordinator.h"
 #include "server/core/limits.h"
 #include "server/core/logger.h"
 #include "server/core/priority_classes.h"
@@ -104,6 +105,8 @@ class SlicedServer {
   int metrics_port() const;
   // Nodes loaded or registered so far.
   size_t node_count() const;
+  // What the start loaded from the store, and how long that took.
+  const Coordinator::LoadStats& loaded() const;
 
   // Re-reads the auth tokens file (SIGHUP). FailedPrecondition when auth is
   // off; the file's error otherwise (the old tokens stay in force).

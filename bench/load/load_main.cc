@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -93,6 +94,11 @@ ABSL_FLAG(std::string, churn_nodes, "",
 ABSL_FLAG(double, churn_interval, 0.5, "seconds between churn registrations");
 ABSL_FLAG(int, churn_clients, 16, "closed-loop clients in the churn phases");
 ABSL_FLAG(bool, check, false, "exit 1 unless every phase made sane progress");
+ABSL_FLAG(std::string, watch_phases, "",
+          "the watch part's phases besides \"none\" (default all: \"1000 "
+          "filtered,1000 idle,50 unfiltered,200 unfiltered\")");
+ABSL_FLAG(bool, keep_scale_data, false,
+          "keep the scaling part's data dirs (to profile a restart by hand)");
 
 namespace sliced::bench {
 namespace {
@@ -227,8 +233,12 @@ absl::StatusOr<ScalePoint> MeasureScale(const std::string& binary, int64_t nodes
   }
   p.rss_restart = (*daemon)->RssBytes();
   (*daemon)->Stop(SIGTERM);
-  RemoveTree(dir);
-  RemoveTree(dir + ".log");
+  if (absl::GetFlag(FLAGS_keep_scale_data)) {
+    std::fprintf(stderr, "sliced_load: kept the data dir %s\n", dir.c_str());
+  } else {
+    RemoveTree(dir);
+    RemoveTree(dir + ".log");
+  }
   return p;
 }
 
@@ -818,12 +828,21 @@ int Main() {
     }
   }
   // 5. Watchers.
-  const std::vector<WatchSetup> watch_setups = {
-      {"none", 0, ""},
-      {"1000 filtered", 1000, "bench-"},
-      {"1000 idle", 1000, "idle-"},
-      {"50 unfiltered", 50, ""},
-      {"200 unfiltered", 200, ""}};
+  std::vector<WatchSetup> watch_setups;
+  {
+    // The no-watcher phase always runs first: the ratios are to it.
+    const std::string only = absl::GetFlag(FLAGS_watch_phases);
+    for (WatchSetup w : std::vector<WatchSetup>{{"none", 0, ""},
+                                                {"1000 filtered", 1000, "bench-"},
+                                                {"1000 idle", 1000, "idle-"},
+                                                {"50 unfiltered", 50, ""},
+                                                {"200 unfiltered", 200, ""}}) {
+      if (w.name == "none" || only.empty() ||
+          absl::c_linear_search(absl::StrSplit(only, ','), w.name)) {
+        watch_setups.push_back(w);
+      }
+    }
+  }
   std::vector<std::vector<WatchPhase>> watch;
   if (!binary.empty() && part("watch")) {
     auto w = MeasureWatch(binary, watch_setups, reps, duration);

@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(
   if (!options.clock) options.clock = [] { return absl::Now(); };
   std::unique_ptr<Coordinator> c(
       new Coordinator(std::move(store), machine, std::move(options)));
-  RETURN_IF_ERROR(c->Resync());
+  RETURN_IF_ERROR(c->Resync(&c->opened_));
   return c;
 }
 
@@ -43,10 +43,20 @@ Coordinator::~Coordinator() {
   if (writer_.joinable()) writer_.join();
 }
 
-absl::Status Coordinator::Resync() {
+absl::Status Coordinator::Resync(LoadStats* stats) {
+  const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(storage::StoredState stored, store_->Load());
+  const absl::Time read = absl::Now();
+  const size_t nodes = stored.nodes.size();
+  const size_t groups = stored.placement_groups.size();
   storage::Mutation repair;
   RETURN_IF_ERROR(machine_->Restore(std::move(stored), repair));
+  if (stats != nullptr) {
+    *stats = {.nodes = nodes,
+              .placement_groups = groups,
+              .read = read - start,
+              .restore = absl::Now() - read};
+  }
   return repair.empty() ? absl::OkStatus() : store_->Commit(repair);
 }
 

@@ -132,6 +132,16 @@ class Coordinator {
 
   absl::Time Now() const { return options_.clock(); }
 
+  // What Open() loaded and how long it took: reading and decoding the store,
+  // then building the state from it (the daemon prints it at start).
+  struct LoadStats {
+    size_t nodes = 0;
+    size_t placement_groups = 0;
+    absl::Duration read;
+    absl::Duration restore;
+  };
+  const LoadStats& opened() const { return opened_; }
+
  private:
   Coordinator(std::unique_ptr<storage::Store> store, Machine* machine,
               Options options);
@@ -140,7 +150,7 @@ class Coordinator {
   // Whether Refuse() was called.
   bool refusing() const;
   // Restores the machine from what the store holds now. Writer thread only.
-  absl::Status Resync();
+  absl::Status Resync(LoadStats* stats = nullptr);
 
   const Options options_;
   const std::unique_ptr<storage::Store> store_;
@@ -154,6 +164,8 @@ class Coordinator {
   // Set when a commit failed and re-reading the store failed too: the next
   // group re-reads first (writer thread only).
   bool needs_resync_ = false;
+  // Set by Open().
+  LoadStats opened_;
 
   std::thread writer_;
 };
