@@ -645,7 +645,11 @@ absl::StatusOr<StoredState> DecodeRecords(
   };
   {
     std::vector<std::thread> helpers;
-    const size_t n = std::min<size_t>(std::max(threads, 1), chunks.size());
+    if (threads <= 0) {
+      threads =
+          static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+    }
+    const size_t n = std::min<size_t>(threads, chunks.size());
     for (size_t t = 1; t < n; ++t) helpers.emplace_back(work);
     work();
     for (std::thread& t : helpers) t.join();

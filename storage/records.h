@@ -51,11 +51,13 @@ struct RawRecord {
 };
 
 // What AddRecord does for every record of `tables` (each table's records in
-// key order), in that order, with the parsing spread over up to `threads`
-// threads (a restart decodes 100k nodes and 50k groups). On failure, the
-// error of the first record in that order that does not parse.
+// key order), in that order, with the parsing spread over `threads` threads
+// (0: one per core, at least 2; a restart parses 100k nodes and 50k
+// groups). On failure, the error of the first record in that order that does
+// not parse.
 absl::StatusOr<StoredState> DecodeRecords(
-    std::vector<std::pair<Table, std::vector<RawRecord>>> tables, int threads);
+    std::vector<std::pair<Table, std::vector<RawRecord>>> tables,
+    int threads = 0);
 
 }  // namespace sliced::storage
 

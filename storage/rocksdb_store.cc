@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/listener.h"
@@ -176,26 +177,33 @@ class RocksDbStore : public Store {
       absl::Status recovered = Recover();
       if (!recovered.ok()) return recovered;
     }
-    // A restart reads 100k nodes and 50k groups: each table is read on its
-    // own thread, then the records are parsed on every core (most of the
-    // time is parsing).
-    constexpr size_t kNumTables = std::size(kTables);
-    std::vector<std::pair<Table, std::vector<RawRecord>>> raw(kNumTables);
-    std::array<absl::Status, kNumTables> read;
-    {
-      std::vector<std::thread> threads;
-      for (size_t i = 1; i < kNumTables; ++i) {
-        threads.emplace_back([&, i] { read[i] = ReadTable(i, raw[i]); });
-      }
-      read[0] = ReadTable(0, raw[0]);
-      for (std::thread& t : threads) t.join();
-    }
-    for (const absl::Status& s : read) {
-      if (!s.ok()) return s;
-    }
-    return DecodeRecords(
-        std::move(raw),
-        static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+    // A restart reads 100k nodes and 50k groups. This thread reads the nodes
+    // (kTables[0], most of it), then parses them on every core; meanwhile a
+    // second thread reads the other tables and parses them as they come.
+    // The first error in table order wins.
+    static_assert(kTables[0] == Table::kNodes);
+    absl::StatusOr<StoredState> others;
+    std::vector<std::pair<Table, std::vector<RawRecord>>> nodes(1);
+    absl::StatusOr<StoredState> state = [&]() -> absl::StatusOr<StoredState> {
+      std::jthread rest([&] {
+        std::vector<std::pair<Table, std::vector<RawRecord>>> raw(
+            std::size(kTables) - 1);
+        for (size_t i = 1; i < std::size(kTables); ++i) {
+          absl::Status read = ReadTable(i, raw[i - 1]);
+          if (!read.ok()) {
+            others = read;
+            return;
+          }
+        }
+        others = DecodeRecords(std::move(raw), /*threads=*/1);
+      });
+      RETURN_IF_ERROR(ReadTable(0, nodes[0]));
+      return DecodeRecords(std::move(nodes));
+    }();
+    if (!state.ok()) return state;
+    if (!others.ok()) return others;
+    others->nodes = std::move(state->nodes);
+    return others;
   }
 
   // Reads table kTables[i] into `out`.

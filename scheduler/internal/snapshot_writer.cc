@@ -81,12 +81,15 @@ class SnapshotWriter {
     building_ = true;
     ASSIGN_OR_RETURN(nodes, SortedById(std::move(nodes)));
     NodeTable table = MakeNodeTable(std::move(nodes));
+    std::vector<SnapshotState::IdShard> id_shards;
     {
-      // The label index on a second thread: a tenth of a restart at 100k
-      // nodes. It reads only the entries' labels; InstallSlices() reads
-      // them too and writes only the entries' slice fields.
+      // The label index and the id map on threads of their own: each a
+      // tenth of a restart at 100k nodes. They read only the entries'
+      // labels and ids; InstallSlices() reads them too and writes only the
+      // entries' slice fields.
       std::jthread labels(
           [&] { st_.label_index_ = MakeLabelIndex(table.entries); });
+      std::jthread ids([&] { id_shards = IdShardsOf(table.entries); });
       InstallSlices(table);
     }
     const size_t n = table.entries.size();
@@ -95,7 +98,7 @@ class SnapshotWriter {
     for (uint32_t i = 0; i < n; ++i) {
       st_.nodes_.Mutable(i) = std::move(table.entries[i]);
     }
-    InstallIdentitySlots(n);
+    InstallIdentitySlots(n, std::move(id_shards));
     InstallEmptyIndexes(n);
 
     std::sort(allocations.begin(), allocations.end(), AllocationLess);
@@ -849,17 +852,29 @@ class SnapshotWriter {
 
   // After a full build: slot i is node i, and the id shards map ids to
   // slots.
-  void InstallIdentitySlots(size_t n) {
+  // Slot i for index i, and `shards` (IdShardsOf the same nodes) as the id
+  // map.
+  void InstallIdentitySlots(size_t n,
+                            std::vector<SnapshotState::IdShard> shards) {
     st_.slot_of_index_ = CowArray<uint32_t, 10>(n);
     st_.index_of_slot_ = CowArray<uint32_t, 10>(n);
-    std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
     for (uint32_t i = 0; i < n; ++i) {
       st_.slot_of_index_.Mutable(i) = i;
       st_.index_of_slot_.Mutable(i) = i;
-      const std::string& id = st_.node(i).node.node_id;
-      shards[SnapshotState::IdShardOf(id)][id] = i;
     }
     st_.node_ids_ = MakeIdShards(std::move(shards));
+  }
+
+  // The node-id map of `entries` (id -> index), sharded as node_ids_ is.
+  static std::vector<SnapshotState::IdShard> IdShardsOf(
+      const std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>>&
+          entries) {
+    std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
+    for (uint32_t i = 0; i < entries.size(); ++i) {
+      const std::string& id = entries[i]->node.node_id;
+      shards[SnapshotState::IdShardOf(id)][id] = i;
+    }
+    return shards;
   }
 
   static CowArray<std::shared_ptr<const SnapshotState::IdShard>, 6>

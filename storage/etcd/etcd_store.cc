@@ -138,17 +138,21 @@ absl::StatusOr<StoredState> EtcdStore::Read() {
   ASSIGN_OR_RETURN(etcdserverpb::RangeResponse first, client_->Range(head));
   const int64_t revision = first.header().revision();
 
-  StoredState state;
+  // Read raw, then parsed on every core, as the RocksDB store does.
+  std::vector<std::pair<Table, std::vector<RawRecord>>> raw;
   for (Table table : kEtcdTables) {
     const std::string table_prefix = Key(table, "");
+    std::vector<RawRecord>& records =
+        raw.emplace_back(table, std::vector<RawRecord>{}).second;
     absl::StatusOr<int64_t> read = client_->Scan(
         table_prefix, PrefixEnd(table_prefix), revision,
         [&](const mvccpb::KeyValue& kv) {
-          return AddRecord(table, kv.key().substr(table_prefix.size()),
-                           kv.value(), state);
+          records.push_back({kv.key().substr(table_prefix.size()), kv.value()});
+          return absl::OkStatus();
         });
     if (!read.ok()) return read.status();
   }
+  ASSIGN_OR_RETURN(StoredState state, DecodeRecords(std::move(raw)));
   for (const auto& [key, value] : logs_) {
     RETURN_IF_ERROR(AddRecord(Table::kLogs, key, value, state));
   }
