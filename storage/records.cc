@@ -614,18 +614,21 @@ absl::StatusOr<StoredState> DecodeRecords(
   };
   StoredState state;
   std::vector<Chunk> chunks;
-  for (const auto& [table, records] : tables) {
+  for (const auto& entry : tables) {
+    // Not a structured binding: lambdas capture these (clang 14).
+    const Table table = entry.first;
+    const std::vector<RawRecord>& records = entry.second;
     std::function<absl::Status(const RawRecord&, size_t)> decode;
     const bool has_records = WithRecords(table, state, [&](auto& out) {
       out.resize(records.size());
-      decode = [table = table, &out](const RawRecord& r, size_t i) {
+      decode = [table, &out](const RawRecord& r, size_t i) {
         return DecodeInto(table, r.key, r.value, out[i]);
       };
     });
     // kCounters writes one field of `state`: one chunk, on one thread.
     const size_t chunk = has_records ? kChunk : records.size();
     if (!has_records) {
-      decode = [table = table, &state](const RawRecord& r, size_t) {
+      decode = [table, &state](const RawRecord& r, size_t) {
         return AddRecord(table, r.key, r.value, state);
       };
     }
