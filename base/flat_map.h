@@ -239,8 +239,9 @@ class FlatMap {
       for (size_t i = 1; i < n; ++i) {
         It moving = order[i];
         size_t j = i;
-        for (; j > 0 && by_key(moving, order[j - 1]); --j)
+        for (; j > 0 && by_key(moving, order[j - 1]); --j) {
           order[j] = order[j - 1];
+        }
         order[j] = moving;
       }
     }

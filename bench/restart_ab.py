@@ -58,14 +58,14 @@ def main():
     parser.add_argument("binaries", nargs="+")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sliced-restart-ab-")
-    runs = {b: [] for b in args.binaries}
+    runs = [[] for _ in args.binaries]  # per binary as listed (one may repeat)
     try:
         for _ in range(args.rounds):
-            for binary in args.binaries:
+            for binary, starts in zip(args.binaries, runs):
                 copy = os.path.join(work, "data")
                 shutil.rmtree(copy, ignore_errors=True)
                 shutil.copytree(args.data_dir, copy)
-                runs[binary].append(start_once(binary, copy))
+                starts.append(start_once(binary, copy))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -75,12 +75,12 @@ def main():
 
     print("| build | starts (s) | median | CPU | store read | state built |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for binary, starts in runs.items():
+    for binary, starts in zip(args.binaries, runs):
         walls, cpus, reads, builts = zip(*starts)
         print("| %s | %s | **%s** | %s | %s | %s |" % (
             binary, " ".join("%.2f" % w for w in walls), med(walls), med(cpus),
             med(reads), med(builts)))
-    if args.check and any(start[2] is None for starts in runs.values() for start in starts):
+    if args.check and any(start[2] is None for starts in runs for start in starts):
         sys.exit("a start did not print its \"loaded ...\" line")
 
 

@@ -850,10 +850,8 @@ class SnapshotWriter {
     return out;
   }
 
-  // After a full build: slot i is node i, and the id shards map ids to
-  // slots.
-  // Slot i for index i, and `shards` (IdShardsOf the same nodes) as the id
-  // map.
+  // After a full build: slot i is node i, and `shards` (IdShardsOf the
+  // same nodes) map ids to slots.
   void InstallIdentitySlots(size_t n,
                             std::vector<SnapshotState::IdShard> shards) {
     st_.slot_of_index_ = CowArray<uint32_t, 10>(n);

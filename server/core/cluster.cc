@@ -118,7 +118,8 @@ absl::StatusOr<ClusterState> Cluster::Build(
     AddAllocations(pg, allocations);
   }
   // The snapshot on a second thread while this one indexes the groups (at
-  // 100k nodes and 50k groups, a fifth of the snapshot's time).
+  // 100k nodes and 50k groups the indexes take a quarter of the snapshot's
+  // time).
   absl::StatusOr<std::shared_ptr<const scheduler::InventorySnapshot>> snapshot;
   {
     std::jthread build([&] {
