@@ -10,6 +10,7 @@
 #ifndef SLICED_SCHEDULER_INTERNAL_COW_H_
 #define SLICED_SCHEDULER_INTERNAL_COW_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -212,6 +213,24 @@ class CowMap {
   };
 
   CowMap() = default;
+  // The map of `items`, which are in ascending key order without
+  // duplicates: filled chunk by chunk, no search per entry (a full
+  // snapshot build's label index).
+  static CowMap FromSorted(std::vector<std::pair<std::string, V>> items) {
+    CowMap m;
+    m.size_ = items.size();
+    for (size_t at = 0; at < items.size(); at += kChunk) {
+      const size_t end = std::min(items.size(), at + kChunk);
+      auto chunk = std::make_shared<Chunk>(
+          std::make_move_iterator(items.begin() + at),
+          std::make_move_iterator(items.begin() + end));
+      m.owned_.insert(chunk.get());
+      std::string first = chunk->begin()->first;
+      m.chunks_.emplace_hint(m.chunks_.end(), std::move(first),
+                             std::move(chunk));
+    }
+    return m;
+  }
   CowMap(const CowMap& other) : chunks_(other.chunks_), size_(other.size_) {}
   CowMap& operator=(const CowMap& other) {
     chunks_ = other.chunks_;
@@ -219,6 +238,9 @@ class CowMap {
     owned_.clear();
     return *this;
   }
+  // A moved map keeps what it owns: the source is not used again.
+  CowMap(CowMap&&) = default;
+  CowMap& operator=(CowMap&&) = default;
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "scheduler/internal/cow.h"
 #include "scheduler/internal/resources.h"
@@ -780,22 +781,61 @@ class SnapshotWriter {
   static std::shared_ptr<const SnapshotState::LabelIndex> MakeLabelIndex(
       const std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>>&
           entries) {
-    absl::btree_map<std::string,
-                    absl::btree_map<std::string, SnapshotState::PostingList>>
-        labels;
+    // Gathered over views of the entries' labels, then sorted once. Label
+    // keys share long prefixes, which every search step of an ordered map
+    // would compare. Neighbouring nodes mostly have the same keys in the
+    // same order, and many the same values (a slice's hosts): the previous
+    // node's key at the same position, and each key's previous value, are
+    // tried before a hash lookup.
+    using PostingList = SnapshotState::PostingList;
+    struct Key {
+      absl::string_view name;
+      absl::flat_hash_map<absl::string_view, uint32_t> value_at;  // in lists
+      std::vector<std::pair<absl::string_view, PostingList>> lists;
+      uint32_t last = 0;  // the list of the previous value
+    };
+    absl::flat_hash_map<absl::string_view, Key*> key_of;
+    std::deque<Key> keys;     // stable addresses
+    std::vector<Key*> prev;   // the previous node's keys, by position
     for (uint32_t i = 0; i < entries.size(); ++i) {
+      size_t pos = 0;
       for (const auto& [k, v] : entries[i]->node.labels) {
-        labels[k][v].push_back(i);
+        if (pos == prev.size()) prev.push_back(nullptr);
+        Key*& key = prev[pos++];
+        if (key == nullptr || key->name != k) {
+          auto [it, fresh] = key_of.try_emplace(k, nullptr);
+          if (fresh) it->second = &keys.emplace_back(Key{k, {}, {}, 0});
+          key = it->second;
+        }
+        if (key->lists.empty() || key->lists[key->last].first != v) {
+          auto [it, fresh] = key->value_at.try_emplace(
+              v, static_cast<uint32_t>(key->lists.size()));
+          if (fresh) key->lists.emplace_back(v, PostingList());
+          key->last = it->second;
+        }
+        key->lists[key->last].second.push_back(i);
       }
     }
+    auto by_name = [](const auto& a, const auto& b) { return a.first < b.first; };
+    std::sort(keys.begin(), keys.end(),
+              [](const Key& a, const Key& b) { return a.name < b.name; });
     auto label_index = std::make_shared<SnapshotState::LabelIndex>();
-    for (auto& [k, values] : labels) {
-      auto vi = std::make_shared<SnapshotState::ValueIndex>();
-      for (auto& [v, list] : values) {
-        vi->Set(v, std::make_shared<const SnapshotState::PostingList>(
-                       std::move(list)));
+    for (Key& key : keys) {
+      // Values often come in order already (ids, in node-id order).
+      if (!std::is_sorted(key.lists.begin(), key.lists.end(), by_name)) {
+        std::sort(key.lists.begin(), key.lists.end(), by_name);
       }
-      (*label_index)[k] = std::move(vi);
+      std::vector<std::pair<std::string, std::shared_ptr<const PostingList>>>
+          items;
+      items.reserve(key.lists.size());
+      for (auto& [v, list] : key.lists) {
+        items.emplace_back(std::string(v),
+                           std::make_shared<const PostingList>(std::move(list)));
+      }
+      label_index->emplace_hint(
+          label_index->end(), std::string(key.name),
+          std::make_shared<const SnapshotState::ValueIndex>(
+              SnapshotState::ValueIndex::FromSorted(std::move(items))));
     }
     return label_index;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace sliced::scheduler::internal {
@@ -70,6 +71,43 @@ TEST(CowMapTest, MatchesStdMapUnderRandomEditsAndCopiesStayPut) {
   copy.Erase(want.begin()->first);
   EXPECT_EQ(Contents(m), want);
   EXPECT_TRUE(copy.contains("a-new-first-key"));
+}
+
+TEST(CowMapTest, FromSortedMatchesSetAndTakesEdits) {
+  for (int n : {0, 1, 255, 256, 257, 1000}) {
+    std::vector<std::pair<std::string, int>> items;
+    std::map<std::string, int> want;
+    for (int i = 0; i < n; ++i) {
+      std::string key = absl::StrFormat("k%06d", i);
+      items.emplace_back(key, i);
+      want[key] = i;
+    }
+    const CowMap<int> built = CowMap<int>::FromSorted(items);
+    EXPECT_EQ(built.size(), static_cast<size_t>(n));
+    EXPECT_EQ(Contents(built), want) << n;
+    if (n == 0) continue;
+    EXPECT_EQ(built.find(items.back().first)->second, n - 1);
+    // Edited itself (it owns its chunks) and through a copy, which leaves
+    // it alone: before the first key, inside and between the chunks.
+    auto edit = [n](CowMap<int>& m) {
+      m.Set("a", -1);
+      m.Set(absl::StrFormat("k%06d", n / 2), -2);
+      m.Erase("k000000");
+      for (int i = 0; i < 600; ++i) m.Set(absl::StrFormat("k%06dx", i % n), i);
+    };
+    std::map<std::string, int> edited = want;
+    edited["a"] = -1;
+    edited[absl::StrFormat("k%06d", n / 2)] = -2;
+    edited.erase("k000000");
+    for (int i = 0; i < 600; ++i) edited[absl::StrFormat("k%06dx", i % n)] = i;
+    CowMap<int> own = CowMap<int>::FromSorted(items);
+    edit(own);
+    EXPECT_EQ(Contents(own), edited) << n;
+    CowMap<int> copy = built;
+    edit(copy);
+    EXPECT_EQ(Contents(copy), edited) << n;
+    EXPECT_EQ(Contents(built), want) << n;
+  }
 }
 
 TEST(CowMapTest, EmptiedAndRefilled) {
