@@ -51,6 +51,38 @@ class FlatMap {
     insert(first, last);
   }
 
+  // Takes `entries` as the map's storage, sorted stably by key; of equal
+  // keys the last one stays, as when protobuf parses a map field (the
+  // store's load moves a record's labels in this way, copying nothing).
+  static FlatMap FromUnsorted(std::vector<value_type> entries) {
+    auto by_key = [](const value_type& a, const value_type& b) {
+      return a.first < b.first;
+    };
+    if (entries.size() > kScanBelow) {
+      std::stable_sort(entries.begin(), entries.end(), by_key);
+    } else {
+      // An insertion sort, which allocates nothing.
+      for (size_t i = 1; i < entries.size(); ++i) {
+        for (size_t j = i; j > 0 && by_key(entries[j], entries[j - 1]); --j) {
+          std::swap(entries[j], entries[j - 1]);
+        }
+      }
+    }
+    // Keep the last of each run of equal keys.
+    auto out = entries.begin();
+    for (auto it = entries.begin(); it != entries.end(); ++it) {
+      if (std::next(it) != entries.end() && !(it->first < std::next(it)->first)) {
+        continue;
+      }
+      if (out != it) *out = std::move(*it);
+      ++out;
+    }
+    entries.erase(out, entries.end());
+    FlatMap map;
+    map.entries_ = std::move(entries);
+    return map;
+  }
+
   iterator begin() { return entries_.begin(); }
   iterator end() { return entries_.end(); }
   const_iterator begin() const { return entries_.begin(); }

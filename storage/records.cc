@@ -362,7 +362,7 @@ absl::Status Decode(Table table, const std::string& key,
 // Decodes a record of `table` (not kCounters) into `out`.
 absl::Status DecodeInto(Table table, const std::string& key,
                         const std::string& value, scheduler::Node& out) {
-  return Decode<NodeRecord>(table, key, value, out);
+  return Decode<NodeRecordLoad>(table, key, value, out);
 }
 absl::Status DecodeInto(Table table, const std::string& key,
                         const std::string& value, PlacementGroup& out) {
@@ -438,13 +438,24 @@ NodeRecord ToRecord(const scheduler::Node& node) {
   return r;
 }
 
-absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& r) {
+absl::StatusOr<scheduler::Node> FromRecord(NodeRecordLoad& r) {
   scheduler::Node node;
-  node.node_id = r.node_id();
-  node.address = r.address();
-  node.labels.insert(r.labels().begin(), r.labels().end());
-  node.resources.insert(r.resources().begin(), r.resources().end());
-  node.quarantine_reason = r.quarantine_reason();
+  node.node_id = std::move(*r.mutable_node_id());
+  node.address = std::move(*r.mutable_address());
+  std::vector<scheduler::Labels::value_type> labels;
+  labels.reserve(r.labels_size());
+  for (NodeRecordLoad::Label& l : *r.mutable_labels()) {
+    labels.emplace_back(std::move(*l.mutable_key()),
+                        std::move(*l.mutable_value()));
+  }
+  node.labels = scheduler::Labels::FromUnsorted(std::move(labels));
+  std::vector<scheduler::ResourceSet::value_type> resources;
+  resources.reserve(r.resources_size());
+  for (NodeRecordLoad::Resource& res : *r.mutable_resources()) {
+    resources.emplace_back(std::move(*res.mutable_key()), res.value());
+  }
+  node.resources = scheduler::ResourceSet::FromUnsorted(std::move(resources));
+  node.quarantine_reason = std::move(*r.mutable_quarantine_reason());
   switch (r.state()) {
     case NODE_ALIVE:
       node.state = scheduler::NodeState::kAlive;
@@ -457,7 +468,7 @@ absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& r) {
       break;
     default:
       return absl::DataLossError(absl::StrCat(
-          "stored node ", r.node_id(), " has unknown state ", r.state()));
+          "stored node ", node.node_id, " has unknown state ", r.state()));
   }
   return node;
 }

@@ -26,8 +26,9 @@ ComputeClassRecord ToRecord(const server::ComputeClass& compute_class);
 LogRecord ToRecord(const server::LogLine& line);
 
 // Each returns DataLoss naming the record when it holds an unknown enum value
-// or a selector that does not parse.
-absl::StatusOr<scheduler::Node> FromRecord(const NodeRecord& record);
+// or a selector that does not parse. A node's record is read as a
+// NodeRecordLoad (NodeRecord's bytes), whose strings move into the node.
+absl::StatusOr<scheduler::Node> FromRecord(NodeRecordLoad& record);
 absl::StatusOr<server::PlacementGroup> FromRecord(
     const PlacementGroupRecord& record);
 absl::StatusOr<server::ComputeClass> FromRecord(

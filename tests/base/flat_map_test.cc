@@ -81,6 +81,28 @@ TEST(FlatMapTest, LargeRangeKeepsFirstEntryPerKey) {
 }
 
 // Same answers as std::map over a random sequence of operations.
+TEST(FlatMapTest, FromUnsortedKeepsTheLastEntryPerKey) {
+  EXPECT_TRUE(Map::FromUnsorted({}).empty());
+  EXPECT_EQ(Entries(Map::FromUnsorted({{"b", 1}, {"a", 2}, {"b", 3}, {"c", 4}})),
+            (std::vector<std::pair<std::string, int>>{{"a", 2}, {"b", 3}, {"c", 4}}));
+  // Past the insertion sort's size, against a std::map filled in order.
+  std::mt19937 rng(3);
+  for (int n : {16, 17, 200}) {
+    std::vector<std::pair<std::string, int>> entries;
+    std::map<std::string, int> want;
+    for (int i = 0; i < n; ++i) {
+      std::string key = absl::StrCat("k", rng() % (n / 2));
+      entries.emplace_back(key, i);
+      want[key] = i;
+    }
+    Map m = Map::FromUnsorted(entries);
+    EXPECT_EQ(Entries(m), (std::vector<std::pair<std::string, int>>(
+                              want.begin(), want.end())))
+        << n;
+    EXPECT_EQ(m.at(entries.back().first), n - 1);
+  }
+}
+
 TEST(FlatMapTest, BehavesLikeStdMap) {
   std::mt19937 rng(7);
   Map flat;
