@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/parallel.h"
 #include "base/quote.h"
 
 namespace sliced::scheduler {
@@ -269,7 +270,8 @@ std::string SliceNameOf(const Node& node) {
   return "";
 }
 
-std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes) {
+std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes,
+                                    int threads) {
   // name -> (hosts, named after its node because unlabelled).
   absl::btree_map<std::string, std::pair<std::vector<const Node*>, bool>>
       groups;
@@ -281,11 +283,18 @@ std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes) {
     group.first.push_back(node);
     group.second = group.second || !labelled;
   }
-  std::vector<SliceInfo> slices;
-  slices.reserve(groups.size());
-  for (auto& [name, group] : groups) {
-    slices.push_back(CheckSlice(name, std::move(group.first), group.second));
-  }
+  std::vector<std::pair<std::string, std::pair<std::vector<const Node*>, bool>>>
+      ordered(std::make_move_iterator(groups.begin()),
+              std::make_move_iterator(groups.end()));
+  std::vector<SliceInfo> slices(ordered.size());
+  auto check = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      auto& [name, group] = ordered[i];
+      slices[i] = CheckSlice(std::move(name), std::move(group.first),
+                             group.second);
+    }
+  };
+  ParallelChunks(ordered.size(), 512, threads, check);
   return slices;
 }
 

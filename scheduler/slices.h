@@ -54,7 +54,11 @@ struct SliceInfo {
 // A node with TPU labels (accelerator type and topology) of a single-host shape
 // (v5e/v6e 1x1, 2x2, 2x4; v4/v5p/v7x 2x2x1) and no slice-name label is its own
 // slice, named after its node id, worker 0.
-std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes);
+//
+// The slices are checked on `threads` threads (<= 0: one per core, at least
+// 2; a full snapshot build checks 25k slices at 100k nodes).
+std::vector<SliceInfo> DeriveSlices(const std::vector<const Node*>& nodes,
+                                    int threads = 1);
 
 // Parses a kLabelTpuHostCoords value ("x-y-z", or "x-y" for z = 0) and
 // checks it lies in `grid` ({x, y, z} hosts; REQUIRES: 3 entries).

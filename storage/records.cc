@@ -1,14 +1,13 @@
 #include "storage/records.h"
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/parallel.h"
 #include "base/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/labels.h"
@@ -648,26 +647,12 @@ absl::StatusOr<StoredState> DecodeRecords(
           {decode, &records, b, std::min(records.size(), b + chunk), {}});
     }
   }
-  std::atomic<size_t> next{0};
-  auto work = [&chunks, &next] {
-    for (size_t i; (i = next.fetch_add(1)) < chunks.size();) {
-      Chunk& c = chunks[i];
-      for (size_t r = c.begin; r < c.end && c.status.ok(); ++r) {
-        c.status = c.decode((*c.records)[r], r);
-      }
+  ParallelChunks(chunks.size(), 1, threads, [&chunks](size_t i, size_t) {
+    Chunk& c = chunks[i];
+    for (size_t r = c.begin; r < c.end && c.status.ok(); ++r) {
+      c.status = c.decode((*c.records)[r], r);
     }
-  };
-  {
-    std::vector<std::thread> helpers;
-    if (threads <= 0) {
-      threads =
-          static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
-    }
-    const size_t n = std::min<size_t>(threads, chunks.size());
-    for (size_t t = 1; t < n; ++t) helpers.emplace_back(work);
-    work();
-    for (std::thread& t : helpers) t.join();
-  }
+  });
   for (const Chunk& c : chunks) {
     if (!c.status.ok()) return c.status;
   }

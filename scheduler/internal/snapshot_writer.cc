@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/parallel.h"
 #include "base/status_macros.h"
 #include "scheduler/internal/cow.h"
 #include "scheduler/internal/resources.h"
@@ -81,23 +82,24 @@ class SnapshotWriter {
                          std::vector<Allocation> allocations) {
     building_ = true;
     ASSIGN_OR_RETURN(nodes, SortedById(std::move(nodes)));
-    NodeTable table = MakeNodeTable(std::move(nodes));
+    NodeEntries entries = MakeNodeEntries(std::move(nodes));
     std::vector<SnapshotState::IdShard> id_shards;
     {
       // The label index and the id map on threads of their own: each a
       // tenth of a restart at 100k nodes. They read only the entries'
       // labels and ids; InstallSlices() reads them too and writes only the
       // entries' slice fields.
-      std::jthread labels(
-          [&] { st_.label_index_ = MakeLabelIndex(table.entries); });
-      std::jthread ids([&] { id_shards = IdShardsOf(table.entries); });
-      InstallSlices(table);
+      std::jthread labels([&] { st_.label_index_ = MakeLabelIndex(entries); });
+      std::jthread ids([&] { id_shards = IdShardsOf(entries); });
+      std::vector<SliceInfo> slices = DeriveSlices(NodesOf(entries), 0);
+      ids.join();  // InstallSlices finds the slices' hosts by id in it
+      InstallSlices(entries, std::move(slices), id_shards);
     }
-    const size_t n = table.entries.size();
+    const size_t n = entries.size();
     st_.nodes_ =
         CowArray<std::shared_ptr<const InventorySnapshot::NodeEntry>, 8>(n);
     for (uint32_t i = 0; i < n; ++i) {
-      st_.nodes_.Mutable(i) = std::move(table.entries[i]);
+      st_.nodes_.Mutable(i) = std::move(entries[i]);
     }
     InstallIdentitySlots(n, std::move(id_shards));
     InstallEmptyIndexes(n);
@@ -735,10 +737,7 @@ class SnapshotWriter {
   }
 
   // Node entries in node-id order and the id -> index map.
-  struct NodeTable {
-    std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>> entries;
-    std::shared_ptr<absl::flat_hash_map<std::string, uint32_t>> ids;
-  };
+  using NodeEntries = std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>>;
 
   // `nodes` sorted by id. InvalidArgument for an empty or duplicate id.
   static absl::StatusOr<std::vector<Node>> SortedById(std::vector<Node> nodes) {
@@ -761,21 +760,26 @@ class SnapshotWriter {
     return nodes;
   }
 
-  // REQUIRES: `nodes` sorted by id, ids unique.
-  static NodeTable MakeNodeTable(std::vector<Node> nodes) {
-    NodeTable table;
-    table.ids = std::make_shared<absl::flat_hash_map<std::string, uint32_t>>();
-    table.ids->reserve(nodes.size());
-    table.entries.resize(nodes.size());
-    for (uint32_t i = 0; i < nodes.size(); ++i) {
-      auto e = std::make_shared<InventorySnapshot::NodeEntry>();
-      e->node = std::move(nodes[i]);
-      e->free = e->node.resources;
-      e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
-      (*table.ids)[e->node.node_id] = i;
-      table.entries[i] = std::move(e);
-    }
-    return table;
+  // The entries of `nodes`, made on every core (100k at a restart).
+  static NodeEntries MakeNodeEntries(std::vector<Node> nodes) {
+    NodeEntries entries(nodes.size());
+    ParallelChunks(nodes.size(), 4096, 0, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        auto e = std::make_shared<InventorySnapshot::NodeEntry>();
+        e->node = std::move(nodes[i]);
+        e->free = e->node.resources;
+        e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
+        entries[i] = std::move(e);
+      }
+    });
+    return entries;
+  }
+
+  static std::vector<const Node*> NodesOf(const NodeEntries& entries) {
+    std::vector<const Node*> nodes;
+    nodes.reserve(entries.size());
+    for (const auto& e : entries) nodes.push_back(&e->node);
+    return nodes;
   }
 
   static std::shared_ptr<const SnapshotState::LabelIndex> MakeLabelIndex(
@@ -840,33 +844,43 @@ class SnapshotWriter {
     return label_index;
   }
 
-  // Derives the slices of `table`'s nodes, links each node to its slice, and
-  // installs the slice table and the slice name -> index map.
-  void InstallSlices(NodeTable& table) {
-    std::vector<const Node*> ptrs;
-    ptrs.reserve(table.entries.size());
-    for (const auto& e : table.entries) ptrs.push_back(&e->node);
-    std::vector<SliceInfo> infos = DeriveSlices(ptrs);
+  // Installs `infos` (DeriveSlices of `entries`, whose ids `id_shards` map
+  // to their indexes) as the slice table, links each node to its slice, and
+  // makes the slice name -> index map.
+  void InstallSlices(NodeEntries& entries, std::vector<SliceInfo> infos,
+                     const std::vector<SnapshotState::IdShard>& id_shards) {
+    // On every core: 25k slices at 100k nodes, on the restart's critical
+    // path. A node is in one slice, so each chunk writes its own nodes.
+    std::vector<std::shared_ptr<InventorySnapshot::SliceEntry>> slices(
+        infos.size());
+    std::vector<ResourceSet> least(infos.size());
+    ParallelChunks(infos.size(), 512, 0, [&](size_t begin, size_t end) {
+      for (size_t si = begin; si < end; ++si) {
+        auto se = std::make_shared<InventorySnapshot::SliceEntry>();
+        se->info = std::move(infos[si]);
+        for (const std::string& id : se->info.node_ids) {
+          if (id.empty()) continue;
+          const uint32_t ni = id_shards[SnapshotState::IdShardOf(id)].at(id);
+          se->host_slots.push_back(ni);  // a full build's slots are indexes
+          entries[ni]->slice_slot = static_cast<int32_t>(si);
+        }
+        ResolveShape(*se);
+        std::vector<const ResourceSet*> hosts;
+        for (uint32_t h : se->host_slots) {
+          entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
+          hosts.push_back(&entries[h]->node.resources);
+        }
+        least[si] = LeastOf(hosts);
+        slices[si] = std::move(se);
+      }
+    });
     st_.slices_ =
         CowArray<std::shared_ptr<const InventorySnapshot::SliceEntry>, 8>(
             infos.size());
     for (uint32_t si = 0; si < infos.size(); ++si) {
-      auto se = std::make_shared<InventorySnapshot::SliceEntry>();
-      se->info = std::move(infos[si]);
-      for (const std::string& id : se->info.node_ids) {
-        if (id.empty()) continue;
-        const uint32_t ni = table.ids->at(id);
-        se->host_slots.push_back(ni);  // a full build's slots are indexes
-        table.entries[ni]->slice_slot = static_cast<int32_t>(si);
-      }
-      ResolveShape(*se);
-      std::vector<const ResourceSet*> hosts;
-      for (uint32_t h : se->host_slots) {
-        table.entries[h]->single_host = se->shape_known && se->shape.hosts == 1;
-        hosts.push_back(&table.entries[h]->node.resources);
-      }
-      se->host_min = Shared(LeastOf(hosts), nullptr, nullptr);
-      st_.slices_.Mutable(si) = std::move(se);
+      // Shared() reuses the sets it made last: in slice order, on this thread.
+      slices[si]->host_min = Shared(std::move(least[si]), nullptr, nullptr);
+      st_.slices_.Mutable(si) = std::move(slices[si]);
     }
     // Slice slots: as for nodes, slot == index after a full build.
     st_.slice_slot_of_index_ = CowArray<uint32_t, 10>(infos.size());
