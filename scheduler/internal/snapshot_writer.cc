@@ -736,7 +736,7 @@ class SnapshotWriter {
     st_.slice_index_of_slot_ = std::move(indexes);
   }
 
-  // Node entries in node-id order and the id -> index map.
+  // Node entries, in node-id order.
   using NodeEntries = std::vector<std::shared_ptr<InventorySnapshot::NodeEntry>>;
 
   // `nodes` sorted by id. InvalidArgument for an empty or duplicate id.
