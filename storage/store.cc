@@ -43,7 +43,7 @@ Mutation::Write Put(Table table, absl::string_view key,
     google::protobuf::io::CodedOutputStream out(&array);
     out.SetSerializationDeterministic(true);
     record.SerializeWithCachedSizes(&out);
-  }  // the stream writes its last bytes as it goes
+  }  // the stream writes its last bytes as it goes out of scope
   return {table, std::string(key), std::move(bytes), false};
 }
 Mutation::Write Delete(Table table, absl::string_view key) {
