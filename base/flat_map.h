@@ -55,19 +55,7 @@ class FlatMap {
   // keys the last one stays, as when protobuf parses a map field (the
   // store's load moves a record's labels in this way, copying nothing).
   static FlatMap FromUnsorted(std::vector<value_type> entries) {
-    auto by_key = [](const value_type& a, const value_type& b) {
-      return a.first < b.first;
-    };
-    if (entries.size() > kScanBelow) {
-      std::stable_sort(entries.begin(), entries.end(), by_key);
-    } else {
-      // An insertion sort, which allocates nothing.
-      for (size_t i = 1; i < entries.size(); ++i) {
-        for (size_t j = i; j > 0 && by_key(entries[j], entries[j - 1]); --j) {
-          std::swap(entries[j], entries[j - 1]);
-        }
-      }
-    }
+    SortStably(entries.data(), entries.size(), 0, ByKey);
     // Keep the last of each run of equal keys.
     auto out = entries.begin();
     for (auto it = entries.begin(); it != entries.end(); ++it) {
@@ -176,23 +164,7 @@ class FlatMap {
     }
     const size_t sorted = entries_.size();
     for (; first != last; ++first) entries_.emplace_back(*first);
-    auto by_key = [](const value_type& a, const value_type& b) {
-      return a.first < b.first;
-    };
-    if (entries_.size() > kScanBelow) {
-      // Not quadratic in what a caller sends (a request's map is converted
-      // before its size is validated).
-      std::stable_sort(entries_.begin(), entries_.end(), by_key);
-    } else {
-      for (size_t i = sorted; i < entries_.size(); ++i) {
-        size_t j = i;
-        while (j > 0 && by_key(entries_[i], entries_[j - 1])) --j;
-        if (j != i) {
-          std::rotate(entries_.begin() + j, entries_.begin() + i,
-                      entries_.begin() + i + 1);
-        }
-      }
-    }
+    SortStably(entries_.data(), entries_.size(), sorted, ByKey);
     entries_.erase(std::unique(entries_.begin(), entries_.end(),
                                [](const value_type& a, const value_type& b) {
                                  return a.first == b.first;
@@ -249,6 +221,31 @@ class FlatMap {
     }
   };
 
+  static bool ByKey(const value_type& a, const value_type& b) {
+    return a.first < b.first;
+  }
+
+  // Sorts [first, first + n) stably by `less`; [first, first + from) is
+  // sorted already. A small map by an insertion sort, which allocates
+  // nothing; a larger one by std::stable_sort, so that the cost is not
+  // quadratic in what a caller sends (a request's map is converted before
+  // its size is validated).
+  template <typename T, typename Less>
+  static void SortStably(T* first, size_t n, size_t from, Less less) {
+    if (n > kScanBelow) {
+      std::stable_sort(first, first + n, less);
+      return;
+    }
+    for (size_t i = std::max<size_t>(from, 1); i < n; ++i) {
+      T moving = std::move(first[i]);
+      size_t j = i;
+      for (; j > 0 && less(moving, first[j - 1]); --j) {
+        first[j] = std::move(first[j - 1]);
+      }
+      first[j] = std::move(moving);
+    }
+  }
+
   // insert(first, last) into an empty map, the common case (a map converted
   // from another): the source's entries are ordered by reference, then each
   // is copied once, in place (a node's labels on every restart and
@@ -264,19 +261,8 @@ class FlatMap {
       order = many.data();
     }
     for (size_t i = 0; i < n; ++i, ++first) order[i] = first;
-    auto by_key = [](const It& a, const It& b) { return a->first < b->first; };
-    if (n > kScanBelow) {
-      std::stable_sort(order, order + n, by_key);
-    } else {
-      for (size_t i = 1; i < n; ++i) {
-        It moving = order[i];
-        size_t j = i;
-        for (; j > 0 && by_key(moving, order[j - 1]); --j) {
-          order[j] = order[j - 1];
-        }
-        order[j] = moving;
-      }
-    }
+    SortStably(order, n, 0,
+               [](const It& a, const It& b) { return a->first < b->first; });
     entries_.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       // Equal keys sit together, the first of them first.
