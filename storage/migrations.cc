@@ -72,7 +72,7 @@ absl::StatusOr<std::optional<std::string>> Rewrite(
         absl::StrCat("migrating stored record ", TableName(table), "/", key,
                      " from schema 1: ", upgraded.message()));
   }
-  return record.SerializeAsString();
+  return SerializeRecord(record);
 }
 
 }  // namespace

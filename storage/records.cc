@@ -10,6 +10,8 @@
 #include "base/parallel.h"
 #include "base/status_macros.h"
 #include "google/protobuf/arena.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "scheduler/labels.h"
 #include "scheduler/tpu.h"
 
@@ -424,6 +426,18 @@ void SelectorToRecord(const scheduler::LabelSelector& selector,
     }
     term->mutable_values()->Add(t.values.begin(), t.values.end());
   }
+}
+
+std::string SerializeRecord(const google::protobuf::MessageLite& record) {
+  std::string bytes(record.ByteSizeLong(), '\0');
+  {
+    google::protobuf::io::ArrayOutputStream array(
+        bytes.data(), static_cast<int>(bytes.size()));
+    google::protobuf::io::CodedOutputStream out(&array);
+    out.SetSerializationDeterministic(true);
+    record.SerializeWithCachedSizes(&out);
+  }  // the stream writes its last bytes as it goes out of scope
+  return bytes;
 }
 
 NodeRecord ToRecord(const scheduler::Node& node) {

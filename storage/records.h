@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "google/protobuf/message_lite.h"
 #include "scheduler/labels.h"
 #include "scheduler/types.h"
 #include "server/core/placement_group.h"
@@ -24,6 +25,11 @@ void ToRecord(const server::PlacementGroup& group,
               PlacementGroupRecord* record);
 ComputeClassRecord ToRecord(const server::ComputeClass& compute_class);
 LogRecord ToRecord(const server::LogLine& line);
+
+// `record`'s bytes as stored: deterministic, a map field's entries in key
+// order, so one record is always the same bytes and a node's labels load
+// without a sort.
+std::string SerializeRecord(const google::protobuf::MessageLite& record);
 
 // Each returns DataLoss naming the record when it holds an unknown enum value
 // or a selector that does not parse. A node's record is read as a

@@ -5,12 +5,9 @@
 #include <cstddef>
 #include <map>
 #include <string>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/arena.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "storage/records.h"
 
 namespace sliced::storage {
@@ -32,19 +29,9 @@ absl::string_view TableName(Table table) {
 }
 
 namespace {
-// Deterministic: a map field's entries in key order, so one record is
-// always the same bytes, and a node's labels load without a sort.
 Mutation::Write Put(Table table, absl::string_view key,
                     const google::protobuf::MessageLite& record) {
-  std::string bytes(record.ByteSizeLong(), '\0');
-  {
-    google::protobuf::io::ArrayOutputStream array(
-        bytes.data(), static_cast<int>(bytes.size()));
-    google::protobuf::io::CodedOutputStream out(&array);
-    out.SetSerializationDeterministic(true);
-    record.SerializeWithCachedSizes(&out);
-  }  // the stream writes its last bytes as it goes out of scope
-  return {table, std::string(key), std::move(bytes), false};
+  return {table, std::string(key), SerializeRecord(record), false};
 }
 Mutation::Write Delete(Table table, absl::string_view key) {
   return {table, std::string(key), "", true};
