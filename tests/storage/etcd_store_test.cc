@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "storage/etcd/etcd_election.h"
 #include "tests/storage/cuttable_proxy.h"
@@ -314,6 +316,25 @@ TEST_F(EtcdStoreTest, AnUnrevokedLeaseIsRevokedByTheNextCampaign) {
   EXPECT_NE(again->key, led->key);
   EXPECT_EQ(client_->Range(old_key)->kvs_size(), 0);
   election.Stop();
+}
+
+// The test cluster itself: a member that exits while the cluster comes up
+// is seen at once (not after the 20 s wait), and the error shows why.
+TEST(EtcdTestClusterTest, AMemberThatExitsAtStartIsReportedWithItsLog) {
+  std::string why = EtcdTestCluster::Unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const absl::Time start = absl::Now();
+  auto started = EtcdTestCluster::Start(1, {"--no-such-flag"});
+  ASSERT_FALSE(started.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_NE(started.status().message().find("m0 (exited)"), std::string::npos)
+      << started.status();
+  // etcd's own words follow the header (here its usage text).
+  const std::string message(started.status().message());
+  const std::string header = "end of its log:\n";
+  const size_t at = message.find(header);
+  ASSERT_NE(at, std::string::npos) << message;
+  EXPECT_GT(message.size(), at + header.size() + 10) << message;
 }
 
 }  // namespace
