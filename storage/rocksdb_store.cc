@@ -366,6 +366,41 @@ absl::Status CheckSchema(RocksDbStore& store, bool created,
   return absl::OkStatus();
 }
 
+// Every open starts a new write-ahead log, and RocksDB 7.8 lets the older
+// ones go only once a memtable flush moves its minimum log number past them
+// (changed upstream later: facebook/rocksdb#11409). An open that wrote
+// nothing (a daemon in a crash loop, an idle one restarted) therefore left
+// its empty log behind for good, and every later open read them all. When
+// more than the current log is in the directory, this rewrites the schema
+// key and flushes it (one small table, which compaction merges), then has
+// RocksDB scan the directory: it deletes the logs whose data is in tables,
+// by its own rules (after recovery, that is every older one). A failure here
+// fails the open, as a failed write in RocksDB's own open does.
+absl::Status ReleaseOldLogs(RocksDbStore& store, const std::string& path) {
+  int logs = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    if (e.path().extension() == ".log") ++logs;
+  }
+  if (logs <= 1) return absl::OkStatus();
+  rocksdb::Status s;
+  std::string value;
+  s = store.db()->Get(rocksdb::ReadOptions(), store.Meta(), kSchemaKey, &value);
+  if (!s.ok()) return FromRocks(s, "reading the schema version");
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  s = store.db()->Put(sync, store.Meta(), kSchemaKey, value);
+  if (!s.ok()) return FromRocks(s, "rewriting the schema version");
+  s = store.db()->Flush(rocksdb::FlushOptions(), store.Meta());
+  if (!s.ok()) return FromRocks(s, "flushing to release old write-ahead logs");
+  // The empty logs are not among those RocksDB tracks after recovery: only
+  // a full scan of the directory, which re-enabling deletions runs, finds
+  // them.
+  s = store.db()->DisableFileDeletions();
+  if (s.ok()) s = store.db()->EnableFileDeletions(/*force=*/true);
+  return FromRocks(s, "releasing old write-ahead logs");
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
@@ -421,6 +456,7 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
                                               options);
   absl::Status schema = CheckSchema(*store, !exists, options.path);
   if (!schema.ok()) return schema;
+  RETURN_IF_ERROR(ReleaseOldLogs(*store, options.path));
   return std::unique_ptr<Store>(std::move(store));
 }
 
