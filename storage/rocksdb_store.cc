@@ -383,22 +383,28 @@ absl::Status ReleaseOldLogs(RocksDbStore& store, const std::string& path) {
     if (e.path().extension() == ".log") ++logs;
   }
   if (logs <= 1) return absl::OkStatus();
-  rocksdb::Status s;
+  auto in_context = [&path](const rocksdb::Status& s, absl::string_view step) {
+    return FromRocks(s, absl::StrCat("data dir ", path,
+                                     ": releasing old write-ahead logs: ",
+                                     step));
+  };
   std::string value;
-  s = store.db()->Get(rocksdb::ReadOptions(), store.Meta(), kSchemaKey, &value);
-  if (!s.ok()) return FromRocks(s, "reading the schema version");
+  rocksdb::Status s =
+      store.db()->Get(rocksdb::ReadOptions(), store.Meta(), kSchemaKey, &value);
+  if (!s.ok()) return in_context(s, "reading the schema version");
   rocksdb::WriteOptions sync;
   sync.sync = true;
   s = store.db()->Put(sync, store.Meta(), kSchemaKey, value);
-  if (!s.ok()) return FromRocks(s, "rewriting the schema version");
+  if (!s.ok()) return in_context(s, "rewriting the schema version");
+  // The flush moves the minimum log number past the old logs.
   s = store.db()->Flush(rocksdb::FlushOptions(), store.Meta());
-  if (!s.ok()) return FromRocks(s, "flushing to release old write-ahead logs");
+  if (!s.ok()) return in_context(s, "flushing");
   // The empty logs are not among those RocksDB tracks after recovery: only
   // a full scan of the directory, which re-enabling deletions runs, finds
-  // them.
+  // them. (Either step alone leaves them.)
   s = store.db()->DisableFileDeletions();
   if (s.ok()) s = store.db()->EnableFileDeletions(/*force=*/true);
-  return FromRocks(s, "releasing old write-ahead logs");
+  return in_context(s, "rescanning the directory");
 }
 
 }  // namespace
