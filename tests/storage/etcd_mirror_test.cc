@@ -17,6 +17,7 @@
 #include "storage/etcd/etcd_election.h"
 #include "storage/etcd/etcd_store.h"
 #include "tests/storage/cuttable_proxy.h"
+#include "tests/storage/etcd_fixture.h"
 #include "tests/storage/etcd_test_cluster.h"
 
 namespace sliced::storage {
@@ -36,57 +37,14 @@ std::vector<std::string> NodeIds(const StoredState& state) {
   return ids;
 }
 
-class EtcdMirrorTest : public testing::Test {
+class EtcdMirrorTest : public EtcdFixture {
  protected:
-  static void SetUpTestSuite() {
-    if (!EtcdTestCluster::Unavailable().empty()) return;
-    auto started = EtcdTestCluster::Start();
-    ASSERT_TRUE(started.ok()) << started.status();
-    cluster_ = std::move(started).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override {
-    std::string why = EtcdTestCluster::Unavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
-    auto client = EtcdClient::Create({.endpoints = cluster_->endpoints()});
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *client;
-    prefix_ = "/sliced/" +
-              std::string(testing::UnitTest::GetInstance()
-                              ->current_test_info()
-                              ->name()) +
-              "/";
-  }
   std::shared_ptr<EtcdMirror> Mirror(std::shared_ptr<EtcdClient> client) {
     return std::make_shared<EtcdMirror>(
         client ? client : client_,
         EtcdMirrorOptions{.prefix = prefix_,
                           .election = prefix_ + "leader",
                           .retry_pause = absl::Milliseconds(50)});
-  }
-  std::unique_ptr<Store> Open(EtcdStoreOptions options = {}) {
-    options.prefix = prefix_;
-    auto store = OpenEtcdStore(client_, options);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(store).value() : nullptr;
-  }
-  // A put under the prefix outside the tables; returns its revision.
-  int64_t Put(const std::string& key) {
-    etcdserverpb::TxnRequest txn;
-    auto* put = txn.add_success()->mutable_request_put();
-    put->set_key(prefix_ + key);
-    put->set_value("x");
-    auto done = client_->Txn(txn);
-    EXPECT_TRUE(done.ok()) << done.status();
-    return done.ok() ? done->header().revision() : 0;
-  }
-  void Delete(const std::string& key) {
-    etcdserverpb::TxnRequest txn;
-    txn.add_success()->mutable_request_delete_range()->set_key(prefix_ + key);
-    ASSERT_TRUE(client_->Txn(txn).ok());
   }
   // Waits (up to 10 s) for `done` on the mirror's stats.
   template <typename Done>
@@ -98,12 +56,7 @@ class EtcdMirrorTest : public testing::Test {
     }
     return true;
   }
-
-  static EtcdTestCluster* cluster_;
-  std::shared_ptr<EtcdClient> client_;
-  std::string prefix_;
 };
-EtcdTestCluster* EtcdMirrorTest::cluster_ = nullptr;
 
 TEST_F(EtcdMirrorTest, ANewLeaderLoadsTheStandbysCopyWithEveryEarlierWrite) {
   EtcdElectionOptions options{.name = prefix_ + "leader", .value = "a:1",
@@ -167,8 +120,8 @@ TEST_F(EtcdMirrorTest, ANewLeaderLoadsTheStandbysCopyWithEveryEarlierWrite) {
 }
 
 TEST_F(EtcdMirrorTest, TakeWaitsUntilEveryEarlierLeaderKeyIsGone) {
-  Put("leader/a");
-  const int64_t mine = Put("leader/b");
+  Put(prefix_ + "leader/a");
+  const int64_t mine = Put(prefix_ + "leader/b");
   auto mirror = Mirror(nullptr);
   mirror->Start();
   auto early = mirror->Take(mine, absl::Milliseconds(300));
@@ -183,7 +136,7 @@ TEST_F(EtcdMirrorTest, TakeWaitsUntilEveryEarlierLeaderKeyIsGone) {
     Mutation m;
     m.PutNode(Node("late"));
     ASSERT_TRUE(store->Commit(m).ok());
-    Delete("leader/a");  // its key goes after its last write
+    Delete(prefix_ + "leader/a");  // its key goes after its last write
   });
   auto state = mirror->Take(mine, absl::Seconds(10));
   old_leader.join();
@@ -192,7 +145,7 @@ TEST_F(EtcdMirrorTest, TakeWaitsUntilEveryEarlierLeaderKeyIsGone) {
 }
 
 TEST_F(EtcdMirrorTest, AStoreFallsBackToEtcdWhenTheCopyIsNotThere) {
-  const int64_t mine = Put("leader/a");
+  const int64_t mine = Put(prefix_ + "leader/a");
   auto writer = Open();
   Mutation m;
   m.PutNode(Node("a"));
@@ -251,13 +204,13 @@ TEST_F(EtcdMirrorTest, ABrokenWatchResumesAndACompactedOneReloads) {
   more.DeleteNode("while-cut");
   more.PutNode(Node("after-compaction"));
   ASSERT_TRUE(writer->Commit(more).ok());
-  const int64_t head = Put("meta/probe");
+  const int64_t head = Put(prefix_ + "meta/probe");
   ASSERT_TRUE(client_->Compact(head).ok());
   proxy.Restore();
   ASSERT_TRUE(WaitFor(*mirror, [](const EtcdMirrorStats& s) {
     return s.watching && s.loads == 2;
   }));
-  const int64_t mine = Put("leader/z");
+  const int64_t mine = Put(prefix_ + "leader/z");
   auto state = mirror->Take(mine, absl::Seconds(10));
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(NodeIds(*state), (std::vector<std::string>{"after-compaction"}));

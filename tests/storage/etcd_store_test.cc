@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "storage/etcd/etcd_election.h"
 #include "tests/storage/cuttable_proxy.h"
+#include "tests/storage/etcd_fixture.h"
 #include "tests/storage/etcd_test_cluster.h"
 
 namespace sliced::storage {
@@ -29,57 +30,7 @@ scheduler::Node Node(const std::string& id) {
   return n;
 }
 
-class EtcdStoreTest : public testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!EtcdTestCluster::Unavailable().empty()) return;
-    auto started = EtcdTestCluster::Start();
-    ASSERT_TRUE(started.ok()) << started.status();
-    cluster_ = std::move(started).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override {
-    std::string why = EtcdTestCluster::Unavailable();
-    if (!why.empty()) GTEST_SKIP() << why;
-    auto client = EtcdClient::Create({.endpoints = cluster_->endpoints()});
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *client;
-    prefix_ = "/sliced/" +
-              std::string(testing::UnitTest::GetInstance()
-                              ->current_test_info()
-                              ->name()) +
-              "/";
-  }
-  std::unique_ptr<Store> Open(EtcdStoreOptions options = {}) {
-    options.prefix = prefix_;
-    auto store = OpenEtcdStore(client_, options);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(store).value() : nullptr;
-  }
-  // Puts `key` and returns its creation revision.
-  int64_t Put(const std::string& key) {
-    etcdserverpb::TxnRequest txn;
-    auto* put = txn.add_success()->mutable_request_put();
-    put->set_key(key);
-    put->set_value("x");
-    auto done = client_->Txn(txn);
-    EXPECT_TRUE(done.ok()) << done.status();
-    return done->header().revision();
-  }
-  void Delete(const std::string& key) {
-    etcdserverpb::TxnRequest txn;
-    txn.add_success()->mutable_request_delete_range()->set_key(key);
-    ASSERT_TRUE(client_->Txn(txn).ok());
-  }
-
-  static EtcdTestCluster* cluster_;
-  std::shared_ptr<EtcdClient> client_;
-  std::string prefix_;
-};
-EtcdTestCluster* EtcdStoreTest::cluster_ = nullptr;
+using EtcdStoreTest = EtcdFixture;
 
 TEST_F(EtcdStoreTest, AFencedCommitFailsOnceTheLeaderKeyIsGone) {
   const std::string leader = prefix_ + "leader/1";
