@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "storage/etcd/etcd_client.h"
 #include "storage/etcd/etcd_store.h"
