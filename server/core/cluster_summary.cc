@@ -19,6 +19,29 @@ int64_t Chips(const scheduler::ResourceSet& resources) {
   return it == resources.end() ? 0 : it->second / scheduler::kResourceScale;
 }
 
+// Per (accelerator type, topology): chips a placement can use, and free
+// chips.
+using UsableAndFree =
+    std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>;
+
+// 1 - usable / free, per shape and over every shape (0 where nothing is
+// free).
+void Fragmentation(
+    const UsableAndFree& chips,
+    std::map<std::pair<std::string, std::string>, double>& by_shape,
+    double& overall) {
+  int64_t all_usable = 0, all_free = 0;
+  for (const auto& [shape, counts] : chips) {
+    const auto [usable, free] = counts;
+    by_shape[shape] =
+        free == 0 ? 0.0 : 1.0 - static_cast<double>(usable) / free;
+    all_usable += usable;
+    all_free += free;
+  }
+  overall =
+      all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_usable) / all_free;
+}
+
 // A short description of what a queued group needs.
 std::string Shape(const PlacementGroup& pg) {
   const scheduler::PlacementRequest& r = pg.request;
@@ -108,9 +131,7 @@ void AddInventoryFigures(const scheduler::InventorySnapshot& snap,
     f += Chips(entry.free);
   }
 
-  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
-      whole_and_free_chips;  // per shape: chips in whole free slices, free
-                             // chips
+  UsableAndFree whole_and_free_chips;  // usable: in whole free slices
   for (uint32_t s = 0; s < snap.num_slices(); ++s) {
     const scheduler::InventorySnapshot::SliceEntry& slice = snap.slice(s);
     const scheduler::SliceInfo& info = slice.info;
@@ -127,16 +148,8 @@ void AddInventoryFigures(const scheduler::InventorySnapshot& snap,
     whole_chips += whole ? chips.free : 0;
     free_chips += chips.free;
   }
-  int64_t all_whole = 0, all_free = 0;
-  for (const auto& [shape, counts] : whole_and_free_chips) {
-    const auto [whole, free] = counts;
-    out.fragmentation_by_shape[shape] =
-        free == 0 ? 0.0 : 1.0 - static_cast<double>(whole) / free;
-    all_whole += whole;
-    all_free += free;
-  }
-  out.fragmentation =
-      all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_whole) / all_free;
+  Fragmentation(whole_and_free_chips, out.fragmentation_by_shape,
+                out.fragmentation);
 }
 
 // The sub-slice figures (free_subslices, subslice_fragmentation*): visits
@@ -145,14 +158,13 @@ void AddSubsliceFigures(const scheduler::InventorySnapshot& snap,
                         ClusterSummary& out) {
   // Per parent shape: free chips, and chips in each slice's largest free
   // aligned box (the whole slice when it is free).
-  std::map<std::pair<std::string, std::string>, std::pair<int64_t, int64_t>>
-      free_and_boxed;
+  UsableAndFree boxed_and_free;
   for (uint32_t s = 0; s < snap.num_slices(); ++s) {
     const scheduler::InventorySnapshot::SliceEntry& slice = snap.slice(s);
     const scheduler::SliceInfo& info = slice.info;
     const int64_t free = ChipsOf(snap, slice).free;
-    auto& [shape_free, boxed] =
-        free_and_boxed[{info.accelerator_type, info.topology}];
+    auto& [boxed, shape_free] =
+        boxed_and_free[{info.accelerator_type, info.topology}];
     shape_free += free;
     const scheduler::SubsliceCapacity capacity =
         scheduler::FreeSubslices(snap, s);
@@ -161,16 +173,8 @@ void AddSubsliceFigures(const scheduler::InventorySnapshot& snap,
     }
     boxed += info.intact && slice.free() ? free : capacity.largest_free_chips;
   }
-  int64_t all_free = 0, all_boxed = 0;
-  for (const auto& [shape, counts] : free_and_boxed) {
-    const auto [free, boxed] = counts;
-    out.subslice_fragmentation_by_shape[shape] =
-        free == 0 ? 0.0 : 1.0 - static_cast<double>(boxed) / free;
-    all_free += free;
-    all_boxed += boxed;
-  }
-  out.subslice_fragmentation =
-      all_free == 0 ? 0.0 : 1.0 - static_cast<double>(all_boxed) / all_free;
+  Fragmentation(boxed_and_free, out.subslice_fragmentation_by_shape,
+                out.subslice_fragmentation);
 }
 
 }  // namespace
