@@ -18,7 +18,6 @@
 #include "storage/etcd/etcd_store.h"
 #include "tests/storage/cuttable_proxy.h"
 #include "tests/storage/etcd_fixture.h"
-#include "tests/storage/etcd_test_cluster.h"
 
 namespace sliced::storage {
 namespace {
