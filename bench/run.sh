@@ -2,7 +2,7 @@
 # Runs the whole benchmark harness (issue 7) and rewrites the harness's
 # sections of bench/RESULTS.md (the "## Solver" section is not touched).
 #
-#   bench/run.sh            full run (~10-15 min on 2 cores), records results
+#   bench/run.sh            full run (~20 min on 2 cores), records results
 #   bench/run.sh --quick    < 2 min; writes to build-bench/bench-quick/ only
 #   bench/run.sh --quick --record   quick, but record into bench/RESULTS.md
 #   bench/run.sh --head     measure a clean export of HEAD (a tree others edit)
@@ -275,6 +275,42 @@ for p in big:
                 f"{p['rss_pgs'] / 1048576:.0f} MB ({per_node:.1f} KB){' ✅' if per_node <= 3 else ' ❌'} |")
     rows.append(f"| registering {p['nodes']:,} nodes in batches of 1,000; creates/s at that size | (report) | "
                 f"{p['register_s']:.1f} s; {p['create']['ops_per_s']:.0f}/s |")
+# Issue 17's items 1, 4 and 5, from sliced_load's churn, heartbeat and watch
+# parts: medians over the repetitions of each ratio to the quiet phase beside
+# it. The churn and heartbeat targets are stated at 100k nodes.
+def at_100k(n, ok):
+    return (" ✅" if ok else " ❌") if n >= 100000 else ""
+def plural(n, what):
+    return f"{n} {what}{'' if n == 1 else 's'}"
+def ratio(a, b, key):
+    return a[key] / b[key] if b[key] else float("nan")
+def median_ratio(reps, phase, quiet, key):
+    return median([ratio(r[phase], r[quiet], key) for r in reps])
+churn = max(load.get("churn", []), key=lambda p: p["nodes"], default=None)
+if churn:
+    n = churn["nodes"]
+    ops = median_ratio(churn["pairs"], "churn", "quiet", "ops_per_s")
+    p99 = median_ratio(churn["pairs"], "churn", "quiet", "p99_us")
+    rows.append(f"| registering {n:,} nodes in batches of 1,000 (churn part) | ≤ 15 s at 100k | "
+                f"{churn['register_s']:.1f} s{at_100k(n, churn['register_s'] <= 15)} |")
+    rows.append(f"| creates while one node registers every 0.5 s, {n:,} nodes: ops ratio; p99 ratio "
+                f"(median of {plural(len(churn['pairs']), 'pair')}) | ≥ 0.90; ≤ 2 at 100k | "
+                f"{ops:.2f}{at_100k(n, ops >= 0.9)}; {p99:.2f}{at_100k(n, p99 <= 2)} |")
+beats = max(load.get("heartbeats", []), key=lambda p: p["nodes"], default=None)
+if beats:
+    n = beats["nodes"]
+    single = median_ratio(beats["reps"], "single", "quiet", "p99_us")
+    batched = median_ratio(beats["reps"], "batched", "quiet", "p99_us")
+    rows.append(f"| placements' p99 while every one of {n:,} nodes beats once per lease: 1 per RPC; batched "
+                f"(ratio to quiet, median of {plural(len(beats['reps']), 'repetition')}) | ≤ 2 at 100k | "
+                f"{single:.2f}{at_100k(n, single <= 2)}; {batched:.2f}{at_100k(n, batched <= 2)} |")
+watch = {w["watchers"]: w["reps"] for w in load.get("watch", [])}
+if "none" in watch and "1000 filtered" in watch:
+    pairs = [{"filtered": f["creates"], "none": q["creates"]}
+             for f, q in zip(watch["1000 filtered"], watch["none"])]
+    r = median_ratio(pairs, "filtered", "none", "ops_per_s")
+    rows.append(f"| creates with 1,000 filtered watchers open ÷ none (median of {plural(len(pairs), 'pair')}) | ≥ 0.80 | "
+                f"{r:.2f}{' ✅' if r >= 0.8 else ' ❌'} |")
 top = max((q["nodes"] for q in sim["solver_scaling"]), default=0)
 for p in sim["solver_scaling"]:
     for k in p["kinds"]:

@@ -23,7 +23,8 @@
 // 5. Watchers (issue 17): a fresh daemon with --fleet_nodes nodes;
 //    create_remove (one job per client) quiet, then with 1,000 watchers
 //    each on its own job, with 1,000 watchers on jobs no group is in,
-//    then with 50 and 200 unfiltered watchers, back to back per repetition.
+//    then with 50 and 200 unfiltered watchers, back to back per repetition
+//    (--watch_reps, default 9: the target is a ratio near the noise).
 // Writes DIR/load.json and the Markdown sections DIR/load.md,
 // DIR/scale.md, DIR/churn.md, DIR/heartbeats.md and DIR/watch.md (--parts
 // picks which of 1-5 run). With --target=HOST:PORT it only runs (1) against
@@ -97,6 +98,10 @@ ABSL_FLAG(bool, check, false, "exit 1 unless every phase made sane progress");
 ABSL_FLAG(std::string, watch_phases, "",
           "the watch part's phases besides \"none\" (default all: \"1000 "
           "filtered,1000 idle,50 unfiltered,200 unfiltered\")");
+ABSL_FLAG(int, watch_reps, 0,
+          "repetitions of the watch part (default --reps when given, else 9; "
+          "quick 1): one pair of 5 s phases swings by +-0.15, and its target "
+          "is a ratio near 0.8");
 ABSL_FLAG(bool, keep_scale_data, false,
           "keep the scaling part's data dirs (to profile a restart by hand)");
 
@@ -845,7 +850,11 @@ int Main() {
   }
   std::vector<std::vector<WatchPhase>> watch;
   if (!binary.empty() && part("watch")) {
-    auto w = MeasureWatch(binary, watch_setups, reps, duration);
+    int watch_reps = absl::GetFlag(FLAGS_watch_reps);
+    if (watch_reps <= 0) {
+      watch_reps = absl::GetFlag(FLAGS_reps) > 0 ? reps : quick ? 1 : 9;
+    }
+    auto w = MeasureWatch(binary, watch_setups, watch_reps, duration);
     if (!w.ok()) {
       std::fprintf(stderr, "sliced_load: watch: %s\n",
                    w.status().ToString().c_str());
@@ -915,6 +924,34 @@ int Main() {
       WriteResultJson(j, c.quiet);
       j.Key("churn");
       WriteResultJson(j, c.churn);
+      j.EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  // Heartbeats and watchers: each repetition's phases as measured, for
+  // bench/run.sh's summary (which takes the medians of their ratios).
+  j.EndArray().Key("heartbeats").BeginArray();
+  for (const BeatPoint& p : beats) {
+    j.BeginObject().Key("nodes").Number(p.nodes).Key("reps").BeginArray();
+    for (const BeatTriple& t : p.reps) {
+      j.BeginObject().Key("quiet");
+      WriteResultJson(j, t.quiet);
+      j.Key("single");
+      WriteResultJson(j, t.single);
+      j.Key("batched");
+      WriteResultJson(j, t.batched);
+      j.EndObject();
+    }
+    j.EndArray().EndObject();
+  }
+  j.EndArray().Key("watch").BeginArray();
+  for (size_t k = 0; k < watch.size(); ++k) {
+    j.BeginObject().Key("watchers").String(watch_setups[k].name)
+        .Key("reps").BeginArray();
+    for (const WatchPhase& p : watch[k]) {
+      j.BeginObject().Key("events").Number(p.events).Key("ended")
+          .Number(p.ended).Key("creates");
+      WriteResultJson(j, p.creates);
       j.EndObject();
     }
     j.EndArray().EndObject();
