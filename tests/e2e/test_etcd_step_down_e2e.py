@@ -52,7 +52,7 @@ class Load:
         self.current = addr
         self.lock = threading.Lock()
         self.codes = collections.Counter()  # status code name -> calls
-        self.failures = []  # (method, code, details, leader metadata)
+        self.failures = []  # (method, code, details, leader metadata, daemon)
         self.slowest = 0.0  # seconds, the longest call
         self.acked = []  # group ids acknowledged
         self.ok_on = collections.Counter()  # daemon -> calls answered OK
@@ -67,14 +67,14 @@ class Load:
         ch = self.channels[addr]
         return addr, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
 
-    def _record(self, method, error, took):
+    def _record(self, method, addr, error, took):
         leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
         with self.lock:
             if error.code() == grpc.StatusCode.UNAVAILABLE and leader in self.channels:
                 self.current = leader  # follow it
             self.slowest = max(self.slowest, took)
             self.codes[error.code().name] += 1
-            self.failures.append((method, error.code().name, error.details(), leader))
+            self.failures.append((method, error.code().name, error.details(), leader, addr))
 
     def _ok(self, addr, took):
         with self.lock:
@@ -97,7 +97,7 @@ class Load:
                         break
                 self._ok(addr, time.monotonic() - start)
             except grpc.RpcError as e:
-                self._record("ListNodes", e, time.monotonic() - start)
+                self._record("ListNodes", addr, e, time.monotonic() - start)
                 time.sleep(0.05)
 
     def _creator(self, k):
@@ -114,7 +114,7 @@ class Load:
                     self.acked.append(pg.placement_group_id)
                 self._ok(addr, time.monotonic() - start)
             except grpc.RpcError as e:
-                self._record("CreatePlacementGroup", e, time.monotonic() - start)
+                self._record("CreatePlacementGroup", addr, e, time.monotonic() - start)
                 time.sleep(0.05)
 
     def _watcher(self):
