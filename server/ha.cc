@@ -21,7 +21,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -243,14 +242,11 @@ class HaDaemon::Collector : public prometheus::Collectable {
 // UNAVAILABLE naming the leader (a generic service catches them all).
 class HaDaemon::Redirect : public grpc::CallbackGenericService {
  public:
-  // Binds `listen`; returns the bound port, 0 when it can't. At its end the
-  // calls it has taken get up to `drain` to be answered: one may be waiting
-  // for etcd's answer to "who leads?" (at most the etcd client's timeout).
+  // Binds `listen`; returns the bound port, 0 when it can't.
   int Start(const std::string& listen,
             std::shared_ptr<grpc::ServerCredentials> credentials,
-            storage::EtcdElection* election, absl::Duration drain) {
+            storage::EtcdElection* election) {
     election_ = election;
-    drain_ = drain;
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -270,13 +266,9 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
     fresh_until_ = absl::InfinitePast();
   }
 
-  // A call taken is answered, not cancelled, when the standby stops to
-  // lead: the clients were told to wait for the new leader and retry, and
-  // a CANCELLED would reach them as an error. (Calls that reach the port
-  // after the shutdown began are still dropped by gRPC: docs/ha.md.)
   ~Redirect() override {
     if (server_ != nullptr) {
-      server_->Shutdown(absl::ToChronoTime(absl::Now() + drain_));
+      server_->Shutdown(std::chrono::system_clock::now());
       server_->Wait();
     }
   }
@@ -316,7 +308,6 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
   }
 
   storage::EtcdElection* election_ = nullptr;
-  absl::Duration drain_;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
@@ -358,8 +349,7 @@ absl::Status HaDaemon::StartStandbyPorts() {
     auto redirect = std::make_unique<Redirect>();
     const int port =
         PortFree(server_options_.listen)
-            ? redirect->Start(server_options_.listen, credentials, &election_,
-                              options_.lease_ttl)
+            ? redirect->Start(server_options_.listen, credentials, &election_)
             : 0;
     if (port == 0) {
       return absl::UnavailableError(absl::StrCat(
