@@ -13,10 +13,10 @@ Each time every call the stepping-down daemon failed must have failed
 UNAVAILABLE (never CANCELLED, UNKNOWN or INTERNAL), and so must every call
 the new leader failed, but for the drop docs/ha.md describes: gRPC answers
 CANCELLED to a call that reaches the new leader's redirect as it stops to
-lead (at most one per client thread). The watch stream must end UNAVAILABLE
-naming the new leader, refused calls name it (never the old one), and the
-load goes on there. At the end every acknowledged create is on the leader.
-Skipped where /usr/bin/etcd is missing.
+lead (no more such calls than there are client threads). The watch stream
+must end UNAVAILABLE naming the new leader, refused calls name it (never the
+old one), and the load goes on there. At the end every acknowledged create
+is on the leader. Skipped where /usr/bin/etcd is missing.
 """
 import collections
 import os
