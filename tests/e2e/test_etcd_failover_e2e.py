@@ -126,8 +126,9 @@ class Etcd:
 class HaDaemon:
     """One `sliced --store=etcd` process; its stdout lines go to a queue."""
 
-    def __init__(self, port, endpoints, cluster, root):
+    def __init__(self, port, endpoints, cluster, root, lease_ttl_s=LEASE_TTL_S):
         self.port, self.endpoints, self.cluster, self.root = port, endpoints, cluster, root
+        self.lease_ttl_s = lease_ttl_s
         self.proc = None
         self.addr = "127.0.0.1:%d" % port
         self.http = free_port()
@@ -141,7 +142,7 @@ class HaDaemon:
             [SLICED_BIN, "--store=etcd", "--etcd_endpoints=" + self.endpoints,
              "--etcd_cluster=" + self.cluster, "--listen=" + self.addr,
              "--metrics_listen=127.0.0.1:%d" % self.http, "--heartbeat_timeout=0",
-             "--etcd_lease_ttl=%ds" % LEASE_TTL_S],
+             "--etcd_lease_ttl=%ds" % self.lease_ttl_s],
             stdout=subprocess.PIPE, stderr=self.err, text=True)
         threading.Thread(target=self._read, daemon=True).start()
         return self

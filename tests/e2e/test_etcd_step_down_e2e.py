@@ -16,7 +16,14 @@ CANCELLED to a call that reaches the new leader's redirect as it stops to
 lead (no more such calls than there are client threads). The watch stream
 must end UNAVAILABLE naming the new leader, refused calls name it (never the
 old one), and the load goes on there. At the end every acknowledged create
-is on the leader. Skipped where /usr/bin/etcd is missing.
+is on the leader.
+
+With its only etcd member SIGSTOPped, a SIGTERM'd leader (EtcdAwayAtStepDown)
+must refuse calls for its 0.5 s before its server stops, answer a create
+queued behind a commit under way with the refusal, and give that commit its
+own answer once the store gives up ("may or may not have been applied"),
+within its grace, instead of cutting it. Skipped where /usr/bin/etcd is
+missing.
 """
 import collections
 import os
@@ -417,6 +424,111 @@ class EtcdStepDown(unittest.TestCase):
         self.assertLessEqual(lookups, took * 10 + 5, (lookups, took))
         print("\nstandby refusals: 800 calls in %.1fs, %d leader lookups in etcd"
               % (took, lookups), flush=True)
+
+
+# The lease of the daemon in EtcdAwayAtStepDown: the default, so that the
+# step-down's own waits on an unreachable etcd (a renewal, the lease's
+# revocation and the leader's name, up to TTL/3 each) end well before the
+# commit under way gives up (after one TTL).
+AWAY_LEASE_TTL_S = 5
+
+
+@unittest.skipUnless(os.access(ETCD, os.X_OK), ETCD + " is missing: apt-get install etcd-server")
+class EtcdAwayAtStepDown(unittest.TestCase):
+    """A leader SIGTERM'd while its only etcd member is SIGSTOPped, with one
+    create's commit under way and another queued behind it (docs/ha.md,
+    "What a client sees at step-down")."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="sliced-stepdown-away-e2e-")
+        self.addCleanup(shutil.rmtree, self.root, True)
+        self.etcd = Etcd(self.root, members=1)
+        self.addCleanup(self.etcd.close)
+        self.daemon = HaDaemon(free_port(), self.etcd.endpoints(), "away%d" % os.getpid(),
+                               self.root, lease_ttl_s=AWAY_LEASE_TTL_S)
+        self.addCleanup(self.daemon.close)
+        self.daemon.start().wait_line("leading")
+
+    def test_the_port_refuses_for_a_while_and_the_commit_under_way_gets_its_answer(self):
+        d, member = self.daemon, self.etcd.members[0]["proc"]
+        with grpc.insecure_channel(d.addr) as ch:
+            inventory = sliced_pb2_grpc.InventoryStub(ch)
+            placement = sliced_pb2_grpc.PlacementStub(ch)
+            inventory.RegisterNodes(P.RegisterNodesRequest(nodes=[cpu_node("n-1", 8)]),
+                                    timeout=30)
+            member.send_signal(signal.SIGSTOP)
+            self.addCleanup(member.send_signal, signal.SIGCONT)
+
+            def create(name):
+                return placement.CreatePlacementGroup.future(P.CreatePlacementGroupRequest(
+                    name=name, bundles=[P.Bundle(resources={"CPU": 1})], request_id=name),
+                    timeout=60)
+
+            under_way = create("under-way")  # its commit waits on etcd
+            time.sleep(0.1)
+            queued = create("queued")  # behind it in the writer's queue
+            time.sleep(0.1)
+            d.signal(signal.SIGTERM)
+            # A client that does not follow `sliced-leader` reads on the same
+            # connection until the port stops answering with the refusal.
+            answers = []  # (sent at, code, sliced-leader or None)
+            deadline = time.monotonic() + 4 * AWAY_LEASE_TTL_S
+            while time.monotonic() < deadline:
+                sent = time.monotonic()
+                try:
+                    inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=5)
+                    answers.append((sent, "OK", None))
+                except grpc.RpcError as e:
+                    leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                    answers.append((sent, e.code().name, leader))
+                    if e.code() != grpc.StatusCode.UNAVAILABLE or leader is None:
+                        break  # the server has stopped
+                time.sleep(0.02)
+            self.assertEqual(d.proc.wait(timeout=4 * AWAY_LEASE_TTL_S), 0)
+
+        refused = [a for a in answers if a[1] == "UNAVAILABLE" and a[2] is not None]
+        seen = runs(answers)
+        self.assertTrue(refused, seen)
+        first = answers.index(refused[0])
+        # It served reads until it stepped down, then refused every call,
+        # naming no leader (etcd knows none it can tell), for 0.5 s before
+        # its server stopped (a prober sending every 20 ms + its call's time
+        # sees at least 0.3 s of it; none at all without the drain).
+        self.assertEqual({a[1] for a in answers[:first]}, {"OK"} if first else set(), seen)
+        self.assertEqual(refused, answers[first:first + len(refused)], seen)
+        self.assertEqual({a[2] for a in refused}, {""}, seen)
+        drained = refused[-1][0] - refused[0][0]
+        self.assertGreaterEqual(drained, 0.3, seen)
+        # The commit under way got etcd's (lack of) answer, not a cut call.
+        e = under_way.exception(timeout=4 * AWAY_LEASE_TTL_S)
+        self.assertIsNotNone(e)
+        self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+        self.assertIn("may or may not have been applied", e.details())
+        # The queued create never ran: refused, a leader to follow named
+        # (none known: empty).
+        e = queued.exception(timeout=5)
+        self.assertIsNotNone(e)
+        self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+        self.assertIn("not the leader", e.details())
+        self.assertEqual(dict(e.trailing_metadata() or ()).get("sliced-leader"), "", e.details())
+        print("\nstep-down with etcd away: reads OK for %.2fs after SIGTERM, then %d "
+              "refusals over %.2fs; the commit under way: %s"
+              % (refused[0][0] - answers[0][0], len(refused), drained, under_way.exception().details()),
+              flush=True)
+
+
+def runs(answers):
+    """`answers` ((sent at, code, sliced-leader)) as runs of equal answers:
+    (code, sliced-leader, calls, first and last sent, s after the first)."""
+    out = []
+    for sent, code, leader in answers:
+        if out and out[-1][:2] == [code, leader]:
+            out[-1][2] += 1
+            out[-1][4] = round(sent - answers[0][0], 2)
+        else:
+            at = round(sent - answers[0][0], 2)
+            out.append([code, leader, 1, at, at])
+    return out
 
 
 def leader_key(line):
