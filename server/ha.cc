@@ -522,7 +522,7 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
     server_ = std::move(*server);
   }
   collector_->SetLeader(true);
-  const std::string why = election_.AwaitLost();
+  const std::string why = election_.WaitLost();
   collector_->SetLeader(false);
   std::unique_ptr<SlicedServer> serving;
   {
@@ -530,6 +530,16 @@ void HaDaemon::Lead(const storage::Leadership& leadership) {
     serving = std::move(server_);
   }
   if (!why.empty()) Say(absl::StrCat("lost leadership: ", why));
+  // Nothing more is served here from now on. What comes next asks etcd
+  // (revoking the lease, then the next leader's name), and when etcd can't
+  // be reached, often why leadership was lost, each waits up to TTL/3:
+  // meanwhile a new leader may already serve, and clients wait for it.
+  serving->Refuse(api::WithLeader(
+      absl::UnavailableError(
+          "not the leader: this sliced is stepping down and no leader is "
+          "known yet (a failover is in progress?); retry"),
+      ""));
+  election_.EndTerm();
   // Clients are sent where the standby would send them. A commit under way
   // is answered within the store's retry_for (one TTL); the rest at once.
   // On a thread of its own, so that the standby's port opens as soon as

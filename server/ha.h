@@ -20,9 +20,11 @@
 //     "elected, loading; retry" (an empty `sliced-leader`: clients wait);
 //     then stop the standby's ports and serve on them as SlicedServer does;
 //  3. on losing leadership (the lease lapsed, a commit failed the fence, or
-//     Shutdown()): step down (SlicedServer::StepDown) — new calls, queued
-//     writes and open streams are answered as the standby answers them
-//     (UNAVAILABLE naming the new leader); a write being committed gets
+//     Shutdown()): refuse new calls and queued writes at once, naming no
+//     leader (SlicedServer::Refuse), then revoke the lease and ask etcd for
+//     the new leader, then step down (SlicedServer::StepDown) — new calls,
+//     queued writes and open streams are answered as the standby answers
+//     them (UNAVAILABLE naming the new leader); a write being committed gets
 //     its commit's answer, so none is acknowledged unless committed; the
 //     calls in flight finish before the server stops, while the standby's
 //     port already answers (it opens as soon as the server's closes) — and

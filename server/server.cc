@@ -363,10 +363,15 @@ void SlicedServer::Shutdown() {
        absl::Milliseconds(200));
 }
 
-void SlicedServer::StepDown(const absl::Status& refusal, absl::Duration grace) {
+void SlicedServer::Refuse(const absl::Status& refusal) {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->gate->Refuse(refusal);
   impl_->coordinator->Refuse(refusal);
+}
+
+void SlicedServer::StepDown(const absl::Status& refusal, absl::Duration grace) {
+  if (impl_ == nullptr || impl_->shut_down) return;
+  Refuse(refusal);
   impl_->streams.EndAll(refusal);
   // gRPC drops a call whose headers reach a server after its Shutdown began
   // (before any handler runs: the client sees CANCELLED, not a refusal).

@@ -120,6 +120,12 @@ class SlicedServer {
   // finishes the calls in flight, stops the writer.
   void Shutdown();
 
+  // Leadership is gone, and etcd has not named the next leader yet
+  // (server/ha.h): every new call and every queued write is answered
+  // `refusal` from now on. Open streams stay open until StepDown, whose
+  // refusal names the leader they are to follow.
+  void Refuse(const absl::Status& refusal);
+
   // Leadership is gone (server/ha.h): every new call, every queued write and
   // every stream is answered `refusal` (UNAVAILABLE naming the leader,
   // api::WithLeader: nothing was done); a write being committed gets the

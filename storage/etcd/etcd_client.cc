@@ -198,8 +198,12 @@ absl::StatusOr<int64_t> EtcdClient::GrantLease(absl::Duration ttl) {
   return response.id();
 }
 
-absl::StatusOr<absl::Duration> EtcdClient::KeepAliveOnce(int64_t lease) {
+absl::StatusOr<absl::Duration> EtcdClient::KeepAliveOnce(int64_t lease,
+                                                         absl::Time deadline) {
   auto context = CallContext();
+  if (deadline < absl::Now() + options_.call_timeout) {
+    context->set_deadline(absl::ToChronoTime(deadline));
+  }
   auto stream = lease_->LeaseKeepAlive(context.get());
   etcdserverpb::LeaseKeepAliveRequest request;
   request.set_id(lease);

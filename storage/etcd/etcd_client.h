@@ -70,8 +70,10 @@ class EtcdClient {
   // A lease of `ttl` (rounded up to whole seconds); returns its id.
   absl::StatusOr<int64_t> GrantLease(absl::Duration ttl);
   // Renews `lease` once; returns the TTL etcd now gives it (NotFound when
-  // the lease has expired or was revoked).
-  absl::StatusOr<absl::Duration> KeepAliveOnce(int64_t lease);
+  // the lease has expired or was revoked). Gives up at `deadline` when that
+  // comes before call_timeout.
+  absl::StatusOr<absl::Duration> KeepAliveOnce(
+      int64_t lease, absl::Time deadline = absl::InfiniteFuture());
   absl::Status RevokeLease(int64_t lease);
 
   // Blocks until `lease` leads election `name` with `value` proclaimed, or

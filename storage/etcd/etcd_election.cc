@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,33 +67,45 @@ bool EtcdElection::Revoke(int64_t lease) {
          revoked.code() != absl::StatusCode::kDeadlineExceeded;
 }
 
-void EtcdElection::KeepAliveLoop(int64_t lease) {
+void EtcdElection::KeepAliveLoop(int64_t lease, absl::Time granted) {
   pthread_setname_np(pthread_self(), "sliced-lease");
   const absl::Duration every = options_.ttl / 3;
-  absl::Time renewed = absl::Now();
+  // When the last renewal etcd answered (or the grant) was sent: etcd keeps
+  // the lease until at least one TTL after that, and may let it go soon
+  // after, so this daemon leads until then at most, whether or not a
+  // renewal is in flight.
+  absl::Time renewed = granted;
+  std::string failure = "no renewal answered";
   while (true) {
+    const absl::Time expires = renewed + options_.ttl;
     {
       absl::MutexLock lock(&mu_);
       auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopped_ || !lost_.empty();
       };
-      if (mu_.AwaitWithTimeout(absl::Condition(&done), every)) return;
+      if (mu_.AwaitWithTimeout(absl::Condition(&done),
+                               std::min(every, expires - absl::Now()))) {
+        return;
+      }
+      if (absl::Now() >= expires) {
+        lost_ = absl::StrCat("could not renew the election lease for ",
+                             absl::FormatDuration(absl::Now() - renewed), ": ",
+                             failure);
+        return;
+      }
     }
-    absl::StatusOr<absl::Duration> ttl = client_->KeepAliveOnce(lease);
+    const absl::Time sent = absl::Now();
+    absl::StatusOr<absl::Duration> ttl = client_->KeepAliveOnce(lease, expires);
     const std::string gone = ttl.ok() ? KeyGone() : "";
     absl::MutexLock lock(&mu_);
     if (!gone.empty()) {
       if (lost_.empty()) lost_ = gone;
     } else if (ttl.ok()) {
-      renewed = absl::Now();
+      renewed = sent;
     } else if (ttl.status().code() == absl::StatusCode::kNotFound) {
       if (lost_.empty()) lost_ = std::string(ttl.status().message());
-    } else if (absl::Now() - renewed >= options_.ttl) {
-      if (lost_.empty()) {
-        lost_ = absl::StrCat("could not renew the election lease for ",
-                             absl::FormatDuration(absl::Now() - renewed),
-                             ": ", ttl.status().message());
-      }
+    } else {
+      failure = std::string(ttl.status().message());
     }
   }
 }
@@ -138,6 +151,7 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
       absl::MutexLock lock(&mu_);
       unrevoked_ = 0;
     }
+    const absl::Time granted = absl::Now();
     absl::StatusOr<int64_t> lease = client_->GrantLease(options_.ttl);
     if (!lease.ok()) {
       absl::SleepFor(kRetryPause);
@@ -148,7 +162,8 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
       lease_ = *lease;
       lost_.clear();
     }
-    keep_alive_ = std::thread([this, id = *lease] { KeepAliveLoop(id); });
+    keep_alive_ = std::thread(
+        [this, id = *lease, granted] { KeepAliveLoop(id, granted); });
     while (true) {
       grpc::ClientContext context;
       std::string value;
@@ -188,16 +203,19 @@ void EtcdElection::MarkLost(absl::string_view why) {
   if (lost_.empty()) lost_ = std::string(why);
 }
 
+std::string EtcdElection::WaitLost() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopped_ || !lost_.empty();
+  };
+  mu_.Await(absl::Condition(&done));
+  return stopped_ ? "" : lost_;
+}
+
+void EtcdElection::EndTerm() { StopKeepAlive(); }
+
 std::string EtcdElection::AwaitLost() {
-  std::string why;
-  {
-    absl::MutexLock lock(&mu_);
-    auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return stopped_ || !lost_.empty();
-    };
-    mu_.Await(absl::Condition(&done));
-    why = stopped_ ? "" : lost_;
-  }
+  std::string why = WaitLost();
   StopKeepAlive();
   return why;
 }

@@ -6,7 +6,9 @@
 // a thread of its own, and campaigns with the daemon's advertised address as
 // the value; it returns once this process leads, with the leader key and its
 // creation revision (EtcdStoreOptions::fence_key / fence_revision). If the
-// lease can't be renewed for a whole TTL, or etcd says it has expired, or
+// lease can't be renewed for a whole TTL (counted from when the last renewal
+// that etcd answered was sent, so it ends here before etcd lets the lease
+// go, a renewal in flight or not), or etcd says it has expired, or
 // the leader key was deleted (read at every renewal, so a leader that does
 // not write notices within TTL/3), or the store's fence failed (MarkLost),
 // leadership is lost: AwaitLost() returns why. A process that was paused
@@ -69,15 +71,27 @@ class EtcdElection {
   void MarkLost(absl::string_view why);
 
   // Blocks while this process leads; returns why it stopped ("" after
-  // Stop()). Then the lease is revoked (best effort).
+  // Stop()). Then the lease is revoked (best effort): WaitLost(), then
+  // EndTerm().
   std::string AwaitLost();
+
+  // AwaitLost in two steps, for a leader that must stop serving before it
+  // talks to etcd: WaitLost() blocks while this process leads and returns
+  // why it stopped ("" after Stop()), still renewing the lease; EndTerm()
+  // then stops renewing and revokes it (best effort: when etcd can't be
+  // reached it waits for the renewal and the revocation to time out, up to
+  // TTL/3 each). Only on the thread that campaigns, WaitLost() first.
+  std::string WaitLost();
+  void EndTerm();
 
   // Ends Campaign and AwaitLost (which then stop renewing and revoke the
   // lease). May be called from any thread.
   void Stop();
 
  private:
-  void KeepAliveLoop(int64_t lease);
+  // Renews `lease`, granted by a request sent at `granted`, every TTL/3
+  // until leadership is lost or Stop().
+  void KeepAliveLoop(int64_t lease, absl::Time granted);
   // While leading: why the election key is not ours any more (deleted, or
   // deleted and made again), read from etcd; "" while it is, or when etcd
   // does not answer.

@@ -137,6 +137,7 @@ class HaDaemon:
     def start(self):
         self._close_files()
         self.lines = queue.Queue()
+        self.line_times = []  # (time.monotonic() it was read, line)
         self.err = open("%s/sliced-%d.err" % (self.root, self.port), "a")
         self.proc = subprocess.Popen(
             [SLICED_BIN, "--store=etcd", "--etcd_endpoints=" + self.endpoints,
@@ -151,6 +152,7 @@ class HaDaemon:
         proc, lines = self.proc, self.lines
         try:
             for line in proc.stdout:
+                self.line_times.append((time.monotonic(), line))
                 lines.put(line)
         except (OSError, ValueError):
             pass  # closed by a restart

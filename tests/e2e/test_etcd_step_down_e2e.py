@@ -18,12 +18,14 @@ must end UNAVAILABLE naming the new leader, refused calls name it (never the
 old one), and the load goes on there. At the end every acknowledged create
 is on the leader.
 
-With its only etcd member SIGSTOPped, a SIGTERM'd leader (EtcdAwayAtStepDown)
-must refuse calls for its 0.5 s before its server stops, answer a create
-queued behind a commit under way with the refusal, and give that commit its
-own answer once the store gives up ("may or may not have been applied"),
-within its grace, instead of cutting it. Skipped where /usr/bin/etcd is
-missing.
+With its only etcd member SIGSTOPped (EtcdAwayAtStepDown), a leader must stop
+serving within one TTL (its lease lapsed), or at once when SIGTERM'd, and
+refuse every call from then on: naming no leader while it asks etcd (its
+lease's revocation, the next leader), then for 0.5 s more before its server
+stops. A create queued behind a commit under way is refused; the commit gets
+its own answer once the store gives up ("may or may not have been applied"),
+within the step-down's grace, instead of being cut. Skipped where
+/usr/bin/etcd is missing.
 """
 import collections
 import os
@@ -431,13 +433,17 @@ class EtcdStepDown(unittest.TestCase):
 # revocation and the leader's name, up to TTL/3 each) end well before the
 # commit under way gives up (after one TTL).
 AWAY_LEASE_TTL_S = 5
+# The refusals of a leader losing its term, before and once etcd was asked
+# for the next leader (both name none here: etcd can't be reached).
+NOT_KNOWN_YET = "this sliced is stepping down and no leader is known yet"
+STANDBY = "this sliced is a standby"
 
 
 @unittest.skipUnless(os.access(ETCD, os.X_OK), ETCD + " is missing: apt-get install etcd-server")
 class EtcdAwayAtStepDown(unittest.TestCase):
-    """A leader SIGTERM'd while its only etcd member is SIGSTOPped, with one
-    create's commit under way and another queued behind it (docs/ha.md,
-    "What a client sees at step-down")."""
+    """A leader whose only etcd member is SIGSTOPped (docs/ha.md, "What a
+    client sees at step-down"), as a client that does not follow
+    `sliced-leader` sees it, reading on one connection every 20 ms."""
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="sliced-stepdown-away-e2e-")
@@ -448,80 +454,156 @@ class EtcdAwayAtStepDown(unittest.TestCase):
                                self.root, lease_ttl_s=AWAY_LEASE_TTL_S)
         self.addCleanup(self.daemon.close)
         self.daemon.start().wait_line("leading")
+        self.channel = grpc.insecure_channel(self.daemon.addr)
+        self.addCleanup(self.channel.close)
+        self.inventory = sliced_pb2_grpc.InventoryStub(self.channel)
+        self.placement = sliced_pb2_grpc.PlacementStub(self.channel)
+        self.inventory.RegisterNodes(P.RegisterNodesRequest(nodes=[cpu_node("n-1", 8)]),
+                                     timeout=30)
 
-    def test_the_port_refuses_for_a_while_and_the_commit_under_way_gets_its_answer(self):
-        d, member = self.daemon, self.etcd.members[0]["proc"]
-        with grpc.insecure_channel(d.addr) as ch:
-            inventory = sliced_pb2_grpc.InventoryStub(ch)
-            placement = sliced_pb2_grpc.PlacementStub(ch)
-            inventory.RegisterNodes(P.RegisterNodesRequest(nodes=[cpu_node("n-1", 8)]),
-                                    timeout=30)
-            member.send_signal(signal.SIGSTOP)
-            self.addCleanup(member.send_signal, signal.SIGCONT)
+    def renewals(self):
+        """Lease renewals etcd has answered (the daemon's: the test holds no
+        lease), from etcd's /metrics."""
+        url = "http://127.0.0.1:%d/metrics" % self.etcd.members[0]["client"]
+        with urllib.request.urlopen(url, timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if (line.startswith("grpc_server_msg_sent_total{")
+                        and 'grpc_method="LeaseKeepAlive"' in line):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
 
-            def create(name):
-                return placement.CreatePlacementGroup.future(P.CreatePlacementGroupRequest(
-                    name=name, bundles=[P.Bundle(resources={"CPU": 1})], request_id=name),
-                    timeout=60)
+    def stop_etcd(self, after_a_renewal=False):
+        """SIGSTOPs the etcd member (right after it answered a renewal of
+        the daemon's lease, `after_a_renewal`); returns when."""
+        if after_a_renewal:
+            seen, deadline = self.renewals(), time.monotonic() + 2 * AWAY_LEASE_TTL_S
+            while self.renewals() == seen:
+                self.assertLess(time.monotonic(), deadline, "no lease renewal")
+        member = self.etcd.members[0]["proc"]
+        member.send_signal(signal.SIGSTOP)
+        self.addCleanup(member.send_signal, signal.SIGCONT)
+        return time.monotonic()
 
-            under_way = create("under-way")  # its commit waits on etcd
-            time.sleep(0.1)
-            queued = create("queued")  # behind it in the writer's queue
-            time.sleep(0.1)
-            d.signal(signal.SIGTERM)
-            # A client that does not follow `sliced-leader` reads on the same
-            # connection until the port stops answering with the refusal.
-            answers = []  # (sent at, code, sliced-leader or None)
-            deadline = time.monotonic() + 4 * AWAY_LEASE_TTL_S
-            while time.monotonic() < deadline:
-                sent = time.monotonic()
-                try:
-                    inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=5)
-                    answers.append((sent, "OK", None))
-                except grpc.RpcError as e:
-                    leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
-                    answers.append((sent, e.code().name, leader))
-                    if e.code() != grpc.StatusCode.UNAVAILABLE or leader is None:
-                        break  # the server has stopped
-                time.sleep(0.02)
-            self.assertEqual(d.proc.wait(timeout=4 * AWAY_LEASE_TTL_S), 0)
+    def probe(self, until):
+        """Reads every 20 ms until the port answers anything but OK or a
+        refusal, or `until`() holds; returns (sent at, code, sliced-leader
+        or None, details) per call."""
+        answers = []
+        deadline = time.monotonic() + 6 * AWAY_LEASE_TTL_S
+        while time.monotonic() < deadline and not until():
+            sent = time.monotonic()
+            try:
+                self.inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=5)
+                answers.append((sent, "OK", None, ""))
+            except grpc.RpcError as e:
+                leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                answers.append((sent, e.code().name, leader, e.details()))
+                if e.code() != grpc.StatusCode.UNAVAILABLE or leader is None:
+                    break  # the server has stopped
+            time.sleep(0.02)
+        return answers
 
+    def check_refusals(self, answers):
+        """OK, then refusals naming no leader: first "not known yet" (while
+        etcd is asked, up to TTL/3 twice), then a standby's, for the 0.5 s
+        before the server stops (a prober sending every 20 ms + its call's
+        time sees at least 0.3 s of it; none without the drain; a standby's
+        port, once open, answers the same). Returns the two lists."""
+        def tag(a):
+            for text in (NOT_KNOWN_YET, STANDBY):
+                if text in a[3]:
+                    return text
+            return a[3][:60]
+
+        seen = runs([(a[0], a[1], tag(a)) for a in answers])
         refused = [a for a in answers if a[1] == "UNAVAILABLE" and a[2] is not None]
-        seen = runs(answers)
         self.assertTrue(refused, seen)
         first = answers.index(refused[0])
-        # It served reads until it stepped down, then refused every call,
-        # naming no leader (etcd knows none it can tell), for 0.5 s before
-        # its server stopped (a prober sending every 20 ms + its call's time
-        # sees at least 0.3 s of it; none at all without the drain).
         self.assertEqual({a[1] for a in answers[:first]}, {"OK"} if first else set(), seen)
         self.assertEqual(refused, answers[first:first + len(refused)], seen)
         self.assertEqual({a[2] for a in refused}, {""}, seen)
-        drained = refused[-1][0] - refused[0][0]
-        self.assertGreaterEqual(drained, 0.3, seen)
-        # The commit under way got etcd's (lack of) answer, not a cut call.
+        not_yet = [a for a in refused if NOT_KNOWN_YET in a[3]]
+        drain = [a for a in refused if STANDBY in a[3]]
+        self.assertEqual(refused, not_yet + drain, seen)
+        self.assertTrue(not_yet, seen)
+        self.assertTrue(drain, seen)
+        self.assertGreaterEqual(drain[-1][0] - drain[0][0], 0.3, seen)
+        return not_yet, drain
+
+    def test_sigterm_refuses_at_once_and_the_commit_under_way_gets_its_answer(self):
+        d = self.daemon
+        self.stop_etcd()
+
+        def create(name):
+            return self.placement.CreatePlacementGroup.future(P.CreatePlacementGroupRequest(
+                name=name, bundles=[P.Bundle(resources={"CPU": 1})], request_id=name),
+                timeout=60)
+
+        under_way = create("under-way")  # its commit waits on etcd
+        time.sleep(0.1)
+        queued = create("queued")  # behind it in the writer's queue
+        time.sleep(0.1)
+        d.signal(signal.SIGTERM)
+        term = time.monotonic()
+        answers = self.probe(until=lambda: False)
+        self.assertEqual(d.proc.wait(timeout=4 * AWAY_LEASE_TTL_S), 0)
+        not_yet, drain = self.check_refusals(answers)
+        # Refused at once: the lease's revocation and the leader's name,
+        # which wait on etcd, come after.
+        self.assertLess(not_yet[0][0] - term, 1.0, runs(answers))
+        # The commit under way got the store's answer, not a cut call.
         e = under_way.exception(timeout=4 * AWAY_LEASE_TTL_S)
         self.assertIsNotNone(e)
         self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
         self.assertIn("may or may not have been applied", e.details())
-        # The queued create never ran: refused, a leader to follow named
-        # (none known: empty).
+        # The queued create never ran: refused, naming no leader yet.
         e = queued.exception(timeout=5)
         self.assertIsNotNone(e)
         self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
         self.assertIn("not the leader", e.details())
         self.assertEqual(dict(e.trailing_metadata() or ()).get("sliced-leader"), "", e.details())
-        print("\nstep-down with etcd away: reads OK for %.2fs after SIGTERM, then %d "
-              "refusals over %.2fs; the commit under way: %s"
-              % (refused[0][0] - answers[0][0], len(refused), drained, under_way.exception().details()),
-              flush=True)
+        print("\nSIGTERM with etcd away: refusing %.2fs after it, %.2fs before etcd was "
+              "asked, then %.2fs; the commit under way: %s"
+              % (not_yet[0][0] - term, drain[0][0] - not_yet[0][0],
+                 drain[-1][0] - drain[0][0], under_way.exception().details()), flush=True)
+
+    def test_a_lapsed_lease_stops_the_serving_at_once(self):
+        d = self.daemon
+
+        def said(text):
+            """When the daemon printed `text` since it led, or None."""
+            lines = [(t, line) for t, line in d.line_times if text in line]
+            return lines[-1] if lines and lines[-1][0] >= led else None
+
+        led = next(t for t, line in d.line_times if "leading" in line)
+        stopped = self.stop_etcd(after_a_renewal=True)
+        answers = self.probe(until=lambda: said("standby on"))
+        self.assertIsNotNone(said("lost leadership"), d.line_times)
+        lost, why = said("lost leadership")
+        self.assertIn("could not renew the election lease", why)
+        # One TTL after the last renewal etcd answered was sent (before etcd
+        # lets the lease go), a renewal in flight or not; not once that
+        # renewal's call timed out (TTL/3 later: 6.7 s here).
+        self.assertLessEqual(lost - stopped, AWAY_LEASE_TTL_S + 0.5, why)
+        not_yet, drain = self.check_refusals(answers)
+        # The last read it served came before it said it lost the lease, and
+        # refusals came at once, not after the revocation and the leader's
+        # name (TTL/3 each, 3.3 s at this TTL).
+        served = [a[0] for a in answers if a[1] == "OK"]
+        self.assertTrue(served, runs(answers))
+        self.assertLess(served[-1], lost, runs(answers))
+        self.assertLess(not_yet[0][0] - lost, 0.5, runs(answers))
+        print("\nlease lapsed with etcd away: lost %.2fs after etcd stopped, refusing "
+              "%.2fs after that, %.2fs before etcd was asked, then %.2fs"
+              % (lost - stopped, not_yet[0][0] - lost, drain[0][0] - not_yet[0][0],
+                 drain[-1][0] - drain[0][0]), flush=True)
 
 
 def runs(answers):
-    """`answers` ((sent at, code, sliced-leader)) as runs of equal answers:
-    (code, sliced-leader, calls, first and last sent, s after the first)."""
+    """`answers` ((sent at, code, a tag)) as runs of equal answers: (code,
+    tag, calls, first and last sent, s after the first)."""
     out = []
-    for sent, code, leader in answers:
+    for sent, code, leader, *_ in answers:
         if out and out[-1][:2] == [code, leader]:
             out[-1][2] += 1
             out[-1][4] = round(sent - answers[0][0], 2)
