@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,35 +68,43 @@ bool EtcdElection::Revoke(int64_t lease) {
          revoked.code() != absl::StatusCode::kDeadlineExceeded;
 }
 
-void EtcdElection::KeepAliveLoop(int64_t lease, absl::Time granted) {
+void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
   pthread_setname_np(pthread_self(), "sliced-lease");
   const absl::Duration every = options_.ttl / 3;
   // When the last renewal etcd answered (or the grant) was sent: etcd keeps
   // the lease until at least one TTL after that, and may let it go soon
   // after, so this daemon leads until then at most, whether or not a
-  // renewal is in flight.
-  absl::Time renewed = granted;
+  // renewal is in flight. On the steady clock: a step of the wall clock
+  // neither ends a term nor stretches one.
+  SteadyTime renewed = granted;
   std::string failure = "no renewal answered";
   while (true) {
-    const absl::Time expires = renewed + options_.ttl;
+    const SteadyTime expires =
+        renewed + absl::ToChronoNanoseconds(options_.ttl);
+    auto left = [&expires] {
+      return absl::FromChrono(expires - std::chrono::steady_clock::now());
+    };
     {
       absl::MutexLock lock(&mu_);
       auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopped_ || !lost_.empty();
       };
       if (mu_.AwaitWithTimeout(absl::Condition(&done),
-                               std::min(every, expires - absl::Now()))) {
+                               std::min(every, left()))) {
         return;
       }
-      if (absl::Now() >= expires) {
-        lost_ = absl::StrCat("could not renew the election lease for ",
-                             absl::FormatDuration(absl::Now() - renewed), ": ",
-                             failure);
+      if (left() <= absl::ZeroDuration()) {
+        lost_ = absl::StrCat(
+            "could not renew the election lease for ",
+            absl::FormatDuration(absl::FromChrono(
+                std::chrono::steady_clock::now() - renewed)),
+            ": ", failure);
         return;
       }
     }
-    const absl::Time sent = absl::Now();
-    absl::StatusOr<absl::Duration> ttl = client_->KeepAliveOnce(lease, expires);
+    const SteadyTime sent = std::chrono::steady_clock::now();
+    absl::StatusOr<absl::Duration> ttl =
+        client_->KeepAliveOnce(lease, absl::Now() + left());
     const std::string gone = ttl.ok() ? KeyGone() : "";
     absl::MutexLock lock(&mu_);
     if (!gone.empty()) {
@@ -151,7 +160,7 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
       absl::MutexLock lock(&mu_);
       unrevoked_ = 0;
     }
-    const absl::Time granted = absl::Now();
+    const SteadyTime granted = std::chrono::steady_clock::now();
     absl::StatusOr<int64_t> lease = client_->GrantLease(options_.ttl);
     if (!lease.ok()) {
       absl::SleepFor(kRetryPause);

@@ -20,6 +20,7 @@
 #ifndef SLICED_STORAGE_ETCD_ETCD_ELECTION_H_
 #define SLICED_STORAGE_ETCD_ETCD_ELECTION_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -89,9 +90,10 @@ class EtcdElection {
   void Stop();
 
  private:
+  using SteadyTime = std::chrono::steady_clock::time_point;
   // Renews `lease`, granted by a request sent at `granted`, every TTL/3
   // until leadership is lost or Stop().
-  void KeepAliveLoop(int64_t lease, absl::Time granted);
+  void KeepAliveLoop(int64_t lease, SteadyTime granted);
   // While leading: why the election key is not ours any more (deleted, or
   // deleted and made again), read from etcd; "" while it is, or when etcd
   // does not answer.
