@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -142,6 +143,18 @@ std::shared_ptr<grpc::Channel> NewChannel(
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(
                   std::max(options.max_backoff, options.initial_backoff))));
+  // A target listing several daemons ("ipv4:h1:p,h2:p"): each call goes to
+  // the next one connected, not always to the first that answered (gRPC's
+  // pick_first). So a failover's waits ask every daemon in turn, and a
+  // daemon cut off from etcd, which knows no leader for as long as that
+  // lasts, does not hold the client while another leads (docs/ha.md). One
+  // daemon keeps pick_first, which waits for a port closed for a moment
+  // where round_robin fails the call at once.
+  if ((absl::StartsWith(target, "ipv4:") ||
+       absl::StartsWith(target, "ipv6:")) &&
+      absl::StrContains(target, ',')) {
+    args.SetLoadBalancingPolicyName("round_robin");
+  }
   return grpc::CreateCustomChannel(target, credentials, args);
 }
 
@@ -523,10 +536,16 @@ absl::Status SlicedClient::WatchPlacementGroups(
     }
     const grpc::Status status = reader->Finish();
     // Only the opening is retried: once events came, the caller decides.
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || delivered) {
+    // CANCELLED before any event: a daemon dropped the opening as it
+    // stopped (a standby turning leader, docs/ha.md), as for unary calls;
+    // this client cancels a watch only after an event.
+    const bool dropped = status.error_code() == grpc::StatusCode::CANCELLED;
+    if ((status.error_code() != grpc::StatusCode::UNAVAILABLE && !dropped) ||
+        delivered) {
       return FromGrpcStatus(status);
     }
-    const Refusal refusal = Refused(context, retries.may_follow());
+    const Refusal refusal =
+        dropped ? Refusal::kOther : Refused(context, retries.may_follow());
     if (refusal == Refusal::kFollowed) {
       retries.Followed();  // a standby: open the watch on the leader, at once
       continue;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -63,6 +64,9 @@ class FakePlacement final : public v1::Placement::Service {
       grpc::ServerContext* context,
       const v1::WatchPlacementGroupsRequest* request,
       grpc::ServerWriter<v1::PlacementGroupEvent>* writer) override {
+    if (++watch_calls_ <= watch_fail_first) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "dropped");
+    }
     v1::PlacementGroupEvent event;
     event.mutable_placement_group()->set_placement_group_id(
         request->placement_group_id());
@@ -78,6 +82,7 @@ class FakePlacement final : public v1::Placement::Service {
   }
 
   int calls() const { return calls_.load(); }
+  int watch_calls() const { return watch_calls_.load(); }
   std::vector<std::string> request_ids() {
     absl::MutexLock lock(&mu_);
     return request_ids_;
@@ -92,6 +97,8 @@ class FakePlacement final : public v1::Placement::Service {
   grpc::Status status = grpc::Status::OK;
   absl::Duration delay = absl::ZeroDuration();
   bool watch_creates = true;
+  // The first this many watch openings are answered CANCELLED, no event.
+  int watch_fail_first = 0;
 
  private:
   grpc::Status Next() {
@@ -101,6 +108,7 @@ class FakePlacement final : public v1::Placement::Service {
   }
 
   std::atomic<int> calls_{0};
+  std::atomic<int> watch_calls_{0};
   absl::Mutex mu_;
   std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   std::string authorization_ ABSL_GUARDED_BY(mu_);
@@ -289,6 +297,27 @@ TEST_F(SlicedClientTest, ACallTheServerCancelledIsRetriedWhenRetryable) {
   EXPECT_EQ(Client()->RemovePlacementGroup("pg-1").code(),
             absl::StatusCode::kCancelled);
   EXPECT_EQ(fake_.calls(), 5);  // tried once
+}
+
+// The opening of a watch the daemon dropped as it stopped (CANCELLED, no
+// event yet) is retried as a unary call is, spending an attempt; once the
+// attempts are spent, the CANCELLED comes back.
+TEST_F(SlicedClientTest, AWatchOpeningTheServerCancelledIsRetried) {
+  fake_.watch_fail_first = 2;
+  EXPECT_EQ(WatchTwoEvents(*Client()), 2);
+  EXPECT_EQ(fake_.watch_calls(), 3);
+  fake_.watch_fail_first = 1000;
+  options_.max_attempts = 2;
+  v1::WatchPlacementGroupsRequest watch;
+  watch.set_placement_group_id("pg-9");
+  EXPECT_EQ(Client()
+                ->WatchPlacementGroups(watch, absl::Seconds(10),
+                                       [](const v1::PlacementGroupEvent&) {
+                                         return true;
+                                       })
+                .code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(fake_.watch_calls(), 3 + 2);
 }
 
 TEST_F(SlicedClientTest, OtherErrorsComeBackAsGivenWithoutRetry) {
@@ -543,6 +572,26 @@ TEST_F(SlicedClientTest, AFailoverLongerThanTheDeadlineIsUnavailable) {
   EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_LT(absl::Now() - unreachable, absl::Seconds(5));
+}
+
+// A daemon that knows no leader for good (cut off from etcd while another
+// leads) listed first beside the leader: the waits of a failover ask the
+// other daemon too, and the call reaches the leader. (gRPC's default,
+// pick_first, kept every call on the first daemon until the deadline.)
+TEST_F(SlicedClientTest, ADaemonThatKnowsNoLeaderDoesNotHoldTheClient) {
+  const std::string leader = options_.server;
+  FakeStandby cut_off(/*leader=*/"", /*failover_calls=*/1000000);
+  auto server = ServeStandby(cut_off);
+  ASSERT_NE(server, nullptr);
+  options_.server = absl::StrCat("ipv4:", options_.server, ",", leader);
+  options_.timeout = absl::Seconds(5);
+  auto client = Client();
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(client->GetPlacementGroup("pg-1").ok()) << i;
+  }
+  EXPECT_EQ(fake_.calls(), 5);
+  EXPECT_GT(cut_off.calls.load(), 0);  // it was asked, and did not hold
+  server->Shutdown();
 }
 
 TEST(SlicedClientCreateTest, RejectsBadOptions) {

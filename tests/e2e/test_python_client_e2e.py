@@ -524,6 +524,67 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertIn("no leader is known", err.exception.message)
         self.assertEqual(calls, ["watch"] * 2)
 
+    def test_a_watch_opening_the_server_cancelled_is_retried(self):
+        # CANCELLED before any event (a daemon dropping the opening as it
+        # stops: docs/ha.md) did nothing: opened again, an attempt spent,
+        # as unary calls are. A watch this client cancels is not reopened.
+        calls, drops = [], [2]
+
+        class Dropping(sliced_pb2_grpc.PlacementServicer):
+            def WatchPlacementGroups(self, request, context):
+                calls.append("watch")
+                if drops[0] > 0:
+                    drops[0] -= 1
+                    context.abort(grpc.StatusCode.CANCELLED, "dropped")
+                yield P.PlacementGroupEvent(
+                    placement_group=P.PlacementGroup(placement_group_id="pg-1",
+                                                     state=P.CREATED))
+                while context.is_active():  # until the client closes it
+                    time.sleep(0.05)
+
+        port = self.serve_placement(Dropping())
+        with Client("127.0.0.1:%d" % port, timeout=5) as client:
+            events = client.watch(timeout=10)
+            self.assertEqual(next(events).id, "pg-1")
+            events.close()
+        self.assertEqual(calls, ["watch"] * 3)
+        calls.clear()
+        drops[0] = 100
+        with Client("127.0.0.1:%d" % port, timeout=5, max_attempts=2) as client:
+            with self.assertRaises(SlicedError) as err:
+                next(client.watch(timeout=10))
+            self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
+        self.assertEqual(calls, ["watch"] * 2)
+
+    def test_a_daemon_that_knows_no_leader_does_not_hold_the_client(self):
+        # A daemon cut off from etcd while another leads knows no leader for
+        # as long as that lasts (docs/ha.md). Listed first beside the leader,
+        # it does not hold the client: calls go to each listed daemon in
+        # turn and reach the leader. (With gRPC's default, pick_first, every
+        # call stayed on the first daemon until its timeout.)
+        calls = []
+
+        class CutOff(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls.append("cut off")
+                context.set_trailing_metadata((("sliced-leader", ""),))
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "not the leader: no leader is known; retry")
+
+        class Leader(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls.append("leader")
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.CREATED)
+
+        cut_off, leader = self.serve_placement(CutOff()), self.serve_placement(Leader())
+        target = "ipv4:127.0.0.1:%d,127.0.0.1:%d" % (cut_off, leader)
+        with Client(target, timeout=5) as client:
+            for _ in range(5):
+                self.assertEqual(client.get("pg-1").state, "CREATED")
+        self.assertEqual(calls.count("leader"), 5, calls)
+        self.assertIn("cut off", calls)
+
     def test_calls_wait_out_a_failover_without_spending_attempts(self):
         # A standby that knows no leader yet answers UNAVAILABLE with an
         # empty `sliced-leader` (docs/ha.md): it did nothing, so any call, a

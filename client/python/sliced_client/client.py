@@ -22,7 +22,10 @@ it there; give an address listing every daemon ("ipv4:h1:50051,h2:50051") so
 that a dead leader's standby is found. While a failover is in progress a
 standby knows no leader yet: every call then waits for the new one (polling
 at most 0.5 s apart, jittered) within its timeout, spending none of its
-attempts, unless max_attempts is 1.
+attempts, unless max_attempts is 1. On an address listing several daemons
+("ipv4:...,..." or "ipv6:...,...") the calls go to each connected one in turn
+(round robin), so those polls ask every daemon, and one that can't reach etcd
+does not hold the client.
 
 A Client is safe to share between threads (gRPC channels and stubs are).
 """
@@ -54,6 +57,18 @@ _MAX_REDIRECTS, _FAILOVER_POLL = 3, 0.5
 # connection would stay unreachable to every attempt. Options given win.
 _RECONNECT_OPTIONS = (("grpc.initial_reconnect_backoff_ms", int(_INITIAL_BACKOFF * 1000)),
                       ("grpc.max_reconnect_backoff_ms", int(_MAX_BACKOFF * 1000)))
+# On an address listing several daemons ("ipv4:h1:p,h2:p"), each call goes to
+# the next connected one, not always to the first that answered (gRPC's
+# pick_first): a failover's waits then ask every daemon, and a daemon cut off
+# from etcd, which knows no leader while that lasts, does not hold the client
+# while another leads (docs/ha.md). One daemon keeps pick_first, which waits
+# for a port closed for a moment where round_robin fails the call at once.
+_LISTED_OPTIONS = (("grpc.lb_policy_name", "round_robin"),)
+
+
+def _lists_several(address: str) -> bool:
+    """Whether `address` is a gRPC target listing several addresses."""
+    return address.startswith(("ipv4:", "ipv6:")) and "," in address
 
 
 class SlicedError(Exception):
@@ -377,7 +392,8 @@ class Client:
         (`authorization: Bearer <token>`) when the daemon runs with tokens.
         options: gRPC channel arguments (by default the channel reconnects
         0.1 s after a refused connection, backing off to 2 s, as the
-        attempts do)."""
+        attempts do, and spreads calls over the daemons an "ipv4:"/"ipv6:"
+        address lists with round_robin)."""
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         self.address = address
@@ -388,6 +404,7 @@ class Client:
         self._credentials = credentials
         self._options = list(options or []) + [
             o for o in _RECONNECT_OPTIONS if o[0] not in given]
+        self._listed_options = [o for o in _LISTED_OPTIONS if o[0] not in given]
         self._home = address
         self._old_channels = []
         self._connecting_lock = threading.Lock()
@@ -400,9 +417,10 @@ class Client:
         if getattr(self, "_channel", None) is not None:
             self._old_channels.append(self._channel)
         self.address = address
+        options = self._options + (self._listed_options if _lists_several(address) else [])
         self._channel = (
-            grpc.secure_channel(address, self._credentials, options=self._options)
-            if self._credentials else grpc.insecure_channel(address, options=self._options))
+            grpc.secure_channel(address, self._credentials, options=options)
+            if self._credentials else grpc.insecure_channel(address, options=options))
         self._inventory = _pb_grpc.InventoryStub(self._channel)
         self._placement = _pb_grpc.PlacementStub(self._channel)
         self._telemetry = _pb_grpc.TelemetryStub(self._channel)
@@ -673,9 +691,15 @@ class Client:
                     reopened += 1
                     _log.warning("watch fell behind, opening it again: %s", e.details())
                     continue
-                if delivered or e.code() != grpc.StatusCode.UNAVAILABLE:
+                # CANCELLED before any event, not by this client: a daemon
+                # dropped the opening as it stopped (a standby turning
+                # leader, docs/ha.md), retried as for unary calls.
+                dropped = e.code() == grpc.StatusCode.CANCELLED and not stream.cancelled()
+                if delivered or (e.code() != grpc.StatusCode.UNAVAILABLE and not dropped):
                     raise SlicedError(e.code(), e.details()) from None
-                how, method = self._refused(e, method, retries.may_follow())
+                how = None
+                if not dropped:
+                    how, method = self._refused(e, method, retries.may_follow())
                 if how == "followed":
                     retries.followed()
                     continue
