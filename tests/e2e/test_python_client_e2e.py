@@ -488,73 +488,76 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
         self.assertEqual(calls, ["get", "get", "remove"])
 
-    def test_a_watch_refused_before_its_first_event_is_retried(self):
-        # UNAVAILABLE naming no leader (a daemon on its way down): opening a
-        # watch backs off and tries again, as a read does, within its
-        # attempts. Once it has delivered an event, UNAVAILABLE ends it.
-        calls, refusals = [], [2]
+    def serve_refused_watch(self, code, details):
+        """A fake daemon whose watch openings fail `code` while `refusals[0]`
+        is above 0 (counting down); then one event, then UNAVAILABLE (a
+        leader stepping down). Returns (port, calls, refusals)."""
+        calls, refusals = [], [0]
 
-        class NoLeaderYet(sliced_pb2_grpc.PlacementServicer):
+        class Refusing(sliced_pb2_grpc.PlacementServicer):
             def WatchPlacementGroups(self, request, context):
                 calls.append("watch")
                 if refusals[0] > 0:
                     refusals[0] -= 1
-                    context.abort(grpc.StatusCode.UNAVAILABLE,
-                                  "not the leader: no leader is known; retry")
+                    context.abort(code, details)
                 yield P.PlacementGroupEvent(
                     placement_group=P.PlacementGroup(placement_group_id="pg-1",
                                                      state=P.CREATED))
                 context.abort(grpc.StatusCode.UNAVAILABLE, "leader stepped down")
 
-        port = self.serve_placement(NoLeaderYet())
-        with Client("127.0.0.1:%d" % port, timeout=5) as client:
-            events = client.watch(timeout=10)
-            self.assertEqual(next(events).id, "pg-1")
-            with self.assertRaises(SlicedError) as err:
-                next(events)
-            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
-        self.assertEqual(calls, ["watch"] * 3)
-        # With every attempt refused, the last refusal comes back.
-        calls.clear()
-        refusals[0] = 100
-        with Client("127.0.0.1:%d" % port, timeout=5, max_attempts=2) as client:
-            with self.assertRaises(SlicedError) as err:
-                next(client.watch(timeout=10))
-            self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
-            self.assertIn("no leader is known", err.exception.message)
-        self.assertEqual(calls, ["watch"] * 2)
+        return self.serve_placement(Refusing()), calls, refusals
 
-    def test_a_watch_opening_the_server_cancelled_is_retried(self):
-        # CANCELLED before any event (a daemon dropping the opening as it
-        # stops: docs/ha.md) did nothing: opened again, an attempt spent,
-        # as unary calls are. A watch this client cancels is not reopened.
-        calls, drops = [], [2]
+    def test_a_watch_refused_before_its_first_event_is_retried(self):
+        # UNAVAILABLE naming no leader (a daemon on its way down), or
+        # CANCELLED (a daemon dropping the opening as it stops, docs/ha.md;
+        # not this client's own cancelling): opening a watch backs off and
+        # tries again, as a read does, within its attempts. Once it has
+        # delivered an event, UNAVAILABLE ends it.
+        for code, details in ((grpc.StatusCode.UNAVAILABLE,
+                               "not the leader: no leader is known; retry"),
+                              (grpc.StatusCode.CANCELLED, "dropped")):
+            port, calls, refusals = self.serve_refused_watch(code, details)
+            refusals[0] = 2
+            with Client("127.0.0.1:%d" % port, timeout=5) as client:
+                events = client.watch(timeout=10)
+                self.assertEqual(next(events).id, "pg-1")
+                with self.assertRaises(SlicedError) as err:
+                    next(events)
+                self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertEqual(calls, ["watch"] * 3, code)
+            # With every attempt refused, the last refusal comes back.
+            calls.clear()
+            refusals[0] = 100
+            with Client("127.0.0.1:%d" % port, timeout=5, max_attempts=2) as client:
+                with self.assertRaises(SlicedError) as err:
+                    next(client.watch(timeout=10))
+                self.assertEqual(err.exception.code, code)
+                self.assertIn(details, err.exception.message)
+            self.assertEqual(calls, ["watch"] * 2, code)
 
-        class Dropping(sliced_pb2_grpc.PlacementServicer):
+    def test_a_watch_this_client_cancels_before_any_event_is_not_opened_again(self):
+        # A preemption listener stopped before any event cancels its stream:
+        # that CANCELLED is the client's own, not a daemon's drop.
+        opened = []
+
+        class Silent(sliced_pb2_grpc.PlacementServicer):
             def WatchPlacementGroups(self, request, context):
-                calls.append("watch")
-                if drops[0] > 0:
-                    drops[0] -= 1
-                    context.abort(grpc.StatusCode.CANCELLED, "dropped")
-                yield P.PlacementGroupEvent(
-                    placement_group=P.PlacementGroup(placement_group_id="pg-1",
-                                                     state=P.CREATED))
-                while context.is_active():  # until the client closes it
-                    time.sleep(0.05)
+                opened.append(time.monotonic())
+                while context.is_active():
+                    time.sleep(0.02)
+                return
+                yield  # a generator that sends nothing
 
-        port = self.serve_placement(Dropping())
+        port = self.serve_placement(Silent())
         with Client("127.0.0.1:%d" % port, timeout=5) as client:
-            events = client.watch(timeout=10)
-            self.assertEqual(next(events).id, "pg-1")
-            events.close()
-        self.assertEqual(calls, ["watch"] * 3)
-        calls.clear()
-        drops[0] = 100
-        with Client("127.0.0.1:%d" % port, timeout=5, max_attempts=2) as client:
-            with self.assertRaises(SlicedError) as err:
-                next(client.watch(timeout=10))
-            self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
-        self.assertEqual(calls, ["watch"] * 2)
+            listener = client.on_preempted(lambda pg: None)
+            deadline = time.monotonic() + 5
+            while not opened and time.monotonic() < deadline:
+                time.sleep(0.01)
+            listener.stop()
+            time.sleep(0.5)
+        self.assertEqual(len(opened), 1)
+        self.assertIsNone(listener.error)
 
     def test_a_daemon_that_knows_no_leader_does_not_hold_the_client(self):
         # A daemon cut off from etcd while another leads knows no leader for
