@@ -234,6 +234,19 @@ SlicedClient::Refusal SlicedClient::Refused(const grpc::ClientContext& context,
              : Refusal::kOther;
 }
 
+std::optional<SlicedClient::Refusal> SlicedClient::Retryable(
+    const grpc::Status& status, const grpc::ClientContext& context,
+    bool may_follow) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      return Refused(context, may_follow);
+    case grpc::StatusCode::CANCELLED:
+      return Refusal::kOther;
+    default:
+      return std::nullopt;
+  }
+}
+
 void SlicedClient::FollowBack() {
   absl::MutexLock lock(&mu_);
   current_ = endpoints_.front().get();
@@ -277,14 +290,9 @@ absl::Status SlicedClient::Call(
     grpc::ClientContext context;
     Prepare(&context, deadline);
     const grpc::Status status = attempt(&context);
-    Refusal refusal = Refusal::kOther;
-    // A call the server dropped as it stopped (a standby turning leader:
-    // docs/ha.md) did nothing either; this client never cancels its own.
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      refusal = Refused(context, retries.may_follow());
-    } else if (status.error_code() != grpc::StatusCode::CANCELLED) {
-      return FromGrpcStatus(status);
-    }
+    const std::optional<Refusal> refusal =
+        Retryable(status, context, retries.may_follow());
+    if (!refusal.has_value()) return FromGrpcStatus(status);
     if (refusal == Refusal::kFollowed) {
       // A standby names the leader and did nothing: go there, at once,
       // without spending an attempt.
@@ -536,16 +544,10 @@ absl::Status SlicedClient::WatchPlacementGroups(
     }
     const grpc::Status status = reader->Finish();
     // Only the opening is retried: once events came, the caller decides.
-    // CANCELLED before any event: a daemon dropped the opening as it
-    // stopped (a standby turning leader, docs/ha.md), as for unary calls;
-    // this client cancels a watch only after an event.
-    const bool dropped = status.error_code() == grpc::StatusCode::CANCELLED;
-    if ((status.error_code() != grpc::StatusCode::UNAVAILABLE && !dropped) ||
-        delivered) {
-      return FromGrpcStatus(status);
-    }
-    const Refusal refusal =
-        dropped ? Refusal::kOther : Refused(context, retries.may_follow());
+    if (delivered) return FromGrpcStatus(status);
+    const std::optional<Refusal> refusal =
+        Retryable(status, context, retries.may_follow());
+    if (!refusal.has_value()) return FromGrpcStatus(status);
     if (refusal == Refusal::kFollowed) {
       retries.Followed();  // a standby: open the watch on the leader, at once
       continue;

@@ -44,6 +44,7 @@
 #define SLICED_CLIENT_SLICED_CLIENT_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,14 @@ class SlicedClient {
   // trailing metadata names, if `may_follow`; when it names none, or an
   // empty one (kFailover), FollowBack()s.
   Refusal Refused(const grpc::ClientContext& context, bool may_follow);
+  // After an attempt that ended `status` under `context`: how it may be
+  // tried again — UNAVAILABLE as Refused() reads it; CANCELLED as kOther (a
+  // daemon dropped the call as it stopped, docs/ha.md: this client cancels
+  // a call only after a watch's event, which is never retried) — or
+  // nullopt for any other status, OK included: the answer stands.
+  std::optional<Refusal> Retryable(const grpc::Status& status,
+                                   const grpc::ClientContext& context,
+                                   bool may_follow);
   // An unreachable daemon, or a standby that knows no leader: calls go back
   // to options.server (which may list every daemon:
   // "ipv4:host1:port,host2:port").

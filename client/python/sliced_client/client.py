@@ -444,6 +444,18 @@ class Client:
             self._keep_connecting()
         return ("failover" if leader == "" else None), method
 
+    def _retryable(self, error: grpc.RpcError, method, retries: "_Retries"):
+        """After a failed attempt: (how, method) as _refused() gives them for
+        UNAVAILABLE; (None, method) for CANCELLED that this client did not
+        cause (`error.cancelled()`, True only for its own): a daemon dropped
+        the call as it stopped (a standby turning leader, docs/ha.md), so it
+        did nothing. Raises SlicedError for anything else."""
+        if error.code() == grpc.StatusCode.UNAVAILABLE:
+            return self._refused(error, method, retries.may_follow())
+        if error.code() == grpc.StatusCode.CANCELLED and not error.cancelled():
+            return None, method
+        raise SlicedError(error.code(), error.details()) from None
+
     def _keep_connecting(self) -> None:
         """The channel calls go to connects in the background until it is
         connected (or the client closed). A gRPC channel whose connection
@@ -672,9 +684,10 @@ class Client:
                                                   placement_group_id=placement_group_id)
         method, delivered = self._placement.WatchPlacementGroups, False
         reopened = 0
-        # Opening is retried as reads are: UNAVAILABLE before the first event
-        # backs off and tries again, within the client's timeout and attempts
-        # (a failover spends no attempt).
+        # Opening is retried as reads are (_retryable): UNAVAILABLE, or a
+        # daemon's CANCELLED, before the first event backs off and tries
+        # again, within the client's timeout and attempts (a failover spends
+        # no attempt).
         retries = _Retries(self._timeout, self._max_attempts, self._max_attempts)
         while True:
             stream = method(request, timeout=timeout, metadata=self._metadata)
@@ -691,15 +704,9 @@ class Client:
                     reopened += 1
                     _log.warning("watch fell behind, opening it again: %s", e.details())
                     continue
-                # CANCELLED before any event, not by this client: a daemon
-                # dropped the opening as it stopped (a standby turning
-                # leader, docs/ha.md), retried as for unary calls.
-                dropped = e.code() == grpc.StatusCode.CANCELLED and not stream.cancelled()
-                if delivered or (e.code() != grpc.StatusCode.UNAVAILABLE and not dropped):
+                if delivered:
                     raise SlicedError(e.code(), e.details()) from None
-                how = None
-                if not dropped:
-                    how, method = self._refused(e, method, retries.may_follow())
+                how, method = self._retryable(e, method, retries)
                 if how == "followed":
                     retries.followed()
                     continue
@@ -841,18 +848,12 @@ class Client:
                               timeout=max(0.001, retries.deadline - time.monotonic()),
                               metadata=self._metadata)
             except grpc.RpcError as e:
-                how = None
-                if e.code() == grpc.StatusCode.UNAVAILABLE:
-                    how, method = self._refused(e, method, retries.may_follow())
-                elif e.code() != grpc.StatusCode.CANCELLED:
-                    raise SlicedError(e.code(), e.details()) from None
+                how, method = self._retryable(e, method, retries)
                 if how == "followed":
                     # A standby did nothing: any call goes to the leader it names.
                     retries.followed()
                     continue
                 # A failover in progress did nothing either: any call waits
-                # for the new leader. CANCELLED: a daemon dropped the call as
-                # it stopped (a standby turning leader, docs/ha.md); this
-                # client never cancels its own unary calls.
+                # for the new leader.
                 if not retries.wait_for_next(how == "failover"):
                     raise SlicedError(e.code(), e.details()) from None
