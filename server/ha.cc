@@ -247,6 +247,7 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
             std::shared_ptr<grpc::ServerCredentials> credentials,
             storage::EtcdElection* election) {
     election_ = election;
+    looker_ = std::thread([this] { Look(); });
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -263,14 +264,23 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
   void SetElected(bool elected) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     elected_ = elected;
+    // A lookup under way asked for the daemon before this: its answer is
+    // dropped, and calls wait for a fresh one.
+    ++generation_;
+    answered_ = false;
     fresh_until_ = absl::InfinitePast();
   }
 
   ~Redirect() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
     if (server_ != nullptr) {
       server_->Shutdown(std::chrono::system_clock::now());
       server_->Wait();
     }
+    if (looker_.joinable()) looker_.join();
   }
 
   grpc::ServerGenericBidiReactor* CreateReactor(
@@ -285,14 +295,23 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
   }
 
  private:
-  // How long a refusal is reused: the leader it names is at most this late.
+  // How long a refusal is reused: the leader it names is at most this late
+  // (plus the lookup's own time).
   static constexpr absl::Duration kRefusalFresh = absl::Milliseconds(100);
 
   // NotLeader(), asked of etcd at most once per kRefusalFresh: a standby
-  // refuses every call, and during a failover every client polls it. One
-  // lookup at a time; calls arriving meanwhile wait for its answer.
+  // refuses every call, and during a failover every client polls it. The
+  // lookup runs on a thread of its own (Look), and a call meanwhile gets
+  // the last answer: a standby cut off from etcd, whose every lookup waits
+  // TTL/3, still answers at once. Only the calls before its first answer
+  // (after a start or SetElected) wait for it.
   absl::Status Refusal() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
+    if (!elected_ && !looking_ && absl::Now() >= fresh_until_) wanted_ = true;
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return elected_ || answered_ || stopping_;
+    };
+    mu_.Await(absl::Condition(&ready));
     if (elected_) {
       return api::WithLeader(
           absl::UnavailableError(
@@ -300,19 +319,58 @@ class HaDaemon::Redirect : public grpc::CallbackGenericService {
               "the cluster state; retry"),
           "");
     }
-    if (absl::Now() >= fresh_until_) {
-      refusal_ = NotLeader(*election_);
-      fresh_until_ = absl::Now() + kRefusalFresh;
+    if (!answered_) {
+      return api::WithLeader(
+          absl::UnavailableError(
+              "not the leader: this sliced's standby port is closing; retry"),
+          "");
     }
     return refusal_;
   }
 
+  // The looker thread: asks etcd whenever a call finds the last answer
+  // stale, until the destructor.
+  void Look() ABSL_LOCKS_EXCLUDED(mu_) {
+    pthread_setname_np(pthread_self(), "sliced-redirect");
+    auto asked = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return wanted_ || stopping_;
+    };
+    while (true) {
+      uint64_t generation;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(&asked));
+        if (stopping_) return;
+        wanted_ = false;
+        looking_ = true;
+        generation = generation_;
+      }
+      absl::Status answer = NotLeader(*election_);
+      absl::MutexLock lock(&mu_);
+      looking_ = false;
+      if (generation != generation_) {
+        wanted_ = true;  // asked before SetElected: ask again
+        continue;
+      }
+      refusal_ = std::move(answer);
+      answered_ = true;
+      fresh_until_ = absl::Now() + kRefusalFresh;
+    }
+  }
+
   storage::EtcdElection* election_ = nullptr;
   std::unique_ptr<grpc::Server> server_;
+  std::thread looker_;
   absl::Mutex mu_;
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
+  // refusal_ holds an answer asked for since the last SetElected.
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time fresh_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool wanted_ ABSL_GUARDED_BY(mu_) = false;   // a call asks for a lookup
+  bool looking_ ABSL_GUARDED_BY(mu_) = false;  // the looker asks etcd
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool elected_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 absl::StatusOr<std::unique_ptr<HaDaemon>> HaDaemon::Start(

@@ -17,6 +17,8 @@ lead (no more such calls than there are client threads). The watch stream
 must end UNAVAILABLE naming the new leader, refused calls name it (never the
 old one), and the load goes on there. At the end every acknowledged create
 is on the leader.
+A standby that cannot reach etcd must still refuse at once (naming the leader
+it last knew, then none), not after its leader lookups' TTL/3.
 
 With its only etcd member SIGSTOPped (EtcdAwayAtStepDown), a leader must stop
 serving within one TTL (its lease lapsed), or at once when SIGTERM'd, and
@@ -431,6 +433,51 @@ class EtcdStepDown(unittest.TestCase):
         self.assertLessEqual(lookups, took * 10 + 5, (lookups, took))
         print("\nstandby refusals: 800 calls in %.1fs, %d leader lookups in etcd"
               % (took, lookups), flush=True)
+
+    def test_a_standby_that_cannot_reach_etcd_still_refuses_at_once(self):
+        # Its leader lookups then wait TTL/3 each (0.67 s here); calls
+        # meanwhile get the last answer instead of waiting for the lookup
+        # (docs/ha.md, "Clients"): the leader it last knew, then none.
+        a, b = self.daemons
+        with grpc.insecure_channel(b.addr) as ch:
+            inventory = sliced_pb2_grpc.InventoryStub(ch)
+
+            def refuse():
+                sent = time.monotonic()
+                try:
+                    inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=10)
+                    self.fail("a standby answered a call")
+                except grpc.RpcError as e:
+                    leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                    return time.monotonic() - sent, e.code().name, leader
+
+            self.assertEqual(refuse()[1:], ("UNAVAILABLE", a.addr))
+            member = self.etcd.members[0]["proc"]
+            member.send_signal(signal.SIGSTOP)
+            self.addCleanup(member.send_signal, signal.SIGCONT)
+            answers = []
+
+            def caller():
+                end = time.monotonic() + 1.5
+                while time.monotonic() < end:
+                    answers.append(refuse())
+                    time.sleep(0.01)
+
+            callers = [threading.Thread(target=caller) for _ in range(8)]
+            for t in callers:
+                t.start()
+            for t in callers:
+                t.join(timeout=60)
+        named = collections.Counter((code, leader) for _, code, leader in answers)
+        slow = sorted(took for took, _, _ in answers if took >= 0.4)
+        # Waiting for the lookups, each of the 8 callers waits ~0.67 s at
+        # least once in 1.5 s; one slow call is left to the machine's noise.
+        self.assertLessEqual(len(slow), 1, (slow, named))
+        self.assertLessEqual(set(named), {("UNAVAILABLE", a.addr), ("UNAVAILABLE", "")},
+                             named)
+        self.assertIn(("UNAVAILABLE", a.addr), named)
+        print("\nstandby cut off from etcd: %d refusals in 1.5 s, slowest %.3f s, named %s"
+              % (len(answers), max(t for t, _, _ in answers), dict(named)), flush=True)
 
 
 # The lease of the daemon in EtcdAwayAtStepDown: the default, so that the
