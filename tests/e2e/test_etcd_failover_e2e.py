@@ -133,6 +133,10 @@ class HaDaemon:
         self.addr = "127.0.0.1:%d" % port
         self.http = free_port()
         self.loaded_from = None
+        # Until its ports were bound once: free_port() only picks a port
+        # free at that moment, and a test running beside this one may bind
+        # it first; wait_line then starts the daemon again on new ports.
+        self.bound = False
 
     def start(self):
         self._close_files()
@@ -156,6 +160,17 @@ class HaDaemon:
                 lines.put(line)
         except (OSError, ValueError):
             pass  # closed by a restart
+        lines.put(None)  # the process closed its stdout
+
+    def _lost_its_ports(self):
+        """Whether the first start failed because another process held a
+        port (see `bound`)."""
+        if self.bound or self.proc.wait(timeout=20) == 0:
+            return False
+        self.err.flush()
+        with open(self.err.name) as f:
+            stderr = f.read()
+        return "cannot listen on" in stderr or "cannot serve metrics" in stderr
 
     def wait_line(self, text, timeout=30):
         deadline = time.monotonic() + timeout
@@ -165,7 +180,16 @@ class HaDaemon:
                 line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
             except queue.Empty:
                 break
+            if line is None:
+                if not self._lost_its_ports():
+                    break
+                self.port, self.http = free_port(), free_port()
+                self.addr = "127.0.0.1:%d" % self.port
+                self.start()
+                continue
             seen.append(line)
+            if "standby on" in line:
+                self.bound = True
             if text in line:
                 return line
         self.err.flush()
@@ -347,7 +371,7 @@ class EtcdFailover(unittest.TestCase):
                     line = d.lines.get(timeout=0.05)
                 except queue.Empty:
                     continue
-                if "leading" in line:
+                if line is not None and "leading" in line:
                     d.leader_key = line.split("etcd key ")[1].split(",")[0]
                     d.loaded_from = line.split(" from ", 1)[1].rsplit(", metrics", 1)[0]
                     return d
@@ -486,7 +510,7 @@ class EtcdFailover(unittest.TestCase):
                       % (e.code(), self.follower.current), flush=True)
         def lost_leadership():
             return sum(1 for d in self.daemons for line in list(d.lines.queue)
-                       if "lost leadership" in line)
+                       if line is not None and "lost leadership" in line)
 
         changes = lost_leadership()
         # The Python client and slicectl, pointed at the standby, follow it

@@ -446,7 +446,7 @@ class EtcdStepDown(unittest.TestCase):
                 sent = time.monotonic()
                 try:
                     inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=10)
-                    self.fail("a standby answered a call")
+                    return time.monotonic() - sent, "OK", None  # fails the test below
                 except grpc.RpcError as e:
                     leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
                     return time.monotonic() - sent, e.code().name, leader
