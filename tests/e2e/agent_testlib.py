@@ -38,12 +38,20 @@ GUARD = (
 
 def start_daemon(test, data_dir, port=None, *extra):
     """A daemon on 127.0.0.1:`port` (fixed, so agents find it again after a
-    restart) with a short lease."""
-    port = port or free_port()
-    d = Daemon(data_dir, "--listen=127.0.0.1:%d" % port,
-               "--heartbeat_timeout=" + LEASE, *extra).start()
-    test.addCleanup(d.close)
-    return d
+    restart) with a short lease. Without `port`, one from free_port(): free
+    when chosen, so a test running beside this one may bind it first; then
+    another is chosen (three tries)."""
+    for attempt in range(3):
+        d = Daemon(data_dir, "--listen=127.0.0.1:%d" % (port or free_port()),
+                   "--heartbeat_timeout=" + LEASE, *extra)
+        try:
+            d.start()
+        except RuntimeError as e:
+            if port or attempt == 2 or "cannot listen on" not in str(e):
+                raise
+            continue
+        test.addCleanup(d.close)
+        return d
 
 
 def base_dir(test):
