@@ -203,7 +203,7 @@ CMD="bench/run.sh${ARGS:+ $ARGS}"
 python3 - "$RESULTS" "$OUT" "$CMD" "$START" "$ELAPSED" "$COMMIT" "$(nproc)" "$CPU" \
   "$LOAD_START" "$LOAD_END" "$([[ $RECORD == 0 ]] && echo "$OUT" || echo bench/results)" \
   "$BUILT" <<'PY'
-import json, re, sys
+import json, re, statistics, sys
 (results, out, cmd, start, elapsed, commit, ncpu, cpu,
  load_start, load_end, rel_out, built) = sys.argv[1:]
 load = json.load(open(f"{out}/load.json"))
@@ -226,6 +226,15 @@ def median(xs):
 # Where sliced stands against DESIGN §7.
 rows = []
 tp = load["throughput"]
+# How fast the machine ran: the load generator's own CPU per health check,
+# the same calls in every run. Absolute targets (the restart, the solver's
+# p99) move with it; ratios are measured within the run.
+per_health = [1e6 * r["client_cpu_cores"] / r["ops_per_s"] for r in tp
+              if r["workload"] == "health" and r["ops_per_s"] > 0]
+if per_health:
+    rows.append(f"| machine speed: the C++ load generator's CPU per health check (the same calls every run; "
+                f"higher is slower) | (report: absolute figures move with it) | "
+                f"{statistics.median(per_health):.1f} µs |")  # as sliced_load's own text
 for c in (16, 64):
     for w in ("create_remove", "scaling", "mix"):
         runs = [r for r in tp if r["clients"] == c and r["workload"] == w]
