@@ -25,6 +25,7 @@ import queue
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,20 +57,43 @@ class Etcd:
 
     def __init__(self, root, members=3):
         self.root = root
-        self.members = [{"name": "m%d" % i, "client": free_port(), "peer": free_port()}
-                        for i in range(members)]
-        initial = ",".join("%s=http://127.0.0.1:%d" % (m["name"], m["peer"])
-                           for m in self.members)
-        for m in self.members:
-            m["args"] = [
-                ETCD, "--name=" + m["name"], "--data-dir=%s/%s" % (root, m["name"]),
-                "--listen-client-urls=http://127.0.0.1:%d" % m["client"],
-                "--advertise-client-urls=http://127.0.0.1:%d" % m["client"],
-                "--listen-peer-urls=http://127.0.0.1:%d" % m["peer"],
-                "--initial-advertise-peer-urls=http://127.0.0.1:%d" % m["peer"],
-                "--initial-cluster=" + initial, "--initial-cluster-state=new",
-                "--heartbeat-interval=100", "--election-timeout=1000"]
-            self.start(m)
+        # free_port() picks ports free at that moment; a test running beside
+        # this one may bind one first, and that member exits: then the
+        # cluster starts again, on new ports (three tries).
+        for attempt in range(3):
+            self.members = [{"name": "m%d" % i, "client": free_port(), "peer": free_port()}
+                            for i in range(members)]
+            initial = ",".join("%s=http://127.0.0.1:%d" % (m["name"], m["peer"])
+                               for m in self.members)
+            for m in self.members:
+                m["args"] = [
+                    ETCD, "--name=" + m["name"],
+                    "--data-dir=%s/%s-%d" % (root, m["name"], attempt),
+                    "--listen-client-urls=http://127.0.0.1:%d" % m["client"],
+                    "--advertise-client-urls=http://127.0.0.1:%d" % m["client"],
+                    "--listen-peer-urls=http://127.0.0.1:%d" % m["peer"],
+                    "--initial-advertise-peer-urls=http://127.0.0.1:%d" % m["peer"],
+                    "--initial-cluster=" + initial, "--initial-cluster-state=new",
+                    "--heartbeat-interval=100", "--election-timeout=1000"]
+                self.start(m)
+            if self._listening() or attempt == 2:
+                return
+            self.close()
+
+    def _listening(self, timeout=15):
+        """Whether every member accepts connections on its client port
+        before any of them exits."""
+        deadline = time.monotonic() + timeout
+        waiting = list(self.members)
+        while waiting and time.monotonic() < deadline:
+            if any(m["proc"].poll() is not None for m in self.members):
+                return False
+            try:
+                socket.create_connection(("127.0.0.1", waiting[0]["client"]), timeout=1).close()
+                waiting.pop(0)
+            except OSError:
+                time.sleep(0.05)
+        return not waiting
 
     def start(self, m):
         m["log"] = open("%s/%s.log" % (self.root, m["name"]), "a")
