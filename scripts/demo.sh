@@ -21,14 +21,27 @@ SLICED_BIN=${SLICED_BIN:-build/server/sliced}
 SLICECTL_BIN=${SLICECTL_BIN:-build/client/slicectl}
 export SLICED_PY=${SLICED_PY:-build/python}
 PIDS=()
-stop() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait; }
+BANNER=$(mktemp)
+stop() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait
+  rm -f "$BANNER"
+}
 trap stop EXIT
 trap 'exit 0' INT TERM
 
-"$SLICED_BIN" --data_dir="$DATA" --listen="$LISTEN" --metrics_listen="$METRICS" "$@" &
+# The daemon's start-up lines go to stdout and to $BANNER: the fleet starts
+# once this daemon says it serves, not when something answers on $LISTEN
+# (another daemon holding the port would).
+"$SLICED_BIN" --data_dir="$DATA" --listen="$LISTEN" --metrics_listen="$METRICS" "$@" \
+  > >(tee "$BANNER") &
 PIDS+=($!)
-for _ in $(seq 100); do  # up to 20 s for the daemon to answer
-  if "$SLICECTL_BIN" --server "$LISTEN" nodes >/dev/null 2>&1; then break; fi
+for _ in $(seq 100); do  # up to 20 s for the daemon to serve
+  if grep -q 'serving on' "$BANNER"; then break; fi
+  if ! kill -0 "${PIDS[0]}" 2>/dev/null; then
+    echo "demo: sliced did not start (its error is above)" >&2
+    exit 1
+  fi
   sleep 0.2
 done
 PYTHONPATH=client/python /usr/bin/python3 -m sliced_agent.sim \
