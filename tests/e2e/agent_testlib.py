@@ -11,7 +11,7 @@ import tempfile
 import threading
 import urllib.request
 
-from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, wait_until
+from sliced_testlib import REPO, Daemon, lost_its_port, sliced_pb2, sliced_pb2_grpc, wait_until
 
 CLIENT_DIR = os.path.join(REPO, "client", "python")
 sys.path.insert(0, CLIENT_DIR)
@@ -38,16 +38,15 @@ GUARD = (
 
 def start_daemon(test, data_dir, port=None, *extra):
     """A daemon on 127.0.0.1:`port` (fixed, so agents find it again after a
-    restart) with a short lease. Without `port`, one from free_port(): free
-    when chosen, so a test running beside this one may bind it first; then
-    another is chosen (three tries)."""
+    restart) with a short lease. Without `port`, one from free_port(), and
+    another when that one was taken first (lost_its_port; three tries)."""
     for attempt in range(3):
         d = Daemon(data_dir, "--listen=127.0.0.1:%d" % (port or free_port()),
                    "--heartbeat_timeout=" + LEASE, *extra)
         try:
             d.start()
         except RuntimeError as e:
-            if port or attempt == 2 or "cannot listen on" not in str(e):
+            if port or attempt == 2 or not lost_its_port(str(e)):
                 raise
             continue
         test.addCleanup(d.close)

@@ -137,6 +137,13 @@ class Daemon:
             stream.close()
 
 
+def lost_its_port(stderr):
+    """Whether a daemon's start failed (its `stderr`) because a port it was
+    given is held by another process: free_port() picks a port free when
+    chosen, and a test running beside may bind it before the daemon does."""
+    return "cannot listen on" in stderr or "cannot serve metrics on" in stderr
+
+
 def start_with_stubs(test, data=None, *args):
     """A daemon (leases off, on `data` or a fresh temp dir) that `test` stops
     at cleanup, and Inventory and Placement stubs on one channel to it."""

@@ -10,7 +10,7 @@ import time
 import unittest
 
 from agent_testlib import free_port, node_states, scrape, wait_states, wait_until
-from sliced_testlib import REPO, sliced_pb2, sliced_pb2_grpc
+from sliced_testlib import REPO, lost_its_port, sliced_pb2, sliced_pb2_grpc
 
 NODES = ["sim-cpu-0", "sim-cpu-1", "sim-v4-0-w0", "sim-v4-0-w1"] + [
     "sim-v6e-0-w%d" % w for w in range(4)]
@@ -43,16 +43,15 @@ class DemoEndToEnd(unittest.TestCase):
     def test_demo_fleet_is_alive_and_live(self):
         tmp = tempfile.TemporaryDirectory(prefix="sliced-demo-")
         self.addCleanup(tmp.cleanup)
-        # free_port() picks ports free at that moment; a test running beside
-        # this one may bind one first, and the demo then stops saying so:
-        # it runs again on new ports (three tries).
+        # A port taken before the daemon bound it stops the demo, saying so
+        # (lost_its_port): it runs again on new ports (three tries).
         for attempt in range(3):
             port, metrics = free_port(), free_port()
             demo, stderr, first = self.start_demo(tmp.name, attempt, port, metrics)
             if any(line.startswith("demo: daemon on") for line in first) or attempt == 2:
                 break
             stderr.seek(0)
-            if "cannot listen on" not in stderr.read():
+            if not lost_its_port(stderr.read()):
                 break
         self.assertTrue(any(line.startswith("demo: daemon on") for line in first), first)
         wait_states(port, dict.fromkeys(NODES, "ALIVE"), timeout=30)

@@ -36,7 +36,7 @@ import urllib.request
 
 import grpc
 
-from sliced_testlib import REPO, SLICED_BIN, sliced_pb2, sliced_pb2_grpc
+from sliced_testlib import REPO, SLICED_BIN, lost_its_port, sliced_pb2, sliced_pb2_grpc
 from test_crash_loop_e2e import History, check_history
 from test_placement_e2e import SEED, cpu_node, tpu_slice
 
@@ -50,6 +50,12 @@ ETCDCTL = "/usr/bin/etcdctl"
 KILL_ROUNDS = int(os.environ.get("SLICED_FAILOVER_ROUNDS", "50"))
 CLIENTS = 4
 LEASE_TTL_S = int(os.environ.get("SLICED_FAILOVER_LEASE_TTL", "2"))
+
+
+def named_leader(error):
+    """The `sliced-leader` trailing metadata of a failed call (None when
+    absent: not a refusal)."""
+    return dict(error.trailing_metadata() or ()).get("sliced-leader")
 
 
 class Etcd:
@@ -157,9 +163,8 @@ class HaDaemon:
         self.addr = "127.0.0.1:%d" % port
         self.http = free_port()
         self.loaded_from = None
-        # Until its ports were bound once: free_port() only picks a port
-        # free at that moment, and a test running beside this one may bind
-        # it first; wait_line then starts the daemon again on new ports.
+        # Until its ports were bound once: a port taken before the daemon
+        # bound it (lost_its_port) makes wait_line start it again on new ones.
         self.bound = False
 
     def start(self):
@@ -193,8 +198,7 @@ class HaDaemon:
             return False
         self.err.flush()
         with open(self.err.name) as f:
-            stderr = f.read()
-        return "cannot listen on" in stderr or "cannot serve metrics" in stderr
+            return lost_its_port(f.read())
 
     def wait_line(self, text, timeout=30):
         deadline = time.monotonic() + timeout
@@ -276,7 +280,7 @@ class Follower:
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE,
                                     grpc.StatusCode.DEADLINE_EXCEEDED):
                     raise
-                leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                leader = named_leader(e)
                 if leader in self.channels and leader != addr:
                     self.current = leader
                 else:

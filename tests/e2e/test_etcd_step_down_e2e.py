@@ -50,7 +50,8 @@ import urllib.request
 import grpc
 
 from sliced_testlib import Caller, list_all_groups, sliced_pb2, sliced_pb2_grpc
-from test_etcd_failover_e2e import ETCD, LEASE_TTL_S, Client, Etcd, HaDaemon, free_port
+from test_etcd_failover_e2e import (ETCD, LEASE_TTL_S, Client, Etcd, HaDaemon, free_port,
+                                    named_leader)
 from test_placement_e2e import cpu_node
 
 P = sliced_pb2
@@ -87,7 +88,7 @@ class Load:
         return addr, sliced_pb2_grpc.InventoryStub(ch), sliced_pb2_grpc.PlacementStub(ch)
 
     def _record(self, method, addr, error, took):
-        leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
+        leader = named_leader(error)
         with self.lock:
             if error.code() == grpc.StatusCode.UNAVAILABLE and leader in self.channels:
                 self.current = leader  # follow it
@@ -145,7 +146,7 @@ class Load:
             self.watch_end = ("OK", "", None)
         except grpc.RpcError as e:
             self.watch_end = (e.code().name, e.details(),
-                              dict(e.trailing_metadata() or ()).get("sliced-leader"))
+                              named_leader(e))
         self.watch_events.put(None)
 
     def start(self):
@@ -308,7 +309,7 @@ class EtcdStepDown(unittest.TestCase):
                         inventory.GetNode(P.GetNodeRequest(node_id="n-00001"), timeout=10)
                         answers["OK"] += 1
                     except grpc.RpcError as e:
-                        leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                        leader = named_leader(e)
                         answers[(e.code().name, e.details().split(":")[0], leader)] += 1
                     time.sleep(0.001)
 
@@ -363,7 +364,7 @@ class EtcdStepDown(unittest.TestCase):
         e = err.exception
         self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
         self.assertIn("no leader is known", e.details())
-        self.assertEqual(dict(e.trailing_metadata() or ()).get("sliced-leader"), "")
+        self.assertEqual(named_leader(e), "")
 
         result = {}
 
@@ -448,7 +449,7 @@ class EtcdStepDown(unittest.TestCase):
                     inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=10)
                     return time.monotonic() - sent, "OK", None  # fails the test below
                 except grpc.RpcError as e:
-                    leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                    leader = named_leader(e)
                     return time.monotonic() - sent, e.code().name, leader
 
             self.assertEqual(refuse()[1:], ("UNAVAILABLE", a.addr))
@@ -548,7 +549,7 @@ class EtcdAwayAtStepDown(unittest.TestCase):
                 self.inventory.GetNode(P.GetNodeRequest(node_id="n-1"), timeout=5)
                 answers.append((sent, "OK", None, ""))
             except grpc.RpcError as e:
-                leader = dict(e.trailing_metadata() or ()).get("sliced-leader")
+                leader = named_leader(e)
                 answers.append((sent, e.code().name, leader, e.details()))
                 if e.code() != grpc.StatusCode.UNAVAILABLE or leader is None:
                     break  # the server has stopped
@@ -613,7 +614,7 @@ class EtcdAwayAtStepDown(unittest.TestCase):
         self.assertIsNotNone(e)
         self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
         self.assertIn("not the leader", e.details())
-        self.assertEqual(dict(e.trailing_metadata() or ()).get("sliced-leader"), "", e.details())
+        self.assertEqual(named_leader(e), "", e.details())
         print("\nSIGTERM with etcd away: refusing %.2fs after it, %.2fs before etcd was "
               "asked, then %.2fs; the commit under way: %s"
               % (not_yet[0][0] - term, drain[0][0] - not_yet[0][0],
