@@ -29,10 +29,10 @@ constexpr absl::Duration kFailoverPoll = absl::Milliseconds(500);
 // under its deadline.
 class Retries {
  public:
-  Retries(const ClientOptions& options, absl::Time deadline, int attempts)
+  Retries(const ClientOptions& options, absl::Time deadline)
       : options_(options),
         deadline_(deadline),
-        attempts_left_(attempts),
+        attempts_left_(std::max(1, options.max_attempts)),
         backoff_(options.initial_backoff) {}
 
   // Whether a standby's redirect may be followed now: up to kMaxRedirects in
@@ -192,8 +192,7 @@ absl::StatusOr<std::unique_ptr<SlicedClient>> SlicedClient::Create(
   auto credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
   return std::make_unique<SlicedClient>(
-      NewChannel(options.server, *credentials, options), options,
-      *credentials);
+      NewChannel(options.server, *credentials, options), options, *credentials);
 }
 
 SlicedClient::Endpoint::Endpoint(std::shared_ptr<grpc::Channel> c)
@@ -254,7 +253,8 @@ void SlicedClient::FollowBack() {
 
 bool SlicedClient::Follow(const std::string& leader) {
   absl::MutexLock lock(&mu_);
-  if (credentials_ == nullptr || leader.empty() || current_->address == leader) {
+  if (credentials_ == nullptr || leader.empty() ||
+      current_->address == leader) {
     return false;
   }
   for (const auto& e : endpoints_) {
@@ -263,8 +263,8 @@ bool SlicedClient::Follow(const std::string& leader) {
       return true;
     }
   }
-  endpoints_.push_back(std::make_unique<Endpoint>(
-      NewChannel(leader, credentials_, options_)));
+  endpoints_.push_back(
+      std::make_unique<Endpoint>(NewChannel(leader, credentials_, options_)));
   endpoints_.back()->address = leader;
   current_ = endpoints_.back().get();
   return true;
@@ -281,18 +281,28 @@ void SlicedClient::Prepare(grpc::ClientContext* context,
 }
 
 absl::Status SlicedClient::Call(
-    bool retryable,
+    Repeat repeat,
     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt) {
   const absl::Time deadline = absl::Now() + options_.timeout;
-  Retries retries(options_, deadline,
-                  retryable ? std::max(1, options_.max_attempts) : 1);
+  Retries retries(options_, deadline);
+  // Whether an earlier attempt may have done the work: it failed without a
+  // daemon's word that nothing was done (`sliced-leader`, which standbys and
+  // a leader stepping down send with their refusals).
+  bool may_have_landed = false;
   for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);
     const grpc::Status status = attempt(&context);
+    if (repeat == Repeat::kRemove && may_have_landed &&
+        status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return absl::OkStatus();  // gone: the lost attempt removed it
+    }
     const std::optional<Refusal> refusal =
         Retryable(status, context, retries.may_follow());
     if (!refusal.has_value()) return FromGrpcStatus(status);
+    may_have_landed =
+        may_have_landed ||
+        !context.GetServerTrailingMetadata().contains(kLeaderMetadataKey);
     if (refusal == Refusal::kFollowed) {
       // A standby names the leader and did nothing: go there, at once,
       // without spending an attempt.
@@ -308,16 +318,10 @@ absl::Status SlicedClient::Call(
   }
 }
 
-// Whether a call may be retried on UNAVAILABLE (see the header).
-namespace {
-constexpr bool kRetry = true;
-constexpr bool kOnce = false;
-}  // namespace
-
 absl::StatusOr<v1::RegisterNodesResponse> SlicedClient::RegisterNodes(
     const v1::RegisterNodesRequest& request) {
   return Unary<v1::RegisterNodesResponse>(
-      kRetry, [&](auto* context, auto* response) {
+      Repeat::kHarmless, [&](auto* context, auto* response) {
         return Current()->inventory->RegisterNodes(context, request, response);
       });
 }
@@ -325,7 +329,7 @@ absl::StatusOr<v1::RegisterNodesResponse> SlicedClient::RegisterNodes(
 absl::StatusOr<v1::HeartbeatResponse> SlicedClient::Heartbeat(
     const v1::HeartbeatRequest& request) {
   return Unary<v1::HeartbeatResponse>(
-      kRetry, [&](auto* context, auto* response) {
+      Repeat::kHarmless, [&](auto* context, auto* response) {
         return Current()->inventory->Heartbeat(context, request, response);
       });
 }
@@ -344,8 +348,8 @@ absl::StatusOr<v1::Node> NodeOf(absl::StatusOr<Response> response) {
 absl::StatusOr<v1::Node> SlicedClient::DrainNode(absl::string_view node_id) {
   v1::DrainNodeRequest request;
   request.set_node_id(std::string(node_id));
-  return NodeOf(
-      Unary<v1::DrainNodeResponse>(kRetry, [&](auto* context, auto* response) {
+  return NodeOf(Unary<v1::DrainNodeResponse>(
+      Repeat::kHarmless, [&](auto* context, auto* response) {
         return Current()->inventory->DrainNode(context, request, response);
       }));
 }
@@ -354,7 +358,7 @@ absl::StatusOr<v1::Node> SlicedClient::UndrainNode(absl::string_view node_id) {
   v1::UndrainNodeRequest request;
   request.set_node_id(std::string(node_id));
   return NodeOf(Unary<v1::UndrainNodeResponse>(
-      kRetry, [&](auto* context, auto* response) {
+      Repeat::kHarmless, [&](auto* context, auto* response) {
         return Current()->inventory->UndrainNode(context, request, response);
       }));
 }
@@ -363,18 +367,19 @@ absl::Status SlicedClient::RemoveNode(absl::string_view node_id, bool force) {
   v1::RemoveNodeRequest request;
   request.set_node_id(std::string(node_id));
   request.set_force(force);
-  return Unary<v1::RemoveNodeResponse>(kOnce,
-                                       [&](auto* context, auto* response) {
-                                         return Current()->inventory->RemoveNode(
-                                             context, request, response);
-                                       })
+  return Unary<v1::RemoveNodeResponse>(
+             Repeat::kRemove,
+             [&](auto* context, auto* response) {
+               return Current()->inventory->RemoveNode(context, request,
+                                                       response);
+             })
       .status();
 }
 
 absl::StatusOr<v1::Node> SlicedClient::GetNode(absl::string_view node_id) {
   v1::GetNodeRequest request;
   request.set_node_id(std::string(node_id));
-  return Unary<v1::Node>(kRetry, [&](auto* context, auto* response) {
+  return Unary<v1::Node>(Repeat::kHarmless, [&](auto* context, auto* response) {
     return Current()->inventory->GetNode(context, request, response);
   });
 }
@@ -382,7 +387,7 @@ absl::StatusOr<v1::Node> SlicedClient::GetNode(absl::string_view node_id) {
 absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListNodes(
     const v1::ListNodesRequest& request) {
   return Unary<v1::ListNodesResponse>(
-      kRetry, [&](auto* context, auto* response) {
+      Repeat::kHarmless, [&](auto* context, auto* response) {
         return Current()->inventory->ListNodes(context, request, response);
       });
 }
@@ -417,14 +422,15 @@ absl::StatusOr<v1::ListNodesResponse> SlicedClient::ListAllNodes(
 absl::StatusOr<v1::ListSlicesResponse> SlicedClient::ListSlices() {
   v1::ListSlicesRequest request;
   return Unary<v1::ListSlicesResponse>(
-      kRetry, [&](auto* context, auto* response) {
+      Repeat::kHarmless, [&](auto* context, auto* response) {
         return Current()->inventory->ListSlices(context, request, response);
       });
 }
 
 absl::StatusOr<v1::ComputeClass> SlicedClient::PutComputeClass(
     const v1::PutComputeClassRequest& request) {
-  return Unary<v1::ComputeClass>(kRetry, [&](auto* context, auto* response) {
+  return Unary<v1::ComputeClass>(Repeat::kHarmless, [&](auto* context,
+                                                        auto* response) {
     return Current()->inventory->PutComputeClass(context, request, response);
   });
 }
@@ -433,8 +439,9 @@ absl::StatusOr<v1::ListComputeClassesResponse>
 SlicedClient::ListComputeClasses() {
   v1::ListComputeClassesRequest request;
   return Unary<v1::ListComputeClassesResponse>(
-      kRetry, [&](auto* context, auto* response) {
-        return Current()->inventory->ListComputeClasses(context, request, response);
+      Repeat::kHarmless, [&](auto* context, auto* response) {
+        return Current()->inventory->ListComputeClasses(context, request,
+                                                        response);
       });
 }
 
@@ -442,10 +449,10 @@ absl::Status SlicedClient::DeleteComputeClass(absl::string_view name) {
   v1::DeleteComputeClassRequest request;
   request.set_name(std::string(name));
   return Unary<v1::DeleteComputeClassResponse>(
-             kOnce,
+             Repeat::kRemove,
              [&](auto* context, auto* response) {
                return Current()->inventory->DeleteComputeClass(context, request,
-                                                     response);
+                                                               response);
              })
       .status();
 }
@@ -453,24 +460,29 @@ absl::Status SlicedClient::DeleteComputeClass(absl::string_view name) {
 absl::StatusOr<v1::PlacementGroup> SlicedClient::CreatePlacementGroup(
     v1::CreatePlacementGroupRequest request) {
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
-  return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
-    return Current()->placement->CreatePlacementGroup(context, request, response);
-  });
+  return Unary<v1::PlacementGroup>(
+      Repeat::kHarmless, [&](auto* context, auto* response) {
+        return Current()->placement->CreatePlacementGroup(context, request,
+                                                          response);
+      });
 }
 
 absl::StatusOr<v1::PlacementGroup> SlicedClient::SubmitScalingConfig(
     v1::SubmitScalingConfigRequest request) {
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
-  return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
-    return Current()->placement->SubmitScalingConfig(context, request, response);
-  });
+  return Unary<v1::PlacementGroup>(
+      Repeat::kHarmless, [&](auto* context, auto* response) {
+        return Current()->placement->SubmitScalingConfig(context, request,
+                                                         response);
+      });
 }
 
 absl::StatusOr<v1::PlacementGroup> SlicedClient::GetPlacementGroup(
     absl::string_view id) {
   v1::GetPlacementGroupRequest request;
   request.set_placement_group_id(std::string(id));
-  return Unary<v1::PlacementGroup>(kRetry, [&](auto* context, auto* response) {
+  return Unary<v1::PlacementGroup>(Repeat::kHarmless, [&](auto* context,
+                                                          auto* response) {
     return Current()->placement->GetPlacementGroup(context, request, response);
   });
 }
@@ -479,8 +491,9 @@ absl::StatusOr<v1::ListPlacementGroupsResponse>
 SlicedClient::ListPlacementGroups(
     const v1::ListPlacementGroupsRequest& request) {
   return Unary<v1::ListPlacementGroupsResponse>(
-      kRetry, [&](auto* context, auto* response) {
-        return Current()->placement->ListPlacementGroups(context, request, response);
+      Repeat::kHarmless, [&](auto* context, auto* response) {
+        return Current()->placement->ListPlacementGroups(context, request,
+                                                         response);
       });
 }
 
@@ -496,10 +509,10 @@ absl::Status SlicedClient::RemovePlacementGroup(absl::string_view id) {
   v1::RemovePlacementGroupRequest request;
   request.set_placement_group_id(std::string(id));
   return Unary<v1::RemovePlacementGroupResponse>(
-             kOnce,
+             Repeat::kRemove,
              [&](auto* context, auto* response) {
-               return Current()->placement->RemovePlacementGroup(context, request,
-                                                       response);
+               return Current()->placement->RemovePlacementGroup(
+                   context, request, response);
              })
       .status();
 }
@@ -508,8 +521,9 @@ absl::StatusOr<v1::ExplainPlacementGroupResponse>
 SlicedClient::ExplainPlacementGroup(
     const v1::ExplainPlacementGroupRequest& request) {
   return Unary<v1::ExplainPlacementGroupResponse>(
-      kRetry, [&](auto* context, auto* response) {
-        return Current()->placement->ExplainPlacementGroup(context, request, response);
+      Repeat::kHarmless, [&](auto* context, auto* response) {
+        return Current()->placement->ExplainPlacementGroup(context, request,
+                                                           response);
       });
 }
 
@@ -517,8 +531,9 @@ absl::StatusOr<v1::GetClusterSummaryResponse>
 SlicedClient::GetClusterSummary() {
   v1::GetClusterSummaryRequest request;
   return Unary<v1::GetClusterSummaryResponse>(
-      kRetry, [&](auto* context, auto* response) {
-        return Current()->telemetry->GetClusterSummary(context, request, response);
+      Repeat::kHarmless, [&](auto* context, auto* response) {
+        return Current()->telemetry->GetClusterSummary(context, request,
+                                                       response);
       });
 }
 
@@ -526,7 +541,7 @@ absl::Status SlicedClient::WatchPlacementGroups(
     const v1::WatchPlacementGroupsRequest& request, absl::Duration timeout,
     absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event) {
   const absl::Time deadline = absl::Now() + timeout;
-  Retries retries(options_, deadline, std::max(1, options_.max_attempts));
+  Retries retries(options_, deadline);
   for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);

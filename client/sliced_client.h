@@ -10,8 +10,12 @@
 //   - creates (CreatePlacementGroup, SubmitScalingConfig), because they always
 //     carry a request_id: when the caller gives none, one is generated, so a
 //     retry after a lost reply gets the same placement group back.
-// Removes and deletes are tried once (a retry after a lost reply would turn a
-// success into NOT_FOUND). With a bearer token set, every call carries it.
+// Removes and deletes (RemoveNode, RemovePlacementGroup, DeleteComputeClass)
+// are retried too: their NOT_FOUND after an attempt that may have reached the
+// daemon (its reply lost, or a daemon's CANCELLED) means the earlier attempt
+// removed it, and counts as success; NOT_FOUND on a first attempt, or after
+// refusals that did nothing (a standby's), stands. With a bearer token set,
+// every call carries it.
 // High availability (docs/ha.md): a standby daemon answers UNAVAILABLE with
 // the leader's address in the trailing metadata `sliced-leader`; the client
 // then sends this call (any call: a standby did nothing) and the later ones
@@ -178,19 +182,25 @@ class SlicedClient {
   absl::StatusOr<v1::GetClusterSummaryResponse> GetClusterSummary();
 
  private:
+  // What repeating a call does (docs/clients.md, "Retries").
+  enum class Repeat {
+    kHarmless,  // nothing twice: reads, upserts, creates with a request_id
+    kRemove,    // a remove or delete: NOT_FOUND after an attempt that may
+                // have reached the daemon is the earlier attempt's success
+  };
   // Runs `attempt` (one RPC under the given context) until it succeeds, fails
-  // with a code other than UNAVAILABLE, runs out of attempts (retryable ==
-  // false: one attempt) or the call's deadline would pass during the backoff.
-  // Answers after which nothing was done (a standby's) spend no attempt.
+  // with a code other than UNAVAILABLE or CANCELLED, runs out of attempts or
+  // the call's deadline would pass during the backoff. Answers after which
+  // nothing was done (a standby's) spend no attempt.
   absl::Status Call(
-      bool retryable,
+      Repeat repeat,
       absl::FunctionRef<grpc::Status(grpc::ClientContext*)> attempt);
 
   // Call() for a unary RPC: rpc(context, &response) -> grpc::Status.
   template <typename Response, typename Rpc>
-  absl::StatusOr<Response> Unary(bool retryable, Rpc rpc) {
+  absl::StatusOr<Response> Unary(Repeat repeat, Rpc rpc) {
     Response response;
-    absl::Status status = Call(retryable, [&](grpc::ClientContext* context) {
+    absl::Status status = Call(repeat, [&](grpc::ClientContext* context) {
       response.Clear();
       return rpc(context, &response);
     });

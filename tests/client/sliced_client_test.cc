@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,20 +46,20 @@ class FakePlacement final : public v1::Placement::Service {
     }
     response->set_placement_group_id("pg-1");
     response->set_request_id(request->request_id());
-    return Next();
+    return Next(*context);
   }
   grpc::Status RemovePlacementGroup(
-      grpc::ServerContext*, const v1::RemovePlacementGroupRequest*,
+      grpc::ServerContext* context, const v1::RemovePlacementGroupRequest*,
       v1::RemovePlacementGroupResponse*) override {
-    return Next();
+    return Next(*context);
   }
-  grpc::Status GetPlacementGroup(grpc::ServerContext*,
+  grpc::Status GetPlacementGroup(grpc::ServerContext* context,
                                  const v1::GetPlacementGroupRequest* request,
                                  v1::PlacementGroup* response) override {
     absl::SleepFor(delay);
     response->set_placement_group_id(request->placement_group_id());
     response->set_state(v1::PENDING);
-    return Next();
+    return Next(*context);
   }
   grpc::Status WatchPlacementGroups(
       grpc::ServerContext* context,
@@ -94,6 +95,9 @@ class FakePlacement final : public v1::Placement::Service {
 
   int fail_first = 0;
   grpc::StatusCode fail_code = grpc::StatusCode::UNAVAILABLE;
+  // When set, the failed answers name this leader in `sliced-leader`, as a
+  // standby's refusals do ("": none known yet).
+  std::optional<std::string> fail_leader;
   grpc::Status status = grpc::Status::OK;
   absl::Duration delay = absl::ZeroDuration();
   bool watch_creates = true;
@@ -101,10 +105,13 @@ class FakePlacement final : public v1::Placement::Service {
   int watch_fail_first = 0;
 
  private:
-  grpc::Status Next() {
+  grpc::Status Next(grpc::ServerContext& context) {
     int n = ++calls_;
-    if (n <= fail_first) return grpc::Status(fail_code, "try again");
-    return status;
+    if (n > fail_first) return status;
+    if (fail_leader.has_value()) {
+      context.AddTrailingMetadata("sliced-leader", *fail_leader);
+    }
+    return grpc::Status(fail_code, "try again");
   }
 
   std::atomic<int> calls_{0};
@@ -273,15 +280,37 @@ TEST_F(SlicedClientTest, GivesUpAfterMaxAttempts) {
   EXPECT_EQ(fake_.calls(), 3);
 }
 
-TEST_F(SlicedClientTest, RemovesAreTriedOnce) {
+// A remove is retried; its NOT_FOUND after an attempt whose reply was lost
+// is that attempt's success (docs/clients.md).
+TEST_F(SlicedClientTest, ARemoveIsRetriedAndGoneAfterALostReplyIsDone) {
   fake_.fail_first = 1;
-  EXPECT_EQ(Client()->RemovePlacementGroup("pg-1").code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(Client()->RemovePlacementGroup("pg-1").ok());
+  EXPECT_EQ(fake_.calls(), 2);
+
+  fake_.fail_first = 3;  // counts from the first call above
+  fake_.status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no pg-1");
+  EXPECT_TRUE(Client()->RemovePlacementGroup("pg-1").ok());
+  EXPECT_EQ(fake_.calls(), 4);
+}
+
+// NOT_FOUND stands when no earlier attempt can have removed anything: on
+// the first attempt, or after refusals naming a leader (or none yet), which
+// say the daemon did nothing.
+TEST_F(SlicedClientTest, ARemovesNotFoundStandsUnlessAnAttemptMayHaveLanded) {
+  fake_.status = grpc::Status(grpc::StatusCode::NOT_FOUND, "no pg-1");
+  EXPECT_EQ(Client()->RemovePlacementGroup("pg-1"),
+            absl::NotFoundError("no pg-1"));
   EXPECT_EQ(fake_.calls(), 1);
+
+  fake_.fail_first = 3;  // two refusals that did nothing
+  fake_.fail_leader = "";
+  EXPECT_EQ(Client()->RemovePlacementGroup("pg-1"),
+            absl::NotFoundError("no pg-1"));
+  EXPECT_EQ(fake_.calls(), 4);
 }
 
 // What a daemon that stops its server as the call arrives answers (a
-// standby turning leader): retried as UNAVAILABLE is, removes excepted.
+// standby turning leader): retried as UNAVAILABLE is.
 TEST_F(SlicedClientTest, ACallTheServerCancelledIsRetriedWhenRetryable) {
   fake_.fail_code = grpc::StatusCode::CANCELLED;
   fake_.fail_first = 1;
@@ -293,10 +322,9 @@ TEST_F(SlicedClientTest, ACallTheServerCancelledIsRetriedWhenRetryable) {
   const std::vector<std::string> ids = fake_.request_ids();
   ASSERT_EQ(ids.size(), 2u);
   EXPECT_EQ(ids[0], ids[1]);  // the same request: it cannot create twice
-  fake_.fail_first = 5;
-  EXPECT_EQ(Client()->RemovePlacementGroup("pg-1").code(),
-            absl::StatusCode::kCancelled);
-  EXPECT_EQ(fake_.calls(), 5);  // tried once
+  fake_.fail_first = 6;
+  EXPECT_TRUE(Client()->RemovePlacementGroup("pg-1").ok());
+  EXPECT_EQ(fake_.calls(), 7);
 }
 
 // The opening of a watch the daemon dropped as it stopped (CANCELLED, no
@@ -503,7 +531,8 @@ TEST_F(SlicedClientTest, FollowsAStandbyToTheLeaderEvenForARemove) {
   auto server = ServeStandby(standby);
   ASSERT_NE(server, nullptr);
   auto client = Client();
-  // A standby did nothing, so even a call tried once goes to the leader.
+  // A standby did nothing: the remove goes to the leader, spending no
+  // attempt.
   EXPECT_TRUE(client->RemovePlacementGroup("pg-1").ok());
   EXPECT_EQ(client->server(), leader);
   EXPECT_TRUE(client->GetPlacementGroup("pg-1").ok());
@@ -529,7 +558,7 @@ TEST_F(SlicedClientTest, WaitsOutAFailoverWithoutSpendingAttempts) {
   ASSERT_NE(server, nullptr);
   options_.max_attempts = 2;
   auto client = Client();
-  EXPECT_TRUE(client->RemovePlacementGroup("pg-1").ok());  // tried once
+  EXPECT_TRUE(client->RemovePlacementGroup("pg-1").ok());
   EXPECT_EQ(standby.calls.load(), 6 + 1);
   EXPECT_EQ(fake_.calls(), 1);
   EXPECT_EQ(client->server(), leader);

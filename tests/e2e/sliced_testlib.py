@@ -9,6 +9,7 @@ import queue
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,75 @@ class Daemon:
             self._stderr_reader.join(timeout=20)
         for stream in (self.proc.stdout, self.proc.stderr) if self.proc else ():
             stream.close()
+
+
+class TcpProxy:
+    """A TCP proxy on loopback to `port`. cut() turns it into a network
+    partition: nothing more goes through, and new connections are closed.
+    lose_replies() drops everything the server sends from then on: calls on
+    a connection made before still reach it, their replies never come back
+    (a connection made meanwhile never completes gRPC's handshake), until
+    close_connections() closes every connection; new ones then go through
+    again."""
+
+    def __init__(self, port):
+        self.target, self.is_cut = port, threading.Event()
+        self._losing, self._open, self._lock = False, [], threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            if self.is_cut.is_set():
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self._lock:
+                self._open.append((conn, upstream))
+            threading.Thread(target=self._pump, args=(conn, upstream), daemon=True).start()
+
+    def _pump(self, a, b):
+        try:
+            while not self.is_cut.is_set():
+                ready, _, _ = select.select([a, b], [], [], 0.05)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    if sock is b and self._losing:
+                        continue
+                    (b if sock is a else a).sendall(data)
+        except (OSError, ValueError):
+            pass  # closed by close_connections()
+        finally:
+            if not self.is_cut.is_set():
+                a.close()
+                b.close()
+
+    def cut(self):
+        self.is_cut.set()
+
+    def lose_replies(self):
+        self._losing = True
+
+    def close_connections(self):
+        with self._lock:
+            open_now, self._open = self._open, []
+        for a, b in open_now:
+            for sock in (a, b):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self._losing = False
+
+    def close(self):
+        self.listener.close()
 
 
 def lost_its_port(stderr):

@@ -36,7 +36,6 @@ Skipped where /usr/bin/etcd is missing.
 import collections
 import os
 import queue
-import select
 import shutil
 import signal
 import socket
@@ -49,7 +48,7 @@ import urllib.request
 
 import grpc
 
-from sliced_testlib import Caller, list_all_groups, sliced_pb2, sliced_pb2_grpc
+from sliced_testlib import Caller, TcpProxy, list_all_groups, sliced_pb2, sliced_pb2_grpc
 from test_etcd_failover_e2e import (ETCD, LEASE_TTL_S, Client, Etcd, HaDaemon, free_port,
                                     named_leader)
 from test_placement_e2e import cpu_node
@@ -652,51 +651,6 @@ class EtcdAwayAtStepDown(unittest.TestCase):
                  drain[-1][0] - drain[0][0]), flush=True)
 
 
-class Cuttable:
-    """A TCP proxy on loopback to `port`, which cut() turns into a network
-    partition: nothing more goes through, and new connections are closed."""
-
-    def __init__(self, port):
-        self.target, self.is_cut = port, threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            if self.is_cut.is_set():
-                conn.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pump, args=(conn, upstream), daemon=True).start()
-
-    def _pump(self, a, b):
-        try:
-            while not self.is_cut.is_set():
-                ready, _, _ = select.select([a, b], [], [], 0.05)
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    (b if sock is a else a).sendall(data)
-        except OSError:
-            pass
-        finally:
-            if not self.is_cut.is_set():
-                a.close()
-                b.close()
-
-    def cut(self):
-        self.is_cut.set()
-
-    def close(self):
-        self.listener.close()
-
-
 @unittest.skipUnless(os.access(ETCD, os.X_OK), ETCD + " is missing: apt-get install etcd-server")
 class EtcdCutOff(unittest.TestCase):
     """The leader cut off from etcd (a partition: its link to the one etcd
@@ -710,7 +664,7 @@ class EtcdCutOff(unittest.TestCase):
         self.addCleanup(shutil.rmtree, root, True)
         etcd = Etcd(root, members=1)
         self.addCleanup(etcd.close)
-        link = Cuttable(etcd.members[0]["client"])
+        link = TcpProxy(etcd.members[0]["client"])
         self.addCleanup(link.close)
         cluster = "cut%d" % os.getpid()
         a = HaDaemon(free_port(), "127.0.0.1:%d" % link.port, cluster, root)

@@ -16,7 +16,7 @@ import unittest
 import grpc
 from google.protobuf import json_format
 
-from sliced_testlib import (REPO, Caller, Daemon, first_event_then, sliced_pb2,
+from sliced_testlib import (REPO, Caller, Daemon, TcpProxy, first_event_then, sliced_pb2,
                             sliced_pb2_grpc, temp_data_dir)
 
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
@@ -462,10 +462,48 @@ class PythonClientEndToEnd(unittest.TestCase):
                 time.sleep(1)  # the channel reconnects 0.1-0.3 s after a refusal
                 self.assertEqual(client.get("pg-1").state, "CREATED")
 
+    def test_a_remove_whose_reply_was_lost_is_done(self):
+        # The real daemon behind a proxy that loses the remove's reply: the
+        # daemon removes the group, the proxy then closes the connection, and
+        # the client's retry (UNAVAILABLE is retried) finds the group gone:
+        # NOT_FOUND, which after a lost reply is the remove's success
+        # (docs/clients.md). The C++ client (slicectl) does the same; its
+        # unit tests (sliced_client_test) check it, as its connection would
+        # have to be made through the proxy while replies are lost.
+        d, direct = self.start()
+        proxy = TcpProxy(d.port)
+        self.addCleanup(proxy.close)
+        with Client("127.0.0.1:%d" % proxy.port, timeout=20) as client:
+            pg = direct.submit(V4)
+            self.assertEqual(client.get(pg.id).state, "CREATED")  # connected
+            events = direct.watch(placement_group_id=pg.id, timeout=20)
+            self.assertEqual(next(events).state, "CREATED")
+            proxy.lose_replies()
+            outcome = []
+
+            def remove():
+                try:
+                    outcome.append(("returned", client.remove(pg.id)))
+                except SlicedError as e:
+                    outcome.append(("raised", e))
+
+            remover = threading.Thread(target=remove)
+            remover.start()
+            # The daemon removed it, and its answer is lost.
+            self.assertEqual(next(events).state, "REMOVED")
+            events.close()
+            proxy.close_connections()
+            remover.join(25)
+            self.assertEqual(outcome, [("returned", None)])
+            with self.assertRaises(SlicedError) as err:
+                direct.get(pg.id)
+            self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+
     def test_a_call_the_server_cancelled_is_retried_when_retryable(self):
         # What a daemon answers a call that reaches it as it stops its server
-        # (a standby turning leader, docs/ha.md): retried as UNAVAILABLE is;
-        # a remove is still sent once.
+        # (a standby turning leader, docs/ha.md): retried as UNAVAILABLE is.
+        # A remove too, and as that CANCELLED may come after the daemon
+        # removed the group, NOT_FOUND on the retry means it is done.
         calls = []
 
         class Cancelling(sliced_pb2_grpc.PlacementServicer):
@@ -478,15 +516,37 @@ class PythonClientEndToEnd(unittest.TestCase):
 
             def RemovePlacementGroup(self, request, context):
                 calls.append("remove")
-                context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
+                if calls.count("remove") == 1:
+                    context.abort(grpc.StatusCode.CANCELLED, "server shutting down")
+                context.abort(grpc.StatusCode.NOT_FOUND, "no placement group pg-1")
 
         port = self.serve_placement(Cancelling())
         with Client("127.0.0.1:%d" % port, timeout=5) as client:
             self.assertEqual(client.get("pg-1").state, "CREATED")
-            with self.assertRaises(SlicedError) as err:
-                client.remove("pg-1")
-            self.assertEqual(err.exception.code, grpc.StatusCode.CANCELLED)
-        self.assertEqual(calls, ["get", "get", "remove"])
+            self.assertIsNone(client.remove("pg-1"))
+        self.assertEqual(calls, ["get", "get", "remove", "remove"])
+
+    def test_a_removes_not_found_stands_unless_an_attempt_may_have_landed(self):
+        # NOT_FOUND on the first attempt, or after refusals that say the
+        # daemon did nothing (`sliced-leader`, here empty: a failover), is
+        # the answer: no earlier attempt can have removed the group.
+        calls = []
+
+        class Refusing(sliced_pb2_grpc.PlacementServicer):
+            def RemovePlacementGroup(self, request, context):
+                calls.append(request.placement_group_id)
+                if request.placement_group_id == "pg-2" and len(calls) < 4:
+                    context.set_trailing_metadata((("sliced-leader", ""),))
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader; retry")
+                context.abort(grpc.StatusCode.NOT_FOUND, "no such placement group")
+
+        port = self.serve_placement(Refusing())
+        with Client("127.0.0.1:%d" % port, timeout=5) as client:
+            for pg_id in ("pg-1", "pg-2"):
+                with self.assertRaises(SlicedError) as err:
+                    client.remove(pg_id)
+                self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(calls, ["pg-1", "pg-2", "pg-2", "pg-2"])
 
     def serve_refused_watch(self, code, details):
         """A fake daemon whose watch openings fail `code` while `refusals[0]`

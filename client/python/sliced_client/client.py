@@ -16,7 +16,8 @@ the "sliced_client" logger names the group either way.
 Every error is a SlicedError carrying the gRPC code and the server's message.
 Reads and creates are retried with exponential backoff on UNAVAILABLE; creates
 always carry a request_id (generated when not given), so a retry gets the same
-placement group back. Removes are sent once. Against daemons on etcd
+placement group back. Removes are retried too: NOT_FOUND after an attempt
+whose reply was lost means that attempt removed the group. Against daemons on etcd
 (docs/ha.md), a standby's UNAVAILABLE names the leader and every call follows
 it there; give an address listing every daemon ("ipv4:h1:50051,h2:50051") so
 that a dead leader's standby is found. While a failover is in progress a
@@ -46,6 +47,10 @@ from sliced_client._stubs import sliced_pb2_grpc as _pb_grpc
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 _log = logging.getLogger("sliced_client")
 _SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
+# The trailing metadata of a daemon's refusal (a standby's, or a leader's
+# stepping down) that names the leader, or "" for none known: the daemon did
+# nothing with the call.
+_LEADER_KEY = "sliced-leader"
 # Seconds before the second attempt, doubling per attempt up to the max.
 _INITIAL_BACKOFF, _MAX_BACKOFF = 0.1, 2.0
 # Redirects followed in a row; the longest wait on a standby that knows no
@@ -433,7 +438,7 @@ class Client:
         daemon not leading knows no leader yet and did nothing. No name (the
         daemon may be gone) or an empty one: calls go back to the address
         given (which may list every daemon)."""
-        leader = dict(error.trailing_metadata() or ()).get("sliced-leader")
+        leader = dict(error.trailing_metadata() or ()).get(_LEADER_KEY)
         if leader:
             followed = (self._rebind(method, leader)
                         if may_follow and leader != self.address else None)
@@ -573,11 +578,13 @@ class Client:
             lambda: self._placement.ListPlacementGroups, request, "placement_groups")]
 
     def remove(self, pg: PgRef) -> None:
-        """Removes the group and releases its capacity (sent once: a retry
-        after a lost reply would be NOT_FOUND)."""
+        """Removes the group and releases its capacity. Retried like the
+        other calls: NOT_FOUND after an attempt that may have reached the
+        daemon (its reply lost, or a daemon's CANCELLED) means that attempt
+        removed it, and returns; NOT_FOUND otherwise raises."""
         self._call(self._placement.RemovePlacementGroup,
                    _pb.RemovePlacementGroupRequest(placement_group_id=_pg_id(pg)),
-                   retry=False)
+                   retry=True, remove=True)
 
     def wait_ready(self, pg: PgRef, timeout: Optional[float] = None) -> PlacementGroup:
         """Blocks until the group is CREATED (watching, not polling) and
@@ -839,16 +846,26 @@ class Client:
 
     # ------------------------------------------------------------ plumbing
 
-    def _call(self, method, request, *, retry: bool):
+    def _call(self, method, request, *, retry: bool, remove: bool = False):
+        """One call under the client's deadline, with attempts as _Retries
+        counts them (one unless `retry`). `remove`: NOT_FOUND after an
+        attempt that may have reached the daemon (one that failed without a
+        `sliced-leader`, the mark of a refusal that did nothing) is that
+        attempt's success, and returns None."""
         retries = _Retries(self._timeout, self._max_attempts,
                            self._max_attempts if retry else 1)
+        may_have_landed = False
         while True:
             try:
                 return method(request,
                               timeout=max(0.001, retries.deadline - time.monotonic()),
                               metadata=self._metadata)
             except grpc.RpcError as e:
+                if remove and may_have_landed and e.code() == grpc.StatusCode.NOT_FOUND:
+                    return None  # gone: the lost attempt removed it
                 how, method = self._retryable(e, method, retries)
+                may_have_landed = may_have_landed or (
+                    _LEADER_KEY not in dict(e.trailing_metadata() or ()))
                 if how == "followed":
                     # A standby did nothing: any call goes to the leader it names.
                     retries.followed()
