@@ -182,7 +182,8 @@ class SlicedClient {
   absl::StatusOr<v1::GetClusterSummaryResponse> GetClusterSummary();
 
  private:
-  // What repeating a call does (docs/clients.md, "Retries").
+  // What repeating a call does (docs/clients.md, "Retries, deadlines,
+  // idempotency").
   enum class Repeat {
     kHarmless,  // nothing twice: reads, upserts, creates with a request_id
     kRemove,    // a remove or delete: NOT_FOUND after an attempt that may

@@ -141,15 +141,15 @@ class Daemon:
 class TcpProxy:
     """A TCP proxy on loopback to `port`. cut() turns it into a network
     partition: nothing more goes through, and new connections are closed.
-    lose_replies() drops everything the server sends from then on: calls on
-    a connection made before still reach it, their replies never come back
-    (a connection made meanwhile never completes gRPC's handshake), until
-    close_connections() closes every connection; new ones then go through
-    again."""
+    lose_replies() drops what the server sends on the connections open at
+    that moment (their calls reach it, their replies never come back) until
+    close_connections() closes those connections; connections made since go
+    through as usual."""
 
     def __init__(self, port):
         self.target, self.is_cut = port, threading.Event()
-        self._losing, self._open, self._lock = False, [], threading.Lock()
+        self._lock = threading.Lock()
+        self._open, self._losing = set(), set()  # (client side, server side)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -165,7 +165,7 @@ class TcpProxy:
                 continue
             upstream = socket.create_connection(("127.0.0.1", self.target))
             with self._lock:
-                self._open.append((conn, upstream))
+                self._open.add((conn, upstream))
             threading.Thread(target=self._pump, args=(conn, upstream), daemon=True).start()
 
     def _pump(self, a, b):
@@ -176,12 +176,14 @@ class TcpProxy:
                     data = sock.recv(65536)
                     if not data:
                         return
-                    if sock is b and self._losing:
+                    if sock is b and (a, b) in self._losing:
                         continue
                     (b if sock is a else a).sendall(data)
         except (OSError, ValueError):
             pass  # closed by close_connections()
         finally:
+            with self._lock:
+                self._open.discard((a, b))
             if not self.is_cut.is_set():
                 a.close()
                 b.close()
@@ -190,18 +192,20 @@ class TcpProxy:
         self.is_cut.set()
 
     def lose_replies(self):
-        self._losing = True
+        with self._lock:
+            self._losing = set(self._open)
 
     def close_connections(self):
         with self._lock:
-            open_now, self._open = self._open, []
-        for a, b in open_now:
-            for sock in (a, b):
+            losing = set(self._losing)
+        for pair in losing:
+            for sock in pair:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        self._losing = False
+        with self._lock:
+            self._losing -= losing
 
     def close(self):
         self.listener.close()
