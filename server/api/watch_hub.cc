@@ -21,8 +21,10 @@ grpc::ByteBuffer EventOf(const PlacementGroupView& view) {
 
 }  // namespace
 
+// Each stream gets its current state in Add(), so the hub needs none of its
+// own.
 WatchHub::WatchHub(PlacementManager* placement) : placement_(placement) {
-  placement_->Watch(this);
+  placement_->WatchChanges(this);
 }
 
 WatchHub::~WatchHub() { placement_->Unwatch(this); }

@@ -1005,6 +1005,11 @@ void PlacementManager::Watch(Watcher* watcher) {
   });
 }
 
+void PlacementManager::WatchChanges(Watcher* watcher) {
+  absl::MutexLock lock(&watch_mu_);
+  watchers_.insert(watcher);
+}
+
 void PlacementManager::WithCurrentState(
     const ListFilter& filter,
     const std::function<void(const std::vector<PlacementGroupView>&)>& start) {

@@ -920,6 +920,22 @@ TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
                                       a + ":REMOVED", b + ":CREATED"}));
 }
 
+// The watch hub's registration: no current state (its streams get theirs
+// one by one), then every change.
+TEST_F(PlacementManagerTest, WatchChangesGetsOnlyTheChangesFromThenOn) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  const std::string a = Create(Cpus(1, 4));
+  Recorder recorder;
+  core_->placement().WatchChanges(&recorder);
+  const std::string b = Create(Cpus(1, 4));
+  ASSERT_TRUE(core_->Remove(a).ok());
+  core_->placement().Unwatch(&recorder);
+  EXPECT_EQ(recorder.seen(),
+            (std::vector<std::string>{b + ":PENDING", a + ":REMOVED",
+                                      b + ":CREATED"}));
+}
+
 // Writes, in one log, what a watcher receives and when it is flushed.
 class FlushLog : public PlacementManager::Watcher {
  public:
