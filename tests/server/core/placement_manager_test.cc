@@ -906,32 +906,24 @@ TEST_F(PlacementManagerTest, ABeatThatOnlyRenewsTakesNoWriteOp) {
   EXPECT_EQ(core_->nodes().Get("a")->node.state, scheduler::NodeState::kAlive);
 }
 
+// Watch: the current state, then every change. WatchChanges (the watch
+// hub's, whose streams get their current state one by one): the changes only.
 TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
   const std::string a = Create(Cpus(1, 4));
   Recorder recorder;
+  Recorder changes;
   core_->placement().Watch(&recorder);
+  core_->placement().WatchChanges(&changes);
   const std::string b = Create(Cpus(1, 4));
   ASSERT_TRUE(core_->Remove(a).ok());
   core_->placement().Unwatch(&recorder);
+  core_->placement().Unwatch(&changes);
   EXPECT_EQ(recorder.seen(),
             (std::vector<std::string>{a + ":CREATED", b + ":PENDING",
                                       a + ":REMOVED", b + ":CREATED"}));
-}
-
-// The watch hub's registration: no current state (its streams get theirs
-// one by one), then every change.
-TEST_F(PlacementManagerTest, WatchChangesGetsOnlyTheChangesFromThenOn) {
-  Start();
-  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
-  const std::string a = Create(Cpus(1, 4));
-  Recorder recorder;
-  core_->placement().WatchChanges(&recorder);
-  const std::string b = Create(Cpus(1, 4));
-  ASSERT_TRUE(core_->Remove(a).ok());
-  core_->placement().Unwatch(&recorder);
-  EXPECT_EQ(recorder.seen(),
+  EXPECT_EQ(changes.seen(),
             (std::vector<std::string>{b + ":PENDING", a + ":REMOVED",
                                       b + ":CREATED"}));
 }
