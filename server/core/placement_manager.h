@@ -181,8 +181,8 @@ class PlacementManager : public Cluster::Observer {
   // to it, atomically with respect to changes. Unwatch before destroying it.
   void Watch(Watcher* watcher);
   // Registers `watcher` for the changes from now on only: for one that gets
-  // the current state per subscriber, from WithCurrentState (at 50k groups,
-  // Watch's walk is a few percent of a restart).
+  // the current state per subscriber, from WithCurrentState (at a restart
+  // with 50k groups, Watch's walk is ~1 % of the CPU, on the serial tail).
   void WatchChanges(Watcher* watcher);
   void Unwatch(Watcher* watcher);
   // Calls `start` with the current state of the groups `filter` matches,
