@@ -19,6 +19,7 @@ absl::Status FaultInjectingStore::Commit(const Mutation& mutation) {
   {
     absl::MutexLock lock(&mu_);
     ++commits_;
+    if (deposed_) return absl::UnavailableError("injected: deposed");
     delay = delay_;
     if (fail_writes_ > 0) {
       --fail_writes_;
@@ -52,6 +53,25 @@ void FaultInjectingStore::FailLoads(int count) {
 void FaultInjectingStore::SetCommitDelay(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
   delay_ = delay;
+}
+bool FaultInjectingStore::shared() const {
+  absl::MutexLock lock(&mu_);
+  return shared_ || inner_->shared();
+}
+absl::Status FaultInjectingStore::Confirm() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (deposed_) return absl::UnavailableError("injected: deposed");
+  }
+  return inner_->Confirm();
+}
+void FaultInjectingStore::SetShared() {
+  absl::MutexLock lock(&mu_);
+  shared_ = true;
+}
+void FaultInjectingStore::Depose() {
+  absl::MutexLock lock(&mu_);
+  deposed_ = true;
 }
 int64_t FaultInjectingStore::commits() const {
   absl::MutexLock lock(&mu_);

@@ -21,6 +21,9 @@ class FaultInjectingStore : public Store {
 
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
+  bool shared() const override;
+  // The inner store's, once a fence failed (below) Unavailable.
+  absl::Status Confirm() override;
 
   // The next `count` commits fail with Unavailable and apply nothing.
   void FailWrites(int count);
@@ -31,6 +34,11 @@ class FaultInjectingStore : public Store {
   void FailLoads(int count);
   // Every commit sleeps this long first (default zero).
   void SetCommitDelay(absl::Duration delay);
+  // Acts as a store other daemons write (etcd under an election), whose
+  // fence holds until Depose(): from then on every commit and Confirm()
+  // fail Unavailable, as another daemon leads.
+  void SetShared();
+  void Depose();
 
   int64_t commits() const;
 
@@ -41,6 +49,8 @@ class FaultInjectingStore : public Store {
   int fail_syncs_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_loads_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration delay_ ABSL_GUARDED_BY(mu_);
+  bool shared_ ABSL_GUARDED_BY(mu_) = false;
+  bool deposed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -118,6 +118,16 @@ class Store {
   // Returns Unavailable when the write or the sync fails; then nothing of the
   // mutation is applied.
   virtual absl::Status Commit(const Mutation& mutation) = 0;
+
+  // Whether other processes may write this store too (etcd under an
+  // election): then what this process loaded and committed is current only
+  // while it still leads, and an answer read from it needs that confirmed —
+  // by a Commit, whose fence checks it, or by Confirm().
+  virtual bool shared() const { return false; }
+  // For a shared store: OK while this process still leads (one round trip);
+  // Unavailable once it does not, or when that can't be known. A store only
+  // this process writes: OK.
+  virtual absl::Status Confirm() { return absl::OkStatus(); }
 };
 
 // Options for the RocksDB store.

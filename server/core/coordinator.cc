@@ -126,11 +126,20 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   }
   storage::Mutation writes;
   std::vector<WriteOp*> applied;
+  // On a shared store (etcd, docs/ha.md) this daemon's state is current only
+  // while it leads, and another daemon may lead before this one learns it.
+  // So an op that failed (a remove's NOT_FOUND, read from that state) is
+  // answered, like the applied ones, once the group's commit passed its
+  // fence, or Confirm() when the group wrote nothing; else with why not.
+  const bool shared = store_->shared();
+  std::vector<std::pair<WriteOp*, absl::Status>> failed;
   machine_->BeginGroup(Now());
   for (WriteOp& op : ops) {
     absl::Status status = machine_->RunOp(op.apply, writes);
     if (status.ok()) {
       applied.push_back(&op);
+    } else if (shared) {
+      failed.emplace_back(&op, std::move(status));
     } else {
       op.done(status);
     }
@@ -138,10 +147,11 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   machine_->EndGroup(writes);
 
   // A group that wrote nothing (lease renewals, a queue retry that moved
-  // nothing) has nothing to make durable: no store call.
+  // nothing) has nothing to make durable: no commit.
   const absl::Time commit_start = absl::Now();
-  absl::Status committed =
-      writes.empty() ? absl::OkStatus() : store_->Commit(writes);
+  absl::Status committed = !writes.empty() ? store_->Commit(writes)
+                           : shared        ? store_->Confirm()
+                                           : absl::OkStatus();
   if (options_.observer != nullptr && !writes.empty()) {
     options_.observer->OnCommit(
         absl::Now() - commit_start, static_cast<int64_t>(applied.size()),
@@ -157,6 +167,9 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     // Once refusing, nothing else is decided here: no re-read (a whole
     // etcd prefix) holding up the answers of this group.
     needs_resync_ = refusing() || !Resync().ok();
+  }
+  for (auto& [op, status] : failed) {
+    op->done(committed.ok() ? std::move(status) : committed);
   }
   for (WriteOp* op : applied) op->done(committed);
   if (committed.ok()) machine_->Answered();

@@ -37,6 +37,8 @@ class EtcdStore : public Store {
   absl::Status CheckSchema();
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
+  bool shared() const override { return !options_.fence_key.empty(); }
+  absl::Status Confirm() override;
 
  private:
   // Every table at one revision, from etcd.
@@ -291,6 +293,14 @@ absl::Status EtcdStore::Commit(const Mutation& mutation) {
   }
   if (revision > 0) MaybeCompact(revision);
   return absl::OkStatus();
+}
+
+absl::Status EtcdStore::Confirm() {
+  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
+  if (!shared()) return absl::OkStatus();
+  // The fence's compare and nothing to write: it succeeds only while the
+  // election key this store was opened under is still there.
+  return Send(ToTxn({})).status();
 }
 
 }  // namespace

@@ -278,7 +278,9 @@ class EtcdStepDown(unittest.TestCase):
         # wait), until its own server binds the port; the old leader's
         # standby port opens as soon as its server's closes. Probed with a
         # TCP connect every 2 ms, and with a raw gRPC call to the new leader
-        # every 1 ms. A Python client calling all along never fails.
+        # every 1 ms. A Python client calling all along never fails: reads,
+        # and a create then a remove of a group (whose retries must not
+        # create twice or fail a remove that landed).
         a, b = self.daemons
         self.register(a)  # a state that takes a while to load
         closed = collections.defaultdict(list)  # addr -> [seconds refused]
@@ -315,6 +317,7 @@ class EtcdStepDown(unittest.TestCase):
         client = Client(b.addr, timeout=10)
         self.addCleanup(client.close)
         caller = Caller(lambda: client.node("n-00001"))
+        churn = Caller(lambda: client.remove(client.create_placement_group([{"CPU": 1}])))
         threads = [threading.Thread(target=probe, args=(d.addr,)) for d in self.daemons]
         threads.append(threading.Thread(target=ask_b))
         for t in threads:
@@ -330,15 +333,21 @@ class EtcdStepDown(unittest.TestCase):
         finally:
             stop.set()
             caller.stop()
+            churn.stop()
             for t in threads:
                 t.join(timeout=30)
         print("\nhand-over: %s; ports closed for %s s; the new leader answered %s; "
-              "%d client calls, errors %s"
+              "%d client reads, errors %s; %d creates and removes, errors %s"
               % (loaded.split("): ")[1].strip(),
                  {k: ["%.3f" % t for t in v] for k, v in closed.items()},
-                 dict(answers), caller.ok, caller.errors[:3]), flush=True)
+                 dict(answers), caller.ok, caller.errors[:3], churn.ok, churn.errors[:3]),
+              flush=True)
         self.assertEqual(caller.errors, [])
         self.assertGreater(caller.ok, 0)
+        self.assertEqual(churn.errors, [])
+        self.assertGreater(churn.ok, 0)
+        with grpc.insecure_channel(b.addr) as ch:  # every group created was removed
+            self.assertEqual(list_all_groups(sliced_pb2_grpc.PlacementStub(ch)), [])
         for addr, gaps in closed.items():
             self.assertLess(max(gaps), 0.1, (addr, gaps))
         self.assertGreater(answers[("UNAVAILABLE", "not the leader yet", "")], 0, answers)

@@ -30,17 +30,25 @@ scheduler::Node Node(const std::string& id) {
   return n;
 }
 
-using EtcdStoreTest = EtcdFixture;
+class EtcdStoreTest : public EtcdFixture {
+ protected:
+  // A store fenced on `leader`, a key put now; *fenced_why gets the reason
+  // it was fenced, once it is.
+  std::unique_ptr<Store> OpenFenced(const std::string& leader,
+                                    std::string* fenced_why) {
+    const int64_t revision = Put(leader);
+    return Open({.fence_key = leader,
+                 .fence_revision = revision,
+                 .on_fenced = [fenced_why](absl::string_view why) {
+                   *fenced_why = std::string(why);
+                 }});
+  }
+};
 
 TEST_F(EtcdStoreTest, AFencedCommitFailsOnceTheLeaderKeyIsGone) {
   const std::string leader = prefix_ + "leader/1";
-  const int64_t revision = Put(leader);
   std::string fenced_why;
-  auto store = Open({.fence_key = leader,
-                     .fence_revision = revision,
-                     .on_fenced = [&](absl::string_view why) {
-                       fenced_why = std::string(why);
-                     }});
+  auto store = OpenFenced(leader, &fenced_why);
   Mutation first;
   first.PutNode(Node("a"));
   ASSERT_TRUE(store->Commit(first).ok());
@@ -62,6 +70,30 @@ TEST_F(EtcdStoreTest, AFencedCommitFailsOnceTheLeaderKeyIsGone) {
   // Nor reads it again (a resync of a deposed leader would only delay its
   // answers).
   EXPECT_EQ(store->Load().status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Confirm(): whether this store may still answer from what it read, with
+// no write: OK while its leader key stands; Unavailable, fenced for good,
+// once it is gone. An unfenced store is not shared.
+TEST_F(EtcdStoreTest, ConfirmChecksTheFenceWithoutWriting) {
+  const std::string leader = prefix_ + "leader/1";
+  std::string fenced_why;
+  auto store = OpenFenced(leader, &fenced_why);
+  EXPECT_TRUE(store->shared());
+  EXPECT_FALSE(Open()->shared());
+  EXPECT_TRUE(store->Confirm().ok());
+  EXPECT_TRUE(fenced_why.empty());
+
+  Delete(leader);
+  absl::Status s = store->Confirm();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("lost leadership"), std::string::npos) << s;
+  EXPECT_FALSE(fenced_why.empty());
+  Put(leader);  // a new key of the same name does not bring it back
+  EXPECT_EQ(store->Confirm().code(), absl::StatusCode::kUnavailable);
+  Mutation m;
+  m.PutNode(Node("a"));
+  EXPECT_EQ(store->Commit(m).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(EtcdStoreTest, AMutationAboveTheTxnLimitIsSplitBetweenUnits) {

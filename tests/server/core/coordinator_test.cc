@@ -225,6 +225,62 @@ TEST(CoordinatorTest, QueuedOpsShareOneCommitAndSeeEarlierOps) {
   EXPECT_EQ(c->faults().commits() - before, 2);
 }
 
+// Runs `ops` in one commit group (the writer held until all are queued);
+// their answers, in order.
+std::vector<absl::Status> InOneGroup(
+    Core& c, std::vector<std::function<absl::Status(Txn&)>> ops) {
+  std::vector<absl::Status> answers(ops.size());
+  absl::BlockingCounter answered(static_cast<int>(ops.size()));
+  c.InOneGroup([&] {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      c.coordinator().Submit(WriteOp{ops[i], [&, i](const absl::Status& s) {
+                                       answers[i] = s;
+                                       answered.DecrementCount();
+                                     }});
+    }
+  });
+  answered.Wait();
+  return answers;
+}
+
+// On a store other daemons write (etcd under an election), a failed op's
+// answer comes from this daemon's state, current only while it leads: it is
+// given once the group's commit passed the fence (or Confirm(), when the
+// group wrote nothing), and Unavailable once another daemon leads.
+TEST(CoordinatorTest, OnASharedStoreAFailedOpIsAnsweredOnlyWhileLeading) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  auto not_found = [](Txn& t) {
+    return t.FindNode("ghost") == nullptr ? absl::NotFoundError("no ghost")
+                                          : absl::OkStatus();
+  };
+  c->faults().SetShared();
+  EXPECT_EQ(c->Op(not_found), absl::NotFoundError("no ghost"));
+  EXPECT_EQ(InOneGroup(*c, {Put("a"), not_found}),
+            (std::vector<absl::Status>{absl::OkStatus(),
+                                       absl::NotFoundError("no ghost")}));
+
+  c->faults().Depose();  // another daemon leads now
+  EXPECT_EQ(c->Op(not_found).code(), absl::StatusCode::kUnavailable);
+  for (const absl::Status& s : InOneGroup(*c, {Put("b"), not_found})) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  }
+}
+
+// A store only this daemon writes answers a failed op at once, as it failed,
+// whatever becomes of its group's commit.
+TEST(CoordinatorTest, OnAnUnsharedStoreAFailedOpKeepsItsAnswer) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  c->faults().FailWrites(1);
+  const std::vector<absl::Status> answers = InOneGroup(
+      *c, {Put("a"), [](Txn&) { return absl::NotFoundError("no ghost"); }});
+  EXPECT_EQ(answers[0].code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(answers[1], absl::NotFoundError("no ghost"));
+}
+
 TEST(CoordinatorTest, OpsSubmittedBeforeRunWaitForTheWriter) {
   storage::MemoryStore memory;
   Cluster cluster(nullptr);

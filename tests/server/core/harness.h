@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -116,6 +117,23 @@ class Core {
     return WaitStatus([&](auto done) {
       coordinator_->Submit(WriteOp{std::move(apply), done});
     });
+  }
+  // Holds the writer (inside an op that writes nothing) until `submit`
+  // returns, so that what `submit` queues runs in one commit group.
+  void InOneGroup(absl::FunctionRef<void()> submit) {
+    absl::Notification held, go, released;
+    coordinator_->Submit(WriteOp{[&](Txn&) {
+                                   held.Notify();
+                                   go.WaitForNotification();
+                                   return absl::OkStatus();
+                                 },
+                                 [&](const absl::Status&) {
+                                   released.Notify();
+                                 }});
+    held.WaitForNotification();
+    submit();
+    go.Notify();
+    released.WaitForNotification();  // the writer is done with these
   }
 
   PgState StateOf(const std::string& id) const {

@@ -509,29 +509,22 @@ TEST_F(PlacementManagerTest, EqualWaitingGroupsCostOneSolvePerRetry) {
 // together.
 std::vector<std::string> RemoveAndCreateInOneCommitGroup(
     Core& core, std::vector<std::pair<std::string, PgSpec>> pairs) {
-  absl::Notification held, go;
   absl::BlockingCounter answered(static_cast<int>(2 * pairs.size()));
-  core.coordinator().Submit(WriteOp{[&](Txn&) {
-                                      held.Notify();
-                                      go.WaitForNotification();
-                                      return absl::OkStatus();
-                                    },
-                                    [](const absl::Status&) {}});
-  held.WaitForNotification();
   std::vector<std::string> created(pairs.size());
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    core.placement().Remove(pairs[i].first, [&](const absl::Status& s) {
-      EXPECT_TRUE(s.ok()) << s;
-      answered.DecrementCount();
-    });
-    core.placement().Create(std::move(pairs[i].second),
-                            [&, i](absl::StatusOr<PlacementGroupView> v) {
-                              EXPECT_TRUE(v.ok()) << v.status();
-                              if (v.ok()) created[i] = v->group.id;
-                              answered.DecrementCount();
-                            });
-  }
-  go.Notify();
+  core.InOneGroup([&] {
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      core.placement().Remove(pairs[i].first, [&](const absl::Status& s) {
+        EXPECT_TRUE(s.ok()) << s;
+        answered.DecrementCount();
+      });
+      core.placement().Create(std::move(pairs[i].second),
+                              [&, i](absl::StatusOr<PlacementGroupView> v) {
+                                EXPECT_TRUE(v.ok()) << v.status();
+                                if (v.ok()) created[i] = v->group.id;
+                                answered.DecrementCount();
+                              });
+    }
+  });
   answered.Wait();
   return created;
 }
