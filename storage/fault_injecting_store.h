@@ -21,8 +21,9 @@ class FaultInjectingStore : public Store {
 
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
+  // The inner store's answers, unless SetShared() / Depose() (below) say
+  // otherwise.
   bool shared() const override;
-  // The inner store's, once a fence failed (below) Unavailable.
   absl::Status Confirm() override;
 
   // The next `count` commits fail with Unavailable and apply nothing.
