@@ -62,8 +62,16 @@ absl::Status FaultInjectingStore::Confirm() {
   {
     absl::MutexLock lock(&mu_);
     if (deposed_) return absl::UnavailableError("injected: deposed");
+    if (fail_confirms_ > 0) {
+      --fail_confirms_;
+      return absl::UnavailableError("injected confirm failure");
+    }
   }
   return inner_->Confirm();
+}
+void FaultInjectingStore::FailConfirms(int count) {
+  absl::MutexLock lock(&mu_);
+  fail_confirms_ = count;
 }
 void FaultInjectingStore::SetShared() {
   absl::MutexLock lock(&mu_);

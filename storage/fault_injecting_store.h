@@ -40,6 +40,9 @@ class FaultInjectingStore : public Store {
   // fail Unavailable, as another daemon leads.
   void SetShared();
   void Depose();
+  // The next `count` Confirm()s fail Unavailable (etcd out of reach for a
+  // moment), the fence holding.
+  void FailConfirms(int count);
 
   int64_t commits() const;
 
@@ -52,6 +55,7 @@ class FaultInjectingStore : public Store {
   absl::Duration delay_ ABSL_GUARDED_BY(mu_);
   bool shared_ ABSL_GUARDED_BY(mu_) = false;
   bool deposed_ ABSL_GUARDED_BY(mu_) = false;
+  int fail_confirms_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -149,15 +149,18 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   // A group that wrote nothing (lease renewals, a queue retry that moved
   // nothing) has nothing to make durable: no commit.
   const absl::Time commit_start = absl::Now();
-  absl::Status committed = !writes.empty() ? store_->Commit(writes)
-                           : shared        ? store_->Confirm()
-                                           : absl::OkStatus();
+  const absl::Status committed =
+      writes.empty() ? absl::OkStatus() : store_->Commit(writes);
   if (options_.observer != nullptr && !writes.empty()) {
     options_.observer->OnCommit(
         absl::Now() - commit_start, static_cast<int64_t>(applied.size()),
         static_cast<int64_t>(writes.size()), committed.ok());
   }
-  if (committed.ok()) {
+  // What the group answers: the commit's outcome, whose fence confirmed
+  // this daemon's state; with nothing written on a shared store, Confirm().
+  const absl::Status answer =
+      writes.empty() && shared ? store_->Confirm() : committed;
+  if (answer.ok()) {
     machine_->Install();
   } else {
     machine_->Abandon();
@@ -165,14 +168,15 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     // write that failed only its sync): re-read the store so that memory
     // matches what a restart would load, before anything else is decided.
     // Once refusing, nothing else is decided here: no re-read (a whole
-    // etcd prefix) holding up the answers of this group.
-    needs_resync_ = refusing() || !Resync().ok();
+    // etcd prefix) holding up the answers of this group. A failed Confirm()
+    // wrote nothing: memory still matches the store, and nothing is re-read.
+    if (!committed.ok()) needs_resync_ = refusing() || !Resync().ok();
   }
   for (auto& [op, status] : failed) {
-    op->done(committed.ok() ? std::move(status) : committed);
+    op->done(answer.ok() ? std::move(status) : answer);
   }
-  for (WriteOp* op : applied) op->done(committed);
-  if (committed.ok()) machine_->Answered();
+  for (WriteOp* op : applied) op->done(answer);
+  if (answer.ok()) machine_->Answered();
 }
 
 }  // namespace sliced::server

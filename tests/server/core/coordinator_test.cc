@@ -261,9 +261,18 @@ TEST(CoordinatorTest, OnASharedStoreAFailedOpIsAnsweredOnlyWhileLeading) {
             (std::vector<absl::Status>{absl::OkStatus(),
                                        absl::NotFoundError("no ghost")}));
 
+  // A Confirm() that fails while the fence holds (etcd out of reach for a
+  // moment) makes that answer Unavailable, and nothing more: the group wrote
+  // nothing, so the store is not re-read (here it could not be).
+  c->faults().FailConfirms(1);
+  c->faults().FailLoads(100);
+  EXPECT_EQ(c->Op(not_found).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(c->Op(Put("b")).ok());
+  c->faults().FailLoads(0);
+
   c->faults().Depose();  // another daemon leads now
   EXPECT_EQ(c->Op(not_found).code(), absl::StatusCode::kUnavailable);
-  for (const absl::Status& s : InOneGroup(*c, {Put("b"), not_found})) {
+  for (const absl::Status& s : InOneGroup(*c, {Put("c"), not_found})) {
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   }
 }
