@@ -5,6 +5,7 @@ namespace sliced::storage {
 absl::StatusOr<StoredState> FaultInjectingStore::Load() {
   {
     absl::MutexLock lock(&mu_);
+    if (deposed_) return DeposedError("injected: deposed");
     if (fail_loads_ > 0) {
       --fail_loads_;
       return absl::UnavailableError("injected load failure");
@@ -19,7 +20,7 @@ absl::Status FaultInjectingStore::Commit(const Mutation& mutation) {
   {
     absl::MutexLock lock(&mu_);
     ++commits_;
-    if (deposed_) return absl::UnavailableError("injected: deposed");
+    if (deposed_) return DeposedError("injected: deposed");
     delay = delay_;
     if (fail_writes_ > 0) {
       --fail_writes_;
@@ -61,7 +62,7 @@ bool FaultInjectingStore::shared() const {
 absl::Status FaultInjectingStore::Confirm() {
   {
     absl::MutexLock lock(&mu_);
-    if (deposed_) return absl::UnavailableError("injected: deposed");
+    if (deposed_) return DeposedError("injected: deposed");
     if (fail_confirms_ > 0) {
       --fail_confirms_;
       return absl::UnavailableError("injected confirm failure");

@@ -36,8 +36,8 @@ class FaultInjectingStore : public Store {
   // Every commit sleeps this long first (default zero).
   void SetCommitDelay(absl::Duration delay);
   // Acts as a store other daemons write (etcd under an election), whose
-  // fence holds until Depose(): from then on every commit and Confirm()
-  // fail Unavailable, as another daemon leads.
+  // fence holds until Depose(): from then on every commit, Confirm() and
+  // load fails with a DeposedError, as another daemon leads.
   void SetShared();
   void Depose();
   // The next `count` Confirm()s fail Unavailable (etcd out of reach for a

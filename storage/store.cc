@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/arena.h"
 #include "storage/records.h"
@@ -26,6 +27,22 @@ absl::string_view TableName(Table table) {
       return "counters";
   }
   return "unknown";
+}
+
+namespace {
+// The payload that marks a DeposedError (never sent as it is).
+constexpr char kDeposedPayload[] = "sliced.dev/deposed";
+}  // namespace
+
+absl::Status DeposedError(absl::string_view message) {
+  absl::Status status = absl::UnavailableError(message);
+  status.SetPayload(kDeposedPayload, absl::Cord());
+  return status;
+}
+
+bool IsDeposed(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         status.GetPayload(kDeposedPayload).has_value();
 }
 
 namespace {

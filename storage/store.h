@@ -116,7 +116,10 @@ class Store {
 
   // Applies `mutation` atomically and durably.
   // Returns Unavailable when the write or the sync fails; then nothing of the
-  // mutation is applied.
+  // mutation is applied, unless the message says otherwise: a sync that
+  // failed, or a mutation above etcd's limits sent as several Txns of whole
+  // units, may have left some or all of it applied. A DeposedError (below)
+  // applied nothing.
   virtual absl::Status Commit(const Mutation& mutation) = 0;
 
   // Whether other processes may write this store too (etcd under an
@@ -129,6 +132,14 @@ class Store {
   // this process writes: OK.
   virtual absl::Status Confirm() { return absl::OkStatus(); }
 };
+
+// The error of a shared store whose process no longer leads (another
+// process does) for a call that wrote nothing: Unavailable, and marked so
+// that the daemon can answer it as a refusal after which nothing was done
+// (docs/ha.md), which sends its clients to look for the leader.
+absl::Status DeposedError(absl::string_view message);
+// Whether `status` is a DeposedError (or carries its mark on).
+bool IsDeposed(const absl::Status& status);
 
 // Options for the RocksDB store.
 struct RocksDbStoreOptions {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/types/optional.h"
+#include "storage/store.h"
 
 namespace sliced::server::api {
 
@@ -29,6 +30,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status,
                           grpc::ServerContextBase& context) {
   if (absl::optional<absl::Cord> leader = status.GetPayload(kLeaderPayload)) {
     context.AddTrailingMetadata(kLeaderMetadataKey, std::string(*leader));
+  } else if (storage::IsDeposed(status)) {
+    // A leader that lost its election and wrote nothing: it knows no leader
+    // (an empty name), and the clients look for one.
+    context.AddTrailingMetadata(kLeaderMetadataKey, "");
   }
   return ToGrpcStatus(status);
 }

@@ -14,10 +14,11 @@
 namespace sliced::server::api {
 
 // Trailing metadata naming the leader on an UNAVAILABLE after which nothing
-// was done: a standby's answer, and a stepping-down leader's (server/ha.h,
-// docs/ha.md). The clients follow it to the leader; an empty value says that
-// no leader is known yet (a failover is in progress), and the clients wait
-// for one within the call's deadline.
+// was done: a standby's answer, a stepping-down leader's (server/ha.h,
+// docs/ha.md), and a deposed one's whose store refused to write
+// (storage::DeposedError, named leader empty). The clients follow it to the
+// leader; an empty value says that no leader is known yet (a failover is in
+// progress), and the clients wait for one within the call's deadline.
 inline constexpr char kLeaderMetadataKey[] = "sliced-leader";
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
@@ -28,7 +29,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status WithLeader(absl::Status status, absl::string_view leader);
 
 // ToGrpcStatus(status), after adding the leader it names (WithLeader), if
-// any, to `context`'s trailing metadata. REQUIRES: the call has not finished.
+// any, or an empty one for a storage::DeposedError, to `context`'s trailing
+// metadata. REQUIRES: the call has not finished.
 grpc::Status ToGrpcStatus(const absl::Status& status,
                           grpc::ServerContextBase& context);
 

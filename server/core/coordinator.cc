@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -114,12 +115,15 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   if (needs_resync_) {
     absl::Status resynced = Resync();
     if (!resynced.ok()) {
-      for (WriteOp& op : ops) {
-        op.done(absl::UnavailableError(absl::StrCat(
-            "the store failed a commit and can't be re-read yet; nothing was "
-            "applied: ",
-            resynced.message())));
-      }
+      const std::string why = absl::StrCat(
+          "the store failed a commit and can't be re-read yet; nothing was "
+          "applied: ",
+          resynced.message());
+      // A deposed leader's refusal stays one (the API tells clients so).
+      const absl::Status refusal = storage::IsDeposed(resynced)
+                                       ? storage::DeposedError(why)
+                                       : absl::UnavailableError(why);
+      for (WriteOp& op : ops) op.done(refusal);
       return;
     }
     needs_resync_ = false;

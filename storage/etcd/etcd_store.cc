@@ -51,9 +51,17 @@ class EtcdStore : public Store {
   absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> Plan(
       const Mutation& mutation) const;
   etcdserverpb::TxnRequest ToTxn(const TxnWrites& writes) const;
-  // Sends `txn` until it succeeds, is fenced, fails for sure, or retry_for
-  // has passed. Returns the revision it committed at.
-  absl::StatusOr<int64_t> Send(const etcdserverpb::TxnRequest& txn);
+  // Sends `txn`, part `part` of `parts` of one commit (the parts before it
+  // written), until it succeeds, is fenced, fails for sure, or retry_for has
+  // passed. Returns the revision it committed at. Its errors say what of the
+  // commit was written: nothing (DeposedError when fenced), or the parts
+  // before it.
+  absl::StatusOr<int64_t> Send(const etcdserverpb::TxnRequest& txn,
+                               size_t part = 0, size_t parts = 1);
+  // The error of every call once fenced: nothing was written.
+  absl::Status Fenced() const {
+    return DeposedError(absl::StrCat(fenced_, "; nothing was written"));
+  }
   void MaybeCompact(int64_t revision);
 
   const std::shared_ptr<EtcdClient> client_;
@@ -97,7 +105,7 @@ absl::Status EtcdStore::CheckSchema() {
 }
 
 absl::StatusOr<StoredState> EtcdStore::Load() {
-  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
+  if (!fenced_.empty()) return Fenced();
   std::shared_ptr<EtcdMirror> mirror = std::move(mirror_);
   mirror_ = nullptr;
   std::string* loaded_from = loaded_from_;
@@ -230,30 +238,41 @@ absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> EtcdStore::Plan(
   return txns;
 }
 
-absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn) {
+absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn,
+                                        size_t part, size_t parts) {
+  // What of the commit stands written when this part fails for sure.
+  const std::string written =
+      part == 0 ? "nothing was written"
+                : absl::StrCat("of its ", parts, " etcd Txns only the first ",
+                               part, " were written (whole operations)");
   const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
     absl::StatusOr<etcdserverpb::TxnResponse> response = client_->Txn(txn);
     if (response.ok()) {
       if (response->succeeded()) return response->header().revision();
-      fenced_ = absl::StrCat(
-          "this daemon lost leadership: its election key ", options_.fence_key,
-          " (revision ", options_.fence_revision,
-          ") is gone, another daemon leads; nothing was written");
+      fenced_ = absl::StrCat("this daemon lost leadership: its election key ",
+                             options_.fence_key, " (revision ",
+                             options_.fence_revision,
+                             ") is gone, another daemon leads");
       if (options_.on_fenced) options_.on_fenced(fenced_);
-      return absl::UnavailableError(fenced_);
+      if (part == 0) return Fenced();
+      return absl::UnavailableError(absl::StrCat(fenced_, "; ", written));
     }
     if (!IsAmbiguous(response.status())) {
-      return absl::UnavailableError(absl::StrCat(
-          "etcd refused the commit; nothing was written: ",
-          response.status().message()));
+      return absl::UnavailableError(absl::StrCat("etcd refused the commit; ",
+                                                 written, ": ",
+                                                 response.status().message()));
     }
     if (absl::Now() + backoff > give_up) {
       return absl::UnavailableError(absl::StrCat(
           "etcd did not confirm the commit within ",
           absl::FormatDuration(options_.retry_for),
-          "; it may or may not have been applied: ",
+          part == 0
+              ? "; it may or may not have been applied: "
+              : absl::StrCat("; of its ", parts, " etcd Txns the first ", part,
+                             " were written and the next may or "
+                             "may not have been: "),
           response.status().message()));
     }
     absl::SleepFor(backoff);
@@ -270,7 +289,7 @@ void EtcdStore::MaybeCompact(int64_t revision) {
 }
 
 absl::Status EtcdStore::Commit(const Mutation& mutation) {
-  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
+  if (!fenced_.empty()) return Fenced();
   if (mirror_ != nullptr) {
     // The copy catches up with the election, not with this store's own
     // writes: after a commit, only etcd has the state.
@@ -280,8 +299,8 @@ absl::Status EtcdStore::Commit(const Mutation& mutation) {
   ASSIGN_OR_RETURN(std::vector<etcdserverpb::TxnRequest> txns,
                    Plan(mutation));
   int64_t revision = 0;
-  for (const etcdserverpb::TxnRequest& txn : txns) {
-    ASSIGN_OR_RETURN(revision, Send(txn));
+  for (size_t i = 0; i < txns.size(); ++i) {
+    ASSIGN_OR_RETURN(revision, Send(txns[i], i, txns.size()));
   }
   for (const Mutation::Write& w : mutation.writes()) {
     if (w.table != Table::kLogs) continue;
@@ -296,7 +315,7 @@ absl::Status EtcdStore::Commit(const Mutation& mutation) {
 }
 
 absl::Status EtcdStore::Confirm() {
-  if (!fenced_.empty()) return absl::UnavailableError(fenced_);
+  if (!fenced_.empty()) return Fenced();
   if (!shared()) return absl::OkStatus();
   // The fence's compare and nothing to write: it succeeds only while the
   // election key this store was opened under is still there.

@@ -2,7 +2,9 @@
 // fails: a failed commit answers UNAVAILABLE, changes nothing that a restart
 // would not see, never lets capacity be held twice, and the daemon goes on
 // once writes succeed again.
+#include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "grpcpp/create_channel.h"
@@ -34,15 +36,37 @@ class FaultInjectionTest : public testing::Test {
     placement_ = v1::Placement::NewStub(channel);
   }
 
-  grpc::Status Submit(v1::PlacementGroup* out) {
+  // Registers a v6e 4x4 slice (4 hosts) of each name.
+  void RegisterSlices(std::initializer_list<const char*> slices) {
+    v1::RegisterNodesRequest fleet;
+    for (const char* slice : slices) {
+      for (int w = 0; w < 4; ++w) {
+        v1::Node* n = fleet.add_nodes();
+        n->set_node_id(std::string(slice) + "-w" + std::to_string(w));
+        n->set_address(n->node_id());
+        (*n->mutable_labels())["ray.io/accelerator-type"] = "TPU-V6E";
+        (*n->mutable_labels())["ray.io/tpu-topology"] = "4x4";
+        (*n->mutable_labels())["ray.io/tpu-slice-name"] = slice;
+        (*n->mutable_labels())["ray.io/tpu-worker-id"] = std::to_string(w);
+        (*n->mutable_resources())["TPU"] = 4;
+      }
+    }
+    grpc::ClientContext context;
+    v1::RegisterNodesResponse response;
+    ASSERT_TRUE(inventory_->RegisterNodes(&context, fleet, &response).ok());
+  }
+
+  grpc::Status Submit(v1::PlacementGroup* out,
+                      grpc::ClientContext* context = nullptr) {
     v1::SubmitScalingConfigRequest request;
     v1::ScalingConfig* c = request.mutable_scaling_config();
     c->set_num_workers(4);
     c->set_use_tpu(true);
     c->set_topology("4x4");
     c->set_accelerator_type("TPU-V6E");
-    grpc::ClientContext context;
-    return placement_->SubmitScalingConfig(&context, request, out);
+    grpc::ClientContext own;
+    return placement_->SubmitScalingConfig(context ? context : &own, request,
+                                           out);
   }
 
   std::vector<v1::PlacementGroup> List() {
@@ -62,24 +86,7 @@ class FaultInjectionTest : public testing::Test {
 
 TEST_F(FaultInjectionTest, FailedCommitsNeverHoldASliceTwice) {
   Start();
-  v1::RegisterNodesRequest fleet;
-  for (const char* slice : {"a", "b"}) {
-    for (int w = 0; w < 4; ++w) {
-      v1::Node* n = fleet.add_nodes();
-      n->set_node_id(std::string(slice) + "-w" + std::to_string(w));
-      n->set_address(n->node_id());
-      (*n->mutable_labels())["ray.io/accelerator-type"] = "TPU-V6E";
-      (*n->mutable_labels())["ray.io/tpu-topology"] = "4x4";
-      (*n->mutable_labels())["ray.io/tpu-slice-name"] = slice;
-      (*n->mutable_labels())["ray.io/tpu-worker-id"] = std::to_string(w);
-      (*n->mutable_resources())["TPU"] = 4;
-    }
-  }
-  {
-    grpc::ClientContext context;
-    v1::RegisterNodesResponse response;
-    ASSERT_TRUE(inventory_->RegisterNodes(&context, fleet, &response).ok());
-  }
+  RegisterSlices({"a", "b"});
   v1::PlacementGroup pg;
   faults_->FailWrites(1);
   EXPECT_EQ(Submit(&pg).error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -106,6 +113,68 @@ TEST_F(FaultInjectionTest, FailedCommitsNeverHoldASliceTwice) {
   int created = 0;
   for (const auto& g : restarted) created += g.state() == v1::CREATED;
   EXPECT_EQ(created, 2);
+}
+
+// What an answer's trailing metadata `sliced-leader` says; nullopt without it.
+std::optional<std::string> LeaderNamed(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find("sliced-leader");
+  if (it == trailers.end()) return std::nullopt;
+  return std::string(it->second.data(), it->second.size());
+}
+
+// A leader whose shared store refuses to write because another daemon leads
+// now (etcd's fence, docs/ha.md) answers UNAVAILABLE with an empty
+// `sliced-leader`: nothing was done, and the clients go and look for the
+// leader. A failure that may have written (a failed sync) has no such mark,
+// and neither does an answer read from state a deposed leader can't vouch
+// for: a remove of a missing group is refused the same way, not NOT_FOUND.
+TEST_F(FaultInjectionTest, ADeposedLeadersAnswersSayNothingWasDone) {
+  Start();
+  faults_->SetShared();
+  RegisterSlices({"a", "b", "c"});
+  v1::PlacementGroup held;
+  ASSERT_TRUE(Submit(&held).ok());
+
+  {
+    faults_->FailSyncs(1);
+    grpc::ClientContext context;
+    v1::PlacementGroup pg;
+    EXPECT_EQ(Submit(&pg, &context).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(LeaderNamed(context), std::nullopt);
+  }
+
+  faults_->Depose();
+  {
+    grpc::ClientContext context;
+    v1::PlacementGroup pg;
+    grpc::Status s = Submit(&pg, &context);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_NE(s.error_message().find("deposed"), std::string::npos)
+        << s.error_message();
+    EXPECT_EQ(LeaderNamed(context), "");
+  }
+  for (const std::string& id :
+       {held.placement_group_id(), std::string("pg-none")}) {
+    grpc::ClientContext context;
+    v1::RemovePlacementGroupRequest request;
+    request.set_placement_group_id(id);
+    v1::RemovePlacementGroupResponse response;
+    grpc::Status s =
+        placement_->RemovePlacementGroup(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << id;
+    EXPECT_EQ(LeaderNamed(context), "") << id;
+  }
+  {
+    grpc::ClientContext context;
+    v1::DrainNodeRequest request;
+    request.set_node_id("b-w0");
+    v1::DrainNodeResponse response;
+    EXPECT_EQ(inventory_->DrainNode(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+    EXPECT_EQ(LeaderNamed(context), "");
+  }
 }
 
 }  // namespace

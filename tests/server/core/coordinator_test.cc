@@ -266,15 +266,25 @@ TEST(CoordinatorTest, OnASharedStoreAFailedOpIsAnsweredOnlyWhileLeading) {
   // nothing, so the store is not re-read (here it could not be).
   c->faults().FailConfirms(1);
   c->faults().FailLoads(100);
-  EXPECT_EQ(c->Op(not_found).code(), absl::StatusCode::kUnavailable);
+  const absl::Status unconfirmed = c->Op(not_found);
+  EXPECT_EQ(unconfirmed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(storage::IsDeposed(unconfirmed));
   EXPECT_TRUE(c->Op(Put("b")).ok());
   c->faults().FailLoads(0);
 
   c->faults().Depose();  // another daemon leads now
-  EXPECT_EQ(c->Op(not_found).code(), absl::StatusCode::kUnavailable);
+  // Every answer is the store's DeposedError, which the API answers as a
+  // refusal that did nothing: the failed confirm above is not one.
+  EXPECT_TRUE(storage::IsDeposed(c->Op(not_found)));
   for (const absl::Status& s : InOneGroup(*c, {Put("c"), not_found})) {
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE(storage::IsDeposed(s)) << s;
   }
+  // The failed commit left the store to re-read, which a deposed store
+  // refuses: what the writer answers then still says so.
+  const absl::Status unread = c->Op(Put("d"));
+  EXPECT_TRUE(storage::IsDeposed(unread)) << unread;
+  EXPECT_NE(unread.message().find("can't be re-read"), std::string::npos)
+      << unread;
 }
 
 // A store only this daemon writes answers a failed op at once, as it failed,
