@@ -26,6 +26,7 @@ class WatchReactor : public StreamReactor<grpc::ByteBuffer>,
     StreamReactor::Queue(event);
   }
   void Flush() override { StreamReactor::Flush(); }
+  void End(const absl::Status& status) override { EndWith(status); }
 
  private:
   WatchHub* const hub_;

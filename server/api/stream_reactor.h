@@ -12,6 +12,7 @@
 #ifndef SLICED_SERVER_API_STREAM_REACTOR_H_
 #define SLICED_SERVER_API_STREAM_REACTOR_H_
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <utility>
@@ -116,13 +117,14 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     limiter->Hold(this);
   }
 
-  // From now on at most `bytes` more than what waits now may wait to be
-  // written (so a large first batch, e.g. the current state, is let
-  // through); past it the stream ends ABORTED, saying the client fell
-  // behind.
+  // From now on at most `bytes` may wait to be written beyond what is left
+  // of what waits now (so a large first batch, e.g. the current state, is
+  // let through, and the bound is `bytes` again once it is written); past
+  // it the stream ends ABORTED, saying the client fell behind.
   void set_max_pending_bytes(size_t bytes) {
     absl::MutexLock lock(&mu_);
-    max_pending_bytes_ = pending_bytes_ + bytes;
+    max_pending_bytes_ = bytes;
+    first_batch_bytes_ = pending_bytes_;
   }
 
   // Queues `message` and starts writing it if no write is in flight;
@@ -162,7 +164,10 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    pending_bytes_ -= MessageBytes(pending_.front());
+    const size_t written = MessageBytes(pending_.front());
+    pending_bytes_ -= written;
+    // The first batch is at the front of the queue: written first.
+    first_batch_bytes_ -= std::min(first_batch_bytes_, written);
     pending_.pop_front();
     if (!ok) {
       // The call is gone (cancelled, or the client went away). Finish was
@@ -201,7 +206,8 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   bool Enqueue(Message message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ending_) return false;
     const size_t bytes = MessageBytes(message);
-    if (max_pending_bytes_ > 0 && pending_bytes_ + bytes > max_pending_bytes_) {
+    if (max_pending_bytes_ > 0 &&
+        pending_bytes_ + bytes > max_pending_bytes_ + first_batch_bytes_) {
       EndNow(grpc::Status(
           grpc::StatusCode::ABORTED,
           absl::StrCat("this stream fell behind: ", pending_.size(),
@@ -253,6 +259,8 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   std::deque<Message> pending_ ABSL_GUARDED_BY(mu_);
   size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of pending_
   size_t max_pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // What is left to write of what waited at set_max_pending_bytes().
+  size_t first_batch_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status end_status_ ABSL_GUARDED_BY(mu_);

@@ -33,12 +33,11 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
                    const std::string& pg_id) {
   PlacementManager::ListFilter filter;
   filter.job_id = job_id;
+  filter.placement_group_id = pg_id;
   placement_->WithCurrentState(
       filter, [&](const std::vector<PlacementGroupView>& current) {
         for (const PlacementGroupView& view : current) {
-          if (pg_id.empty() || view.group.id == pg_id) {
-            stream->Send(EventOf(view));
-          }
+          stream->Send(EventOf(view));
         }
         absl::MutexLock lock(&mu_);
         filters_[stream] = Filter{job_id, pg_id};
@@ -92,6 +91,15 @@ void WatchHub::Deliver(const PlacementGroup& g,
     s->Queue(event);
     unflushed_.insert(s);
   }
+}
+
+void WatchHub::Restored() {
+  const absl::Status behind = absl::AbortedError(
+      "this stream fell behind: the daemon re-read its store after a failed "
+      "commit, and changes since may be missing from it; open it again for "
+      "the current state");
+  absl::MutexLock lock(&mu_);
+  for (const auto& [stream, filter] : filters_) stream->End(behind);
 }
 
 void WatchHub::Flush() {

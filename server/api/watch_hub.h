@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/core/placement_manager.h"
@@ -32,6 +33,8 @@ class WatchHub : public PlacementManager::Watcher {
     // Queues `event`; it is written at the next Send() or Flush().
     virtual void Queue(const grpc::ByteBuffer& event) = 0;
     virtual void Flush() = 0;
+    // Ends the stream with `status` (not OK): what waits is dropped.
+    virtual void End(const absl::Status& status) = 0;
 
    protected:
     ~Stream() = default;
@@ -54,6 +57,10 @@ class WatchHub : public PlacementManager::Watcher {
   void Deliver(const PlacementGroup& g,
                absl::FunctionRef<const PlacementGroupView&()> view) override;
   void Flush() override;
+  // After a re-read of the store (a failed commit that may have landed):
+  // ends every stream ABORTED, saying it fell behind, for its client to
+  // open it again and get the current state (the Python client does).
+  void Restored() override;
 
  private:
   struct Filter {

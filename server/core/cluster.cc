@@ -163,10 +163,13 @@ absl::Status Cluster::Restore(storage::StoredState stored,
   }
   RETURN_IF_ERROR(state.status());
   if (logs_ != nullptr) logs_->Restore(stored.logs, repair);
-  absl::MutexLock lock(&mu_);
-  state_ = *std::move(state);
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = *std::move(state);
+  }
   group_ = StateChanges();
   snapshot_.reset();
+  if (observer_ != nullptr) observer_->Restored();
   return absl::OkStatus();
 }
 
@@ -268,7 +271,7 @@ void Cluster::Install() {
   // Published before the lock; the one it replaces is freed after it.
   std::shared_ptr<const scheduler::InventorySnapshot> replaced;
   if (snapshot_) snapshot = snapshot_->Publish();
-  {
+  auto install = [&] {
     absl::MutexLock lock(&mu_);
     // Watchers see a commit's changes in id order (never hash order).
     std::vector<const std::string*> ids;
@@ -318,12 +321,17 @@ void Cluster::Install() {
       snapshot = state_.snapshot;
     }
     if (group_.next_sequence) state_.next_sequence = group_.next_sequence;
+  };
+  if (observer_ == nullptr) {
+    install();
+  } else {
+    observer_->Publish([&] {
+      install();
+      if (!changed.empty()) observer_->Published(changed, *snapshot);
+    });
   }
   group_ = StateChanges();
   snapshot_.reset();
-  if (observer_ != nullptr && !changed.empty()) {
-    observer_->Published(changed, *snapshot);
-  }
 }
 
 void Cluster::Abandon() {

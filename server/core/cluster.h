@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/core/coordinator.h"
@@ -47,11 +48,20 @@ class Cluster : public Coordinator::Machine {
       const PlacementGroup* group;
       std::optional<PgState> before;
     };
+    // Install() installs a commit and calls Published() inside `install`:
+    // an observer may hold a lock of its own across both, so that what reads
+    // the installed state under that lock (a watch's current state) sees
+    // every later Published() and none of the changes already in it.
+    virtual void Publish(absl::FunctionRef<void()> install) { install(); }
     // After Install(): the groups whose state changed, in order (removed
     // ones with state kRemoved), and the snapshot they were installed with.
     // The groups are valid during the call only. Must not block.
     virtual void Published(const std::vector<Change>& changed,
                            const scheduler::InventorySnapshot& snapshot) = 0;
+    // After Restore() replaced the state with the store's, once there is an
+    // observer (a re-read after a failed commit, which may have landed): what
+    // was published may differ from what is installed now.
+    virtual void Restored() {}
     // After the ops of the group installed last had their answers.
     virtual void Answered() {}
   };

@@ -185,13 +185,7 @@ PlacementManager::PlacementManager(Coordinator* coordinator, Cluster* cluster,
       cluster_(cluster),
       options_(options),
       decisions_(decisions) {
-  cluster_->Read([&](const ClusterState& s) {
-    s.pgs.ForEach([&](const PlacementGroup& g) {
-      if (g.state == PgState::kPreempting) preempting_.insert(g.id);
-      return true;
-    });
-    return 0;
-  });
+  SeedPreempting();
   if (options_.preemption_check_interval > absl::ZeroDuration()) {
     ticker_.Start("sliced-preempt", options_.preemption_check_interval,
                   [this] { CompletePreemptions(); });
@@ -199,6 +193,17 @@ PlacementManager::PlacementManager(Coordinator* coordinator, Cluster* cluster,
 }
 
 PlacementManager::~PlacementManager() { StopPreemptionChecks(); }
+
+void PlacementManager::SeedPreempting() {
+  preempting_.clear();
+  cluster_->Read([&](const ClusterState& s) {
+    s.pgs.ForEach([&](const PlacementGroup& g) {
+      if (g.state == PgState::kPreempting) preempting_.insert(g.id);
+      return true;
+    });
+    return 0;
+  });
+}
 
 void PlacementManager::StopPreemptionChecks() { ticker_.Stop(); }
 
@@ -839,6 +844,15 @@ std::vector<PlacementGroupView> PlacementManager::List(
   };
   cluster_->Read([&](const ClusterState& s) {
     snapshot = s.snapshot;
+    if (!filter.placement_group_id.empty()) {
+      // One group, if it matches.
+      const PlacementGroup* g = s.pgs.Find(filter.placement_group_id);
+      if (g != nullptr && absl::string_view(g->id) > after &&
+          (filter.job_id.empty() || g->job_id == filter.job_id)) {
+        take(*g);
+      }
+      return 0;
+    }
     if (filter.job_id.empty() && filter.state) {
       // A state's groups from the index, in id order, past `after`.
       for (auto it =
@@ -1022,8 +1036,14 @@ void PlacementManager::Unwatch(Watcher* watcher) {
   watchers_.erase(watcher);
 }
 
+void PlacementManager::Publish(absl::FunctionRef<void()> install) {
+  absl::MutexLock lock(&watch_mu_);
+  install();
+}
+
 void PlacementManager::Published(const std::vector<Change>& changed,
                                  const scheduler::InventorySnapshot& snapshot) {
+  watch_mu_.AssertHeld();  // Publish()
   LogChanges(changed);
   for (const Change& c : changed) {
     const PlacementGroup& g = *c.group;
@@ -1033,7 +1053,6 @@ void PlacementManager::Published(const std::vector<Change>& changed,
       decisions_->OnPreemption(g, PreemptionOutcome(g.state));
     }
   }
-  absl::MutexLock lock(&watch_mu_);
   for (const Change& c : changed) {
     std::optional<PlacementGroupView> view;  // built once, if wanted
     auto build = [&]() -> const PlacementGroupView& {
@@ -1042,6 +1061,12 @@ void PlacementManager::Published(const std::vector<Change>& changed,
     };
     for (Watcher* w : watchers_) w->Deliver(*c.group, build);
   }
+}
+
+void PlacementManager::Restored() {
+  SeedPreempting();
+  absl::MutexLock lock(&watch_mu_);
+  for (Watcher* w : watchers_) w->Restored();
 }
 
 void PlacementManager::Answered() {

@@ -115,6 +115,11 @@ class PlacementManager : public Cluster::Observer {
     // their answers: a watcher that holds changes back until then (so that
     // writing them does not delay the answers) sends them now.
     virtual void Flush() {}
+    // The state was re-read from the store after a failed commit (which may
+    // have landed): changes may have happened that were never delivered. A
+    // watcher that serves subscribers makes them start over from the
+    // current state.
+    virtual void Restored() {}
   };
 
   // Why a group waits (or where it is): the engine's diagnosis.
@@ -126,8 +131,9 @@ class PlacementManager : public Cluster::Observer {
   };
 
   struct ListFilter {
-    std::string job_id;            // "" for any
-    std::optional<PgState> state;  // nullopt for any
+    std::string job_id = "";                      // "" for any
+    std::optional<PgState> state = std::nullopt;  // nullopt for any
+    std::string placement_group_id = "";          // "" for any
   };
 
   // REQUIRES: `coordinator` and `cluster` outlive the manager;
@@ -206,8 +212,15 @@ class PlacementManager : public Cluster::Observer {
   // Cluster::Observer: walks the queue (WalkQueue) when a group may fit
   // (QueueMayPlace); else only asks the next CompletePreemptions to.
   void RetryQueue(Txn& txn) override;
+  // Holds the watch lock across the install and Published(), so that
+  // WithCurrentState sees a commit either whole in the current state or
+  // only as changes.
+  void Publish(absl::FunctionRef<void()> install) override;
   void Published(const std::vector<Change>& changed,
                  const scheduler::InventorySnapshot& snapshot) override;
+  // Re-seeds what Published() keeps, and tells the watchers (Watcher::
+  // Restored).
+  void Restored() override;
   void Answered() override;
 
  private:
@@ -286,6 +299,9 @@ class PlacementManager : public Cluster::Observer {
   // one before the change (Change::before); a new reason alone is debug.
   // Writer thread.
   void LogChanges(const std::vector<Change>& changed);
+  // Fills preempting_ from the installed state. Construction, then the
+  // writer thread.
+  void SeedPreempting();
 
   Coordinator* const coordinator_;
   Cluster* const cluster_;
@@ -293,7 +309,8 @@ class PlacementManager : public Cluster::Observer {
   DecisionObserver* const decisions_;
 
   // Groups last published PREEMPTING (for DecisionObserver::OnPreemption):
-  // seeded at construction, then touched only by Published.
+  // seeded at construction and after a Restore, then touched only by
+  // Published.
   absl::flat_hash_set<std::string> preempting_;
 
   absl::Mutex check_mu_;

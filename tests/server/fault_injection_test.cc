@@ -2,6 +2,7 @@
 // fails: a failed commit answers UNAVAILABLE, changes nothing that a restart
 // would not see, never lets capacity be held twice, and the daemon goes on
 // once writes succeed again.
+#include <chrono>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -113,6 +114,46 @@ TEST_F(FaultInjectionTest, FailedCommitsNeverHoldASliceTwice) {
   int created = 0;
   for (const auto& g : restarted) created += g.state() == v1::CREATED;
   EXPECT_EQ(created, 2);
+}
+
+// A commit whose sync failed may still have landed; the daemon re-reads its
+// store, and a watch stream that could not see that commit's changes ends
+// ABORTED, saying it fell behind (the Python client opens it again); a watch
+// opened then starts from the state re-read.
+TEST_F(FaultInjectionTest, AReReadEndsTheWatchStreamsThatFellBehind) {
+  Start();
+  RegisterSlices({"a", "b"});
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  std::unique_ptr<grpc::ClientReader<v1::PlacementGroupEvent>> watch =
+      placement_->WatchPlacementGroups(&context, {});
+  v1::PlacementGroup first;
+  ASSERT_TRUE(Submit(&first).ok());
+  v1::PlacementGroupEvent event;
+  ASSERT_TRUE(watch->Read(&event));
+  EXPECT_EQ(event.placement_group().placement_group_id(),
+            first.placement_group_id());
+
+  faults_->FailSyncs(1);
+  v1::PlacementGroup landed;
+  EXPECT_EQ(Submit(&landed).error_code(), grpc::StatusCode::UNAVAILABLE);
+  while (watch->Read(&event)) {
+  }
+  grpc::Status ended = watch->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_NE(ended.error_message().find("fell behind"), std::string::npos)
+      << ended.error_message();
+
+  grpc::ClientContext again;
+  again.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+  auto reopened = placement_->WatchPlacementGroups(&again, {});
+  int current = 0;
+  for (; current < 2 && reopened->Read(&event); ++current) {
+  }
+  EXPECT_EQ(current, 2);  // both groups, the one that landed included
+  again.TryCancel();
 }
 
 // What an answer's trailing metadata `sliced-leader` says; nullopt without it.

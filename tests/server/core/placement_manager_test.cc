@@ -5,12 +5,13 @@
 #include "server/core/placement_manager.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "scheduler/labels.h"
 #include "tests/scheduler/builders.h"
@@ -282,19 +284,31 @@ TEST_F(PlacementManagerTest, ListsAJobsGroupsInPagesWithTheStateFilter) {
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "before a restart" : "after it");
     for (const std::string job : {"a", "ab"}) {
-      EXPECT_EQ(ids(core_->placement().List({job, std::nullopt})), by_job[job]);
-      EXPECT_EQ(pages({job, std::nullopt}, 1), by_job[job]);
-      EXPECT_EQ(pages({job, std::nullopt}, 3), by_job[job]);
+      EXPECT_EQ(ids(core_->placement().List({.job_id = job})), by_job[job]);
+      EXPECT_EQ(pages({.job_id = job}, 1), by_job[job]);
+      EXPECT_EQ(pages({.job_id = job}, 3), by_job[job]);
     }
-    EXPECT_EQ(pages({"a", PgState::kPending}, 1), pending_a);
-    EXPECT_TRUE(core_->placement().List({"b", std::nullopt}).empty());
+    EXPECT_EQ(pages({.job_id = "a", .state = PgState::kPending}, 1), pending_a);
+    EXPECT_TRUE(core_->placement().List({.job_id = "b"}).empty());
     EXPECT_EQ(core_->placement().List({}).size(), 12u);
+    // One group by id (a watch of one group lists only it), if the rest of
+    // the filter matches.
+    const std::string one = by_job["ab"][1];
+    EXPECT_EQ(ids(core_->placement().List({.placement_group_id = one})),
+              std::vector<std::string>{one});
+    EXPECT_EQ(pages({.job_id = "ab", .placement_group_id = one}, 1),
+              std::vector<std::string>{one});
+    EXPECT_TRUE(core_->placement()
+                    .List({.job_id = "a", .placement_group_id = one})
+                    .empty());
+    EXPECT_TRUE(
+        core_->placement().List({.placement_group_id = "pg-none"}).empty());
     Restart();
   }
   // A removed group leaves its job's list.
   ASSERT_TRUE(core_->Remove(by_job["a"][0]).ok());
   by_job["a"].erase(by_job["a"].begin());
-  EXPECT_EQ(ids(core_->placement().List({"a", std::nullopt})), by_job["a"]);
+  EXPECT_EQ(ids(core_->placement().List({.job_id = "a"})), by_job["a"]);
 }
 
 // A list by state alone reads the state index (ClusterState::pgs_by_state):
@@ -317,8 +331,8 @@ TEST_F(PlacementManagerTest, ListsAStatesGroupsInPages) {
     std::vector<std::string> all;
     std::string after, next;
     for (int page = 0; page < 20; ++page) {
-      for (const std::string& id :
-           ids(core_->placement().List({"", state}, after, limit, &next))) {
+      for (const std::string& id : ids(core_->placement().List(
+               {.state = state}, after, limit, &next))) {
         all.push_back(id);
       }
       if (next.empty()) return all;
@@ -340,7 +354,7 @@ TEST_F(PlacementManagerTest, ListsAStatesGroupsInPages) {
          {PgState::kPending, PgState::kCreated, PgState::kRescheduling,
           PgState::kInfeasible, PgState::kPreempting}) {
       SCOPED_TRACE(PgStateName(state));
-      EXPECT_EQ(ids(core_->placement().List({"", state})), by_walk(state));
+      EXPECT_EQ(ids(core_->placement().List({.state = state})), by_walk(state));
       EXPECT_EQ(pages(state, 1), by_walk(state));
       EXPECT_EQ(pages(state, 3), by_walk(state));
     }
@@ -845,6 +859,11 @@ class Recorder : public PlacementManager::Watcher {
     seen_.push_back(v.group.id + ":" + std::string(PgStateName(v.group.state)));
     reasons_.push_back(v.group.reason);
   }
+  void Restored() override {
+    absl::MutexLock lock(&mu_);
+    seen_.push_back("restored");
+    reasons_.push_back("");
+  }
   std::vector<std::string> seen() {
     absl::MutexLock lock(&mu_);
     return seen_;
@@ -919,6 +938,56 @@ TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
   EXPECT_EQ(changes.seen(),
             (std::vector<std::string>{b + ":PENDING", a + ":REMOVED",
                                       b + ":CREATED"}));
+}
+
+// WithCurrentState holds installs off while `start` runs: the state it got
+// stays the installed one, so what `start` subscribes gets every later
+// change and none already in that state (a commit installed in between
+// would come again as a change, or after a later state of its group).
+TEST_F(PlacementManagerTest, NoCommitIsInstalledWhileAWatchStarts) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 64)}).ok());
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    while (!stop) {
+      auto view = core_->Create(Cpus(1, 1));
+      if (!view.ok() || !core_->Remove(view->group.id).ok()) return;
+    }
+  });
+  auto ids = [](const std::vector<PlacementGroupView>& views) {
+    std::vector<std::string> out;
+    for (const PlacementGroupView& v : views) out.push_back(v.group.id);
+    return out;
+  };
+  int moved = 0;
+  for (int i = 0; i < 100; ++i) {
+    core_->placement().WithCurrentState(
+        {}, [&](const std::vector<PlacementGroupView>& current) {
+          absl::SleepFor(absl::Milliseconds(1));  // commits are queued
+          if (ids(core_->placement().List({})) != ids(current)) ++moved;
+        });
+  }
+  stop = true;
+  churn.join();
+  EXPECT_EQ(moved, 0);
+}
+
+// A commit whose sync failed may have landed: the writer re-reads the store,
+// and the watchers are told (Watcher::Restored), as what is installed now
+// (here the group of that commit) was never delivered to them.
+TEST_F(PlacementManagerTest, AReReadAfterAFailedCommitIsToldToTheWatchers) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  Recorder recorder;
+  core_->placement().WatchChanges(&recorder);
+  core_->faults().FailSyncs(1);
+  EXPECT_EQ(core_->Create(Cpus(1, 1)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(core_->placement().List({}).size(), 1u);  // it landed
+  const std::string b = Create(Cpus(1, 1));
+  core_->placement().Unwatch(&recorder);
+  EXPECT_EQ(recorder.seen(),
+            (std::vector<std::string>{"restored", b + ":CREATED"}));
 }
 
 // Writes, in one log, what a watcher receives and when it is flushed.
