@@ -24,6 +24,9 @@ constexpr int kMaxRedirects = 3;
 // The longest wait between calls to a standby that knows no leader yet: the
 // new leader is found soon after it leads.
 constexpr absl::Duration kFailoverPoll = absl::Milliseconds(500);
+// How often a watch the daemon ended as fallen behind is opened again (as
+// the Python client's watch()).
+constexpr int kWatchReopenings = 3;
 
 // The attempts, backoff and redirects of one call (or of a watch's opening),
 // under its deadline.
@@ -542,6 +545,7 @@ absl::Status SlicedClient::WatchPlacementGroups(
     absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event) {
   const absl::Time deadline = absl::Now() + timeout;
   Retries retries(options_, deadline);
+  int reopened = 0;
   for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);
@@ -558,6 +562,15 @@ absl::Status SlicedClient::WatchPlacementGroups(
       }
     }
     const grpc::Status status = reader->Finish();
+    // A stream the daemon ended because it fell behind (a slow reader, or a
+    // re-read of its store) is opened again: the current state, then every
+    // change, as for the Python client.
+    if (status.error_code() == grpc::StatusCode::ABORTED &&
+        absl::StrContains(status.error_message(), "fell behind") &&
+        reopened < kWatchReopenings) {
+      ++reopened;
+      continue;
+    }
     // Only the opening is retried: once events came, the caller decides.
     if (delivered) return FromGrpcStatus(status);
     const std::optional<Refusal> refusal =

@@ -167,7 +167,9 @@ class SlicedClient {
   // stream ends, or `timeout` passes (DEADLINE_EXCEEDED;
   // absl::InfiniteDuration() waits forever). Opening the stream is retried on
   // UNAVAILABLE until the first event arrives; a broken stream afterwards is
-  // returned as its error.
+  // returned as its error, except one the daemon ended ABORTED because it
+  // fell behind (a slow reader, a re-read of the daemon's store): that is
+  // opened again, up to 3 times, and on_event gets the current state again.
   absl::Status WatchPlacementGroups(
       const v1::WatchPlacementGroupsRequest& request, absl::Duration timeout,
       absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event);

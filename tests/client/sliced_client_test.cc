@@ -65,7 +65,8 @@ class FakePlacement final : public v1::Placement::Service {
       grpc::ServerContext* context,
       const v1::WatchPlacementGroupsRequest* request,
       grpc::ServerWriter<v1::PlacementGroupEvent>* writer) override {
-    if (++watch_calls_ <= watch_fail_first) {
+    const int call = ++watch_calls_;
+    if (call <= watch_fail_first) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "dropped");
     }
     v1::PlacementGroupEvent event;
@@ -73,6 +74,10 @@ class FakePlacement final : public v1::Placement::Service {
         request->placement_group_id());
     event.mutable_placement_group()->set_state(v1::PENDING);
     writer->Write(event);
+    if (call <= watch_fail_first + watch_fall_behind_first) {
+      return grpc::Status(grpc::StatusCode::ABORTED,
+                          "this stream fell behind: open it again");
+    }
     if (!watch_creates) {
       while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
       return grpc::Status::CANCELLED;
@@ -103,6 +108,9 @@ class FakePlacement final : public v1::Placement::Service {
   bool watch_creates = true;
   // The first this many watch openings are answered CANCELLED, no event.
   int watch_fail_first = 0;
+  // The next this many send their first event, then end ABORTED as a daemon
+  // ends a stream that fell behind.
+  int watch_fall_behind_first = 0;
 
  private:
   grpc::Status Next(grpc::ServerContext& context) {
@@ -346,6 +354,23 @@ TEST_F(SlicedClientTest, AWatchOpeningTheServerCancelledIsRetried) {
                 .code(),
             absl::StatusCode::kCancelled);
   EXPECT_EQ(fake_.watch_calls(), 3 + 2);
+}
+
+// A stream the daemon ended because it fell behind is opened again (the
+// current state comes again), up to 3 times; then its ABORTED comes back.
+TEST_F(SlicedClientTest, AWatchThatFellBehindIsOpenedAgain) {
+  fake_.watch_fall_behind_first = 3;
+  auto pg = Client()->WaitForPlacementGroup("pg-7", absl::Seconds(10));
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ(pg->state(), v1::CREATED);
+  EXPECT_EQ(fake_.watch_calls(), 4);
+  fake_.watch_fall_behind_first = 1000;
+  EXPECT_EQ(Client()
+                ->WaitForPlacementGroup("pg-7", absl::Seconds(10))
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(fake_.watch_calls(), 4 + 4);
 }
 
 TEST_F(SlicedClientTest, OtherErrorsComeBackAsGivenWithoutRetry) {
