@@ -87,6 +87,15 @@ absl::StatusOr<std::shared_ptr<EtcdClient>> EtcdClient::Create(
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(
+      GRPC_ARG_KEEPALIVE_TIME_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_time)));
+  args.SetInt(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.keepalive_timeout)));
+  // Pings while calls are open, however long no data moved (a standby's
+  // campaign waits without any).
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   auto channel = grpc::CreateCustomChannel(
       *target, grpc::InsecureChannelCredentials(), args);
   return std::shared_ptr<EtcdClient>(new EtcdClient(options, channel));

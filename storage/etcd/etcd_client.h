@@ -34,6 +34,14 @@ struct EtcdClientOptions {
   std::string endpoints = "";
   // Deadline of each unary call (default 2 s).
   absl::Duration call_timeout = absl::Seconds(2);
+  // While calls are open, the connection is pinged this often, and a ping
+  // unanswered for keepalive_timeout closes it, so that a member that stops
+  // answering without closing its connections (a host gone, a partition
+  // that drops packets) is left for the next one within seconds, not when
+  // the kernel gives up on TCP. etcd refuses pings more often than its
+  // --grpc-keepalive-min-time (default 5 s).
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(5);
 };
 
 class EtcdClient {

@@ -298,6 +298,12 @@ absl::Status EtcdStore::Commit(const Mutation& mutation) {
   }
   ASSIGN_OR_RETURN(std::vector<etcdserverpb::TxnRequest> txns,
                    Plan(mutation));
+  if (txns.empty() && shared()) {
+    // Only log lines, which stay here: nothing for etcd, but the ops of this
+    // commit are answered from this daemon's state, which the fence must
+    // still vouch for (as Confirm() does for a commit of nothing).
+    txns.push_back(ToTxn({}));
+  }
   int64_t revision = 0;
   for (size_t i = 0; i < txns.size(); ++i) {
     ASSIGN_OR_RETURN(revision, Send(txns[i], i, txns.size()));

@@ -171,6 +171,27 @@ TEST_F(EtcdStoreTest, LogLinesStayInThisProcess) {
   EXPECT_EQ(other->nodes.size(), 1u);
 }
 
+// A commit of log lines only sends etcd nothing to write, but its ops were
+// answered from this daemon's state: the fence is checked all the same, and
+// a deposed leader keeps none of the lines.
+TEST_F(EtcdStoreTest, ACommitOfLogLinesOnlyStillChecksTheFence) {
+  const std::string leader = prefix_ + "leader/1";
+  std::string fenced_why;
+  auto store = OpenFenced(leader, &fenced_why);
+  auto log_only = [](const std::string& key) {
+    Mutation m;
+    m.PutLog(key, server::LogLine{absl::FromUnixMillis(1),
+                                  server::LogSeverity::kInfo, "hi", "a"});
+    return m;
+  };
+  ASSERT_TRUE(store->Commit(log_only("a\x01")).ok());
+  EXPECT_TRUE(fenced_why.empty());
+  Delete(leader);
+  absl::Status s = store->Commit(log_only("a\x02"));
+  EXPECT_TRUE(IsDeposed(s)) << s;
+  EXPECT_FALSE(fenced_why.empty());
+}
+
 TEST_F(EtcdStoreTest, AnotherSchemaVersionIsRefused) {
   ASSERT_NE(Open(), nullptr);  // writes version kSchemaVersion
   etcdserverpb::TxnRequest txn;
@@ -329,6 +350,35 @@ TEST_F(EtcdStoreTest, AnUnrevokedLeaseIsRevokedByTheNextCampaign) {
   EXPECT_NE(again->key, led->key);
   EXPECT_EQ(client_->Range(old_key)->kvs_size(), 0);
   election.Stop();
+}
+
+// A member that stops answering without closing its connections (SIGSTOP:
+// its kernel still acknowledges TCP, as a partition dropping packets would
+// leave it) is left for the next member once a keepalive ping goes
+// unanswered. Without keepalive every call would time out on it until TCP
+// gives up (never, here).
+TEST(EtcdClientTest, AMemberThatStopsAnsweringIsLeftForTheNext) {
+  std::string why = EtcdTestCluster::Unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  auto cluster = EtcdTestCluster::Start(3, {"--grpc-keepalive-min-time=500ms"});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = EtcdClient::Create({.endpoints = (*cluster)->endpoints(),
+                                    .call_timeout = absl::Seconds(1),
+                                    .keepalive_time = absl::Seconds(1),
+                                    .keepalive_timeout = absl::Seconds(1)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  etcdserverpb::RangeRequest get;
+  get.set_key("k");
+  ASSERT_TRUE((*client)->Range(get).ok());  // connected, to the first member
+  (*cluster)->Signal(0, SIGSTOP);
+  const absl::Time start = absl::Now();
+  absl::Status last = absl::UnknownError("no call yet");
+  while (!last.ok() && absl::Now() - start < absl::Seconds(30)) {
+    last = (*client)->Range(get).status();
+  }
+  (*cluster)->Signal(0, SIGCONT);
+  EXPECT_TRUE(last.ok()) << last;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
 }
 
 // The test cluster itself: a member that exits while the cluster comes up
