@@ -496,18 +496,18 @@ void HaDaemon::Loop() {
     absl::StatusOr<storage::Leadership> leadership = election_.Campaign();
     if (!leadership.ok()) break;  // stopped
     Lead(*leadership);
-    bool stopping;
-    {
+    auto stopping = [this] {
       absl::MutexLock lock(&mu_);
-      stopping = stopping_;
-    }
+      return stopping_;
+    };
     // The standby's ports open as soon as the old server's close (its calls
     // in flight may still be finishing, on stepping_down_, for up to its
     // grace); past that, someone else holds a port, and the log says so.
     const absl::Time warn_at =
         absl::Now() + options_.lease_ttl + absl::Seconds(5);
     bool warned = false;
-    while (!stopping) {
+    // Until a shutdown (SIGTERM) ends the wait.
+    while (!stopping()) {
       absl::Status started = StartStandbyPorts();
       if (started.ok()) break;
       if (started.code() != absl::StatusCode::kUnavailable) {
@@ -522,7 +522,7 @@ void HaDaemon::Loop() {
       absl::SleepFor(kPortPoll);
     }
     if (stepping_down_.joinable()) stepping_down_.join();
-    if (stopping) break;
+    if (stopping()) break;
     Say(absl::StrCat("standby on ", server_options_.listen,
                      "; campaigning for leadership"));
   }

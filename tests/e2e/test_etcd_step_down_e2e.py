@@ -249,6 +249,43 @@ class EtcdStepDown(unittest.TestCase):
         self.assertTrue(load.named(new_leader.addr), load.failures[:5])
         self.assertNotIn(load.addr, {f[3] for f in load.failures})
 
+    def test_sigterm_ends_a_standby_that_waits_for_its_port(self):
+        """A deposed leader whose port another process took before it could
+        bind it again as a standby waits for the port; a SIGTERM must still
+        end it (it used to wait on, and never exit)."""
+        a = self.daemons[0]
+        held, stop = [], threading.Event()
+
+        def take_port():  # the moment the old server's listener closes
+            while not stop.is_set():
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", a.port))
+                    s.listen(1)
+                    held.append(s)
+                    return
+                except OSError:
+                    s.close()
+                    time.sleep(0.001)
+        taker = threading.Thread(target=take_port, daemon=True)
+        taker.start()
+        self.addCleanup(lambda: [s.close() for s in held])
+        self.addCleanup(stop.set)
+        out = self.etcd.etcdctl("del", a.leader_key)
+        self.assertEqual(out.strip(), "1", out)
+        a.wait_line("lost leadership", timeout=30)
+        taker.join(timeout=30)
+        self.assertTrue(held, "the port was never free")
+        time.sleep(1)  # its standby tries the port meanwhile
+        self.assertIsNone(a.proc.poll())
+        a.signal(signal.SIGTERM)
+        try:
+            code = a.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.fail("a standby waiting for its port ignored SIGTERM")
+        self.assertEqual(code, 0)
+
     def test_calls_in_flight_at_step_down_end_unavailable(self):
         a, b = self.daemons
         self.register(a)
