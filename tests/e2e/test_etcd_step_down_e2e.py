@@ -286,6 +286,23 @@ class EtcdStepDown(unittest.TestCase):
             self.fail("a standby waiting for its port ignored SIGTERM")
         self.assertEqual(code, 0)
 
+    def test_a_standby_whose_lease_lapsed_while_it_waited_campaigns_anew(self):
+        """A standby paused past its lease while it waited to lead has lost
+        its election key. It must campaign again on a new lease and lead for
+        good when the leader dies, not lead on a dead key and step down at
+        once (etcd 3.4 ends the waiting campaign with its lease, and the
+        election starts over)."""
+        a, b = self.daemons
+        b.signal(signal.SIGSTOP)
+        time.sleep(2 * LEASE_TTL_S + 1)
+        b.signal(signal.SIGCONT)
+        time.sleep(LEASE_TTL_S)  # it finds its lease gone, and starts over
+        a.signal(signal.SIGKILL)
+        b.wait_line("leading", timeout=30)
+        time.sleep(3)
+        lost = [line for _, line in b.line_times if "lost leadership" in line]
+        self.assertEqual(lost, [])
+
     def test_calls_in_flight_at_step_down_end_unavailable(self):
         a, b = self.daemons
         self.register(a)
