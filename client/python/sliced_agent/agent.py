@@ -42,6 +42,9 @@ _log = logging.getLogger("sliced_agent")
 DEFAULT_LEASE = 10.0
 MAINTENANCE = "instance/maintenance-event"
 PREEMPTED = "instance/preempted"
+# How long a drain asked for by hand (SIGUSR1) waits before it is tried again
+# when the daemon did not take it.
+DRAIN_RETRY_S = 5.0
 SEVERITY = {"": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "FATAL": 4}
 
 
@@ -252,6 +255,11 @@ class Agent:
         self.metrics.drains.labels(reason.split(" ")[0]).inc()
         _log.info("%s: node is DRAINING", self.node_id)
         return True
+
+    def drain_until_taken(self, reason: str) -> Optional[float]:
+        """A Runner task: drain(reason); None (done) once the daemon took it,
+        else DRAIN_RETRY_S, the pause before the next try."""
+        return None if self.drain(reason) else DRAIN_RETRY_S
 
     def watch_maintenance(self, metadata: Metadata, stopped) -> None:
         """Blocks, long-polling the metadata server, until `stopped()` or the

@@ -31,6 +31,10 @@ from sliced_agent.metadata import Metadata, MetadataError
 
 LABEL_HOST_COORDS = "sliced.io/tpu-host-coords"
 GOOGLE_PCI_VENDOR = "0x1ae0"
+# The PCI device ids of TPU chips under Google's vendor id (tpu-info's list:
+# v2/v3, v4, v5p, v5e, v6e, TPU7x). The vendor alone is not enough: the gVNIC
+# network card of the same host has it too (device 0x0042).
+TPU_PCI_DEVICES = frozenset({"0x0027", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076"})
 # Generation prefix of an accelerator type -> (Ray's accelerator type, cores per chip).
 GENERATIONS = {
     "v2": ("TPU-V2", 2), "v3": ("TPU-V3", 2), "v4": ("TPU-V4", 2),
@@ -231,18 +235,22 @@ def libtpu_chip_coords(names: List[str], chips: int) -> Tuple[Tuple[int, int, in
 
 
 def count_tpu_devices(root: str) -> int:
-    """/dev/accel<N> files, else PCI devices of vendor 0x1ae0 (vfio); 0 if none."""
+    """/dev/accel<N> files, else PCI functions (vfio) of vendor 0x1ae0 whose
+    device id is a TPU chip's (TPU_PCI_DEVICES); 0 if none."""
     accel = [p for p in glob.glob(os.path.join(root, "dev", "accel*"))
              if re.search(r"accel\d+$", p)]
     if accel:
         return len(accel)
     n = 0
-    for vendor in glob.glob(os.path.join(root, "sys", "bus", "pci", "devices", "*", "vendor")):
+    for device in glob.glob(os.path.join(root, "sys", "bus", "pci", "devices", "*")):
         try:
-            with open(vendor) as f:
-                n += f.read().strip().lower() == GOOGLE_PCI_VENDOR
+            with open(os.path.join(device, "vendor")) as f:
+                vendor = f.read().strip().lower()
+            with open(os.path.join(device, "device")) as f:
+                device_id = f.read().strip().lower()
         except OSError:
-            pass
+            continue
+        n += vendor == GOOGLE_PCI_VENDOR and device_id in TPU_PCI_DEVICES
     return n
 
 

@@ -157,7 +157,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         runner.add(task, 0.0, name)
 
     def drain_on_signal(*_):
-        runner.add(lambda: agent.drain("SIGUSR1") and None, 0.0, "drain")
+        # Until the daemon takes it: a failed try returns the pause to the
+        # next (it used to return False, which the Runner ran again at once).
+        runner.add(lambda: agent.drain_until_taken("SIGUSR1"), 0.0, "drain")
     signal.signal(signal.SIGUSR1, drain_on_signal)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

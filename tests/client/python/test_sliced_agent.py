@@ -14,6 +14,7 @@ import grpc
 from concurrent import futures
 from prometheus_client import CollectorRegistry
 
+from sliced_agent import agent as agent_module
 from sliced_agent import health, host, logtail, tpu_metrics
 from sliced_agent._stubs import sliced_pb2, sliced_pb2_grpc
 from sliced_agent.agent import Agent, AgentMetrics, AgentOptions
@@ -170,17 +171,20 @@ class HostTest(unittest.TestCase):
                                                  for y in range(4))}
         facts = detect(DetectOptions(root=root), single, None)
         self.assertEqual((facts.chips, facts.host_coords()), (8, (0, 0, 0)))
-        # Devices: /dev/accel*, else vfio PCI functions of vendor 0x1ae0.
+        # Devices: /dev/accel*, else vfio PCI functions of vendor 0x1ae0 with a
+        # TPU chip's device id: not the host's gVNIC (0x1ae0:0x0042).
         os.makedirs(os.path.join(root, "dev"))
         for i in range(2):
             open(os.path.join(root, "dev", "accel%d" % i), "w").close()
         self.assertEqual(host.count_tpu_devices(root), 2)
         other = tmpdir(self)
-        for i, vendor in enumerate(["0x1ae0", "0x8086", "0x1ae0"]):
+        for i, (vendor, device) in enumerate([("0x1ae0", "0x006f"), ("0x8086", "0x006f"),
+                                              ("0x1ae0", "0x0042"), ("0x1ae0", "0x006f")]):
             d = os.path.join(other, "sys", "bus", "pci", "devices", "0000:00:0%d.0" % i)
             os.makedirs(d)
-            with open(os.path.join(d, "vendor"), "w") as f:
-                f.write(vendor + "\n")
+            for name, value in (("vendor", vendor), ("device", device)):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(value + "\n")
         self.assertEqual(host.count_tpu_devices(other), 2)
 
     def test_cpu_host(self):
@@ -553,6 +557,14 @@ class AgentWireTest(unittest.TestCase):
         with self.assertLogs("sliced_agent", "INFO"):
             self.assertTrue(self.agent.drain("SIGUSR1"))
         self.assertEqual(self.fake.drained, ["slice-a-w2"])
+        # SIGUSR1's task: done once taken; a failed try waits DRAIN_RETRY_S
+        # for the next (a failed drain was run again at once, thousands of
+        # RPCs a second while the daemon was down).
+        with self.assertLogs("sliced_agent", "INFO"):
+            self.assertIsNone(self.agent.drain_until_taken("SIGUSR1"))
+        self.agent.drain = lambda reason: False
+        self.assertEqual(self.agent.drain_until_taken("SIGUSR1"), agent_module.DRAIN_RETRY_S)
+        self.assertGreater(agent_module.DRAIN_RETRY_S, 1)
 
 
 class RunnerTest(unittest.TestCase):
