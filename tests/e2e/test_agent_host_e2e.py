@@ -81,7 +81,11 @@ class AgentHostEndToEnd(unittest.TestCase):
         base = base_dir(self)
         agents = []
         for w in range(2):
-            md = self.metadata({})
+            # The second answers a long poll only on a change of its key, or
+            # after 60 s, as GCE's server does.
+            md = self.metadata({}) if w == 0 else FakeMetadata({}, max_wait=60.0)
+            if w == 1:
+                self.addCleanup(md.stop)
             h = host(self, base, "sim-v4-0-w%d" % w, "v4", "2x2x2", "sim-v4-0", w)
             agents.append((md, Agent(self, "127.0.0.1:%d" % d.port, h,
                                      env={"GCE_METADATA_HOST": md.address}, guard=True)))
@@ -91,9 +95,10 @@ class AgentHostEndToEnd(unittest.TestCase):
         agents[0][0].set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
         agents[0][1].wait_for("draining: maintenance-event=TERMINATE_ON_HOST_MAINTENANCE")
         wait_states(d.port, {"sim-v4-0-w0": "DRAINING", "sim-v4-0-w1": "ALIVE"})
+        # Only the preemption notice changes (GCE gives the VM 30 s): it
+        # must be seen at once, not after the maintenance key's long poll.
         agents[1][0].set("instance/preempted", "TRUE")
-        agents[1][0].set("instance/maintenance-event", "NONE")  # wakes the hanging GET
-        agents[1][1].wait_for("draining: preempted=TRUE")
+        agents[1][1].wait_for("draining: preempted=TRUE", timeout=10)
         wait_states(d.port, {"sim-v4-0-w1": "DRAINING"})
         for md, agent in agents:
             self.assertTrue(any("wait_for_change=true" in p for p in md.requests))

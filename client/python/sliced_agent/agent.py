@@ -13,7 +13,8 @@ drain, as tasks for a Runner (runner.py).
     check_health    every --health_interval: problems (health.py) -> the
                     next heartbeat's health
     drain           on SIGUSR1 or a maintenance/preemption notice
-                    (watch_maintenance, its own thread): DrainNode
+                    (watch_maintenance: a long poll per key, each on a thread
+                    of its own): DrainNode
 
 Each state change is logged once ("daemon unreachable", "healthy again", ...).
 Thread-safety: each task runs on one Runner thread at a time; tasks share
@@ -22,6 +23,7 @@ only plain attributes (health, gauges) written whole.
 import dataclasses
 import logging
 import random
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -262,28 +264,47 @@ class Agent:
         return None if self.drain(reason) else DRAIN_RETRY_S
 
     def watch_maintenance(self, metadata: Metadata, stopped) -> None:
-        """Blocks, long-polling the metadata server, until `stopped()` or the
-        node is drained: on instance/maintenance-event != NONE or
-        instance/preempted == TRUE. The first read does not wait (a notice
-        may already be there)."""
+        """Blocks until `stopped()` or the node is drained on a GCE notice:
+        instance/maintenance-event != NONE or instance/preempted == TRUE.
+        Each key is long-polled on its own (the preemption one on a thread of
+        its own): a hanging GET returns only on a change of its own key or
+        after 60 s, and GCE gives a preempted VM 30 s. The first read of each
+        does not wait (a notice may already be there); a drain the daemon did
+        not take is tried again after a backoff, not at the next change."""
+        drained = threading.Event()
+
+        def done():
+            return stopped() or drained.is_set()
+        threading.Thread(target=self._watch_notice, name="sliced-agent-preempted",
+                         args=(metadata, PREEMPTED, lambda v: v.upper() == "TRUE", done,
+                               drained), daemon=True).start()
+        self._watch_notice(metadata, MAINTENANCE, lambda v: v.upper() != "NONE", done,
+                           drained)
+
+    def _watch_notice(self, metadata: Metadata, path: str, is_notice, done,
+                      drained: threading.Event) -> None:
+        """watch_maintenance's long poll of one key, until done(); drains the
+        node (and sets `drained`) on a value is_notice() accepts."""
         backoff = Backoff(1.0, 60.0, self._rng)
         wait = False
-        while not stopped():
+        while not done():
             try:
-                event = (metadata.get(MAINTENANCE, wait_for_change=wait) or "NONE").strip()
-                preempted = (metadata.get(PREEMPTED) or "").strip()
+                value = (metadata.get(path, wait_for_change=wait) or "").strip()
             except MetadataError as e:
                 self._state("metadata", "failing", str(e), logging.WARNING)
                 time.sleep(backoff.next_delay())
                 wait = False
                 continue
             self._state("metadata", "ok", "watching GCE maintenance and preemption notices")
-            backoff.reset()
             wait = True
-            reason = ("maintenance-event=" + event if event.upper() != "NONE" else
-                      "preempted=TRUE" if preempted.upper() == "TRUE" else "")
-            if reason and self.drain(reason + " (GCE metadata)"):
+            if not value or not is_notice(value):
+                backoff.reset()
+                continue
+            if self.drain("%s=%s (GCE metadata)" % (path.split("/")[-1], value)):
+                drained.set()
                 return
+            wait = False  # not taken: again after a pause, changed or not
+            time.sleep(backoff.next_delay())
 
 
 def _timestamp(seconds: float):
