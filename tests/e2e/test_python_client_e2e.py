@@ -548,6 +548,28 @@ class PythonClientEndToEnd(unittest.TestCase):
                 self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)
         self.assertEqual(calls, ["pg-1", "pg-2", "pg-2", "pg-2"])
 
+    def test_following_a_leader_back_and_forth_reuses_its_channels(self):
+        # A standby keeps naming a leader this client can't reach (a crashed
+        # leader until its lease goes; a one-way partition): each call goes
+        # there, fails, and comes back. Every redirect made a new channel,
+        # kept until close(): ~20 KB each, hundreds an hour for an agent.
+        calls = []
+
+        class Standby(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls.append("get")
+                context.set_trailing_metadata((("sliced-leader", "127.0.0.1:1"),))
+                context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+
+        port = self.serve_placement(Standby())
+        with Client("127.0.0.1:%d" % port, timeout=2, max_attempts=3) as client:
+            for _ in range(5):
+                with self.assertRaises(SlicedError):
+                    client.get("pg-1")
+            self.assertGreaterEqual(len(calls), 5)
+            self.assertEqual(sorted(client._channels),
+                             sorted(["127.0.0.1:%d" % port, "127.0.0.1:1"]))
+
     def serve_refused_watch(self, code, details):
         """A fake daemon whose watch openings fail `code` while `refusals[0]`
         is above 0 (counting down); then one event, then UNAVAILABLE (a

@@ -411,21 +411,30 @@ class Client:
             o for o in _RECONNECT_OPTIONS if o[0] not in given]
         self._listed_options = [o for o in _LISTED_OPTIONS if o[0] not in given]
         self._home = address
-        self._old_channels = []
+        # One channel per address ever called (the daemons: a bounded set),
+        # kept open for calls in flight on other threads until close().
+        self._channels = {}
+        self._channels_lock = threading.Lock()
         self._connecting_lock = threading.Lock()
         self._connecting = {}  # channel -> its channel_ready_future
         self._connect(address)
 
     def _connect(self, address: str) -> None:
-        """Sends calls to `address` from now on (the old channel stays open
-        for calls in flight on other threads until close())."""
-        if getattr(self, "_channel", None) is not None:
-            self._old_channels.append(self._channel)
+        """Sends calls to `address` from now on, on its channel (made the
+        first time: following a leader and back again reuses them, where a
+        new channel per redirect grew without bound while a standby kept
+        naming a leader this client could not reach)."""
+        with self._channels_lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                options = self._options + (self._listed_options if _lists_several(address)
+                                           else [])
+                channel = (
+                    grpc.secure_channel(address, self._credentials, options=options)
+                    if self._credentials else grpc.insecure_channel(address, options=options))
+                self._channels[address] = channel
         self.address = address
-        options = self._options + (self._listed_options if _lists_several(address) else [])
-        self._channel = (
-            grpc.secure_channel(address, self._credentials, options=options)
-            if self._credentials else grpc.insecure_channel(address, options=options))
+        self._channel = channel
         self._inventory = _pb_grpc.InventoryStub(self._channel)
         self._placement = _pb_grpc.PlacementStub(self._channel)
         self._telemetry = _pb_grpc.TelemetryStub(self._channel)
@@ -494,7 +503,7 @@ class Client:
         with self._connecting_lock:
             for future in self._connecting.values():
                 future.cancel()
-        for channel in self._old_channels + [self._channel]:
+        for channel in self._channels.values():
             channel.close()
 
     # ------------------------------------------------------------ placement
