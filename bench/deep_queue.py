@@ -50,6 +50,9 @@ def churn(args, daemon, work):
     out = os.path.join(work, "load")
     subprocess.run([args.load, "--target=" + daemon.target,
                     "--parts=throughput", "--workloads=create_remove",
+                    # The fleet fill() filled: registering sliced_load's own
+                    # over it (the same node ids) is refused under the groups.
+                    "--register_fleet=false",
                     f"--clients={args.clients}", "--reps=1",
                     f"--duration={args.duration}", "--out_dir=" + out],
                    check=True, capture_output=True, text=True)

@@ -67,6 +67,10 @@
 
 ABSL_FLAG(std::string, daemon, "", "path to the sliced binary to start");
 ABSL_FLAG(std::string, target, "", "an already running daemon (HOST:PORT) instead");
+ABSL_FLAG(bool, register_fleet, true,
+          "the throughput part registers its generated fleet first; false: "
+          "use the nodes the --target daemon has (re-registering them would "
+          "be refused under groups they hold)");
 ABSL_FLAG(bool, quick, false, "2 s phases, 1 repetition, scaling to 10k nodes");
 ABSL_FLAG(std::string, clients, "16,64", "client counts");
 ABSL_FLAG(std::string, workloads, "create_remove,scaling,mix", "workloads besides health");
@@ -752,7 +756,7 @@ int Main() {
   }
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   if (throughput) channels = Channels(target, absl::GetFlag(FLAGS_connections));
-  if (throughput) {
+  if (throughput && absl::GetFlag(FLAGS_register_fleet)) {
     const Fleet fleet =
         GenerateFleet({absl::GetFlag(FLAGS_fleet_nodes), absl::GetFlag(FLAGS_seed)});
     if (absl::Status s = Register(channels[0], fleet); !s.ok()) {

@@ -22,6 +22,59 @@ namespace {
 
 using scheduler::NodeState;
 
+// The labels that place a host in its TPU slice (scheduler/slices.cc).
+constexpr absl::string_view kSliceLabels[] = {
+    scheduler::kLabelAcceleratorType, scheduler::kLabelTpuTopology,
+    scheduler::kLabelTpuSliceName,    scheduler::kLabelTpuWorkerId,
+    scheduler::kLabelTpuHostCoords,   scheduler::kLabelTpuBlock};
+
+// Whether `entry`, registered again as nodes[index] over `old`, keeps true
+// what the placement groups on the node were placed on: its resources still
+// cover what they use, and its place in a TPU slice stays. A node that
+// shrank under its groups would show negative capacity, and its stored
+// placements would hold capacity twice, which a restart refuses to serve.
+// FailedPrecondition naming the field otherwise.
+absl::Status KeepsItsPlacements(Txn& txn, size_t index,
+                                const scheduler::Node& old,
+                                const scheduler::Node& entry) {
+  const std::vector<std::string> held = txn.PgsOnNode(old.node_id);
+  if (held.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot, txn.View());
+  ASSIGN_OR_RETURN(scheduler::ResourceSet free,
+                   snapshot->FreeResources(old.node_id));
+  const std::string holding =
+      absl::StrCat("node ", Quote(old.node_id), " holds placement group(s) ",
+                   absl::StrJoin(held, ", "));
+  const std::string remedy =
+      "remove those groups (or the node, with force) first";
+  for (const auto& [name, total] : old.resources) {
+    auto left = free.find(name);
+    const int64_t used = total - (left == free.end() ? 0 : left->second);
+    auto given = entry.resources.find(name);
+    const int64_t now = given == entry.resources.end() ? 0 : given->second;
+    if (used > 0 && now < used) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nodes[", index, "].resources[", name, "]: ", holding, " using ",
+          scheduler::FromFixedPoint(used), " ", name, ", more than the ",
+          scheduler::FromFixedPoint(now), " it registers with now; ", remedy));
+    }
+  }
+  auto label = [](const scheduler::Node& node, absl::string_view key) {
+    auto it = node.labels.find(std::string(key));
+    return it == node.labels.end() ? std::string() : it->second;
+  };
+  for (absl::string_view key : kSliceLabels) {
+    if (label(old, key) != label(entry, key)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nodes[", index, "].labels[", key, "]: ", holding,
+          ", and its place in a TPU slice can't change under them (",
+          Quote(label(old, key)), " -> ", Quote(label(entry, key)), "); ",
+          remedy));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The node state changes of one op, logged once the op commits (a failed op
 // changed nothing). Filled by the op's apply and flushed by its done, both on
 // the writer thread, one after the other.
@@ -271,7 +324,8 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
       *coordinator_,
       [this, nodes = std::move(nodes), changes](Txn& txn,
                                                 std::vector<NodeView>& views) {
-        for (const scheduler::Node& node : nodes) {
+        for (size_t i = 0; i < nodes.size(); ++i) {
+          const scheduler::Node& node = nodes[i];
           leases_.Renew(node.node_id, txn.now());
           scheduler::Node entry = node;
           const scheduler::Node* old = txn.FindNode(node.node_id);
@@ -287,6 +341,9 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           // The same node again (an agent retrying, or coming back after a
           // daemon restart) only renews its lease: nothing to store.
           if (old != nullptr && *old == entry) continue;
+          if (old != nullptr) {
+            RETURN_IF_ERROR(KeepsItsPlacements(txn, i, *old, entry));
+          }
           changes->Note(old, entry,
                         old == nullptr ? "registered" : "registered again");
           txn.PutNode(entry);

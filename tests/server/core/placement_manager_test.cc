@@ -750,6 +750,44 @@ TEST_F(PlacementManagerTest, RegisteringAnUnchangedNodeWritesNothing) {
   ASSERT_TRUE(core_->Register({CpuNode("c1", 16)}).ok());
 }
 
+// A node that registers again under the groups it holds must keep what they
+// were placed on: resources that cover them, and its place in its TPU slice.
+// Otherwise the registration is refused, naming the field, and changes
+// nothing (it used to be taken: the node showed negative capacity, and the
+// stored placements held capacity twice, which a restart refused to serve).
+TEST_F(PlacementManagerTest, ANodeCannotShrinkUnderTheGroupsItHolds) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  ASSERT_TRUE(core_->Register(Slice("s", "TPU-V6E", "4x4")).ok());
+  const std::string cpu_group = Create(Cpus(1, 6));
+  const std::string slice_group = Create(V6eSlices(1));
+  ASSERT_EQ(core_->placement().Get(slice_group)->group.state,
+            PgState::kCreated);
+
+  absl::Status shrunk = core_->Register({CpuNode("c1", 4)});
+  EXPECT_EQ(shrunk.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(shrunk.message().find("nodes[0].resources[CPU]"), std::string::npos)
+      << shrunk;
+  EXPECT_NE(shrunk.message().find(cpu_group), std::string::npos) << shrunk;
+  scheduler::Node moved = Slice("s", "TPU-V6E", "4x4")[1];
+  moved.labels[std::string(scheduler::kLabelTpuSliceName)] = "t";
+  absl::Status renamed = core_->Register({CpuNode("c9", 8), moved});
+  EXPECT_EQ(renamed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(renamed.message().find("nodes[1].labels[ray.io/tpu-slice-name]"),
+            std::string::npos)
+      << renamed;
+  EXPECT_EQ(core_->nodes().Get("c9").status().code(),
+            absl::StatusCode::kNotFound);  // the whole call changed nothing
+
+  // Room to spare, or other labels, are fine; so is shrinking once free.
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 6)}).ok());
+  ASSERT_TRUE(core_->Remove(cpu_group).ok());
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 2)}).ok());
+  Restart();
+  EXPECT_EQ(core_->placement().Get(slice_group)->group.state,
+            PgState::kCreated);
+}
+
 TEST_F(PlacementManagerTest, APlainGroupReplacesOnlyItsLostBundles) {
   Start();
   ASSERT_TRUE(
