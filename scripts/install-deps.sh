@@ -10,7 +10,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev librocksdb-dev prometheus-cpp-dev libgtest-dev libbenchmark-dev libssl-dev \
   libcpp-httplib-dev chromium \
-  grpc-proto python3 python3-grpcio python3-protobuf python3-venv python3-setuptools \
+  grpc-proto python3 python3-grpcio python3-protobuf python3-venv python3-setuptools python3-wheel \
   python3-prometheus-client \
   prometheus clang libclang-rt-14-dev openssl >/dev/null  # promtool; clang + runtimes for ASan/UBSan/libFuzzer; openssl for TLS tests; cpp-httplib serves /metrics, /ui and /api/v1; chromium runs the web view's test
 # The etcd store (-DSLICED_WITH_ETCD=ON, docs/ha.md): etcd's .proto files and

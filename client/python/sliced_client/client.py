@@ -228,7 +228,7 @@ class Node:
 
 @dataclasses.dataclass(frozen=True)
 class Explanation:
-    """Why a group is pending: outcome is Placed, Unschedulable or Infeasible."""
+    """Why a group is pending: outcome is PLACED, UNSCHEDULABLE or INFEASIBLE."""
 
     outcome: str
     summary: str
