@@ -22,21 +22,15 @@ namespace {
 
 using scheduler::NodeState;
 
-// The labels that place a host in its TPU slice (scheduler/slices.cc).
-constexpr absl::string_view kSliceLabels[] = {
-    scheduler::kLabelAcceleratorType, scheduler::kLabelTpuTopology,
-    scheduler::kLabelTpuSliceName,    scheduler::kLabelTpuWorkerId,
-    scheduler::kLabelTpuHostCoords,   scheduler::kLabelTpuBlock};
-
-// Whether `entry`, registered again as nodes[index] over `old`, keeps true
-// what the placement groups on the node were placed on: its resources still
-// cover what they use, and its place in a TPU slice stays. A node that
-// shrank under its groups would show negative capacity, and its stored
-// placements would hold capacity twice, which a restart refuses to serve.
-// FailedPrecondition naming the field otherwise.
-absl::Status KeepsItsPlacements(Txn& txn, size_t index,
-                                const scheduler::Node& old,
-                                const scheduler::Node& entry) {
+// Whether `entry`, registered again as nodes[index] over `old`, still has
+// the resources the placement groups on the node use. A node that shrank
+// under its groups would show negative capacity, and its stored placements
+// would hold capacity twice, which a restart refuses to serve.
+// FailedPrecondition naming the field otherwise. (Labels may change: the
+// groups keep what they were given, as Kubernetes' IgnoredDuringExecution.)
+absl::Status CoversItsPlacements(Txn& txn, size_t index,
+                                 const scheduler::Node& old,
+                                 const scheduler::Node& entry) {
   const std::vector<std::string> held = txn.PgsOnNode(old.node_id);
   if (held.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot, txn.View());
@@ -57,19 +51,6 @@ absl::Status KeepsItsPlacements(Txn& txn, size_t index,
           "nodes[", index, "].resources[", name, "]: ", holding, " using ",
           scheduler::FromFixedPoint(used), " ", name, ", more than the ",
           scheduler::FromFixedPoint(now), " it registers with now; ", remedy));
-    }
-  }
-  auto label = [](const scheduler::Node& node, absl::string_view key) {
-    auto it = node.labels.find(std::string(key));
-    return it == node.labels.end() ? std::string() : it->second;
-  };
-  for (absl::string_view key : kSliceLabels) {
-    if (label(old, key) != label(entry, key)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "nodes[", index, "].labels[", key, "]: ", holding,
-          ", and its place in a TPU slice can't change under them (",
-          Quote(label(old, key)), " -> ", Quote(label(entry, key)), "); ",
-          remedy));
     }
   }
   return absl::OkStatus();
@@ -342,7 +323,7 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           // daemon restart) only renews its lease: nothing to store.
           if (old != nullptr && *old == entry) continue;
           if (old != nullptr) {
-            RETURN_IF_ERROR(KeepsItsPlacements(txn, i, *old, entry));
+            RETURN_IF_ERROR(CoversItsPlacements(txn, i, *old, entry));
           }
           changes->Note(old, entry,
                         old == nullptr ? "registered" : "registered again");

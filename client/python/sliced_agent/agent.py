@@ -123,6 +123,23 @@ class Agent:
 
     # ------------------------------------------------------------ heartbeat
 
+    def _register_or_keep(self) -> None:
+        """_register(); when the daemon refuses to take this host's facts
+        (FAILED_PRECONDITION: e.g. fewer chips than the placement groups on
+        it use), the node stays as registered and is still heartbeat (its
+        groups keep their node), and the next beat registers again."""
+        try:
+            self._register()
+        except SlicedError as e:
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            self._state("register", "refused", "the daemon keeps this node as registered "
+                        "and refuses the new facts (heartbeating anyway): %s" % e,
+                        logging.WARNING)
+            return
+        if self._states.get("register") == "refused":
+            self._state("register", "ok", "the daemon took this host's facts again")
+
     def _register(self) -> None:
         node = sliced_pb2.Node(node_id=self.node_id, address=self.facts.address,
                                labels=self.facts.labels(), resources=self.facts.resources())
@@ -140,7 +157,7 @@ class Agent:
         """One heartbeat; returns the seconds until the next."""
         try:
             if not self.registered:
-                self._register()
+                self._register_or_keep()
             lease = self.client.heartbeat(self.node_id, health=self.health)
         except SlicedError as e:
             self.metrics.heartbeats.labels(e.code.name).inc()

@@ -467,9 +467,12 @@ class FakeInventory(sliced_pb2_grpc.InventoryServicer):
     def __init__(self):
         self.registered, self.beats, self.drained = [], [], []
         self.heartbeat_errors = []
+        self.register_errors = []
         self.placement_group_ids = []
 
     def RegisterNodes(self, request, context):
+        if self.register_errors:
+            context.abort(self.register_errors.pop(0), "injected")
         self.registered.extend(request.nodes)
         return sliced_pb2.RegisterNodesResponse(nodes=request.nodes)
 
@@ -532,6 +535,23 @@ class AgentWireTest(unittest.TestCase):
         self.agent.beat()
         self.assertEqual(list(self.fake.beats[-1].health.problems),
                          ["/dev/accel2 held by pid 99 (?), which no placement owns"])
+
+    def test_a_refused_registration_still_heartbeats(self):
+        # FAILED_PRECONDITION (e.g. fewer chips than the groups on the node
+        # use): the daemon keeps the node as registered; the agent beats for
+        # it all the same (its groups keep their node) and registers again
+        # at the next beat.
+        self.fake.register_errors = [grpc.StatusCode.FAILED_PRECONDITION] * 2
+        with self.assertLogs("sliced_agent", "WARNING") as logs:
+            self.agent.beat()
+        self.assertIn("refuses the new facts", "".join(logs.output))
+        self.agent.beat()
+        self.assertEqual((len(self.fake.beats), len(self.fake.registered)), (2, 0))
+        with self.assertLogs("sliced_agent", "INFO") as logs:
+            self.agent.beat()
+        self.assertIn("took this host's facts again", "".join(logs.output))
+        self.agent.beat()
+        self.assertEqual((len(self.fake.beats), len(self.fake.registered)), (4, 1))
 
     def test_not_found_and_unavailable(self):
         self.agent.beat()

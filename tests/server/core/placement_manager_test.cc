@@ -750,11 +750,11 @@ TEST_F(PlacementManagerTest, RegisteringAnUnchangedNodeWritesNothing) {
   ASSERT_TRUE(core_->Register({CpuNode("c1", 16)}).ok());
 }
 
-// A node that registers again under the groups it holds must keep what they
-// were placed on: resources that cover them, and its place in its TPU slice.
-// Otherwise the registration is refused, naming the field, and changes
-// nothing (it used to be taken: the node showed negative capacity, and the
-// stored placements held capacity twice, which a restart refused to serve).
+// A node that registers again under the groups it holds must still have the
+// resources they use. Otherwise the registration is refused, naming the
+// field, and changes nothing (it used to be taken: the node showed negative
+// capacity, and the stored placements held capacity twice, which a restart
+// refused to serve). Its labels may change under them.
 TEST_F(PlacementManagerTest, ANodeCannotShrinkUnderTheGroupsItHolds) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
@@ -769,18 +769,20 @@ TEST_F(PlacementManagerTest, ANodeCannotShrinkUnderTheGroupsItHolds) {
   EXPECT_NE(shrunk.message().find("nodes[0].resources[CPU]"), std::string::npos)
       << shrunk;
   EXPECT_NE(shrunk.message().find(cpu_group), std::string::npos) << shrunk;
-  scheduler::Node moved = Slice("s", "TPU-V6E", "4x4")[1];
-  moved.labels[std::string(scheduler::kLabelTpuSliceName)] = "t";
-  absl::Status renamed = core_->Register({CpuNode("c9", 8), moved});
-  EXPECT_EQ(renamed.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(renamed.message().find("nodes[1].labels[ray.io/tpu-slice-name]"),
-            std::string::npos)
-      << renamed;
+  scheduler::Node fewer_chips = Slice("s", "TPU-V6E", "4x4")[1];
+  fewer_chips.resources.erase("TPU");
+  absl::Status no_tpu = core_->Register({CpuNode("c9", 8), fewer_chips});
+  EXPECT_EQ(no_tpu.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_tpu.message().find("nodes[1].resources[TPU]"), std::string::npos)
+      << no_tpu;
   EXPECT_EQ(core_->nodes().Get("c9").status().code(),
             absl::StatusCode::kNotFound);  // the whole call changed nothing
 
-  // Room to spare, or other labels, are fine; so is shrinking once free.
+  // Room to spare, new labels, and shrinking once free are all taken.
   ASSERT_TRUE(core_->Register({CpuNode("c1", 6)}).ok());
+  scheduler::Node relabelled = Slice("s", "TPU-V6E", "4x4")[1];
+  relabelled.labels["team"] = "b";
+  ASSERT_TRUE(core_->Register({relabelled}).ok());
   ASSERT_TRUE(core_->Remove(cpu_group).ok());
   ASSERT_TRUE(core_->Register({CpuNode("c1", 2)}).ok());
   Restart();
