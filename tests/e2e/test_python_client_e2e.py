@@ -570,6 +570,34 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(sorted(client._channels),
                              sorted(["127.0.0.1:%d" % port, "127.0.0.1:1"]))
 
+    def test_a_call_begun_before_another_threads_redirect_follows_too(self):
+        # Thread A's call follows the standby's redirect and moves the client
+        # to the leader; thread B's call, begun on the standby's channel, is
+        # refused naming that same leader. It must follow too: it used to
+        # retry the standby until its attempts ran out (the hand-over e2e
+        # caught one under ASan), since the client "was there already".
+        class Leader(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.CREATED)
+
+        leader = "127.0.0.1:%d" % self.serve_placement(Leader())
+
+        class Standby(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                context.set_trailing_metadata((("sliced-leader", leader),))
+                context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+
+        standby = "127.0.0.1:%d" % self.serve_placement(Standby())
+        with Client(standby, timeout=5, max_attempts=2) as client:
+            begun_on_standby = client._placement.GetPlacementGroup  # thread B's
+            self.assertEqual(client.get("pg-1").state, "CREATED")  # thread A's
+            self.assertEqual(client.address, leader)
+            got = client._call(begun_on_standby,
+                               P.GetPlacementGroupRequest(placement_group_id="pg-2"),
+                               retry=True)
+            self.assertEqual(got.placement_group_id, "pg-2")
+
     def serve_refused_watch(self, code, details):
         """A fake daemon whose watch openings fail `code` while `refusals[0]`
         is above 0 (counting down); then one event, then UNAVAILABLE (a

@@ -419,25 +419,26 @@ class Client:
         self._connecting = {}  # channel -> its channel_ready_future
         self._connect(address)
 
-    def _connect(self, address: str) -> None:
-        """Sends calls to `address` from now on, on its channel (made the
-        first time: following a leader and back again reuses them, where a
-        new channel per redirect grew without bound while a standby kept
-        naming a leader this client could not reach)."""
+    def _connect(self, address: str):
+        """Sends calls to `address` from now on, on its channel and stubs
+        (made the first time: following a leader and back again reuses them,
+        where a new channel per redirect grew without bound while a standby
+        kept naming a leader this client could not reach). Returns them:
+        (channel, inventory, placement, telemetry)."""
         with self._channels_lock:
-            channel = self._channels.get(address)
-            if channel is None:
+            entry = self._channels.get(address)
+            if entry is None:
                 options = self._options + (self._listed_options if _lists_several(address)
                                            else [])
                 channel = (
                     grpc.secure_channel(address, self._credentials, options=options)
                     if self._credentials else grpc.insecure_channel(address, options=options))
-                self._channels[address] = channel
+                entry = (channel, _pb_grpc.InventoryStub(channel),
+                         _pb_grpc.PlacementStub(channel), _pb_grpc.TelemetryStub(channel))
+                self._channels[address] = entry
         self.address = address
-        self._channel = channel
-        self._inventory = _pb_grpc.InventoryStub(self._channel)
-        self._placement = _pb_grpc.PlacementStub(self._channel)
-        self._telemetry = _pb_grpc.TelemetryStub(self._channel)
+        self._channel, self._inventory, self._placement, self._telemetry = entry
+        return entry
 
     def _refused(self, error: grpc.RpcError, method, may_follow: bool):
         """After an UNAVAILABLE `error`: (how, method). A standby (docs/ha.md)
@@ -449,9 +450,12 @@ class Client:
         given (which may list every daemon)."""
         leader = dict(error.trailing_metadata() or ()).get(_LEADER_KEY)
         if leader:
-            followed = (self._rebind(method, leader)
-                        if may_follow and leader != self.address else None)
-            return ("followed", followed) if followed else (None, method)
+            # Bound to another daemon's channel (this call's, or one another
+            # thread's redirect moved the client from), it follows the leader.
+            followed = self._rebind(method, leader) if may_follow else None
+            if followed is not None and followed is not method:
+                return "followed", followed
+            return None, method
         if self.address != self._home:
             method = self._rebind(method, self._home) or method
         if leader is None:  # the daemon may be down, or back in a moment
@@ -485,12 +489,16 @@ class Client:
                 self._connecting[channel] = grpc.channel_ready_future(channel)
 
     def _rebind(self, method, address: str):
-        """Connects to `address`; returns `method` on the new channel."""
-        for kind in ("_inventory", "_placement", "_telemetry"):
-            for name, bound in vars(getattr(self, kind)).items():
-                if bound is method:
-                    self._connect(address)
-                    return getattr(getattr(self, kind), name)
+        """Connects to `address`; returns `method` (a stub method of this
+        client, bound to any daemon's channel) on its channel; None for a
+        method of no stub of this client."""
+        with self._channels_lock:
+            entries = list(self._channels.values())
+        for entry in entries:
+            for i, stub in enumerate(entry[1:], start=1):
+                for name, bound in vars(stub).items():
+                    if bound is method:
+                        return getattr(self._connect(address)[i], name)
         return None
 
     def __enter__(self) -> "Client":
@@ -503,8 +511,8 @@ class Client:
         with self._connecting_lock:
             for future in self._connecting.values():
                 future.cancel()
-        for channel in self._channels.values():
-            channel.close()
+        for entry in self._channels.values():
+            entry[0].close()
 
     # ------------------------------------------------------------ placement
 
