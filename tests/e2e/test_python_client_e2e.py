@@ -598,6 +598,40 @@ class PythonClientEndToEnd(unittest.TestCase):
                                retry=True)
             self.assertEqual(got.placement_group_id, "pg-2")
 
+    def test_a_call_still_bound_to_a_deposed_leader_goes_back_home(self):
+        # The same race on the way back: another thread's call already went
+        # from the leader (now knowing no leader: an empty `sliced-leader`)
+        # back to the address given; a call still bound to the leader must go
+        # there too, not wait on the leader until its deadline.
+        calls = []
+
+        class Deposed(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                context.set_trailing_metadata((("sliced-leader", ""),))
+                context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader; retry")
+
+        deposed = "127.0.0.1:%d" % self.serve_placement(Deposed())
+
+        class Home(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls.append(request.placement_group_id)
+                if len(calls) == 1:
+                    context.set_trailing_metadata((("sliced-leader", deposed),))
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "not the leader")
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.CREATED)
+
+        home = "127.0.0.1:%d" % self.serve_placement(Home())
+        with Client(home, timeout=3, max_attempts=2) as client:
+            self.assertEqual(client.get("pg-1").state, "CREATED")  # home, leader, home
+            self.assertEqual(client.address, home)
+            still_on_leader = client._channels[deposed][2].GetPlacementGroup
+            got = client._call(still_on_leader,
+                               P.GetPlacementGroupRequest(placement_group_id="pg-2"),
+                               retry=True)
+            self.assertEqual(got.placement_group_id, "pg-2")
+        self.assertEqual(calls, ["pg-1", "pg-1", "pg-2"])
+
     def serve_refused_watch(self, code, details):
         """A fake daemon whose watch openings fail `code` while `refusals[0]`
         is above 0 (counting down); then one event, then UNAVAILABLE (a

@@ -456,8 +456,9 @@ class Client:
             if followed is not None and followed is not method:
                 return "followed", followed
             return None, method
-        if self.address != self._home:
-            method = self._rebind(method, self._home) or method
+        # Back to the address given, also for a call still bound to a daemon
+        # another thread's call already came back from.
+        method = self._rebind(method, self._home) or method
         if leader is None:  # the daemon may be down, or back in a moment
             self._keep_connecting()
         return ("failover" if leader == "" else None), method
