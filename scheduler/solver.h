@@ -38,11 +38,12 @@ struct Bundle {
   ResourceSet resources;
   LabelSelector selector;
   // Non-empty: this bundle stays on that node (re-placing only the lost
-  // bundles of a PG). The solver checks the node is ALIVE, matches the
+  // bundles of a PG). The solver checks the node is ALIVE or DRAINING (a
+  // draining node keeps what it holds), not quarantined, matches the
   // selector and still has room; otherwise the gang is not placed. A pinned
-  // bundle on a DEAD or DRAINING node is the caller's mistake to avoid: it
-  // makes the request Unschedulable. Not allowed with a slice requirement
-  // (slices are re-placed whole).
+  // bundle on a DEAD or quarantined node is the caller's mistake to avoid:
+  // it makes the request Unschedulable. Not allowed with a slice
+  // requirement (slices are re-placed whole).
   std::string pinned_node_id;
 
   friend bool operator==(const Bundle&, const Bundle&) = default;

@@ -6,6 +6,7 @@
 #define SLICED_SCHEDULER_TYPES_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/container/btree_map.h"
@@ -20,8 +21,17 @@ namespace sliced::scheduler {
 inline constexpr int64_t kResourceScale = 10000;
 
 // The largest wire value accepted for one resource (100 TB of `memory` in
-// bytes); keeps sums of a whole cluster far from int64 overflow.
+// bytes): 1e18 units, so one amount fits int64, but a sum of ten does not
+// (nor a zone's `memory`): sums of amounts go through AddAmounts.
 inline constexpr double kMaxResourceValue = 1e14;
+
+// a + b for amounts (each >= 0), at most INT64_MAX instead of wrapping. A
+// saturated sum is larger than any one node's amount, so it fits nowhere.
+inline int64_t AddAmounts(int64_t a, int64_t b) {
+  return b > std::numeric_limits<int64_t>::max() - a
+             ? std::numeric_limits<int64_t>::max()
+             : a + b;
+}
 
 // Label map, ordered so that anything derived from it is deterministic. A
 // sorted vector (base/flat_map.h): every node keeps one, so its size is
@@ -65,6 +75,12 @@ struct Node {
 // ALIVE and not quarantined: the node may take new placements.
 inline bool TakesPlacements(const Node& node) {
   return node.state == NodeState::kAlive && node.quarantine_reason.empty();
+}
+
+// DRAINING and not quarantined: the node takes no new placements but keeps
+// the ones it has (a pinned bundle, one that is already there, included).
+inline bool StaysOn(const Node& node) {
+  return node.state == NodeState::kDraining && node.quarantine_reason.empty();
 }
 
 // Why `node` takes no placements, e.g. "DRAINING" or "quarantined (slice

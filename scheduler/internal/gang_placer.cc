@@ -155,8 +155,9 @@ std::optional<Failure> GangPlacement::PlacePinned(
     if (i < 0) {
       failure.infeasible = true;
       why = "is not in the inventory";
-    } else if (!TakesPlacements(snap_.node(i).node)) {
-      why = absl::StrCat("is ", WhyNoPlacements(snap_.node(i).node));
+    } else if (const Node& n = snap_.node(i).node;
+               !TakesPlacements(n) && !StaysOn(n)) {
+      why = absl::StrCat("is ", WhyNoPlacements(n));
     } else if (!Matches(groups.selectors[b], snap_.node(i).node.labels)) {
       why = "no longer matches the selector";
     } else if (!overlay_.Fits(i, bundles[b].resources)) {
@@ -228,7 +229,9 @@ std::optional<Failure> GangPlacement::StrictPack(
   LabelSelector all;
   for (size_t b = 0; b < bundles.size(); ++b) {
     if (at_[b] >= 0) continue;
-    for (const auto& [name, amount] : bundles[b].resources) sum[name] += amount;
+    for (const auto& [name, amount] : bundles[b].resources) {
+      sum[name] = AddAmounts(sum[name], amount);
+    }
     all = And(all, &groups.selectors[b]);
   }
   if (sum.empty() && opened_.size() <= 1) return std::nullopt;
@@ -328,7 +331,9 @@ int64_t GangPlacement::OneNodeFor(const std::vector<Bundle>& bundles,
   std::vector<const LabelSelector*> seen;
   for (const Bundle& b : bundles) {
     if (!b.pinned_node_id.empty()) return -1;
-    for (const auto& [name, amount] : b.resources) sum[name] += amount;
+    for (const auto& [name, amount] : b.resources) {
+      sum[name] = AddAmounts(sum[name], amount);
+    }
     if (std::none_of(seen.begin(), seen.end(), [&](const LabelSelector* x) {
           return *x == b.selector;
         })) {

@@ -216,7 +216,7 @@ class TopologyPlacer {
     ResourceSet need;
     for (size_t b : group) {
       for (const auto& [name, amount] : bundles_[b].resources) {
-        if (amount > 0) need[name] += amount;
+        if (amount > 0) need[name] = AddAmounts(need[name], amount);
       }
     }
     const bool pinned = scan.pinned = pinned_value.has_value();
@@ -253,8 +253,11 @@ class TopologyPlacer {
         const bool takes = TakesPlacements(e.node);
         schedulable += takes ? 1 : 0;
         for (const auto& [name, amount] : need) {
-          total[name] += Amount(e.node.resources, name);
-          if (takes) free[name] += std::max<int64_t>(0, overlay.Free(i, name));
+          total[name] = AddAmounts(total[name], Amount(e.node.resources, name));
+          if (takes) {
+            free[name] = AddAmounts(
+                free[name], std::max<int64_t>(0, overlay.Free(i, name)));
+          }
         }
       }
       if (in_scope == 0) {

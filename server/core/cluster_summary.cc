@@ -55,7 +55,9 @@ std::string Shape(const PlacementGroup& pg) {
   std::vector<std::string> parts;
   absl::btree_map<std::string, int64_t> total;
   for (const scheduler::Bundle& b : r.bundles) {
-    for (const auto& [name, amount] : b.resources) total[name] += amount;
+    for (const auto& [name, amount] : b.resources) {
+      total[name] = scheduler::AddAmounts(total[name], amount);
+    }
   }
   for (const auto& [name, amount] : total) {
     parts.push_back(

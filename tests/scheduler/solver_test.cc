@@ -619,10 +619,15 @@ TEST(SolverFallbackTest, FallbacksOnlyWhenPrimaryFails) {
 
 TEST(SolverPinnedTest, Table) {
   std::vector<Node> nodes = {CpuNode("a", 4), CpuNode("b", 4),
-                             CpuNode("dead", 4)};
+                             CpuNode("dead", 4), CpuNode("draining", 4),
+                             CpuNode("sick", 4)};
   nodes[2].state = NodeState::kDead;
+  nodes[3].state = NodeState::kDraining;
+  nodes[4].state = NodeState::kDraining;
+  nodes[4].quarantine_reason = "hbm ecc";
   auto snap = Snap(nodes, {Allocation{"pg", 0, "a", Cpu(3)},
-                           Allocation{"pg", 1, "dead", Cpu(1)}});
+                           Allocation{"pg", 1, "dead", Cpu(1)},
+                           Allocation{"pg", 2, "draining", Cpu(2)}});
   struct Case {
     std::string name;
     PlacementRequest request;
@@ -647,6 +652,18 @@ TEST(SolverPinnedTest, Table) {
       {"pinned to a dead node",
        Generic(Strategy::kPack, {B(Cpu(1), {}, "dead")}),
        Decision::kUnschedulable, "", "pinned to node dead, which is DEAD"},
+      {"a draining node keeps its bundle; the lost one goes elsewhere",
+       [] {
+         PlacementRequest r = Generic(
+             Strategy::kSpread,
+             {B(Cpu(3), {}, "a"), B(Cpu(1)), B(Cpu(2), {}, "draining")});
+         r.replacing_pg_id = "pg";
+         return r;
+       }(),
+       Decision::kPlaced, "a,b,draining", ""},
+      {"pinned to a quarantined draining node",
+       Generic(Strategy::kPack, {B(Cpu(1), {}, "sick")}),
+       Decision::kUnschedulable, "", "which is DRAINING"},
       {"pinned to an unknown node",
        Generic(Strategy::kPack, {B(Cpu(1), {}, "zz")}), Decision::kInfeasible,
        "", "is not in the inventory"},
@@ -695,6 +712,17 @@ TEST(SolverStrategyTest, StrictPackWaitsForRoom) {
   EXPECT_EQ(
       d.diagnosis.summary,
       "gang (STRICT_PACK) {CPU: 3}: 0/1 nodes fit: 1 insufficient free CPU");
+}
+
+TEST(SolverStrategyTest, SumsOfTheLargestBundlesDoNotWrap) {
+  // Ten bundles of the largest amount sum to 1e19 units, past int64: a sum
+  // that wrapped (negative) would fit on any node.
+  auto snap = Snap({CpuNode("a", 1e14), CpuNode("b", 1e14)});
+  const std::vector<Bundle> ten(10, B(Cpu(1e14)));
+  for (Strategy s : {Strategy::kStrictPack, Strategy::kPack}) {
+    Decision d = Solve(*snap, Generic(s, ten));
+    EXPECT_NE(d.outcome, Decision::kPlaced) << static_cast<int>(s);
+  }
 }
 
 TEST(SolverTest, EmptyInventory) {

@@ -259,6 +259,21 @@ TEST(TopologyTest, SlicesThatAreNotIntactAreNoDomain) {
   EXPECT_EQ(Rejected(*step, "slice not intact"), 1);
 }
 
+TEST(TopologyTest, ADomainsTotalsOfTheLargestAmountsDoNotWrap) {
+  // Twelve nodes of the largest `memory` (1e18 units each): the domain's
+  // total and free memory are past int64. Wrapped, they read negative, and
+  // the domain "has too little total memory".
+  std::vector<Node> nodes;
+  AddDomain(nodes, "big", 12);
+  for (Node& n : nodes) n.resources["memory"] = Units(1e14);
+  auto snap = Snap(nodes);
+  ResourceSet each = Gpu(8);
+  each["memory"] = Units(1e14);
+  const Decision d =
+      Solve(*snap, Gang(2, each, {{kGpuDomain, Strategy::kStrictPack, 0}}));
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+}
+
 TEST(TopologyTest, PinnedBundlesKeepTheirGroupsDomain) {
   std::vector<Node> nodes;
   AddDomain(nodes, "nvl-a", 4);
