@@ -355,6 +355,12 @@ bool OnlyRenews(const scheduler::Node& node, const NodeBeat& beat) {
 }  // namespace
 
 void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
+  // A beat that says ALIVE says what any beat says: the node is up (its
+  // lease renewed, a DEAD node back). It never lifts a drain: only
+  // UndrainNode does, which an agent's token may not call.
+  for (NodeBeat& beat : beats) {
+    if (beat.state == NodeState::kAlive) beat.state.reset();
+  }
   // The usual beat only renews a lease: no write op, only a read of the
   // cluster state, so 10k beats/s do not queue behind (or ahead of)
   // placements on the writer. Renewed under that read, so that no commit
@@ -486,7 +492,13 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
       },
       [this, node_id, changes, done = std::move(done)](const absl::Status& s) {
         if (s.ok()) {
-          leases_.Forget(node_id);
+          // Unless registered again later in the same commit group (this
+          // runs on the writer, after the group's install): that renewed
+          // its lease, which CheckLeases needs to find it.
+          const bool back = cluster_->Read([&](const ClusterState& now) {
+            return now.snapshot->FindNode(node_id) != nullptr;
+          });
+          if (!back) leases_.Forget(node_id);
           if (logs_ != nullptr) logs_->Forget(node_id);
           if (telemetry_ != nullptr) telemetry_->Forget(node_id);
         }

@@ -162,6 +162,12 @@ std::vector<scheduler::Bundle> UsedBundles(const PlacementRequest& request,
 // The request that re-places `group` after node loss: its bundle list in
 // use as the primary, surviving bundles of a plain group pinned (a slice
 // group is re-placed whole), its own allocations counted as free.
+// Whether every bundle of `group` is on a node.
+bool Whole(const PlacementGroup& group) {
+  return std::all_of(group.bundles.begin(), group.bundles.end(),
+                     [](const PlacedBundle& b) { return !b.node_id.empty(); });
+}
+
 PlacementRequest ReplacementRequest(const PlacementGroup& group,
                                     const absl::btree_set<std::string>& lost) {
   PlacementRequest request = group.request;
@@ -546,7 +552,11 @@ absl::Status PlacementManager::CancelPreemption(Txn& txn,
       continue;
     }
     victims.push_back(*current);
-    if (current->removed) release.release_pg_ids.push_back(id);
+    // Removed meanwhile, it goes now; a slice group that lost a node
+    // meanwhile is placed again whole, as RescheduleLost does.
+    if (current->removed || (current->request.slice && !Whole(*current))) {
+      release.release_pg_ids.push_back(id);
+    }
   }
   // The one step that can fail goes first: on an error nothing changed.
   if (!release.release_pg_ids.empty()) {
@@ -557,11 +567,24 @@ absl::Status PlacementManager::CancelPreemption(Txn& txn,
       txn.DeletePg(victim.id);
       continue;
     }
-    victim.state = PgState::kCreated;
     victim.preempted_by.clear();
     victim.preemption_deadline = absl::InfinitePast();
-    victim.reason.clear();
     victim.update_time = txn.now();
+    if (Whole(victim)) {
+      victim.state = PgState::kCreated;
+      victim.reason.clear();
+    } else {  // it lost a node while PREEMPTING: re-placed by the queue
+      victim.state = PgState::kRescheduling;
+      victim.queued_time = txn.now();
+      victim.reason = absl::StrCat("lost node(s) while preempted by ",
+                                   preemptor.id, ", which no longer needs it");
+      if (victim.request.slice) {
+        for (PlacedBundle& b : victim.bundles) b.node_id.clear();
+        victim.slice_names.clear();
+      }
+      victim.placement_note.clear();
+      txn.RequestPendingRetry();
+    }
     txn.PutPg(victim);
   }
   preemptor.preempting.clear();
@@ -760,12 +783,34 @@ absl::Status PlacementManager::RescheduleLost(
     Txn& txn, const PlacementGroup& current,
     const absl::btree_set<std::string>& lost) {
   PlacementGroup g = current;
-  if (g.state == PgState::kPreempting && g.removed) {
-    // Removed by its owner and now lost a node: nothing to re-place.
+  if (g.state == PgState::kPreempting) {
+    // It is leaving (at its deadline, or as soon as its preemptor's other
+    // victims are gone): placed again, it would escape its preemption and
+    // could take the capacity its preemptor waits for. Its bundles on the
+    // lost nodes are released now, the rest when it leaves; removed by its
+    // owner meanwhile, it goes now.
     scheduler::SnapshotDelta release;
     release.release_pg_ids.push_back(g.id);
+    absl::btree_set<std::string> its_lost;
+    for (size_t i = 0; i < g.bundles.size(); ++i) {
+      PlacedBundle& b = g.bundles[i];
+      if (lost.contains(b.node_id)) {
+        its_lost.insert(b.node_id);
+        b.node_id.clear();
+      }
+      if (g.removed || b.node_id.empty()) continue;
+      release.add_allocations.push_back(scheduler::Allocation{
+          g.id, static_cast<int>(i), b.node_id, b.resources});
+    }
     RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
-    txn.DeletePg(g.id);
+    if (g.removed) {
+      txn.DeletePg(g.id);
+      return absl::OkStatus();
+    }
+    g.update_time = txn.now();
+    g.reason = absl::StrCat(current.reason, "; lost node(s) ",
+                            absl::StrJoin(its_lost, ", "));
+    txn.PutPg(g);
     return absl::OkStatus();
   }
   g.preemption_deadline = absl::InfinitePast();
@@ -890,7 +935,8 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     out.outcome = std::string(scheduler::OutcomeName(Decision::kPlaced));
     absl::btree_set<std::string> nodes;
     for (const PlacedBundle& b : group.bundles) {
-      nodes.insert(b.node_id);
+      // (A PREEMPTING group that lost a node keeps the rest until it leaves.)
+      if (!b.node_id.empty()) nodes.insert(b.node_id);
       out.bundle_nodes.push_back(b.node_id);
     }
     out.summary = absl::StrCat(

@@ -1134,6 +1134,76 @@ TEST_F(PlacementManagerTest, UndrainedNodeTakesTheWaitingGroupsAtOnce) {
       << dead.status();
 }
 
+TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitKeepsALease) {
+  CoreOptions options;
+  options.heartbeat_timeout = absl::Seconds(10);
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  absl::BlockingCounter answered(2);
+  core_->InOneGroup([&] {
+    core_->nodes().Remove("c1", false, [&](const absl::Status& s) {
+      EXPECT_TRUE(s.ok()) << s;
+      answered.DecrementCount();
+    });
+    core_->nodes().Register({CpuNode("c1", 8)},
+                            [&](absl::StatusOr<std::vector<NodeView>> v) {
+                              EXPECT_TRUE(v.ok()) << v.status();
+                              answered.DecrementCount();
+                            });
+  });
+  answered.Wait();
+  ASSERT_TRUE(core_->nodes().Get("c1").ok());
+  // Its lease runs out like any node's: it was not forgotten by the remove.
+  core_->Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  EXPECT_EQ(core_->nodes().Get("c1")->node.state, scheduler::NodeState::kDead);
+}
+
+TEST_F(PlacementManagerTest, AHeartbeatSayingAliveLiftsNoDrain) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());
+  ASSERT_TRUE(core_->Drain("c1").ok());
+  const auto alive = [](const char* id) {
+    return NodeBeat{id, scheduler::NodeState::kAlive, std::nullopt};
+  };
+  // Only UndrainNode lifts a drain (an agent's token may not call it).
+  ASSERT_TRUE(core_->Heartbeat({alive("c1")}).ok());
+  EXPECT_EQ(core_->nodes().Get("c1")->node.state,
+            scheduler::NodeState::kDraining);
+  // ALIVE still brings a DEAD node back, as any beat does.
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  ASSERT_EQ(core_->nodes().Get("c2")->node.state, scheduler::NodeState::kDead);
+  ASSERT_TRUE(core_->Heartbeat({alive("c2")}).ok());
+  EXPECT_EQ(core_->nodes().Get("c2")->node.state, scheduler::NodeState::kAlive);
+}
+
+TEST_F(PlacementManagerTest, AGroupOnADrainingNodeIsReplacedAroundIt) {
+  Start();
+  ASSERT_TRUE(
+      core_->Register({CpuNode("c1", 4), CpuNode("c2", 4), CpuNode("c3", 4)})
+          .ok());
+  const std::string pg =
+      Create(Cpus(3, 4, {}, scheduler::Strategy::kStrictSpread));
+  ASSERT_TRUE(core_->Drain("c2").ok());
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c3", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  EXPECT_EQ(core_->StateOf(pg), PgState::kRescheduling);
+  // Draining keeps what c2 holds: the lost bundle alone needs a node.
+  ASSERT_TRUE(core_->Register({CpuNode("c4", 4)}).ok());
+  auto view = core_->placement().Get(pg);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->group.state, PgState::kCreated) << view->group.reason;
+  std::vector<std::string> on;
+  for (const PlacedBundle& b : view->group.bundles) on.push_back(b.node_id);
+  std::sort(on.begin(), on.end());
+  EXPECT_EQ(on, (std::vector<std::string>{"c1", "c2", "c4"}));
+}
+
 TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
@@ -1415,6 +1485,78 @@ TEST_F(PlacementManagerTest, OffNeverAndTheCoolDownKeepGroupsWaiting) {
   ASSERT_TRUE(core_->CompletePreemptions().ok());
   EXPECT_EQ(get(prod).state, PgState::kCreated);
   EXPECT_EQ(get(fresh).state, PgState::kPending);
+}
+
+TEST_F(PlacementManagerTest, AVictimThatLosesANodeStillLeavesOnTime) {
+  const CoreOptions options = Preempting(absl::ZeroDuration());
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  PgSpec removable = Cpus(2, 4, {}, scheduler::Strategy::kSpread);
+  removable.group.on_preemption = OnPreemption::kRemove;
+  const std::string low = Create(removable);
+  const std::string prod = Create(Cpus(1, 4, OfClass("production")));
+  ASSERT_EQ(get(low).state, PgState::kPreempting);
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  // It is leaving: not placed again (it would keep c1 from its preemptor);
+  // what was on c2 is gone, the rest stays held until it leaves.
+  EXPECT_EQ(get(low).state, PgState::kPreempting);
+  EXPECT_EQ(get(low).preempted_by, prod);
+  ASSERT_EQ(get(low).bundles.size(), 2u);
+  std::vector<std::string> on;
+  for (const PlacedBundle& b : get(low).bundles) on.push_back(b.node_id);
+  std::sort(on.begin(), on.end());
+  EXPECT_EQ(on, (std::vector<std::string>{"", "c1"}));
+  EXPECT_NE(get(low).reason.find("lost node(s) c2"), std::string::npos)
+      << get(low).reason;
+  auto why = core_->placement().Explain(low);
+  ASSERT_TRUE(why.ok()) << why.status();
+  EXPECT_NE(why->summary.find("on 1 node(s)"), std::string::npos)
+      << why->summary;
+  // As stored: a restart reads the same.
+  Restart(options);
+  EXPECT_EQ(get(low).state, PgState::kPreempting);
+  EXPECT_EQ(get(prod).state, PgState::kPending);
+
+  core_->Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(core_->StateOf(low), PgState::kRemoved);
+  EXPECT_EQ(get(prod).state, PgState::kCreated);
+  EXPECT_EQ(get(prod).bundles[0].node_id, "c1");
+}
+
+TEST_F(PlacementManagerTest, AVictimThatLostANodeIsReplacedWhenSpared) {
+  Start(Preempting(absl::ZeroDuration()));
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  const std::string low = Create(Cpus(2, 4, {}, scheduler::Strategy::kSpread));
+  const std::string prod = Create(Cpus(1, 4, OfClass("production")));
+  ASSERT_EQ(get(low).state, PgState::kPreempting);
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  // Its preemptor goes: it is no victim any more, and is re-placed as any
+  // group that lost a node is, keeping what survived.
+  ASSERT_TRUE(core_->Remove(prod).ok());
+  EXPECT_EQ(get(low).state, PgState::kRescheduling);
+  EXPECT_EQ(get(low).preempted_by, "");
+  // (Re-tried in that commit: the reason is why its lost bundle waits.)
+  EXPECT_NE(get(low).reason.find("1 DEAD"), std::string::npos)
+      << get(low).reason;
+  ASSERT_TRUE(core_->Register({CpuNode("c3", 4)}).ok());
+  EXPECT_EQ(get(low).state, PgState::kCreated);
+  std::vector<std::string> on;
+  for (const PlacedBundle& b : get(low).bundles) on.push_back(b.node_id);
+  std::sort(on.begin(), on.end());
+  EXPECT_EQ(on, (std::vector<std::string>{"c1", "c3"}));
 }
 
 TEST_F(PlacementManagerTest,
