@@ -703,6 +703,39 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertEqual(len(opened), 1)
         self.assertIsNone(listener.error)
 
+    def test_closing_the_client_ends_its_listener_with_a_sliced_error(self):
+        # close() cancels the listener's stream under it: that used to be
+        # retried on the closed channel, and gRPC's ValueError ("Channel
+        # closed!") was printed from the listener's thread.
+        opened, thread_errors = [], []
+
+        class Silent(sliced_pb2_grpc.PlacementServicer):
+            def WatchPlacementGroups(self, request, context):
+                opened.append(time.monotonic())
+                while context.is_active():
+                    time.sleep(0.02)
+                return
+                yield  # a generator that sends nothing
+
+        port = self.serve_placement(Silent())
+        hook = threading.excepthook
+        threading.excepthook = thread_errors.append
+        self.addCleanup(setattr, threading, "excepthook", hook)
+        client = Client("127.0.0.1:%d" % port, timeout=5)
+        listener = client.on_preempted(lambda pg: None)
+        deadline = time.monotonic() + 5
+        while not opened and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client.close()
+        listener._thread.join(5)
+        self.assertFalse(listener._thread.is_alive())
+        self.assertEqual([e.exc_value for e in thread_errors], [])
+        self.assertEqual(listener.error.code, grpc.StatusCode.CANCELLED)
+        self.assertIn("the client is closed", str(listener.error))
+        with self.assertRaises(SlicedError) as raised:
+            client.nodes()
+        self.assertEqual(raised.exception.code, grpc.StatusCode.CANCELLED)
+
     def test_a_daemon_that_knows_no_leader_does_not_hold_the_client(self):
         # A daemon cut off from etcd while another leads knows no leader for
         # as long as that lasts (docs/ha.md). Listed first beside the leader,

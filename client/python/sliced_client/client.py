@@ -297,6 +297,23 @@ def _pg_id(pg: PgRef) -> str:
     return pg.id if isinstance(pg, PlacementGroup) else pg
 
 
+def _client_closed() -> SlicedError:
+    return SlicedError(grpc.StatusCode.CANCELLED, "the client is closed")
+
+
+def _invoke(client: "Client", method, request, **kwargs):
+    """method(request, **kwargs), but SlicedError(CANCELLED) on a closed
+    client, where gRPC raises ValueError (the channel is closed)."""
+    if client._closed:
+        raise _client_closed()
+    try:
+        return method(request, **kwargs)
+    except ValueError:
+        if client._closed:
+            raise _client_closed() from None
+        raise
+
+
 class PreemptionListener:
     """A thread that calls a callback for every preemption notice
     (Client.on_preempted). stop() ends it; `error` holds the SlicedError
@@ -417,6 +434,7 @@ class Client:
         self._channels_lock = threading.Lock()
         self._connecting_lock = threading.Lock()
         self._connecting = {}  # channel -> its channel_ready_future
+        self._closed = False
         self._connect(address)
 
     def _connect(self, address: str):
@@ -468,7 +486,10 @@ class Client:
         UNAVAILABLE; (None, method) for CANCELLED that this client did not
         cause (`error.cancelled()`, True only for its own): a daemon dropped
         the call as it stopped (a standby turning leader, docs/ha.md), so it
-        did nothing. Raises SlicedError for anything else."""
+        did nothing. Raises SlicedError for anything else, and once the
+        client is closed."""
+        if self._closed:
+            raise _client_closed()
         if error.code() == grpc.StatusCode.UNAVAILABLE:
             return self._refused(error, method, retries.may_follow())
         if error.code() == grpc.StatusCode.CANCELLED and not error.cancelled():
@@ -509,6 +530,10 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        """Closes the channels. A call or watch under way, or made after,
+        raises SlicedError(CANCELLED, "the client is closed"); a preemption
+        listener ends with that error."""
+        self._closed = True
         with self._connecting_lock:
             for future in self._connecting.values():
                 future.cancel()
@@ -715,7 +740,8 @@ class Client:
         # no attempt).
         retries = _Retries(self._timeout, self._max_attempts, self._max_attempts)
         while True:
-            stream = method(request, timeout=timeout, metadata=self._metadata)
+            stream = _invoke(self, method, request, timeout=timeout,
+                             metadata=self._metadata)
             if opened is not None:
                 opened(stream)
             try:
@@ -875,9 +901,9 @@ class Client:
         may_have_landed = False
         while True:
             try:
-                return method(request,
-                              timeout=max(0.001, retries.deadline - time.monotonic()),
-                              metadata=self._metadata)
+                return _invoke(self, method, request,
+                               timeout=max(0.001, retries.deadline - time.monotonic()),
+                               metadata=self._metadata)
             except grpc.RpcError as e:
                 if remove and may_have_landed and e.code() == grpc.StatusCode.NOT_FOUND:
                     return None  # gone: the lost attempt removed it
