@@ -173,7 +173,11 @@ class RocksDbStore : public Store {
   rocksdb::DB* db() const { return db_.get(); }
 
   absl::StatusOr<StoredState> Load() override {
-    if (db_ == nullptr) {
+    // After a failed write, only a reopen reads what a restart would: the
+    // failed batch may be whole in the WAL (a write whose sync failed),
+    // which a reopen replays, though this instance never applied it. Until
+    // the store can be reopened (disk still full) it can't be read either.
+    if (db_ == nullptr || failed_) {
       absl::Status recovered = Recover();
       if (!recovered.ok()) return recovered;
     }
@@ -249,9 +253,9 @@ class RocksDbStore : public Store {
   // After a failed write: RocksDB's Resume() flushes the memtables (what was
   // acknowledged) and clears its background error, then the DB is closed and
   // reopened so that writes go to a new WAL, never to the writer that failed.
-  // When Resume() fails for lack of space the DB stays open for reads (Load)
-  // and the next Commit tries again; any other Resume() failure goes straight
-  // to close and reopen.
+  // When Resume() fails for lack of space the DB stays open, unread (Load
+  // calls this too), and the next Commit or Load tries again; any other
+  // Resume() failure goes straight to close and reopen.
   // Returns Unavailable while the store can't be written (disk still full,
   // reopen failed).
   absl::Status Recover() {
