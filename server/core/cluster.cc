@@ -162,7 +162,13 @@ absl::Status Cluster::Restore(storage::StoredState stored,
     state = Build(stored);
   }
   RETURN_IF_ERROR(state.status());
-  if (logs_ != nullptr) logs_->Restore(stored.logs, repair);
+  if (logs_ != nullptr) {
+    const scheduler::InventorySnapshot& nodes = *state->snapshot;
+    logs_->Restore(
+        stored.logs,
+        [&](const std::string& id) { return nodes.FindNode(id) != nullptr; },
+        repair);
+  }
   {
     absl::MutexLock lock(&mu_);
     state_ = *std::move(state);

@@ -15,10 +15,44 @@ std::string LogStore::Key(const std::string& node_id, uint64_t seq) {
 
 void LogStore::Restore(
     const std::vector<std::pair<std::string, LogLine>>& stored,
+    const std::function<bool(const std::string&)>& known,
     storage::Mutation& repair) {
   absl::MutexLock lock(&mu_);
   rings_.clear();
-  // Stored keys are sorted: by node, then sequence.
+  // Stored keys are sorted: by node, then sequence. One node's at a time.
+  std::string node_id;
+  std::vector<std::pair<uint64_t, const LogLine*>> lines;
+  auto take_node = [&] {
+    if (lines.empty()) return;
+    if (!known(node_id)) {  // a removed node's lines: gone with it
+      for (const auto& [seq, line] : lines) repair.DeleteLog(Key(node_id, seq));
+      lines.clear();
+      return;
+    }
+    const size_t drop =
+        lines.size() -
+        std::min(lines.size(), static_cast<size_t>(lines_per_node_));
+    for (size_t i = 0; i < drop; ++i) {
+      repair.DeleteLog(Key(node_id, lines[i].first));
+    }
+    Ring& ring = rings_[node_id];
+    ring.oldest_seq = lines[drop].first;
+    ring.next_seq = ring.oldest_seq;
+    // The ring's keys run on from its oldest without a gap (trimming counts
+    // on it): a kept line off that run is moved onto it.
+    for (size_t i = drop; i < lines.size(); ++i) {
+      const auto& [seq, stored_line] = lines[i];
+      LogLine line = *stored_line;
+      line.node_id = node_id;
+      if (seq != ring.next_seq) {
+        repair.DeleteLog(Key(node_id, seq));
+        repair.PutLog(Key(node_id, ring.next_seq), line);
+      }
+      ++ring.next_seq;
+      ring.lines.push_back(std::move(line));
+    }
+    lines.clear();
+  };
   for (const auto& [key, stored_line] : stored) {
     const size_t zero = key.find('\0');
     uint64_t seq = 0;
@@ -27,18 +61,13 @@ void LogStore::Restore(
       repair.DeleteLog(key);  // not ours: drop it
       continue;
     }
-    const std::string node_id = key.substr(0, zero);
-    Ring& ring = rings_[node_id];
-    if (ring.lines.empty()) ring.oldest_seq = seq;
-    ring.next_seq = seq + 1;
-    LogLine line = stored_line;
-    line.node_id = node_id;
-    ring.lines.push_back(std::move(line));
-    while (static_cast<int>(ring.lines.size()) > lines_per_node_) {
-      ring.lines.pop_front();
-      repair.DeleteLog(Key(node_id, ring.oldest_seq++));
+    if (absl::string_view(key).substr(0, zero) != node_id) {
+      take_node();
+      node_id = key.substr(0, zero);
     }
+    lines.emplace_back(seq, &stored_line);
   }
+  take_node();
 }
 
 std::vector<LogLine> LogStore::Stage(Txn& txn, const std::string& node_id,
@@ -73,9 +102,15 @@ void LogStore::StageForget(Txn& txn, const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   auto it = rings_.find(node_id);
   if (it == rings_.end()) return;
-  for (uint64_t seq = it->second.oldest_seq; seq < it->second.next_seq; ++seq) {
+  Ring& ring = it->second;
+  for (uint64_t seq = ring.oldest_seq; seq < ring.next_seq; ++seq) {
     txn.DeleteLog(Key(node_id, seq));
   }
+  // Empty from here on, its keys going on past the deleted ones: a node
+  // registered again and logging in the same commit group starts a ring
+  // the deletes above do not touch. (A failed commit re-reads the store.)
+  ring.lines.clear();
+  ring.oldest_seq = ring.next_seq;
 }
 
 void LogStore::Forget(const std::string& node_id) {

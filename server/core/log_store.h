@@ -31,10 +31,12 @@ class LogStore {
   // Keeps at most `lines_per_node` lines per node (> 0).
   explicit LogStore(int lines_per_node) : lines_per_node_(lines_per_node) {}
 
-  // Replaces the rings with the stored lines (sorted by key); appends
-  // deletes of lines beyond the ring bound, and of keys that are not ours,
-  // to `repair`.
+  // Replaces the rings with the stored lines (sorted by key) of the nodes
+  // `known` says exist; appends to `repair` the deletes of the other
+  // nodes' lines, of lines beyond the ring bound and of keys that are not
+  // ours, and moves of kept lines that leave a gap in a ring's keys.
   void Restore(const std::vector<std::pair<std::string, LogLine>>& stored,
+               const std::function<bool(const std::string&)>& known,
                storage::Mutation& repair);
 
   // Writes `lines` of `node_id` into `txn` (puts, and deletes of what falls
@@ -44,8 +46,8 @@ class LogStore {
   // After the commit: the lines join the ring and go to followers.
   void Install(const std::string& node_id, std::vector<LogLine> lines);
 
-  // Deletes every line of a removed node from `txn`; Forget() it after the
-  // commit.
+  // Deletes every line of a removed node from `txn` and empties its ring;
+  // Forget() it after the commit unless it was registered again.
   void StageForget(Txn& txn, const std::string& node_id);
   void Forget(const std::string& node_id);
 

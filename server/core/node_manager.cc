@@ -494,12 +494,15 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
         if (s.ok()) {
           // Unless registered again later in the same commit group (this
           // runs on the writer, after the group's install): that renewed
-          // its lease, which CheckLeases needs to find it.
+          // its lease, which CheckLeases needs to find it, and its ring
+          // (emptied by the remove) may hold what it logged since.
           const bool back = cluster_->Read([&](const ClusterState& now) {
             return now.snapshot->FindNode(node_id) != nullptr;
           });
-          if (!back) leases_.Forget(node_id);
-          if (logs_ != nullptr) logs_->Forget(node_id);
+          if (!back) {
+            leases_.Forget(node_id);
+            if (logs_ != nullptr) logs_->Forget(node_id);
+          }
           if (telemetry_ != nullptr) telemetry_->Forget(node_id);
         }
         changes->Flush(s);

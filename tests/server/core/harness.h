@@ -23,6 +23,7 @@
 #include "server/core/log_store.h"
 #include "server/core/node_manager.h"
 #include "server/core/placement_manager.h"
+#include "server/core/telemetry_manager.h"
 #include "server/core/telemetry_store.h"
 #include "storage/fault_injecting_store.h"
 
@@ -59,6 +60,9 @@ class Core {
         &core->logs_, &core->telemetry_,
         NodeManager::Options{.heartbeat_timeout = options.heartbeat_timeout,
                              .lease_check_interval = absl::Seconds(1)});
+    core->logging_ = std::make_unique<TelemetryManager>(
+        core->coordinator_.get(), core->cluster_.get(), &core->telemetry_,
+        &core->logs_);
     core->coordinator_->Run();
     return core;
   }
@@ -112,6 +116,27 @@ class Core {
   absl::Status CheckLeases() {
     return WaitStatus([&](auto done) { nodes_->CheckLeases(done); });
   }
+  absl::Status AppendLogs(const std::string& node_id,
+                          std::vector<std::string> texts) {
+    return WaitStatus([&](auto done) {
+      logging_->AppendLogs(node_id, Lines(std::move(texts)), done);
+    });
+  }
+  // The texts of the node's log lines, oldest first.
+  std::vector<std::string> LogTexts(const std::string& node_id) {
+    std::vector<std::string> texts;
+    logs_.Read(
+        {node_id}, [](const LogLine&) { return true; },
+        [&](const LogLine& line) { texts.push_back(line.text); }, nullptr);
+    return texts;
+  }
+  static std::vector<LogLine> Lines(std::vector<std::string> texts) {
+    std::vector<LogLine> lines;
+    for (std::string& text : texts) {
+      lines.emplace_back().text = std::move(text);
+    }
+    return lines;
+  }
   // Runs `apply` as one op and waits for its commit.
   absl::Status Op(std::function<absl::Status(Txn&)> apply) {
     return WaitStatus([&](auto done) {
@@ -145,6 +170,7 @@ class Core {
   Coordinator& coordinator() { return *coordinator_; }
   PlacementManager& placement() { return *placement_; }
   NodeManager& nodes() { return *nodes_; }
+  TelemetryManager& logging() { return *logging_; }
   storage::FaultInjectingStore& faults() { return *faults_; }
 
  private:
@@ -185,6 +211,7 @@ class Core {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<PlacementManager> placement_;
   std::unique_ptr<NodeManager> nodes_;
+  std::unique_ptr<TelemetryManager> logging_;
 };
 
 }  // namespace sliced::server::testing

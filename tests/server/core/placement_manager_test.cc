@@ -1159,6 +1159,38 @@ TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitKeepsALease) {
   EXPECT_EQ(core_->nodes().Get("c1")->node.state, scheduler::NodeState::kDead);
 }
 
+TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitLogsAnew) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  ASSERT_TRUE(core_->AppendLogs("c1", {"old-0", "old-1", "old-2"}).ok());
+  absl::BlockingCounter answered(3);
+  auto answer = [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    answered.DecrementCount();
+  };
+  core_->InOneGroup([&] {
+    core_->nodes().Remove("c1", false, answer);
+    core_->nodes().Register(
+        {CpuNode("c1", 4)},
+        [&](absl::StatusOr<std::vector<NodeView>> v) { answer(v.status()); });
+    core_->logging().AppendLogs("c1", Core::Lines({"new-0", "new-1"}), answer);
+  });
+  answered.Wait();
+  const std::vector<std::string> fresh = {"new-0", "new-1"};
+  EXPECT_EQ(core_->LogTexts("c1"), fresh);
+  Restart();  // the store holds the same
+  EXPECT_EQ(core_->LogTexts("c1"), fresh);
+  ASSERT_TRUE(core_->AppendLogs("c1", {"new-2"}).ok());
+  Restart();
+  EXPECT_EQ(core_->LogTexts("c1"),
+            (std::vector<std::string>{"new-0", "new-1", "new-2"}));
+  // Removed for good, its lines go with it: a node of that id starts empty.
+  ASSERT_TRUE(core_->RemoveNode("c1", false).ok());
+  Restart();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  EXPECT_EQ(core_->LogTexts("c1"), std::vector<std::string>{});
+}
+
 TEST_F(PlacementManagerTest, AHeartbeatSayingAliveLiftsNoDrain) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());

@@ -1,0 +1,71 @@
+// The log rings as a restart reads them back: lines past the bound are
+// deleted, a removed node's lines go with it, keys that are not ours are
+// dropped, and kept lines whose keys left a gap are moved onto one run (the
+// ring's trimming deletes keys by sequence from its oldest).
+#include "server/core/log_store.h"
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+
+namespace sliced::server {
+namespace {
+
+std::string Key(const std::string& node_id, uint64_t seq) {
+  return node_id + std::string(1, '\0') + absl::StrFormat("%016x", seq);
+}
+
+std::pair<std::string, LogLine> Stored(const std::string& key,
+                                       const std::string& text) {
+  std::pair<std::string, LogLine> out{key, LogLine()};
+  out.second.text = text;
+  return out;
+}
+
+std::pair<std::string, LogLine> Stored(const std::string& node_id,
+                                       uint64_t seq) {
+  return Stored(Key(node_id, seq), absl::StrFormat("%s-%d", node_id, seq));
+}
+
+std::vector<std::string> Texts(LogStore& logs, const std::string& node_id) {
+  std::vector<std::string> texts;
+  logs.Read(
+      {node_id}, [](const LogLine&) { return true; },
+      [&](const LogLine& line) { texts.push_back(line.text); }, nullptr);
+  return texts;
+}
+
+TEST(LogStoreTest, RestoreKeepsTheNewestOnOneRunOfKeysOfKnownNodes) {
+  LogStore logs(3);
+  const std::vector<std::pair<std::string, LogLine>> stored = {
+      Stored("a", 1),
+      Stored("a", 2),
+      Stored("a", 5),
+      Stored("a", 6),
+      Stored("a", 9),  // five lines, two gaps: keep 5, 6, 9 on 5, 6, 7
+      Stored("a-no-sequence", "x"),
+      Stored("gone", 0),
+      Stored("gone", 1),  // a node no longer registered
+  };
+  storage::Mutation repair;
+  logs.Restore(
+      stored, [](const std::string& id) { return id == "a"; }, repair);
+  EXPECT_EQ(Texts(logs, "a"), (std::vector<std::string>{"a-5", "a-6", "a-9"}));
+  EXPECT_EQ(Texts(logs, "gone"), std::vector<std::string>{});
+
+  std::set<std::string> deleted, put;
+  for (const storage::Mutation::Write& w : repair.writes()) {
+    (w.is_delete ? deleted : put).insert(w.key);
+  }
+  EXPECT_EQ(deleted, (std::set<std::string>{Key("a", 1), Key("a", 2),
+                                            Key("a", 9), "a-no-sequence",
+                                            Key("gone", 0), Key("gone", 1)}));
+  EXPECT_EQ(put, std::set<std::string>{Key("a", 7)});
+}
+
+}  // namespace
+}  // namespace sliced::server
