@@ -215,9 +215,12 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
   if (!s.ok()) return s;
   for (size_t f = 0; f < request.fallbacks.size(); ++f) {
     const std::string field = absl::StrCat("fallbacks[", f, "]");
-    if (!slice && request.fallbacks[f].empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": at least one bundle is required"));
+    // (A slice requirement's primary list may be empty: one default bundle
+    // per host. A fallback is another list of bundles, never that again.)
+    if (request.fallbacks[f].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": at least one bundle is required",
+          slice ? " (with a slice requirement, one per host)" : ""));
     }
     s = ValidateBundles(request.fallbacks[f], field, slice);
     if (!s.ok()) return s;

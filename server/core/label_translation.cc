@@ -20,6 +20,10 @@ constexpr absl::string_view kGkeAccelerator =
     "cloud.google.com/gke-tpu-accelerator";
 constexpr absl::string_view kGkeTopology = "cloud.google.com/gke-tpu-topology";
 constexpr absl::string_view kGkeSpot = "cloud.google.com/gke-spot";
+// Preemptible VMs (the older kind of spot VM: reclaimable at any time, and
+// after 24 h at most) carry this one instead of gke-spot.
+constexpr absl::string_view kGkePreemptible =
+    "cloud.google.com/gke-preemptible";
 constexpr absl::string_view kGkeFlexStart = "cloud.google.com/gke-flex-start";
 constexpr absl::string_view kGkeReservation =
     "cloud.google.com/reservation-name";
@@ -86,7 +90,8 @@ absl::Status DeriveAccelerator(const Labels& labels, Labels& derived) {
 // on-demand (sliced's own label, always present).
 std::string Tier(const Labels& labels) {
   const std::string* market = Find(labels, scheduler::kLabelMarketType);
-  if (IsTrue(labels, kGkeSpot) || (market != nullptr && *market == "spot")) {
+  if (IsTrue(labels, kGkeSpot) || IsTrue(labels, kGkePreemptible) ||
+      (market != nullptr && *market == "spot")) {
     return "spot";
   }
   if (IsTrue(labels, kGkeFlexStart)) return "flex-start";
@@ -101,10 +106,13 @@ std::string Tier(const Labels& labels) {
 // market type contradicts a spot tier.
 absl::Status DeriveMarketType(const Labels& labels, Labels& out) {
   const std::string* market = Find(labels, scheduler::kLabelMarketType);
-  const bool gke_spot = IsTrue(labels, kGkeSpot);
+  const absl::string_view gke_spot = IsTrue(labels, kGkeSpot) ? kGkeSpot
+                                     : IsTrue(labels, kGkePreemptible)
+                                         ? kGkePreemptible
+                                         : absl::string_view();
   const std::string tier = out.at(scheduler::kLabelCapacityTier);
   if (market == nullptr) {
-    if (tier == "spot" || gke_spot) {
+    if (tier == "spot" || !gke_spot.empty()) {
       out[std::string(scheduler::kLabelMarketType)] = "spot";
     } else if (HasGkeMetadata(labels) ||
                (Find(labels, scheduler::kLabelCapacityTier) != nullptr &&
@@ -115,7 +123,7 @@ absl::Status DeriveMarketType(const Labels& labels, Labels& out) {
     return absl::InvalidArgumentError(absl::StrCat(
         "labels[\"", scheduler::kLabelMarketType, "\"]: ", Quote(*market),
         " contradicts capacity tier spot (from ",
-        gke_spot ? kGkeSpot : scheduler::kLabelCapacityTier,
+        gke_spot.empty() ? scheduler::kLabelCapacityTier : gke_spot,
         "); a spot node's market type is spot"));
   }
   return absl::OkStatus();

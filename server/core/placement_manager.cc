@@ -159,15 +159,15 @@ std::vector<scheduler::Bundle> UsedBundles(const PlacementRequest& request,
   return ExpandSliceBundles(request);
 }
 
-// The request that re-places `group` after node loss: its bundle list in
-// use as the primary, surviving bundles of a plain group pinned (a slice
-// group is re-placed whole), its own allocations counted as free.
 // Whether every bundle of `group` is on a node.
 bool Whole(const PlacementGroup& group) {
   return std::all_of(group.bundles.begin(), group.bundles.end(),
                      [](const PlacedBundle& b) { return !b.node_id.empty(); });
 }
 
+// The request that re-places `group` after node loss: its bundle list in
+// use as the primary, surviving bundles of a plain group pinned (a slice
+// group is re-placed whole), its own allocations counted as free.
 PlacementRequest ReplacementRequest(const PlacementGroup& group,
                                     const absl::btree_set<std::string>& lost) {
   PlacementRequest request = group.request;
@@ -332,21 +332,35 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
   const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
       "the pending queue is full (", options_.max_pending,
       " groups); nothing was created. Retry later or remove waiting groups"));
+  // The class is checked before anything else decides: it must exist, and
+  // FAIL means placed now or not created, even behind a starving group.
+  const ComputeClass* cls = nullptr;
+  if (!g.compute_class.empty()) {
+    cls = txn.FindClass(g.compute_class);
+    if (cls == nullptr) return ClassNotFound(g.compute_class);
+  }
+  const bool fail =
+      cls != nullptr && cls->when_unsatisfiable == WhenUnsatisfiable::kFail;
   if (const PlacementGroup* starving = Starving(txn, g.priority)) {
+    if (fail) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("compute class \"", g.compute_class,
+                       "\" says FAIL, and the group would wait behind ",
+                       starving->id, ", which has waited over ",
+                       absl::FormatDuration(options_.starvation_bound),
+                       " and claims capacity first"));
+    }
     if (!room) return full;
     g.reason = BlockedBy(*starving);
     txn.PutPg(g);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(Decision d, TryPlace(txn, g, g.request));
-  if (d.outcome != Decision::kPlaced && !g.compute_class.empty()) {
-    const ComputeClass* cls = txn.FindClass(g.compute_class);
-    if (cls != nullptr && cls->when_unsatisfiable == WhenUnsatisfiable::kFail) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "compute class \"", g.compute_class,
-          "\" says FAIL and no priority holds the whole gang now: ",
-          d.diagnosis.summary));
-    }
+  if (d.outcome != Decision::kPlaced && fail) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("compute class \"", g.compute_class,
+                     "\" says FAIL and no priority holds the whole gang now: ",
+                     d.diagnosis.summary));
   }
   if (d.outcome != Decision::kPlaced && !room) return full;
   if (d.outcome == Decision::kUnschedulable) {

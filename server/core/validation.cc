@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/quote.h"
 #include "base/status_macros.h"
+#include "scheduler/labels.h"
 
 namespace sliced::server {
 namespace {
@@ -54,6 +55,15 @@ absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
       return absl::InvalidArgumentError(absl::StrCat(
           "node_id: ", Quote(id, '\''), " may only hold [A-Za-z0-9._:-]"));
     }
+  }
+  // It is also the node's ray.io/node-id label (Ray's selectors name nodes
+  // by it), so a label value's syntax applies too: at most 63 characters,
+  // no ':', a letter or digit at both ends.
+  const absl::Status as_label = scheduler::ValidateLabelValue(id);
+  if (!as_label.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_id: ", Quote(id, '\''), " is also its ",
+                     scheduler::kLabelNodeId, " label: ", as_label.message()));
   }
   return absl::OkStatus();
 }

@@ -513,6 +513,16 @@ TEST(SolverStrategyTest, Table) {
        Decision::kUnschedulable, "", "bundle 1 {CPU: 8}: 0/4 nodes fit"},
       {"empty request", Generic(Strategy::kPack, {}), Decision::kInfeasible, "",
        "invalid request: bundles: at least one bundle is required"},
+      {"empty fallback of a slice request (it placed nothing, and held no "
+       "chip)",
+       [] {
+         PlacementRequest r = SliceRequest(TpuGeneration::kV6e, "2x4");
+         r.fallbacks.push_back({});
+         return r;
+       }(),
+       Decision::kInfeasible, "",
+       "fallbacks[0]: at least one bundle is required (with a slice "
+       "requirement, one per host)"},
       {"negative", Generic(Strategy::kPack, {B({{"CPU", -1}})}),
        Decision::kInfeasible, "", "bundles[0].resources[CPU]: must be >= 0"},
   };

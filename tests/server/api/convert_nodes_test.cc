@@ -46,6 +46,12 @@ TEST(NodesFromProtoTest, RejectsBadInputNamingNodeFieldAndRule) {
        "must start with a letter or digit"},
       {"long id", [](v1::Node& n) { n.set_node_id(std::string(129, 'a')); },
        "at most 128"},
+      // The id is also the ray.io/node-id label: its value's syntax applies.
+      {"id past a label value's 63",
+       [](v1::Node& n) { n.set_node_id(std::string(64, 'a')); },
+       "is also its ray.io/node-id label"},
+      {"id with ':'", [](v1::Node& n) { n.set_node_id("10.0.0.5:8076"); },
+       "node_id: '10.0.0.5:8076' is also its ray.io/node-id label"},
       {"empty address", [](v1::Node& n) { n.set_address(""); },
        "address: must not be empty"},
       {"bad address", [](v1::Node& n) { n.set_address("h/1"); },

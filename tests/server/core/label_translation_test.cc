@@ -75,6 +75,10 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
        {{"cloud.google.com/gke-nodepool", "pool-a"}},
        {{"ray.io/market-type", "on-demand"},
         {"sliced.io/capacity-tier", "on-demand"}}},
+      {"GKE preemptible VM: spot (reclaimable like one)",
+       {{"cloud.google.com/gke-preemptible", "true"},
+        {"cloud.google.com/gke-nodepool", "pool-a"}},
+       {{"ray.io/market-type", "spot"}, {"sliced.io/capacity-tier", "spot"}}},
       {"GKE spot=false: on-demand",
        {{"cloud.google.com/gke-spot", "false"}},
        {{"ray.io/market-type", "on-demand"},
@@ -181,6 +185,8 @@ TEST(LabelTranslationTest, SpotNodeSayingOnDemandMarketIsRejected) {
       {{"sliced.io/capacity-tier", "spot"},
        {"ray.io/market-type", "on-demand"}},
       {{"cloud.google.com/gke-spot", "true"},
+       {"ray.io/market-type", "on-demand"}},
+      {{"cloud.google.com/gke-preemptible", "true"},
        {"ray.io/market-type", "on-demand"}},
   };
   for (const Labels& in : cases) {

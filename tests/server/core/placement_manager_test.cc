@@ -200,6 +200,22 @@ TEST_F(PlacementManagerTest, AStarvingGroupBlocksLaterOnesUntilPlaced) {
   EXPECT_NE(small->group.reason.find("waiting behind " + big),
             std::string::npos)
       << small->group.reason;
+  // Behind it, a compute class is still checked first: one that does not
+  // exist is NOT_FOUND, and FAIL refuses to wait (nothing is stored).
+  ASSERT_TRUE(core_
+                  ->PutClass(ComputeClass{
+                      "fail", {Tier("spot")}, WhenUnsatisfiable::kFail})
+                  .ok());
+  const size_t groups = core_->placement().List({}).size();
+  auto typo = core_->Create(Cpus(1, 2, WithClass("nope")));
+  EXPECT_EQ(typo.status().code(), absl::StatusCode::kNotFound) << typo.status();
+  auto fail = core_->Create(Cpus(1, 2, WithClass("fail")));
+  EXPECT_EQ(fail.status().code(), absl::StatusCode::kFailedPrecondition)
+      << fail.status();
+  EXPECT_NE(fail.status().message().find("would wait behind " + big),
+            std::string::npos)
+      << fail.status();
+  EXPECT_EQ(core_->placement().List({}).size(), groups);
   // A higher priority is not held back by a lower one's starvation.
   auto urgent = core_->Create(Cpus(1, 2, WithPriority(10)));
   ASSERT_TRUE(urgent.ok());
