@@ -244,6 +244,7 @@ class Carver {
   bool HostTakes(uint32_t h, int64_t k, int64_t w) const {
     const Node& node = snap_.node(h).node;
     return TakesPlacements(node) && request_.HostMatches(node.labels, k, w) &&
+           request_.CountsChipsAs(node) &&
            overlay_.Fits(h, request_.resources(k, w));
   }
 

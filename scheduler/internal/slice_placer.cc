@@ -73,6 +73,12 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
   }
 }
 
+bool SliceRequest::CountsChipsAs(const Node& host) const {
+  if (MaxTpuResourcePerChip(req_.generation) == 1) return true;
+  return Amount(host.resources, TpuName()) ==
+         shape_.chips_per_host * req_.tpu_resource_per_chip * kResourceScale;
+}
+
 bool SliceRequest::FitsEveryHostOf(const ResourceSet& least) const {
   if (any_residual_) return false;
   for (const auto& [name, amount] : most_) {
@@ -217,7 +223,9 @@ bool SlicePlacer::SliceFits(const SliceRequest& request, const Overlay& overlay,
   const InventorySnapshot::SliceEntry& se = snap_.slice(s);
   for (int64_t w = 0; w < request.hosts(); ++w) {
     const uint32_t h = snap_.HostIndex(se, w);
-    if (!request.HostMatches(snap_.node(h).node.labels, k, w)) return false;
+    const Node& host = snap_.node(h).node;
+    if (!request.HostMatches(host.labels, k, w)) return false;
+    if (!request.CountsChipsAs(host)) return false;
     if (!overlay.Fits(h, request.resources(k, w))) return false;
   }
   return true;

@@ -58,6 +58,11 @@ class SliceRequest {
   bool HostMatches(const Labels& labels, int64_t k, int64_t w) const {
     return !any_residual_ || Matches(residual_[At(k, w)], labels);
   }
+  // Whether `host` counts its TPU chips as this request does. A v7x host
+  // may count 2 TPU per chip: a request counting 1 would take half of each
+  // host's TPU, and leave the other half, on the same chips, to the next
+  // group. Always true where one count per chip is all there is.
+  bool CountsChipsAs(const Node& host) const;
   // Whether every host whose resources are at least `least` (a slice's
   // host_min, or a lower bound of several slices') matches the residual
   // terms and holds (in total) what any worker of any row asks. False says

@@ -148,6 +148,7 @@ class Stitcher {
     for (const auto& [b, h] : Place(s, i)) {
       const Node& node = snap_.node(h).node;
       if (!request_.HostMatches(node.labels, k, b) ||
+          !request_.CountsChipsAs(node) ||
           !overlay_.Fits(h, request_.resources(k, b))) {
         return false;
       }

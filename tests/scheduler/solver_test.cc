@@ -299,6 +299,21 @@ TEST(SolverSliceTest, TwoTpuDevicesPerChipOnV7x) {
   Decision d = Solve(*snap, r);
   ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
   EXPECT_EQ(Nodes(d), "x-w0,x-w1");
+  // A request that counts 1 per chip would hold {TPU: 4} of each host's 8,
+  // and leave the other 4, on the same chips, to the next group: it does
+  // not take these hosts, whole or as a sub-slice. Nor does a request of 2
+  // per chip take hosts that count 1.
+  PlacementRequest one = SliceRequest(TpuGeneration::kV7x, "2x2x2");
+  EXPECT_NE(Solve(*snap, one).outcome, Decision::kPlaced)
+      << Solve(*snap, one).diagnosis.summary;
+  one.slice->topology = "2x2x1";
+  one.slice->subslicing = Subslicing::kAllowed;
+  EXPECT_NE(Solve(*snap, one).outcome, Decision::kPlaced);
+  std::vector<Node> ones = Slice("y", "TPU-V7X", "2x2x2");
+  EXPECT_NE(Solve(*Snap(ones), r).outcome, Decision::kPlaced);
+  EXPECT_EQ(
+      Solve(*Snap(ones), SliceRequest(TpuGeneration::kV7x, "2x2x2")).outcome,
+      Decision::kPlaced);
   // Two per chip is v7x's alone.
   PlacementRequest v6e = SliceRequest(TpuGeneration::kV6e, "4x4");
   v6e.slice->tpu_resource_per_chip = 2;
