@@ -315,6 +315,16 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
                      num_workers / workers_per_host,
                      " TPU hosts; use SPREAD (the default for TPUs)"));
   }
+  if (workers_per_host > 1 &&
+      plan.request.strategy == Strategy::kStrictSpread) {
+    return Invalid(
+        "placement_strategy",
+        absl::StrCat("STRICT_SPREAD puts every worker on a node of its own, "
+                     "but every host of topology ",
+                     plan.shape.topology, " runs ", workers_per_host,
+                     " workers of ", scheduler::FromFixedPoint(tpw),
+                     " TPU; use SPREAD (the default for TPUs)"));
+  }
   ResourceSet per_host = std::move(given.resources);
   per_host[std::string(scheduler::kResourceTpu)] = tpw;
   for (auto& [name, amount] : per_host) amount *= workers_per_host;
@@ -367,12 +377,44 @@ std::string HostPort(absl::string_view host, int port) {
 
 }  // namespace
 
+namespace {
+
+// The limits CreatePlacementGroup applies to its request apply to the one a
+// config makes: slices per group, and bundles (one per host of a slice).
+absl::Status CheckSize(const ScalingConfig& config, const Limits& limits,
+                       const ScalingConfigPlan& plan) {
+  const scheduler::PlacementRequest& r = plan.request;
+  if (r.slice && r.slice->num_slices > limits.max_slices_per_pg) {
+    return Invalid(
+        "num_workers",
+        absl::StrCat(config.num_workers, " workers need ", r.slice->num_slices,
+                     " slices of ", plan.shape.pod_type, "; at most ",
+                     limits.max_slices_per_pg, " per placement group"));
+  }
+  const int64_t bundles = r.slice ? plan.shape.hosts * r.slice->num_slices
+                                  : static_cast<int64_t>(r.bundles.size());
+  if (bundles > limits.max_bundles_per_pg) {
+    return Invalid(
+        "num_workers",
+        absl::StrCat(config.num_workers, " workers need ", bundles,
+                     r.slice ? " hosts" : " bundles", "; at most ",
+                     limits.max_bundles_per_pg,
+                     " bundles per placement group (--max_bundles_per_pg)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ScalingConfigPlan> PlanScalingConfig(const ScalingConfig& config,
                                                     const Limits& limits) {
   ASSIGN_OR_RETURN(GivenResources given, ConvertResources(config, limits));
   RETURN_IF_ERROR(CheckCommon(config, given));
-  if (config.use_tpu) return PlanTpu(config, limits, std::move(given));
-  return PlanGeneric(config, limits, std::move(given));
+  absl::StatusOr<ScalingConfigPlan> plan =
+      config.use_tpu ? PlanTpu(config, limits, std::move(given))
+                     : PlanGeneric(config, limits, std::move(given));
+  if (plan.ok()) RETURN_IF_ERROR(CheckSize(config, limits, *plan));
+  return plan;
 }
 
 namespace {
@@ -495,7 +537,13 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
       // A sub-slice: libtpu takes its shape from here, not from the
       // metadata server, which describes the parent.
       env["TPU_SKIP_MDS_QUERY"] = "true";
-      env["TPU_ACCELERATOR_TYPE"] = plan.shape.pod_type;
+      // As the platform spells it: Ironwood's is tpu7x-<cores>, where Ray's
+      // pod type (and ray.io/tpu-pod-type) says v7x-<cores>.
+      env["TPU_ACCELERATOR_TYPE"] =
+          plan.shape.generation == scheduler::TpuGeneration::kV7x &&
+                  absl::StartsWith(plan.shape.pod_type, "v7x-")
+              ? absl::StrCat("tpu7x-", plan.shape.pod_type.substr(4))
+              : plan.shape.pod_type;
       env["TPU_TOPOLOGY"] = plan.shape.topology;
       env["TPU_HOST_BOUNDS"] = absl::StrJoin(plan.shape.host_grid, ",");
       env["TPU_CHIPS_PER_HOST_BOUNDS"] = absl::StrJoin(plan.shape.host_box, ",");

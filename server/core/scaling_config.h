@@ -97,7 +97,8 @@ void LayoutTpuWorkers(ScalingConfigPlan& plan);
 //    strategy placement_strategy (default PACK).
 //  - TPU with a topology: bundles empty, request.slice = {generation,
 //    canonical topology, num_slices, resources_per_host, selector}; strategy
-//    placement_strategy (default SPREAD; the solver ignores it for slices).
+//    placement_strategy (default SPREAD; STRICT_PACK and STRICT_SPREAD are
+//    refused where they contradict the layout; else the solver ignores it).
 // Returns InvalidArgument naming the field ("scaling_config.<field>: ...").
 absl::StatusOr<ScalingConfigPlan> PlanScalingConfig(const ScalingConfig& config,
                                                     const Limits& limits);

@@ -305,6 +305,12 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
       {"bad selector on TPU", TpuConfig(4, "4x4"),
        [](ScalingConfig& c) { c.label_selector["zone"] = "in()"; },
        "label_selector", "zone"},
+      {"STRICT_SPREAD with several TPU workers per host", TpuConfig(16, "4x4"),
+       [](ScalingConfig& c) {
+         c.resources_per_worker["TPU"] = 1;
+         c.placement_strategy = "STRICT_SPREAD";
+       },
+       "placement_strategy", "runs 4 workers of 1 TPU"},
       {"too many selector entries", CpuConfig(2),
        [](ScalingConfig& c) {
          for (int i = 0; i < 65; ++i)
@@ -324,6 +330,30 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
         << message;
     EXPECT_NE(message.find(c.expect), std::string::npos) << message;
   }
+}
+
+TEST(PlanScalingConfigTest, AConfigsRequestKeepsTheCreateLimits) {
+  // 2,000 single-host v6e 1x1 slices: past the 1,024 slices of a group.
+  auto many = PlanScalingConfig(TpuConfig(2000, "1x1"), Limits());
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(many.status().message().find(
+                "scaling_config.num_workers: 2000 workers need 2000 slices"),
+            std::string::npos)
+      << many.status();
+  Limits small;
+  small.max_bundles_per_pg = 100;
+  // 400 workers of v6e 4x4: 100 slices of 4 hosts, 400 host bundles.
+  auto hosts = PlanScalingConfig(TpuConfig(400, "4x4"), small);
+  EXPECT_NE(hosts.status().message().find("400 hosts; at most 100 bundles"),
+            std::string::npos)
+      << hosts.status();
+  auto cpus = PlanScalingConfig(CpuConfig(101), small);
+  EXPECT_NE(cpus.status().message().find("101 bundles; at most 100"),
+            std::string::npos)
+      << cpus.status();
+  EXPECT_TRUE(PlanScalingConfig(CpuConfig(100), small).ok());
+  EXPECT_TRUE(PlanScalingConfig(TpuConfig(1024, "1x1"), Limits()).ok());
 }
 
 TEST(PlanScalingConfigTest, SeveralWorkersPerHostFollowRaysFormula) {
