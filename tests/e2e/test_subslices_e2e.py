@@ -201,6 +201,8 @@ class SubslicesEndToEnd(unittest.TestCase):
         self.assertEqual(list(first.slice_names), ["block-a/4x4x8@p-a1+p-a2"])
         self.assertEqual(first.workers[0].env["TPU_TOPOLOGY"], "4x4x8")
         self.assertEqual(first.workers[0].env["TPU_HOST_BOUNDS"], "2,2,8")
+        # As the platform spells Ironwood (Ray's pod type says v7x-256).
+        self.assertEqual(first.workers[0].env["TPU_ACCELERATOR_TYPE"], "tpu7x-256")
         self.assertEqual(len(first.workers[0].env["TPU_WORKER_HOSTNAMES"].split(",")), 32)
         self.assertEqual(first.workers[16].node_id, "p-a2-h0")
         # block-c has two healthy cubes (p-c3 is DEGRADED); block-b only one:

@@ -40,9 +40,12 @@ GENERATIONS = {
     "v2": ("TPU-V2", 2), "v3": ("TPU-V3", 2), "v4": ("TPU-V4", 2),
     "v5p": ("TPU-V5P", 2), "v5litepod": ("TPU-V5LITEPOD", 1), "v5e": ("TPU-V5LITEPOD", 1),
     "v6e": ("TPU-V6E", 1), "v7x": ("TPU-V7X", 2),
+    # Ironwood as the platform spells it (tpu7x-8: 8 cores, 4 chips), which
+    # Ray normalizes to v7x-8.
+    "tpu7x": ("TPU-V7X", 2),
 }
 LITE = ("TPU-V5LITEPOD", "TPU-V6E")
-_ACCEL = re.compile(r"^(v\d+[a-z]*)-(\d+)$")
+_ACCEL = re.compile(r"^(v\d+[a-z]*|tpu7x)-(\d+)$")
 _TOPOLOGY = re.compile(r"^\d+x\d+(x\d+)?$")
 
 
@@ -196,6 +199,16 @@ def parse_accelerator(value: str, source: str) -> Tuple[str, int]:
     return ray_type, max(1, int(m.group(2)) // cores)
 
 
+def ray_pod_type(accel: str) -> str:
+    """Ray's spelling of an accelerator type: "v5e-8" -> "v5litepod-8",
+    "tpu7x-16" -> "v7x-16"."""
+    accel = accel.lower()
+    for platform, ray in (("v5e-", "v5litepod-"), ("tpu7x-", "v7x-")):
+        if accel.startswith(platform):
+            return ray + accel[len(platform):]
+    return accel
+
+
 def parse_chip_coords(value: str, source: str) -> Tuple[Tuple[int, int, int], ...]:
     """"0,0,0;1,0,0" -> ((0,0,0), (1,0,0)); two numbers mean z = 0."""
     out = []
@@ -305,7 +318,7 @@ def detect(options: DetectOptions, env: Mapping[str, str],
     coords = (parse_chip_coords(coords_env, "SLICED_CHIP_COORDS") if coords_env
               else libtpu_chip_coords([hostname, address], chips))
     return HostFacts(node_id=node_id, address=address, accelerator_type=ray_type,
-                     pod_type=accel.lower().replace("v5e-", "v5litepod-"), topology=topology,
+                     pod_type=ray_pod_type(accel), topology=topology,
                      slice_name=name, worker_id=worker_id, chips=chips,
                      chip_coords=coords, **base)
 

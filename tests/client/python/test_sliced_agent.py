@@ -171,6 +171,13 @@ class HostTest(unittest.TestCase):
                                                  for y in range(4))}
         facts = detect(DetectOptions(root=root), single, None)
         self.assertEqual((facts.chips, facts.host_coords()), (8, (0, 0, 0)))
+        # Ironwood as the platform spells it: tpu7x-<cores>, 2 cores a chip.
+        ironwood = {"TPU_ACCELERATOR_TYPE": "tpu7x-16", "TPU_TOPOLOGY": "2x2x2",
+                    "TPU_WORKER_ID": "1", "TPU_NAME": "iw"}
+        facts = detect(DetectOptions(root=root), ironwood, None)
+        self.assertEqual(facts.labels()["ray.io/accelerator-type"], "TPU-V7X")
+        self.assertEqual(facts.labels()["ray.io/tpu-pod-type"], "v7x-16")
+        self.assertEqual(facts.chips, 4)
         # Devices: /dev/accel*, else vfio PCI functions of vendor 0x1ae0 with a
         # TPU chip's device id: not the host's gVNIC (0x1ae0:0x0042).
         os.makedirs(os.path.join(root, "dev"))
