@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
@@ -60,17 +61,19 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view context) {
 // RocksDB's info log ("LOG" in the data dir), written with stdio. RocksDB's
 // own logger aborts on the first line after a failed write (a full disk);
 // this one drops the lines it cannot write and goes on once space is back.
-// Thread-safe (one fwrite per line).
+// Past kMaxBytes the file is moved to `path`.old (replacing the last one)
+// and a new one begins, at open and while the daemon runs (RocksDB's stats
+// dumps alone add a few MB a day). Thread-safe.
 class FileLogger : public rocksdb::Logger {
  public:
-  // Appends to `path`; first moves a file over kMaxBytes to `path`.old.
+  // Appends to `path`.
   explicit FileLogger(const std::string& path)
-      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL) {
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL), path_(path) {
     std::error_code ec;
-    if (std::filesystem::file_size(path, ec) > kMaxBytes && !ec) {
-      std::filesystem::rename(path, path + ".old", ec);
-    }
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    if (!ec) bytes_ = size;
     file_ = std::fopen(path.c_str(), "a");
+    if (bytes_ > kMaxBytes) Rotate();
   }
   ~FileLogger() override {
     if (file_ != nullptr) std::fclose(file_);
@@ -78,7 +81,6 @@ class FileLogger : public rocksdb::Logger {
 
   using rocksdb::Logger::Logv;
   void Logv(const char* format, va_list ap) override {
-    if (file_ == nullptr) return;
     char line[4096];
     const std::string now = absl::FormatTime("%Y/%m/%d-%H:%M:%E6S ",
                                              absl::Now(), absl::UTCTimeZone());
@@ -90,15 +92,32 @@ class FileLogger : public rocksdb::Logger {
     size_t len = std::min(static_cast<size_t>(n), sizeof(line) - 2);
     line[len++] = '\n';
     std::string out = absl::StrCat(now, absl::string_view(line, len));
+    absl::MutexLock lock(&mu_);
+    if (bytes_ + out.size() > kMaxBytes) Rotate();
+    if (file_ == nullptr) return;
     if (std::fwrite(out.data(), 1, out.size(), file_) != out.size() ||
         std::fflush(file_) != 0) {
       std::clearerr(file_);
+    } else {
+      bytes_ += out.size();
     }
   }
 
  private:
   static constexpr uintmax_t kMaxBytes = 8 << 20;
-  std::FILE* file_;
+
+  void Rotate() ABSL_NO_THREAD_SAFETY_ANALYSIS {  // mu_ held, or constructing
+    if (file_ != nullptr) std::fclose(file_);
+    std::error_code ec;
+    std::filesystem::rename(path_, path_ + ".old", ec);
+    file_ = std::fopen(path_.c_str(), "a");
+    bytes_ = 0;
+  }
+
+  const std::string path_;
+  absl::Mutex mu_;
+  std::FILE* file_ = nullptr;
+  uintmax_t bytes_ = 0;
 };
 
 // Turns RocksDB's automatic error recovery off: the store recovers itself.
@@ -332,13 +351,28 @@ absl::Status Migrate(RocksDbStore& store, int64_t from,
                    "writing the migrated records");
 }
 
+// Whether the store holds no record at all (nor any meta key).
+bool HoldsNothing(RocksDbStore& store) {
+  std::vector<rocksdb::ColumnFamilyHandle*> families = {store.Meta()};
+  for (Table table : kTables) families.push_back(store.Family(table));
+  for (rocksdb::ColumnFamilyHandle* family : families) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        store.db()->NewIterator(rocksdb::ReadOptions(), family));
+    it->SeekToFirst();
+    if (it->Valid() || !it->status().ok()) return false;
+  }
+  return true;
+}
+
 absl::Status CheckSchema(RocksDbStore& store, bool created,
                          const std::string& path) {
   std::string value;
   rocksdb::Status s =
       store.db()->Get(rocksdb::ReadOptions(), store.Meta(), kSchemaKey, &value);
   if (s.IsNotFound()) {
-    if (!created) {
+    // A first start stopped (kill -9, power) between creating the database
+    // and writing its schema version left it empty: it is still new.
+    if (!created && !HoldsNothing(store)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "data dir ", path,
           " holds a RocksDB database without a sliced schema version; "

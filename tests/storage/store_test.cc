@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -91,9 +92,10 @@ server::PlacementGroup FullGroup() {
 }
 
 // Writes key=value into column family `family` of the closed database at
-// `path`, as another program (or a future sliced) might.
+// `path`, as another program (or a future sliced) might; deletes the key
+// when `value` is nullopt.
 void RawPut(const std::string& path, const std::string& family,
-            const std::string& key, const std::string& value) {
+            const std::string& key, std::optional<std::string> value) {
   rocksdb::DBOptions options;
   std::vector<std::string> names;
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(options, path, &names).ok());
@@ -106,7 +108,9 @@ void RawPut(const std::string& path, const std::string& family,
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == family) {
       ASSERT_TRUE(
-          db->Put(rocksdb::WriteOptions(), handles[i], key, value).ok());
+          (value ? db->Put(rocksdb::WriteOptions(), handles[i], key, *value)
+                 : db->Delete(rocksdb::WriteOptions(), handles[i], key))
+              .ok());
     }
   }
   for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
@@ -334,6 +338,29 @@ TEST(RocksDbStoreTest, NewerSchemaIsRefused) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(store.status().message().find("schema version 99"),
+            std::string::npos)
+      << store.status();
+}
+
+TEST(RocksDbStoreTest, AFirstStartCutBeforeItsSchemaVersionStartsAnew) {
+  // Killed between creating the database and writing its schema version:
+  // nothing in it, so it is still new.
+  TempDir dir;
+  { ASSERT_TRUE(OpenRocksDbStore({.path = dir.path()}).ok()); }
+  RawPut(dir.path(), "meta", "schema_version", std::nullopt);
+  {
+    auto store = OpenRocksDbStore({.path = dir.path()});
+    ASSERT_TRUE(store.ok()) << store.status();
+    Mutation m;
+    m.PutNode(Node("n1"));
+    ASSERT_TRUE((*store)->Commit(m).ok());
+  }
+  // Records without a schema version are another matter: refused.
+  RawPut(dir.path(), "meta", "schema_version", std::nullopt);
+  auto store = OpenRocksDbStore({.path = dir.path()});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("without a sliced schema version"),
             std::string::npos)
       << store.status();
 }
