@@ -122,6 +122,17 @@ Attempt SlicePlacer::Place(const SliceRequest& request,
   Attempt carved = stitch ? StitchSlices(snap_, released_, request, label)
                           : CarveSlices(snap_, released_, request, label);
   if (carved.placed) return carved;
+  if (stitch && MayCarve(request)) {
+    // No free cubes to stitch (a fixed v7x pool is one intact slice, not
+    // cubes): a sub-box of a larger slice, as on other generations.
+    Attempt cut = CarveSlices(snap_, released_, request, label);
+    if (cut.placed) return cut;
+    carved.summary = absl::StrCat(carved.summary, "; ", cut.summary);
+    carved.infeasible = carved.infeasible && cut.infeasible;
+    carved.steps.insert(carved.steps.end(),
+                        std::make_move_iterator(cut.steps.begin()),
+                        std::make_move_iterator(cut.steps.end()));
+  }
   // Both explanations: the whole slices first, then the sub-slices (or the
   // stitching).
   carved.summary = absl::StrCat(whole.summary, "; ", carved.summary);

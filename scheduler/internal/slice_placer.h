@@ -106,8 +106,9 @@ class SliceRequest {
 //      that no zone holds whole takes slices across zones in that order.
 //   4. Larger TPU7x shapes made of whole 4x4x4 cubes: when those fail,
 //      StitchSlices() (stitcher.h), whatever the request's subslicing.
-//      Other shapes, when those fail and the request's subslicing allows
-//      it: CarveSlices() (carver.h).
+//      Then (stitching failed, as on a fixed pool with no cubes) and other
+//      shapes, when those fail and the request's subslicing allows it:
+//      CarveSlices() (carver.h).
 //   On failure, ExplainSlices() (diagnosis.h) explains every slice of the
 //   shape (and the carver why no sub-slice fits).
 class SlicePlacer {

@@ -322,6 +322,21 @@ TEST(SolverSliceTest, TwoTpuDevicesPerChipOnV7x) {
             std::string::npos);
 }
 
+TEST(SolverSliceTest, AV7xShapeWithNoCubesToStitchIsCarvedWhenAllowed) {
+  // One intact v7x 8x8x8 (a fixed pool: no partitions to stitch). A 4x4x8
+  // is stitched from 4x4x4 cubes where there are some, and else carved
+  // from it, as a v5p 4x4x8 would be.
+  auto snap = Snap(Slice("big", "TPU-V7X", "8x8x8"));
+  PlacementRequest r = SliceRequest(TpuGeneration::kV7x, "4x4x8");
+  EXPECT_NE(Solve(*snap, r).outcome, Decision::kPlaced);
+  r.slice->subslicing = Subslicing::kAllowed;
+  const Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.bundle_nodes.size(), 32u);
+  ASSERT_EQ(d.slice_names.size(), 1u);
+  EXPECT_EQ(d.slice_names[0].rfind("big/4x4x8@", 0), 0u) << d.slice_names[0];
+}
+
 TEST(SolverSliceTest, SingleHostSlices) {
   std::vector<Node> nodes = {
       TpuHost("solo-b", "", "TPU-V6E", "2x4", 0, 8, "z1"),
