@@ -88,13 +88,24 @@ NodeCounts CountNodes(const SnapshotState& snap, const Overlay& overlay,
 }
 
 // What a slice of the shape is, for the diagnosis.
-enum class SliceClass { kTooSmall, kBroken, kHeld, kFree, kExcluded };
-constexpr int kCountedClasses = 4;  // all but kExcluded (counted by zone)
+enum class SliceClass {
+  kTooSmall,
+  kOtherChipCount,  // its hosts count TPU per chip otherwise (v7x: 1 or 2)
+  kBroken,
+  kHeld,
+  kFree,
+  kExcluded
+};
+constexpr int kCountedClasses = 5;  // all but kExcluded (counted by zone)
 
 // `fits_every_host`: request.FitsEveryHostOf(*se.host_min).
 SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
                          const InventorySnapshot::SliceEntry& se,
                          bool fits_every_host) {
+  if (!se.host_slots.empty() &&
+      !request.CountsChipsAs(snap.node(snap.HostIndex(se, 0)).node)) {
+    return SliceClass::kOtherChipCount;
+  }
   bool ever = true;
   const int64_t present =
       fits_every_host
@@ -281,6 +292,10 @@ Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
             counts.of(SliceClass::kBroken));
   tally.Add("with hosts too small for the bundles",
             counts.of(SliceClass::kTooSmall));
+  tally.Add(absl::StrCat("whose hosts count TPU per chip otherwise (the "
+                         "request counts ",
+                         req.tpu_resource_per_chip, ": tpu_resource_per_chip)"),
+            counts.of(SliceClass::kOtherChipCount));
   for (const auto& [zone, count] : counts.excluded_in_zone) {
     tally.Add(zone.empty()
                   ? std::string("excluded by selector")

@@ -80,7 +80,10 @@ bool SliceRequest::CountsChipsAs(const Node& host) const {
 }
 
 bool SliceRequest::FitsEveryHostOf(const ResourceSet& least) const {
-  if (any_residual_) return false;
+  // (Where chips may be counted twice, the hosts decide: CountsChipsAs.)
+  if (any_residual_ || MaxTpuResourcePerChip(req_.generation) > 1) {
+    return false;
+  }
   for (const auto& [name, amount] : most_) {
     if (amount > 0 && Amount(least, name) < amount) return false;
   }

@@ -304,8 +304,13 @@ TEST(SolverSliceTest, TwoTpuDevicesPerChipOnV7x) {
   // not take these hosts, whole or as a sub-slice. Nor does a request of 2
   // per chip take hosts that count 1.
   PlacementRequest one = SliceRequest(TpuGeneration::kV7x, "2x2x2");
-  EXPECT_NE(Solve(*snap, one).outcome, Decision::kPlaced)
-      << Solve(*snap, one).diagnosis.summary;
+  const Decision never = Solve(*snap, one);
+  EXPECT_EQ(never.outcome, Decision::kInfeasible) << never.diagnosis.summary;
+  EXPECT_NE(never.diagnosis.summary.find(
+                "1 whose hosts count TPU per chip otherwise (the request "
+                "counts 1: tpu_resource_per_chip)"),
+            std::string::npos)
+      << never.diagnosis.summary;
   one.slice->topology = "2x2x1";
   one.slice->subslicing = Subslicing::kAllowed;
   EXPECT_NE(Solve(*snap, one).outcome, Decision::kPlaced);
