@@ -68,9 +68,27 @@ struct Node {
   // Independent of `state` (the lease): a quarantined node takes no new
   // placements and its groups are rescheduled, as for a DEAD node.
   std::string quarantine_reason;
+  // DEAD, and DRAINING when it died: it comes back DRAINING (a heartbeat or
+  // a registration never lifts a drain; only UndrainNode does). Set and
+  // cleared by MoveToState().
+  bool drain_kept = false;
 
   friend bool operator==(const Node&, const Node&) = default;
 };
+
+// Moves `node` to `state`, keeping a drain across DEAD: a DRAINING node
+// that dies remembers it (drain_kept), and comes back DRAINING.
+inline void MoveToState(Node& node, NodeState state) {
+  if (state == NodeState::kDead) {
+    node.drain_kept = node.drain_kept || node.state == NodeState::kDraining;
+  } else {
+    if (node.drain_kept && state == NodeState::kAlive) {
+      state = NodeState::kDraining;
+    }
+    node.drain_kept = false;
+  }
+  node.state = state;
+}
 
 // ALIVE and not quarantined: the node may take new placements.
 inline bool TakesPlacements(const Node& node) {

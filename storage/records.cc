@@ -448,6 +448,7 @@ NodeRecord ToRecord(const scheduler::Node& node) {
   r.mutable_resources()->insert(node.resources.begin(), node.resources.end());
   r.set_state(ToRecord(node.state));
   r.set_quarantine_reason(node.quarantine_reason);
+  r.set_drain_kept(node.drain_kept);
   return r;
 }
 
@@ -469,6 +470,7 @@ absl::StatusOr<scheduler::Node> FromRecord(NodeRecordLoad& r) {
   }
   node.resources = scheduler::ResourceSet::FromUnsorted(std::move(resources));
   node.quarantine_reason = std::move(*r.mutable_quarantine_reason());
+  node.drain_kept = r.drain_kept();
   switch (r.state()) {
     case NODE_ALIVE:
       node.state = scheduler::NodeState::kAlive;

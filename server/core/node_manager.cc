@@ -310,10 +310,14 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           leases_.Renew(node.node_id, txn.now());
           scheduler::Node entry = node;
           const scheduler::Node* old = txn.FindNode(node.node_id);
-          // Re-registration keeps a drain; a dead node that registers is
-          // back.
-          if (old != nullptr && old->state == NodeState::kDraining) {
-            entry.state = NodeState::kDraining;
+          // Re-registration keeps a drain (also one kept while DEAD); a
+          // dead node that registers is back.
+          if (old != nullptr) {
+            scheduler::Node back = *old;
+            scheduler::MoveToState(back, old->state == NodeState::kDraining
+                                             ? NodeState::kDraining
+                                             : entry.state);
+            entry.state = back.state;
           }
           // ... and a quarantine: only the agent's health report lifts it.
           if (old != nullptr) {
@@ -395,10 +399,12 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
           }
           leases_.Renew(beats[i].node_id, txn.now());
           scheduler::Node next = *entry;
-          // A beat from a node marked dead brings it back.
-          next.state = beats[i].state.value_or(entry->state == NodeState::kDead
-                                                   ? NodeState::kAlive
-                                                   : entry->state);
+          // A beat from a node marked dead brings it back (DRAINING if it
+          // was when it died).
+          scheduler::MoveToState(
+              next, beats[i].state.value_or(entry->state == NodeState::kDead
+                                                ? NodeState::kAlive
+                                                : entry->state));
           if (beats[i].health) {
             next.quarantine_reason = QuarantineReason(*beats[i].health);
           }
@@ -477,7 +483,7 @@ void NodeManager::Remove(const std::string& node_id, bool force, Done done) {
           }
           // Forced: the node is lost; its groups are rescheduled first.
           scheduler::Node dead = *entry;
-          dead.state = NodeState::kDead;
+          scheduler::MoveToState(dead, NodeState::kDead);
           txn.PutNode(dead);
           RETURN_IF_ERROR(placement_->HandleNodesLost(txn, {node_id}));
         }
@@ -636,7 +642,7 @@ void NodeManager::CheckLeases(Done done) {
                 continue;
               }
               scheduler::Node dead = *entry;
-              dead.state = NodeState::kDead;
+              scheduler::MoveToState(dead, NodeState::kDead);
               changes->Note(
                   entry, dead,
                   absl::StrCat("lease expired (no heartbeat for ",

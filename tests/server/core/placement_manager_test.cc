@@ -1228,6 +1228,47 @@ TEST_F(PlacementManagerTest, AHeartbeatSayingAliveLiftsNoDrain) {
   EXPECT_EQ(core_->nodes().Get("c2")->node.state, scheduler::NodeState::kAlive);
 }
 
+TEST_F(PlacementManagerTest, ADrainedNodeThatDiesComesBackDrained) {
+  CoreOptions options;
+  options.heartbeat_timeout = absl::Seconds(10);
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());
+  ASSERT_TRUE(core_->Drain("c1").ok());
+  ASSERT_TRUE(core_->Drain("c2").ok());
+  auto state = [&](const char* id) {
+    return core_->nodes().Get(id)->node.state;
+  };
+  // c1's lease runs out (a host rebooted for its maintenance); c2 says it
+  // is dead, then alive in the same batch (its agent's token could).
+  core_->Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt},
+                               NodeBeat{"c2", std::nullopt, std::nullopt}})
+                  .ok());
+  EXPECT_EQ(state("c2"), scheduler::NodeState::kDraining);
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  ASSERT_EQ(state("c1"), scheduler::NodeState::kDead);
+  Restart(options);  // kept in the store
+  ASSERT_EQ(state("c1"), scheduler::NodeState::kDead);
+  // Back by heartbeat, or by registering again: still drained.
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"c1", std::nullopt, std::nullopt}}).ok());
+  EXPECT_EQ(state("c1"), scheduler::NodeState::kDraining);
+  core_->Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  ASSERT_EQ(state("c1"), scheduler::NodeState::kDead);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  EXPECT_EQ(state("c1"), scheduler::NodeState::kDraining);
+  // Only UndrainNode lifts it, and then a death is only a death.
+  ASSERT_TRUE(core_->Undrain("c1").ok());
+  core_->Advance(absl::Seconds(11));
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"c1", std::nullopt, std::nullopt}}).ok());
+  EXPECT_EQ(state("c1"), scheduler::NodeState::kAlive);
+}
+
 TEST_F(PlacementManagerTest, AGroupOnADrainingNodeIsReplacedAroundIt) {
   Start();
   ASSERT_TRUE(
