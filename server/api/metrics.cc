@@ -4,11 +4,13 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "server/core/cluster_summary.h"
+#include "sliced/v1/sliced.pb.h"
 
 namespace sliced::server::api {
 namespace {
@@ -195,7 +197,7 @@ class RpcInterceptor : public grpc::experimental::Interceptor {
  public:
   RpcInterceptor(Metrics* metrics, const char* method)
       : metrics_(metrics),
-        method_(method ? method : "unknown"),
+        method_(RpcMethodLabel(method ? method : "")),
         start_(absl::Now()) {}
 
   void Intercept(
@@ -214,7 +216,7 @@ class RpcInterceptor : public grpc::experimental::Interceptor {
 
  private:
   Metrics* const metrics_;
-  const std::string method_;
+  const absl::string_view method_;  // RpcMethodLabel's: lives for good
   const absl::Time start_;
 };
 
@@ -317,6 +319,26 @@ Cell Metrics::CellCache<Cell>::Get(absl::string_view key, Make make) {
 
 namespace {
 
+// Every method path of the daemon's services.
+absl::flat_hash_set<std::string> KnownMethods() {
+  absl::flat_hash_set<std::string> paths = {
+      "/grpc.health.v1.Health/Check",
+      "/grpc.health.v1.Health/Watch",
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+  };
+  const google::protobuf::FileDescriptor* file =
+      ::sliced::v1::Node::descriptor()->file();
+  for (int s = 0; s < file->service_count(); ++s) {
+    const google::protobuf::ServiceDescriptor* service = file->service(s);
+    for (int m = 0; m < service->method_count(); ++m) {
+      paths.insert(absl::StrCat("/", service->full_name(), "/",
+                                service->method(m)->name()));
+    }
+  }
+  return paths;
+}
+
 // `a` and `b` joined with '\0', in a buffer of the calling thread's.
 absl::string_view CellKey(absl::string_view a, absl::string_view b) {
   thread_local std::string key;
@@ -327,6 +349,14 @@ absl::string_view CellKey(absl::string_view a, absl::string_view b) {
 }
 
 }  // namespace
+
+absl::string_view RpcMethodLabel(absl::string_view path) {
+  static const auto* const known =
+      new absl::flat_hash_set<std::string>(KnownMethods());
+  auto it = known->find(path);
+  return it == known->end() ? absl::string_view("unknown")
+                            : absl::string_view(*it);
+}
 
 void Metrics::ObserveRpc(absl::string_view method, absl::string_view code,
                          double seconds) {

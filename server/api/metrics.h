@@ -29,6 +29,12 @@
 
 namespace sliced::server::api {
 
+// The `method` label of an RPC's series: its path when it is one of the
+// daemon's methods (sliced.v1, health, reflection), else "unknown". A client
+// may call any path; each would otherwise make series of its own, without
+// bound, before anything refuses the call.
+absl::string_view RpcMethodLabel(absl::string_view path);
+
 class Metrics : public Coordinator::CommitObserver,
                 public PlacementManager::DecisionObserver {
  public:
@@ -62,7 +68,7 @@ class Metrics : public Coordinator::CommitObserver,
   void OnPreemption(const PlacementGroup& victim,
                     absl::string_view outcome) override;
 
-  // Counts every RPC by method and code and times it.
+  // Counts every RPC by method (RpcMethodLabel) and code and times it.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   InterceptorFactory();
 

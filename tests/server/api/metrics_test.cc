@@ -16,6 +16,20 @@ std::string Exposition(const Metrics& metrics) {
   return prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
 }
 
+TEST(MetricsTest, OnlyTheDaemonsOwnMethodsNameASeries) {
+  EXPECT_EQ(RpcMethodLabel("/sliced.v1.Placement/CreatePlacementGroup"),
+            "/sliced.v1.Placement/CreatePlacementGroup");
+  EXPECT_EQ(RpcMethodLabel("/sliced.v1.Telemetry/TailLogs"),
+            "/sliced.v1.Telemetry/TailLogs");
+  EXPECT_EQ(RpcMethodLabel("/grpc.health.v1.Health/Check"),
+            "/grpc.health.v1.Health/Check");
+  // Any other path a client makes up (answered UNIMPLEMENTED) is one series.
+  for (const char* path :
+       {"/x/random-1", "/sliced.v1.Placement/Nope", "", "/"}) {
+    EXPECT_EQ(RpcMethodLabel(path), "unknown") << path;
+  }
+}
+
 TEST(MetricsTest, EachRpcAndDecisionCountsInItsOwnSeries) {
   Metrics metrics;
   constexpr char kCreate[] = "/sliced.v1.Placement/CreatePlacementGroup";
