@@ -294,11 +294,15 @@ int CmdWatch(Context& ctx, const ParsedFlags& flags) {
 int CmdComputeClassPut(Context& ctx, const ParsedFlags& flags) {
   // Either a PutComputeClassRequest ({"compute_class": {...}}, the examples/
   // format) or a bare ComputeClass.
+  // Read once: stdin ("-") can't be read again for the second form.
+  const std::string path = flags.Get("file");
+  absl::StatusOr<std::string> text = ReadInput(path);
+  if (!text.ok()) return Usage(std::string(text.status().message()));
   v1::PutComputeClassRequest request;
-  absl::Status as_request = ReadJsonFile(flags.Get("file"), &request);
+  absl::Status as_request = ParseJson(*text, path, &request);
   if (!as_request.ok() || !request.has_compute_class()) {
     v1::ComputeClass bare;
-    if (ReadJsonFile(flags.Get("file"), &bare).ok() && !bare.name().empty()) {
+    if (ParseJson(*text, path, &bare).ok() && !bare.name().empty()) {
       *request.mutable_compute_class() = bare;
     } else {
       return Usage(as_request.ok()

@@ -42,6 +42,12 @@ int ServerError(const Context& ctx, const absl::Status& status) {
 // usually a typo). Exit 2 material on failure.
 absl::Status ReadJsonFile(const std::string& path,
                           google::protobuf::Message* message) {
+  absl::StatusOr<std::string> text = ReadInput(path);
+  if (!text.ok()) return text.status();
+  return ParseJson(*text, path, message);
+}
+
+absl::StatusOr<std::string> ReadInput(const std::string& path) {
   if (path.empty()) {
     return absl::InvalidArgumentError("-f FILE is required (a JSON file)");
   }
@@ -56,9 +62,14 @@ absl::Status ReadJsonFile(const std::string& path,
     }
     contents << in.rdbuf();
   }
+  return contents.str();
+}
+
+absl::Status ParseJson(const std::string& text, const std::string& path,
+                       google::protobuf::Message* message) {
   google::protobuf::util::JsonParseOptions options;
-  auto status = google::protobuf::util::JsonStringToMessage(contents.str(),
-                                                            message, options);
+  auto status =
+      google::protobuf::util::JsonStringToMessage(text, message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a valid ", message->GetDescriptor()->name(),

@@ -37,6 +37,11 @@ int ServerError(const Context& ctx, const absl::Status& status);
 // error (usually a typo). InvalidArgument on failure (exit 2 material).
 absl::Status ReadJsonFile(const std::string& path,
                           google::protobuf::Message* message);
+// Its two halves, for input parsed as more than one message: the text of
+// `path` ("-" for stdin, which can be read once), and its parse.
+absl::StatusOr<std::string> ReadInput(const std::string& path);
+absl::Status ParseJson(const std::string& text, const std::string& path,
+                       google::protobuf::Message* message);
 
 // True for the states a --wait ends on.
 bool Settled(v1::PlacementGroupState state);

@@ -591,6 +591,14 @@ absl::StatusOr<v1::PlacementGroup> SlicedClient::WaitForPlacementGroup(
     absl::string_view id, absl::Duration timeout) {
   // Get first: NOT_FOUND for an unknown id (a watch would just stay silent).
   absl::StatusOr<v1::PlacementGroup> current = GetPlacementGroup(id);
+  if (!current.ok() &&
+      current.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    // The call's deadline (options.timeout), not the wait's: the daemon
+    // did not answer, which says nothing of the group.
+    return absl::UnavailableError(
+        absl::StrCat("reading placement group ", id,
+                     " before the wait: ", current.status().message()));
+  }
   if (!current.ok() || Settled(current->state())) return current;
   v1::WatchPlacementGroupsRequest request;
   request.set_placement_group_id(std::string(id));

@@ -175,8 +175,9 @@ class SlicedClient {
       absl::FunctionRef<bool(const v1::PlacementGroupEvent&)> on_event);
 
   // Watches one group until it is CREATED or INFEASIBLE (or REMOVED) and
-  // returns it in that state. DEADLINE_EXCEEDED if `timeout` passes first;
-  // NOT_FOUND if there is no such group.
+  // returns it in that state. DEADLINE_EXCEEDED if `timeout` passes first
+  // (and only then: a first read past the call's own timeout is
+  // UNAVAILABLE); NOT_FOUND if there is no such group.
   absl::StatusOr<v1::PlacementGroup> WaitForPlacementGroup(
       absl::string_view id, absl::Duration timeout);
 

@@ -373,6 +373,19 @@ TEST_F(SlicedClientTest, AWatchThatFellBehindIsOpenedAgain) {
   EXPECT_EQ(fake_.watch_calls(), 4 + 4);
 }
 
+TEST_F(SlicedClientTest, AWaitWhoseFirstReadTimesOutIsNoWaitTimeout) {
+  // The Get before the watch runs out of the call's own deadline: the daemon
+  // did not answer (UNAVAILABLE), the wait did not time out (slicectl would
+  // give the group up on DEADLINE_EXCEEDED).
+  fake_.delay = absl::Seconds(1);
+  options_.timeout = absl::Milliseconds(200);
+  auto pg = Client()->WaitForPlacementGroup("pg-7", absl::Seconds(30));
+  EXPECT_EQ(pg.status().code(), absl::StatusCode::kUnavailable) << pg.status();
+  EXPECT_NE(pg.status().message().find("reading placement group pg-7"),
+            std::string::npos)
+      << pg.status();
+}
+
 TEST_F(SlicedClientTest, OtherErrorsComeBackAsGivenWithoutRetry) {
   fake_.status =
       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

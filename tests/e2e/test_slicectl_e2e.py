@@ -33,12 +33,12 @@ def closed_port():
         return s.getsockname()[1]
 
 
-def run(*args, env=None, timeout=60):
+def run(*args, env=None, timeout=60, input=None):
     full_env = dict(os.environ)
     full_env.pop("SLICED_SERVER", None)
     full_env.update(env or {})
     return subprocess.run([SLICECTL] + list(args), capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+                          timeout=timeout, env=full_env, input=input)
 
 
 class SlicectlEndToEnd(unittest.TestCase):
@@ -403,6 +403,10 @@ class SlicectlEndToEnd(unittest.TestCase):
                                           "sliced.io/capacity-tier": "spot"}}]}))
         got = self.json_of(P.ComputeClass, "compute-class", "put", "-f", bare)
         self.assertEqual(got.when_unsatisfiable, P.FAIL)
+        # The same bare class on stdin (read once, parsed as either form).
+        with open(bare) as f:
+            r = self.ctl("compute-class", "put", "-f", "-", input=f.read())
+        self.assertIn("compute class spot-only", r.stdout)
         r = self.ctl("compute-class", "list")
         self.assertRegex(r.stdout, r"cost-optimized\s+WAIT\s+1\. sliced.io/capacity-tier=spot")
         self.assertRegex(r.stdout, r"spot-only\s+FAIL")
