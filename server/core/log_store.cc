@@ -17,8 +17,8 @@ void LogStore::Restore(
     const std::vector<std::pair<std::string, LogLine>>& stored,
     const std::function<bool(const std::string&)>& known,
     storage::Mutation& repair) {
-  absl::MutexLock lock(&mu_);
-  rings_.clear();
+  // Built aside, then swapped in under the lock.
+  absl::btree_map<std::string, Ring> rings;
   // Stored keys are sorted: by node, then sequence. One node's at a time.
   std::string node_id;
   std::vector<std::pair<uint64_t, const LogLine*>> lines;
@@ -35,7 +35,7 @@ void LogStore::Restore(
     for (size_t i = 0; i < drop; ++i) {
       repair.DeleteLog(Key(node_id, lines[i].first));
     }
-    Ring& ring = rings_[node_id];
+    Ring& ring = rings[node_id];
     ring.oldest_seq = lines[drop].first;
     ring.next_seq = ring.oldest_seq;
     // The ring's keys run on from its oldest without a gap (trimming counts
@@ -68,6 +68,8 @@ void LogStore::Restore(
     lines.emplace_back(seq, &stored_line);
   }
   take_node();
+  absl::MutexLock lock(&mu_);
+  rings_ = std::move(rings);
 }
 
 std::vector<LogLine> LogStore::Stage(Txn& txn, const std::string& node_id,
