@@ -312,12 +312,9 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
           const scheduler::Node* old = txn.FindNode(node.node_id);
           // Re-registration keeps a drain (also one kept while DEAD); a
           // dead node that registers is back.
-          if (old != nullptr) {
-            scheduler::Node back = *old;
-            scheduler::MoveToState(back, old->state == NodeState::kDraining
-                                             ? NodeState::kDraining
-                                             : entry.state);
-            entry.state = back.state;
+          if (old != nullptr &&
+              (old->state == NodeState::kDraining || old->drain_kept)) {
+            entry.state = NodeState::kDraining;
           }
           // ... and a quarantine: only the agent's health report lifts it.
           if (old != nullptr) {

@@ -37,6 +37,21 @@ def register_demo_fleet(port):
         sliced_pb2_grpc.InventoryStub(ch).RegisterNodes(request, timeout=10)
 
 
+class SilentWatch(sliced_pb2_grpc.PlacementServicer):
+    """Opens every watch (noting when in `opened`) and sends nothing until
+    the client goes."""
+
+    def __init__(self, opened):
+        self.opened = opened
+
+    def WatchPlacementGroups(self, request, context):
+        self.opened.append(time.monotonic())
+        while context.is_active():
+            time.sleep(0.02)
+        return
+        yield  # a generator that sends nothing
+
+
 class PythonClientEndToEnd(unittest.TestCase):
     def start(self):
         d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0").start()
@@ -684,15 +699,7 @@ class PythonClientEndToEnd(unittest.TestCase):
         # that CANCELLED is the client's own, not a daemon's drop.
         opened = []
 
-        class Silent(sliced_pb2_grpc.PlacementServicer):
-            def WatchPlacementGroups(self, request, context):
-                opened.append(time.monotonic())
-                while context.is_active():
-                    time.sleep(0.02)
-                return
-                yield  # a generator that sends nothing
-
-        port = self.serve_placement(Silent())
+        port = self.serve_placement(SilentWatch(opened))
         with Client("127.0.0.1:%d" % port, timeout=5) as client:
             listener = client.on_preempted(lambda pg: None)
             deadline = time.monotonic() + 5
@@ -709,15 +716,7 @@ class PythonClientEndToEnd(unittest.TestCase):
         # closed!") was printed from the listener's thread.
         opened, thread_errors = [], []
 
-        class Silent(sliced_pb2_grpc.PlacementServicer):
-            def WatchPlacementGroups(self, request, context):
-                opened.append(time.monotonic())
-                while context.is_active():
-                    time.sleep(0.02)
-                return
-                yield  # a generator that sends nothing
-
-        port = self.serve_placement(Silent())
+        port = self.serve_placement(SilentWatch(opened))
         hook = threading.excepthook
         threading.excepthook = thread_errors.append
         self.addCleanup(setattr, threading, "excepthook", hook)

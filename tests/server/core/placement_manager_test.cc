@@ -50,6 +50,14 @@ PgSpec Cpus(int n, double cpu, PgOwner owner = {},
   return *spec;
 }
 
+// The nodes of the group's bundles, sorted ("" for one on none).
+std::vector<std::string> SortedNodes(const PlacementGroup& group) {
+  std::vector<std::string> on;
+  for (const PlacedBundle& b : group.bundles) on.push_back(b.node_id);
+  std::sort(on.begin(), on.end());
+  return on;
+}
+
 // `num_slices` whole v6e 4x4 slices.
 PgSpec V6eSlices(int num_slices, PgOwner owner = {}) {
   scheduler::PlacementRequest r;
@@ -1287,10 +1295,8 @@ TEST_F(PlacementManagerTest, AGroupOnADrainingNodeIsReplacedAroundIt) {
   auto view = core_->placement().Get(pg);
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->group.state, PgState::kCreated) << view->group.reason;
-  std::vector<std::string> on;
-  for (const PlacedBundle& b : view->group.bundles) on.push_back(b.node_id);
-  std::sort(on.begin(), on.end());
-  EXPECT_EQ(on, (std::vector<std::string>{"c1", "c2", "c4"}));
+  EXPECT_EQ(SortedNodes(view->group),
+            (std::vector<std::string>{"c1", "c2", "c4"}));
 }
 
 TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
@@ -1597,10 +1603,7 @@ TEST_F(PlacementManagerTest, AVictimThatLosesANodeStillLeavesOnTime) {
   EXPECT_EQ(get(low).state, PgState::kPreempting);
   EXPECT_EQ(get(low).preempted_by, prod);
   ASSERT_EQ(get(low).bundles.size(), 2u);
-  std::vector<std::string> on;
-  for (const PlacedBundle& b : get(low).bundles) on.push_back(b.node_id);
-  std::sort(on.begin(), on.end());
-  EXPECT_EQ(on, (std::vector<std::string>{"", "c1"}));
+  EXPECT_EQ(SortedNodes(get(low)), (std::vector<std::string>{"", "c1"}));
   EXPECT_NE(get(low).reason.find("lost node(s) c2"), std::string::npos)
       << get(low).reason;
   auto why = core_->placement().Explain(low);
@@ -1642,10 +1645,7 @@ TEST_F(PlacementManagerTest, AVictimThatLostANodeIsReplacedWhenSpared) {
       << get(low).reason;
   ASSERT_TRUE(core_->Register({CpuNode("c3", 4)}).ok());
   EXPECT_EQ(get(low).state, PgState::kCreated);
-  std::vector<std::string> on;
-  for (const PlacedBundle& b : get(low).bundles) on.push_back(b.node_id);
-  std::sort(on.begin(), on.end());
-  EXPECT_EQ(on, (std::vector<std::string>{"c1", "c3"}));
+  EXPECT_EQ(SortedNodes(get(low)), (std::vector<std::string>{"c1", "c3"}));
 }
 
 TEST_F(PlacementManagerTest,
