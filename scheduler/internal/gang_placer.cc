@@ -66,8 +66,13 @@ class GangPlacement {
   GangGroups ResolveGroups(const std::vector<Bundle>& bundles,
                            const LabelSelector* priority,
                            const LabelSelector* domain);
+  // Bundles already on a node (re-placing a group's lost ones) stay there.
+  // A pin is not checked against its bundle's selector: labels that changed
+  // since the bundle was placed do not move it (Kubernetes' "ignored during
+  // execution"). It must be within `priority`, so the gang's lost bundles
+  // are re-placed in the capacity tier of its survivors.
   std::optional<Failure> PlacePinned(const std::vector<Bundle>& bundles,
-                                     const GangGroups& groups);
+                                     const LabelSelector* priority);
   std::optional<Failure> PackOrSpread(const std::vector<Bundle>& bundles,
                                       const GangGroups& groups);
   std::optional<Failure> StrictPack(const std::vector<Bundle>& bundles,
@@ -146,7 +151,7 @@ GangGroups GangPlacement::ResolveGroups(const std::vector<Bundle>& bundles,
 }
 
 std::optional<Failure> GangPlacement::PlacePinned(
-    const std::vector<Bundle>& bundles, const GangGroups& groups) {
+    const std::vector<Bundle>& bundles, const LabelSelector* priority) {
   for (size_t b = 0; b < bundles.size(); ++b) {
     if (bundles[b].pinned_node_id.empty()) continue;
     const int64_t i = snap_.NodeIndex(bundles[b].pinned_node_id);
@@ -158,8 +163,10 @@ std::optional<Failure> GangPlacement::PlacePinned(
     } else if (const Node& n = snap_.node(i).node;
                !TakesPlacements(n) && !StaysOn(n)) {
       why = absl::StrCat("is ", WhyNoPlacements(n));
-    } else if (!Matches(groups.selectors[b], snap_.node(i).node.labels)) {
-      why = "no longer matches the selector";
+    } else if (priority != nullptr &&
+               !Matches(*priority, snap_.node(i).node.labels)) {
+      why = absl::StrCat("is outside this priority (",
+                         SelectorToString(*priority), ")");
     } else if (!overlay_.Fits(i, bundles[b].resources)) {
       why = absl::StrCat("has no room for ",
                          ResourcesToString(bundles[b].resources));
@@ -419,7 +426,7 @@ Attempt PlaceGang(const GangContext& ctx, const std::vector<Bundle>& bundles,
                   const LabelSelector* priority, const LabelSelector* domain) {
   GangPlacement placement(ctx, bundles.size());
   const GangGroups groups = placement.ResolveGroups(bundles, priority, domain);
-  std::optional<Failure> failure = placement.PlacePinned(bundles, groups);
+  std::optional<Failure> failure = placement.PlacePinned(bundles, priority);
   if (!failure.has_value()) {
     switch (ctx.strategy) {
       case Strategy::kStrictPack:

@@ -630,6 +630,39 @@ TEST(SolverPriorityTest, WholeGangOnFirstPriorityThatHoldsIt) {
       << d.diagnosis.summary;
 }
 
+TEST(SolverPriorityTest, LostBundlesGoToTheSurvivorsPriority) {
+  // The survivor is on spot, whose only node is full: the lost bundle may
+  // not go to flex-start (a gang stays in one tier), and the survivor's
+  // own selector, which its node's labels no longer match, does not count.
+  std::vector<Node> nodes = {CpuNode("spot1", 4, "z1", "spot"),
+                             CpuNode("flex1", 8, "z2", "flex-start")};
+  auto snap = Snap(nodes, {Allocation{"pg", 0, "spot1", Cpu(3)},
+                           Allocation{"other", 0, "spot1", Cpu(1)}});
+  PlacementRequest r = Generic(
+      Strategy::kSpread,
+      {B(Cpu(3), {{"ray.io/availability-zone", "z9"}}, "spot1"), B(Cpu(1))});
+  r.replacing_pg_id = "pg";
+  r.priorities = {Sel({{"sliced.io/capacity-tier", "spot"}}),
+                  Sel({{"sliced.io/capacity-tier", "flex-start"}})};
+  Decision d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kUnschedulable) << d.diagnosis.summary;
+  EXPECT_NE(d.diagnosis.summary.find(
+                "pinned to node spot1, which is outside this priority "
+                "({sliced.io/capacity-tier: flex-start})"),
+            std::string::npos)
+      << d.diagnosis.summary;
+  // Room on spot: the lost bundle joins its survivor there.
+  snap = Snap(
+      {CpuNode("spot1", 4, "z1", "spot"), CpuNode("spot2", 4, "z2", "spot"),
+       CpuNode("flex1", 8, "z2", "flex-start")},
+      {Allocation{"pg", 0, "spot1", Cpu(3)},
+       Allocation{"other", 0, "spot1", Cpu(1)}});
+  d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.priority_index, 0);
+  EXPECT_EQ(Nodes(d), "spot1,spot2");
+}
+
 TEST(SolverPriorityTest, SlicesHonourPriorities) {
   std::vector<Node> nodes = Slice("od", "TPU-V6E", "4x4", "z1", "on-demand");
   Append(nodes, Slice("sp", "TPU-V6E", "4x4", "z2", "spot"));
@@ -712,10 +745,11 @@ TEST(SolverPinnedTest, Table) {
       {"pinned to an unknown node",
        Generic(Strategy::kPack, {B(Cpu(1), {}, "zz")}), Decision::kInfeasible,
        "", "is not in the inventory"},
-      {"pinned selector mismatch",
-       Generic(Strategy::kPack,
-               {B(Cpu(1), {{"ray.io/availability-zone", "z9"}}, "b")}),
-       Decision::kUnschedulable, "", "no longer matches"},
+      {"a pin stays on a node whose labels no longer match its selector",
+       Generic(
+           Strategy::kPack,
+           {B(Cpu(1), {{"ray.io/availability-zone", "z9"}}, "b"), B(Cpu(1))}),
+       Decision::kPlaced, "b,b", ""},
   };
   for (const Case& c : cases) {
     Decision d = Solve(*snap, c.request);

@@ -1299,6 +1299,37 @@ TEST_F(PlacementManagerTest, AGroupOnADrainingNodeIsReplacedAroundIt) {
             (std::vector<std::string>{"c1", "c2", "c4"}));
 }
 
+TEST_F(PlacementManagerTest, ASurvivorStaysOnANodeRelabelledSinceItsPlacement) {
+  Start();
+  ASSERT_TRUE(core_
+                  ->Register({CpuNode("c1", 4), CpuNode("c2", 4),
+                              CpuNode("c3", 4), CpuNode("c4", 4, "z2")})
+                  .ok());
+  PgSpec spec = Cpus(3, 4, {}, scheduler::Strategy::kStrictSpread);
+  auto in_z1 =
+      scheduler::ParseLabelSelector({{"ray.io/availability-zone", "z1"}});
+  ASSERT_TRUE(in_z1.ok()) << in_z1.status();
+  for (scheduler::Bundle& b : spec.group.request.bundles) {
+    b.selector = *in_z1;
+  }
+  const std::string pg = Create(spec);
+  ASSERT_EQ(core_->StateOf(pg), PgState::kCreated);
+  // c1 moves to z2 under its bundle (labels apply to new placements only);
+  // then c3 is lost, and its bundle needs a z1 node again.
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4, "z2")}).ok());
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c3", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  EXPECT_EQ(core_->StateOf(pg), PgState::kRescheduling);
+  ASSERT_TRUE(core_->Register({CpuNode("c5", 4)}).ok());
+  auto view = core_->placement().Get(pg);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->group.state, PgState::kCreated) << view->group.reason;
+  EXPECT_EQ(SortedNodes(view->group),
+            (std::vector<std::string>{"c1", "c2", "c5"}));
+}
+
 TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
