@@ -79,17 +79,20 @@ int CmdNodeDrain(Context& ctx, const ParsedFlags& flags) {
       ctx, ctx.client->DrainNode(flags.args[0]), [&](const v1::Node& n) {
         Print(absl::StrCat(
             "node ", n.node_id(), " is ", v1::NodeState_Name(n.state()),
-            ": it keeps its placements and takes no new ones\n"));
+            n.state() == v1::DEAD
+                ? "; it comes back DRAINING\n"
+                : ": it keeps its placements and takes no new ones\n"));
       });
 }
 
 int CmdNodeUndrain(Context& ctx, const ParsedFlags& flags) {
-  return Output(ctx, ctx.client->UndrainNode(flags.args[0]),
-                [&](const v1::Node& n) {
-                  Print(absl::StrCat("node ", n.node_id(), " is ",
-                                     v1::NodeState_Name(n.state()),
-                                     ": it takes new placements again\n"));
-                });
+  return Output(
+      ctx, ctx.client->UndrainNode(flags.args[0]), [&](const v1::Node& n) {
+        Print(absl::StrCat(
+            "node ", n.node_id(), " is ", v1::NodeState_Name(n.state()),
+            n.state() == v1::DEAD ? "; it comes back ALIVE\n"
+                                  : ": it takes new placements again\n"));
+      });
 }
 
 int CmdNodeRemove(Context& ctx, const ParsedFlags& flags) {
@@ -401,12 +404,13 @@ std::vector<Command> InventoryCommands() {
            "Show one node: state, labels, resources, placements."),
        CmdNodeGet},
       {Cmd("node drain", "ID",
-           "Drain a node: it keeps its placements and takes no new ones."),
+           "Drain a node: it keeps its placements and takes no new ones.",
+           "A DEAD node stays DEAD and comes back DRAINING."),
        CmdNodeDrain},
       {Cmd("node undrain", "ID",
            "Undrain a node: it takes new placements again.",
-           "A no-op on an ALIVE node; refused (exit 3) for a DEAD one, which "
-           "comes back by heartbeat or re-registration."),
+           "A no-op on an ALIVE node. A DEAD node stays DEAD and comes back "
+           "ALIVE (it no longer drains when back)."),
        CmdNodeUndrain},
       {Cmd("node remove", "ID", "Remove a node from the inventory.",
            "Refused (exit 3) while it holds placement groups, unless --force.",

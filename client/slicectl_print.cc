@@ -92,6 +92,7 @@ void PrintNodes(const Context& ctx,
          // As kubectl's "Ready,SchedulingDisabled".
          State(ctx, absl::StrCat(
                         v1::NodeState_Name(n.state()),
+                        n.drain_when_back() ? ",DRAIN-WHEN-BACK" : "",
                         n.quarantine_reason().empty() ? "" : ",QUARANTINED")),
          OrDash(n.address()), Label(n, "ray.io/accelerator-type"),
          Label(n, "ray.io/tpu-topology"), Label(n, "ray.io/tpu-slice-name"),
@@ -109,6 +110,7 @@ void PrintNodes(const Context& ctx,
 void PrintNode(const Context& ctx, const v1::Node& n) {
   Table head({"node", n.node_id()});
   head.AddRow({"state", State(ctx, v1::NodeState_Name(n.state()))});
+  if (n.drain_when_back()) head.AddRow({"when back", "DRAINING"});
   if (!n.quarantine_reason().empty()) {
     head.AddRow({"quarantined", n.quarantine_reason()});
   }

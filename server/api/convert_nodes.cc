@@ -125,6 +125,7 @@ void NodeToProto(const NodeView& view, v1::Node* out) {
   ResourcesToProto(node.resources, out->mutable_resources());
   out->set_state(NodeStateToProto(node.state));
   out->set_quarantine_reason(node.quarantine_reason);
+  out->set_drain_when_back(node.drain_kept);
   ResourcesToProto(view.available, out->mutable_available());
   out->mutable_placement_group_ids()->Add(view.placement_group_ids.begin(),
                                           view.placement_group_ids.end());

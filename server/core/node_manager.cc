@@ -441,18 +441,23 @@ void NodeManager::SetDraining(const std::string& node_id, bool draining,
       [this, node_id, draining, changes](Txn& txn, NodeView& view) {
         const scheduler::Node* entry = txn.FindNode(node_id);
         if (entry == nullptr) return NodeNotFound(node_id);
-        if (entry->state == NodeState::kDead) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("node_id: node ", Quote(node_id), " is DEAD; ",
-                           draining ? "nothing to drain"
-                                    : "a dead node comes back by heartbeat or "
-                                      "re-registration"));
-        }
         scheduler::Node next = *entry;
-        next.state = draining ? NodeState::kDraining : NodeState::kAlive;
+        if (entry->state == NodeState::kDead) {
+          // It stays DEAD; the drain applies when it comes back (as
+          // kubectl cordon on a NotReady node).
+          next.drain_kept = draining;
+        } else {
+          next.state = draining ? NodeState::kDraining : NodeState::kAlive;
+        }
         // Back ALIVE, PutNode has the queue re-tried in this commit.
-        if (next.state != entry->state) txn.PutNode(next);
-        changes->Note(entry, next, draining ? "DrainNode" : "UndrainNode");
+        if (next != *entry) txn.PutNode(next);
+        const char* why = draining ? "DrainNode" : "UndrainNode";
+        changes->Note(entry, next, why);
+        if (next.drain_kept != entry->drain_kept) {
+          changes->Add(absl::StrCat("node ", Quote(node_id), " DEAD, ",
+                                    draining ? "DRAINING" : "ALIVE",
+                                    " when back: ", why));
+        }
         ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot,
                          txn.View());
         view = ViewOf(next, *snapshot, leases_.Last(node_id));

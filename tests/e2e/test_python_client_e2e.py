@@ -293,10 +293,20 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertEqual(client.placement_groups(job_id="interrupted"), [])
 
     def test_drain_and_undrain(self):
-        _, client = self.start()
+        d, client = self.start()
         self.assertEqual(client.drain("cpu-0").state, "DRAINING")
         self.assertEqual(client.undrain("cpu-0").state, "ALIVE")
         self.assertEqual(client.undrain("cpu-0").state, "ALIVE")  # a no-op
+        # A dead node stays dead; drained, it comes back DRAINING.
+        with d.channel() as ch:
+            sliced_pb2_grpc.InventoryStub(ch).Heartbeat(sliced_pb2.HeartbeatRequest(
+                heartbeats=[sliced_pb2.NodeHeartbeat(node_id="cpu-1", state=sliced_pb2.DEAD)]),
+                timeout=10)
+        dead = client.drain("cpu-1")
+        self.assertEqual((dead.state, dead.drain_when_back), ("DEAD", True))
+        self.assertTrue(client.node("cpu-1").drain_when_back)
+        dead = client.undrain("cpu-1")
+        self.assertEqual((dead.state, dead.drain_when_back), ("DEAD", False))
         with self.assertRaises(SlicedError) as err:
             client.undrain("nope")
         self.assertEqual(err.exception.code, grpc.StatusCode.NOT_FOUND)

@@ -14,9 +14,10 @@ import subprocess
 import tempfile
 import unittest
 
+import grpc
 from google.protobuf import json_format
 
-from sliced_testlib import REPO, Daemon, sliced_pb2, temp_data_dir
+from sliced_testlib import REPO, Daemon, sliced_pb2, sliced_pb2_grpc, temp_data_dir
 
 P = sliced_pb2
 SLICECTL = os.environ.get("SLICECTL_BIN", "slicectl")
@@ -188,6 +189,17 @@ class SlicectlEndToEnd(unittest.TestCase):
         self.assertIn("node cpu-0 is ALIVE: it takes new placements again", r.stdout)
         self.assertEqual(self.json_of(P.Node, "node", "undrain", "cpu-0").state, P.ALIVE)
         self.assertEqual(self.json_of(P.Node, "node", "drain", "cpu-0").state, P.DRAINING)
+        # A dead node stays dead; drained, it comes back DRAINING.
+        with grpc.insecure_channel(self.server) as ch:
+            sliced_pb2_grpc.InventoryStub(ch).Heartbeat(P.HeartbeatRequest(heartbeats=[
+                P.NodeHeartbeat(node_id="cpu-2", state=P.DEAD)]), timeout=10)
+        r = self.ctl("node", "drain", "cpu-2")
+        self.assertIn("node cpu-2 is DEAD; it comes back DRAINING", r.stdout)
+        self.assertTrue(self.json_of(P.Node, "node", "get", "cpu-2").drain_when_back)
+        self.assertRegex(self.ctl("nodes").stdout, r"cpu-2\s+DEAD,DRAIN-WHEN-BACK\s")
+        r = self.ctl("node", "undrain", "cpu-2")
+        self.assertIn("node cpu-2 is DEAD; it comes back ALIVE", r.stdout)
+        self.assertFalse(self.json_of(P.Node, "node", "get", "cpu-2").drain_when_back)
         self.assertIn("removed node cpu-0", self.ctl("node", "remove", "cpu-0").stdout)
         self.assertEqual(self.ctl("--json", "node", "remove", "cpu-1").stdout.strip(), "{}")
         r = self.ctl("node", "remove", "cpu-0", code=3)

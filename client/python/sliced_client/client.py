@@ -206,7 +206,8 @@ class PlacementGroup:
 class Node:
     """state: ALIVE, DRAINING or DEAD. quarantine_reason: why the node's
     agent reported it unhealthy ("" when healthy); a quarantined node takes
-    no placements whatever its state."""
+    no placements whatever its state. drain_when_back: a DEAD node that
+    comes back DRAINING (drained before or while it was dead)."""
 
     node_id: str
     address: str
@@ -216,6 +217,7 @@ class Node:
     available: Dict[str, float]
     placement_group_ids: List[str]
     quarantine_reason: str = ""
+    drain_when_back: bool = False
 
     @classmethod
     def from_proto(cls, n) -> "Node":
@@ -223,7 +225,8 @@ class Node:
                    state=_pb.NodeState.Name(n.state), labels=dict(n.labels),
                    resources=dict(n.resources), available=dict(n.available),
                    placement_group_ids=list(n.placement_group_ids),
-                   quarantine_reason=n.quarantine_reason)
+                   quarantine_reason=n.quarantine_reason,
+                   drain_when_back=n.drain_when_back)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -839,16 +842,16 @@ class Client:
             request.page_token = response.next_page_token
 
     def drain(self, node_id: str) -> Node:
-        """DRAINING: the node keeps its placements and takes no new ones.
-        SlicedError(FAILED_PRECONDITION) for a DEAD node."""
+        """DRAINING: the node keeps its placements and takes no new ones. A
+        DEAD node stays DEAD and comes back DRAINING (drain_when_back)."""
         return Node.from_proto(self._call(
             self._inventory.DrainNode, _pb.DrainNodeRequest(node_id=node_id),
             retry=True).node)
 
     def undrain(self, node_id: str) -> Node:
         """Back ALIVE: the node takes new placements again (a no-op on an
-        ALIVE node). SlicedError(FAILED_PRECONDITION) for a DEAD node, which
-        comes back by heartbeat or re-registration."""
+        ALIVE node). A DEAD node stays DEAD and comes back ALIVE (clears
+        drain_when_back)."""
         return Node.from_proto(self._call(
             self._inventory.UndrainNode, _pb.UndrainNodeRequest(node_id=node_id),
             retry=True).node)

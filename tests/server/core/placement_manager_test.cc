@@ -1146,16 +1146,15 @@ TEST_F(PlacementManagerTest, UndrainedNodeTakesTheWaitingGroupsAtOnce) {
   EXPECT_EQ(again->node.state, scheduler::NodeState::kAlive);
   EXPECT_EQ(core_->Undrain("nope").status().code(),
             absl::StatusCode::kNotFound);
-  // A dead node comes back by heartbeat or re-registration, not undrain.
+  // A dead node stays dead: a drain or undrain applies when it comes back.
   ASSERT_TRUE(core_
                   ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
                                         std::nullopt}})
                   .ok());
   auto dead = core_->Undrain("c2");
-  EXPECT_EQ(dead.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(dead.status().message().find("heartbeat or re-registration"),
-            std::string::npos)
-      << dead.status();
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  EXPECT_EQ(dead->node.state, scheduler::NodeState::kDead);
+  EXPECT_FALSE(dead->node.drain_kept);
 }
 
 TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitKeepsALease) {
@@ -1270,6 +1269,28 @@ TEST_F(PlacementManagerTest, ADrainedNodeThatDiesComesBackDrained) {
   EXPECT_EQ(state("c1"), scheduler::NodeState::kDraining);
   // Only UndrainNode lifts it, and then a death is only a death.
   ASSERT_TRUE(core_->Undrain("c1").ok());
+  // An operator may drain or undrain a node while it is dead: the drain
+  // waits, kept across a restart, for the node to come back.
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  auto drained = core_->Drain("c2");
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_EQ(drained->node.state, scheduler::NodeState::kDead);
+  EXPECT_TRUE(drained->node.drain_kept);
+  Restart(options);
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"c2", std::nullopt, std::nullopt}}).ok());
+  EXPECT_EQ(state("c2"), scheduler::NodeState::kDraining);
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{"c2", scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  ASSERT_TRUE(core_->Undrain("c2").ok());
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{"c2", std::nullopt, std::nullopt}}).ok());
+  EXPECT_EQ(state("c2"), scheduler::NodeState::kAlive);
   core_->Advance(absl::Seconds(11));
   ASSERT_TRUE(core_->CheckLeases().ok());
   ASSERT_TRUE(
