@@ -262,8 +262,10 @@ int CmdWatch(Context& ctx, const ParsedFlags& flags) {
     duration = *d;
   }
   int seen = 0;
+  bool delivered = false;
   absl::Status status = ctx.client->WatchPlacementGroups(
       request, duration, [&](const v1::PlacementGroupEvent& event) {
+        delivered = true;
         const v1::PlacementGroup& pg = event.placement_group();
         if (ctx.json) {
           PrintJson(event, /*pretty=*/false);
@@ -285,9 +287,23 @@ int CmdWatch(Context& ctx, const ParsedFlags& flags) {
         if (flags.Has("pg") && pg.state() == v1::REMOVED) return false;
         return count == 0 || ++seen < count;
       });
-  // --duration ending the watch is the normal way out.
+  // --duration ending the watch is the normal way out, once the daemon is
+  // known to answer: a silent watch is also what a daemon that never
+  // answered (or a --pg that does not exist) looks like, so one read with
+  // the watch's filter tells them apart.
   if (status.code() == absl::StatusCode::kDeadlineExceeded &&
       flags.Has("duration")) {
+    if (delivered) return kExitOk;
+    absl::Status answered;
+    if (flags.Has("pg")) {
+      answered = ctx.client->GetPlacementGroup(flags.Get("pg")).status();
+    } else {
+      v1::ListPlacementGroupsRequest list;
+      list.set_job_id(request.job_id());
+      list.set_page_size(1);
+      answered = ctx.client->ListPlacementGroups(list).status();
+    }
+    if (!answered.ok()) return ServerError(ctx, answered);
     return kExitOk;
   }
   if (!status.ok()) return ServerError(ctx, status);

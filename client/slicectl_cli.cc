@@ -1,6 +1,7 @@
 #include "client/slicectl_cli.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -209,7 +210,11 @@ absl::StatusOr<std::map<std::string, std::string>> ParseKeyValues(
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, ": want KEY=VALUE, got \"", entry, "\""));
     }
-    out[entry.substr(0, eq)] = entry.substr(eq + 1);
+    const std::string key = entry.substr(0, eq);
+    if (!out.emplace(key, entry.substr(eq + 1)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": ", key, " given twice"));
+    }
   }
   return out;
 }
@@ -222,7 +227,7 @@ absl::StatusOr<std::map<std::string, double>> ParseResources(
   std::map<std::string, double> out;
   for (const auto& [key, value] : *pairs) {
     double number = 0;
-    if (!absl::SimpleAtod(value, &number)) {
+    if (!absl::SimpleAtod(value, &number) || !std::isfinite(number)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", flag, ": ", key, " wants a number, got \"", value, "\""));
     }
@@ -235,9 +240,12 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view flag,
                                                  absl::string_view value) {
   absl::Duration d;
   double seconds = 0;
-  if (absl::SimpleAtod(value, &seconds)) {
-    d = absl::Seconds(seconds);
-  } else if (!absl::ParseDuration(value, &d)) {
+  const bool number = absl::SimpleAtod(value, &seconds);
+  if (number) d = absl::Seconds(seconds);
+  // Finite only: "inf" or "nan" would never time out.
+  if ((number && !std::isfinite(seconds)) ||
+      (!number && !absl::ParseDuration(value, &d)) ||
+      d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, ": want a duration like 30s, 500ms or 2m, got \"", value,
         "\""));

@@ -27,8 +27,11 @@ int Usage(absl::string_view message) {
 // server's code name and message as given.
 int ServerError(const Context& ctx, const absl::Status& status) {
   const std::string code = absl::StatusCodeToString(status.code());
+  // CANCELLED: the call was cut off (a daemon shutting down), as transient
+  // as UNAVAILABLE once the retries are spent.
   if (status.code() == absl::StatusCode::kUnavailable ||
-      status.code() == absl::StatusCode::kDeadlineExceeded) {
+      status.code() == absl::StatusCode::kDeadlineExceeded ||
+      status.code() == absl::StatusCode::kCancelled) {
     return Fail({kExitUnreachable,
                  absl::StrCat("cannot reach sliced at ", ctx.server, ": ", code,
                               ": ", status.message(),

@@ -126,7 +126,7 @@ class SlicedClient {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::Node> DrainNode(absl::string_view node_id);
-  // DRAINING -> ALIVE; FAILED_PRECONDITION for a DEAD node.
+  // DRAINING -> ALIVE; on a DEAD node, clears its drain for when it is back.
   absl::StatusOr<v1::Node> UndrainNode(absl::string_view node_id);
   // FAILED_PRECONDITION if the node holds placements, unless force.
   absl::Status RemoveNode(absl::string_view node_id, bool force);

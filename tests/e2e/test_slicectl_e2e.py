@@ -109,6 +109,12 @@ class SlicectlEndToEnd(unittest.TestCase):
             (["submit", "--num-workers", "1", "--keep"], "--keep needs --wait"),
             (["nodes", "--timeout", "soon"], "--timeout: want a duration"),
             (["nodes", "--selector", "=x"], "want KEY=VALUE"),
+            (["nodes", "--selector", "a=1", "--selector", "a=2"], "--selector: a given twice"),
+            (["nodes", "--timeout", "inf"], "--timeout: want a duration"),
+            (["nodes", "--timeout", "nan"], "--timeout: want a duration"),
+            (["watch", "--duration", "inf"], "--duration: want a duration"),
+            (["submit", "--num-workers", "1", "--resources-per-worker", "CPU=inf"],
+             "CPU wants a number"),
             (["pg", "list", "--state", "SLEEPING"], "--state: want PENDING"),
             (["watch", "--count", "0"], "--count"),
             (["register"], "-f FILE is required"),
@@ -136,6 +142,22 @@ class SlicectlEndToEnd(unittest.TestCase):
         r = run("nodes", env={"SLICED_SERVER": server})
         self.assertEqual(r.returncode, 4)
         self.assertIn(server, r.stderr)
+
+    def test_a_silent_watch_tells_a_stopped_daemon_from_a_quiet_one(self):
+        d = self.start()
+        # Nothing to report: --duration ends it, exit 0.
+        r = self.ctl("watch", "--duration", "0.3s")
+        self.assertEqual(r.stdout, "")
+        # A --pg that does not exist says so once the watch ends.
+        r = self.ctl("watch", "--pg", "pg-nope", "--duration", "0.3s", code=3)
+        self.assertIn("NOT_FOUND", r.stderr)
+        # A daemon that answers nothing (stopped) is unreachable, not quiet.
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            r = self.ctl("--timeout", "1s", "watch", "--duration", "0.5s", code=4)
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        self.assertIn("cannot reach sliced at " + self.server, r.stderr)
 
     # ---------------------------------------------------------- inventory
 
