@@ -210,6 +210,25 @@ absl::StatusOr<scheduler::TpuGeneration> TpuGenerationOf(
   return *generation;
 }
 
+// A label_selector term on ray.io/accelerator-type must admit the hosts of
+// accelerator_type: otherwise the two ask for different TPUs.
+absl::Status CheckAcceleratorTerm(const ScalingConfig& config,
+                                  scheduler::TpuGeneration generation) {
+  const std::string key(scheduler::kLabelAcceleratorType);
+  auto it = config.label_selector.find(key);
+  if (it == config.label_selector.end()) return absl::OkStatus();
+  auto term = scheduler::ParseLabelSelector({{key, it->second}});
+  if (!term.ok()) return absl::OkStatus();  // ConvertSelector says why
+  const std::string label(scheduler::TpuAcceleratorType(generation));
+  if (scheduler::Matches(*term, {{key, label}})) return absl::OkStatus();
+  return Invalid(absl::StrCat("label_selector[", key, "]"),
+                 absl::StrCat("\"", it->second,
+                              "\" excludes the hosts of "
+                              "accelerator_type ",
+                              config.accelerator_type, " (labelled ", label,
+                              "); drop the entry or make them agree"));
+}
+
 // One TPU worker without a topology: an ordinary bundle on a node of that
 // generation.
 absl::Status PlanOneTpuWorker(const ScalingConfig& config, const Limits& limits,
@@ -279,15 +298,6 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
   plan.shape = *std::move(shape);
   plan.hosts_per_slice = static_cast<int>(plan.shape.hosts);
   plan.tpu_resource_per_chip = std::max(1, config.tpu_resource_per_chip);
-  const int max_per_chip = scheduler::MaxTpuResourcePerChip(generation);
-  if (config.tpu_resource_per_chip > max_per_chip) {
-    return Invalid(
-        "tpu_resource_per_chip",
-        absl::StrCat("must be 1", max_per_chip > 1 ? " or 2" : "", " on ",
-                     scheduler::TpuGenerationName(generation), ", got ",
-                     config.tpu_resource_per_chip,
-                     " (2 TPU devices per chip exist on v7x only)"));
-  }
   ASSIGN_OR_RETURN(const int64_t tpw, TpuPerWorker(plan, given));
   const int workers_per_host =
       static_cast<int>(plan.shape.chips_per_host * plan.tpu_resource_per_chip *
@@ -354,6 +364,16 @@ absl::StatusOr<ScalingConfigPlan> PlanTpu(const ScalingConfig& config,
   }
   ASSIGN_OR_RETURN(scheduler::TpuGeneration generation,
                    TpuGenerationOf(config));
+  const int max_per_chip = scheduler::MaxTpuResourcePerChip(generation);
+  if (config.tpu_resource_per_chip > max_per_chip) {
+    return Invalid(
+        "tpu_resource_per_chip",
+        absl::StrCat("must be 1", max_per_chip > 1 ? " or 2" : "", " on ",
+                     scheduler::TpuGenerationName(generation), ", got ",
+                     config.tpu_resource_per_chip,
+                     " (2 TPU devices per chip exist on v7x only)"));
+  }
+  RETURN_IF_ERROR(CheckAcceleratorTerm(config, generation));
   ScalingConfigPlan plan;
   plan.use_tpu = true;
   plan.num_workers = config.num_workers;

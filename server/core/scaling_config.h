@@ -16,7 +16,11 @@
 //    places only TPUs by type (Ray also takes GPU types there).
 //  - label_selector is allowed with use_tpu=True and num_workers > 1 (Ray
 //    rejects it because it pins the slice name itself); here it is ANDed on
-//    every host of the chosen slices (e.g. a zone or a capacity tier).
+//    every host of the chosen slices (e.g. a zone or a capacity tier). Its
+//    term on ray.io/accelerator-type, if any, must admit accelerator_type's
+//    hosts (the two would ask for different TPUs).
+//  - tpu_resource_per_chip is checked against the generation with or
+//    without a topology (2 on v7x only).
 //  - For a TPU slice resources_per_worker defaults to {"TPU": chips per host}
 //    (one worker per host, Ray's SlicePlacementGroup default) instead of Ray
 //    Train's {"TPU": 1}, and adds no {"CPU": 1}.

@@ -439,12 +439,44 @@ TEST(PlanScalingConfigTest, TpuResourcePerChipScalesTheSliceAsRayDoes) {
                 "scaling_config.tpu_resource_per_chip: must be 1 on v6e"),
             std::string::npos)
       << v6e.status();
+  // Without a topology too (one worker on a host of that generation).
+  config = TpuConfig(1, "");
+  config.tpu_resource_per_chip = 2;
+  auto one = PlanScalingConfig(config, Limits());
+  EXPECT_NE(one.status().message().find(
+                "scaling_config.tpu_resource_per_chip: must be 1 on v6e"),
+            std::string::npos)
+      << one.status();
   config.tpu_resource_per_chip = -1;
   auto negative = PlanScalingConfig(config, Limits());
   EXPECT_NE(negative.status().message().find(
                 "`tpu_resource_per_chip` must be a positive integer."),
             std::string::npos)
       << negative.status();
+}
+
+TEST(PlanScalingConfigTest, ASelectorOnTheAcceleratorTypeMustAdmitIt) {
+  for (const std::string& topology : {std::string(""), std::string("4x4")}) {
+    ScalingConfig config = TpuConfig(topology.empty() ? 1 : 4, topology);
+    for (const char* agrees : {"TPU-V6E", "in(TPU-V6E,TPU-V5P)", "!TPU-V5P"}) {
+      config.label_selector["ray.io/accelerator-type"] = agrees;
+      auto plan = PlanScalingConfig(config, Limits());
+      EXPECT_TRUE(plan.ok()) << agrees << ": " << plan.status();
+    }
+    for (const char* excludes : {"TPU-V5P", "!TPU-V6E", "in(TPU-V4)"}) {
+      config.label_selector["ray.io/accelerator-type"] = excludes;
+      auto plan = PlanScalingConfig(config, Limits());
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(
+          plan.status().message().find(absl::StrCat(
+              "scaling_config.label_selector[ray.io/accelerator-type]: \"",
+              excludes,
+              "\" excludes the hosts of accelerator_type TPU-V6E "
+              "(labelled TPU-V6E)")),
+          std::string::npos)
+          << excludes << ": " << plan.status();
+    }
+  }
 }
 
 TEST(BuildWorkersTest, OneProcessPerChipGetsLibtpuMultiProcessEnv) {
