@@ -18,17 +18,18 @@ TelemetryManager::TelemetryManager(Coordinator* coordinator, Cluster* cluster,
 
 absl::Status TelemetryManager::ReportMetrics(
     const std::vector<NodeTpuMetrics>& nodes) {
-  absl::Status known = cluster_->Read([&](const ClusterState& s) {
+  // Stored under the cluster's reader lock: a RemoveNode installs (and then
+  // forgets the node's telemetry) either before this finds the node or
+  // after this report is stored, never in between.
+  return cluster_->Read([&](const ClusterState& s) {
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (s.snapshot->FindNode(nodes[i].node_id) == nullptr) {
         return absl::NotFoundError(absl::StrCat(
             "nodes[", i, "].node_id: no node ", Quote(nodes[i].node_id)));
       }
     }
-    return absl::OkStatus();
+    return telemetry_->Put(nodes, coordinator_->Now());
   });
-  if (!known.ok()) return known;
-  return telemetry_->Put(nodes, coordinator_->Now());
 }
 
 ClusterSummary TelemetryManager::Summary() const {

@@ -171,6 +171,7 @@ class Core {
   PlacementManager& placement() { return *placement_; }
   NodeManager& nodes() { return *nodes_; }
   TelemetryManager& logging() { return *logging_; }
+  TelemetryStore& telemetry() { return telemetry_; }
   storage::FaultInjectingStore& faults() { return *faults_; }
 
  private:

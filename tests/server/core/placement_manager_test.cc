@@ -1182,6 +1182,38 @@ TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitKeepsALease) {
   EXPECT_EQ(core_->nodes().Get("c1")->node.state, scheduler::NodeState::kDead);
 }
 
+TEST_F(PlacementManagerTest, AReportRacingARemoveLeavesNoTelemetryBehind) {
+  // An agent reports as fast as it can while its node is removed: a report
+  // that found the node must land before the remove forgets it, never after.
+  Start();
+  std::atomic<bool> stop{false};
+  std::atomic<int> not_found{0};
+  std::thread agent([&] {
+    ChipMetrics chip;
+    chip.duty_cycle = 50;
+    while (!stop.load()) {
+      if (core_->logging()
+              .ReportMetrics({NodeTpuMetrics{"t1", {chip}}})
+              .code() == absl::StatusCode::kNotFound) {
+        not_found.fetch_add(1);
+      }
+    }
+  });
+  int stale = 0;
+  for (int i = 0; i < 300 && stale == 0; ++i) {
+    ASSERT_TRUE(core_->Register({CpuNode("t1", 4)}).ok());
+    absl::SleepFor(absl::Microseconds(200));
+    ASSERT_TRUE(core_->RemoveNode("t1", false).ok());
+    // Every report that began before the remove is over once one fails.
+    const int seen = not_found.load();
+    while (not_found.load() <= seen) std::this_thread::yield();
+    if (core_->telemetry().Fresh(core_->now()).contains("t1")) ++stale;
+  }
+  stop = true;
+  agent.join();
+  EXPECT_EQ(stale, 0);
+}
+
 TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitLogsAnew) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
