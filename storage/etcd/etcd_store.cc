@@ -15,6 +15,8 @@ namespace sliced::storage {
 namespace {
 
 constexpr absl::string_view kSchemaKey = "meta/schema_version";
+// The write token of a fenced store (see Load and ToTxn).
+constexpr absl::string_view kWriterKey = "meta/writer";
 // The tables etcd holds (kLogs stays in memory: see the header).
 constexpr Table kEtcdTables[] = {Table::kNodes, Table::kPlacementGroups,
                                  Table::kComputeClasses, Table::kCounters};
@@ -58,6 +60,12 @@ class EtcdStore : public Store {
   // before it.
   absl::StatusOr<int64_t> Send(const etcdserverpb::TxnRequest& txn,
                                size_t part = 0, size_t parts = 1);
+  // A fenced store's Load starts here: puts a new token under kWriterKey
+  // (under the fence only) until etcd confirms it, and guards every later
+  // Txn with it. So a Txn sent before (a commit whose outcome etcd never
+  // confirmed, still in some member's queue) fails its compare if it
+  // arrives after the Load's read instead of changing what was read.
+  absl::Status RenewWriteToken();
   // The error of every call once fenced: nothing was written.
   absl::Status Fenced() const {
     return DeposedError(absl::StrCat(fenced_, "; nothing was written"));
@@ -74,6 +82,11 @@ class EtcdStore : public Store {
   // Where the first Load says how it loaded; null after it.
   std::string* loaded_from_;
   int64_t compacted_to_ = 0;
+  // The token every Txn compares (empty until the first Load of a fenced
+  // store), and the next one until etcd confirms it.
+  std::string write_token_;
+  std::string next_token_;
+  int64_t tokens_ = 0;
 };
 
 absl::Status EtcdStore::CheckSchema() {
@@ -104,8 +117,37 @@ absl::Status EtcdStore::CheckSchema() {
   return absl::OkStatus();
 }
 
+absl::Status EtcdStore::RenewWriteToken() {
+  // Unique per store and per renewal; kept until confirmed, so that a
+  // renewal that lands late puts the token this store then uses.
+  if (next_token_.empty()) {
+    next_token_ = absl::StrCat(options_.fence_revision, ".",
+                               absl::ToUnixNanos(absl::Now()), ".", ++tokens_);
+  }
+  etcdserverpb::TxnRequest txn;
+  auto* compare = txn.add_compare();
+  compare->set_key(options_.fence_key);
+  compare->set_target(etcdserverpb::Compare::CREATE);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_create_revision(options_.fence_revision);
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(absl::StrCat(options_.prefix, kWriterKey));
+  put->set_value(next_token_);
+  absl::StatusOr<int64_t> sent = Send(txn);
+  if (!sent.ok()) {
+    if (IsDeposed(sent.status())) return sent.status();
+    return absl::UnavailableError(
+        absl::StrCat("renewing the write token before reading etcd: ",
+                     sent.status().message()));
+  }
+  write_token_ = std::move(next_token_);
+  next_token_.clear();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StoredState> EtcdStore::Load() {
   if (!fenced_.empty()) return Fenced();
+  if (shared()) RETURN_IF_ERROR(RenewWriteToken());
   std::shared_ptr<EtcdMirror> mirror = std::move(mirror_);
   mirror_ = nullptr;
   std::string* loaded_from = loaded_from_;
@@ -177,6 +219,13 @@ etcdserverpb::TxnRequest EtcdStore::ToTxn(const TxnWrites& writes) const {
     compare->set_target(etcdserverpb::Compare::CREATE);
     compare->set_result(etcdserverpb::Compare::EQUAL);
     compare->set_create_revision(options_.fence_revision);
+  }
+  if (!write_token_.empty()) {
+    auto* token = txn.add_compare();
+    token->set_key(absl::StrCat(options_.prefix, kWriterKey));
+    token->set_target(etcdserverpb::Compare::VALUE);
+    token->set_result(etcdserverpb::Compare::EQUAL);
+    token->set_value(write_token_);
   }
   for (const auto& [key, write] : writes) {
     if (write->is_delete) {
@@ -254,7 +303,8 @@ absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn,
       fenced_ = absl::StrCat("this daemon lost leadership: its election key ",
                              options_.fence_key, " (revision ",
                              options_.fence_revision,
-                             ") is gone, another daemon leads");
+                             ") is gone or its write token was replaced, "
+                             "another daemon leads");
       if (options_.on_fenced) options_.on_fenced(fenced_);
       if (part == 0) return Fenced();
       return absl::UnavailableError(absl::StrCat(fenced_, "; ", written));

@@ -3,7 +3,8 @@
 //
 // Layout: every record under `prefix` (default "/sliced/default/"), as
 // <prefix><table>/<key> holding the same serialized storage record RocksDB
-// holds; <prefix>meta/schema_version holds kSchemaVersion (written on open).
+// holds; <prefix>meta/schema_version holds kSchemaVersion (written on open);
+// <prefix>meta/writer holds the write token of the leader's store.
 // Facts only: nodes, placement groups with their placed hosts, compute
 // classes, counters. The log-line table (libtpu lines, a per-node ring that
 // changes at log rate) is NOT written to etcd: the store keeps it in this
@@ -26,8 +27,13 @@
 //    anything is sent;
 //  - with a fence, each Txn is guarded by compare CREATE(fence_key) ==
 //    fence_revision (the election key of this leader: storage/etcd/
-//    etcd_election.h). A failed compare means another daemon leads: Commit
-//    returns Unavailable and calls on_fenced; nothing more is written;
+//    etcd_election.h), and by compare VALUE(meta/writer) == the token this
+//    store put at its last Load (each Load of a fenced store puts a new one,
+//    retried until etcd confirms it, before it reads). A failed compare
+//    means another daemon leads: Commit returns Unavailable and calls
+//    on_fenced; nothing more is written. The token makes a Txn that was
+//    sent before a Load (whose outcome etcd never confirmed) fail if it
+//    arrives after that Load's read;
 //  - an ambiguous failure (timeout, lost connection) is retried with the
 //    same Txn until it succeeds or `retry_for` has passed (then
 //    Unavailable: the outcome is unknown, so the caller must not acknowledge

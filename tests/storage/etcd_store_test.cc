@@ -245,6 +245,63 @@ TEST_F(EtcdStoreTest, AnUnconfirmedCommitIsUnavailableAfterRetryFor) {
   EXPECT_NE(s.message().find("may or may not"), std::string::npos) << s;
 }
 
+// A commit whose outcome etcd never confirmed may still sit in a member's
+// queue when the leader re-reads etcd (Load). Sent again after that read, a
+// copy of it must not land: it would change what the daemon just read.
+TEST_F(EtcdStoreTest, ACommitCopyArrivingAfterTheReReadIsRefused) {
+  const std::string leader = prefix_ + "leader/1";
+  std::string fenced_why;
+  auto store = OpenFenced(leader, &fenced_why);
+  ASSERT_TRUE(store->Load().ok());
+  // What the store sends for a commit now: its fence and write token
+  // compared (read back from etcd), then its puts.
+  etcdserverpb::RangeRequest get;
+  get.set_key(prefix_ + "meta/writer");
+  auto token = client_->Range(get);
+  ASSERT_TRUE(token.ok()) << token.status();
+  ASSERT_EQ(token->kvs_size(), 1);
+  etcdserverpb::RangeRequest fence;
+  fence.set_key(leader);
+  auto leader_kv = client_->Range(fence);
+  ASSERT_TRUE(leader_kv.ok() && leader_kv->kvs_size() == 1);
+  auto copy_of_a_commit = [&](const std::string& key) {
+    etcdserverpb::TxnRequest txn;
+    auto* c = txn.add_compare();
+    c->set_key(leader);
+    c->set_target(etcdserverpb::Compare::CREATE);
+    c->set_result(etcdserverpb::Compare::EQUAL);
+    c->set_create_revision(leader_kv->kvs(0).create_revision());
+    c = txn.add_compare();
+    c->set_key(prefix_ + "meta/writer");
+    c->set_target(etcdserverpb::Compare::VALUE);
+    c->set_result(etcdserverpb::Compare::EQUAL);
+    c->set_value(token->kvs(0).value());
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(key);
+    put->set_value("late");
+    return txn;
+  };
+  // Before a re-read, such a copy lands (it is this leader's own write).
+  auto before = client_->Txn(copy_of_a_commit(prefix_ + "probe/before"));
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_TRUE(before->succeeded());
+  // The re-read after a failed commit; then the late copy arrives.
+  ASSERT_TRUE(store->Load().ok());
+  auto after = client_->Txn(copy_of_a_commit(prefix_ + "probe/after"));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(after->succeeded());
+  etcdserverpb::RangeRequest probe;
+  probe.set_key(prefix_ + "probe/after");
+  EXPECT_EQ(client_->Range(probe)->kvs_size(), 0);
+  // The leader itself writes on, under its new token.
+  Mutation m;
+  m.PutNode(Node("a"));
+  EXPECT_TRUE(store->Commit(m).ok());
+  EXPECT_TRUE(store->Confirm().ok());
+  EXPECT_TRUE(fenced_why.empty()) << fenced_why;
+  EXPECT_EQ(store->Load()->nodes.size(), 1u);
+}
+
 TEST_F(EtcdStoreTest, TheLeaderCompactsOldRevisions) {
   auto store = Open({.keep_revisions = 5});
   for (int i = 0; i < 20; ++i) {
