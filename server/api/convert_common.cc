@@ -28,8 +28,21 @@ void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   *out = TimeUtil::MillisecondsToTimestamp(absl::ToUnixMillis(time));
 }
 
-absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp) {
-  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(timestamp));
+absl::StatusOr<absl::Time> FromTimestamp(
+    const google::protobuf::Timestamp& timestamp, absl::string_view field) {
+  // google.protobuf.Timestamp's range: 0001-01-01 to 9999-12-31.
+  constexpr int64_t kMinSeconds = -62135596800;
+  constexpr int64_t kMaxSeconds = 253402300799;
+  if (timestamp.seconds() < kMinSeconds || timestamp.seconds() > kMaxSeconds ||
+      timestamp.nanos() < 0 || timestamp.nanos() > 999999999) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": not a valid timestamp (years 1 to 9999, nanos 0 to ",
+        "999999999), got seconds ", timestamp.seconds(), ", nanos ",
+        timestamp.nanos()));
+  }
+  // In absl::Time: past 2262 no int64 count of nanoseconds holds it.
+  return absl::FromUnixSeconds(timestamp.seconds()) +
+         absl::Nanoseconds(timestamp.nanos());
 }
 
 absl::StatusOr<int> PageSizeFromProto(int32_t page_size, const Limits& limits) {

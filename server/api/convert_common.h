@@ -33,9 +33,12 @@ void SelectorToProto(const scheduler::LabelSelector& selector,
 void ResourcesToProto(const scheduler::ResourceSet& resources,
                       google::protobuf::Map<std::string, double>* out);
 
-// Timestamps, through protobuf's TimeUtil. InfinitePast() <-> unset.
+// Timestamps. ToTimestamp keeps milliseconds (what the store keeps).
 void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out);
-absl::Time FromTimestamp(const google::protobuf::Timestamp& timestamp);
+// InvalidArgument naming `field` outside Timestamp's range (years 1 to 9999,
+// nanos 0 to 999999999).
+absl::StatusOr<absl::Time> FromTimestamp(
+    const google::protobuf::Timestamp& timestamp, absl::string_view field);
 
 // A list request's page_size: 0 for the default; InvalidArgument naming
 // the field outside 0..max.

@@ -70,7 +70,11 @@ absl::StatusOr<std::vector<LogLine>> LogLinesFromProto(
     if (!severity.ok()) return severity.status();
     line.severity = *severity;
     line.text = in.text();
-    if (in.has_time()) line.time = FromTimestamp(in.time());
+    if (in.has_time()) {
+      auto time = FromTimestamp(in.time(), absl::StrCat("lines[", i, "].time"));
+      if (!time.ok()) return time.status();
+      line.time = *time;
+    }
   }
   return out;
 }

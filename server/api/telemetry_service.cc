@@ -87,9 +87,10 @@ grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
                          telemetry_->ResolveScope(
                              LogScope{request->node_id(), request->slice_name(),
                                       request->placement_group_id()}));
-        const absl::Time since = request->has_since()
-                                     ? FromTimestamp(request->since())
-                                     : absl::InfinitePast();
+        absl::Time since = absl::InfinitePast();
+        if (request->has_since()) {
+          ASSIGN_OR_RETURN(since, FromTimestamp(request->since(), "since"));
+        }
         LogStore::Filter filter = [min_severity, since](const LogLine& line) {
           return line.severity >= min_severity && line.time >= since;
         };
