@@ -367,6 +367,7 @@ void SlicedServer::Refuse(const absl::Status& refusal) {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->gate->Refuse(refusal);
   impl_->coordinator->Refuse(refusal);
+  if (impl_->http != nullptr) impl_->http->Refuse(refusal);
 }
 
 void SlicedServer::StepDown(const absl::Status& refusal, absl::Duration grace) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "base/quote.h"
 #include "httplib.h"
 #include "prometheus/counter.h"
@@ -28,6 +29,22 @@ constexpr char kJson[] = "application/json";
 bool IsLoopbackPeer(absl::string_view addr) {
   return absl::StartsWith(addr, "127.") || addr == "::1" ||
          absl::StartsWith(addr, "::ffff:127.");
+}
+
+// Whether a Host header ("name[:port]", "[v6][:port]") names this host by a
+// loopback name or address.
+bool IsLoopbackHost(absl::string_view host) {
+  host = absl::StripAsciiWhitespace(host);
+  absl::string_view name = host;
+  if (absl::ConsumePrefix(&name, "[")) {
+    const size_t close = name.find(']');
+    if (close == absl::string_view::npos) return false;
+    return name.substr(0, close) == "::1";
+  }
+  const size_t colon = name.rfind(':');
+  if (colon != absl::string_view::npos) name = name.substr(0, colon);
+  return absl::EqualsIgnoreCase(name, "localhost") ||
+         absl::StartsWith(name, "127.");
 }
 
 absl::string_view ContentType(absl::string_view name) {
@@ -49,14 +66,14 @@ std::string CookieValue(absl::string_view header, absl::string_view name) {
   return "";
 }
 
-// The bearer token of a request: the Authorization header, else the
-// sliced_token cookie; "" when neither.
+// The bearer token of a request: an `Authorization: Bearer` header (the
+// scheme in any case), else the sliced_token cookie (also behind a proxy
+// that sends its own Authorization, e.g. Basic); "" when neither.
 std::string TokenOf(const httplib::Request& request) {
-  if (request.has_header("Authorization")) {
-    const std::string header = request.get_header_value("Authorization");
-    absl::string_view value = header;
-    if (!absl::ConsumePrefix(&value, "Bearer ")) return "";
-    return std::string(absl::StripAsciiWhitespace(value));
+  const std::string header = request.get_header_value("Authorization");
+  absl::string_view value = absl::StripAsciiWhitespace(header);
+  if (value.size() > 7 && absl::StartsWithIgnoreCase(value, "bearer ")) {
+    return std::string(absl::StripAsciiWhitespace(value.substr(7)));
   }
   return CookieValue(request.get_header_value("Cookie"), "sliced_token");
 }
@@ -97,6 +114,8 @@ struct HttpServer::Impl {
            httplib::Response& response) const;
 
   const Options options;
+  mutable absl::Mutex mu;
+  absl::Status refusal ABSL_GUARDED_BY(mu);
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables;
   const WebApi* const api;
   // The three series prometheus::Exposer served about itself.
@@ -155,6 +174,11 @@ void HttpServer::Impl::Api(const httplib::Request& request,
     if (!IsLoopbackPeer(request.remote_addr)) {
       admitted = absl::PermissionDeniedError(
           "without --auth_tokens the web API answers loopback clients only");
+    } else if (!IsLoopbackHost(request.get_header_value("Host"))) {
+      admitted = absl::PermissionDeniedError(absl::StrCat(
+          "without --auth_tokens the web API answers requests for a "
+          "loopback host only (Host: localhost, 127.x.x.x or [::1]), not ",
+          Quote(request.get_header_value("Host"))));
     }
   } else {
     const std::string token = TokenOf(request);
@@ -166,9 +190,15 @@ void HttpServer::Impl::Api(const httplib::Request& request,
   }
   std::map<std::string, std::string> params;
   for (const auto& [name, value] : request.params) params.emplace(name, value);
-  if (admitted.ok() && api == nullptr) {
+  // A standby holds no data to guard (and no tokens): it says where the
+  // data is to any caller.
+  if (api == nullptr) {
     admitted = absl::UnavailableError(
         "this sliced is a standby: its web API is on the leader");
+  }
+  if (admitted.ok()) {
+    absl::MutexLock lock(&mu);
+    admitted = refusal;
   }
   const WebReply reply =
       admitted.ok() ? api->Get(path, params) : ErrorReply(admitted);
@@ -265,6 +295,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl, int port)
     : impl_(std::move(impl)), port_(port) {}
+
+void HttpServer::Refuse(const absl::Status& refusal) {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->refusal = refusal;
+}
 
 HttpServer::~HttpServer() {
   impl_->server->stop();

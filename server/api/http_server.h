@@ -14,9 +14,13 @@
 //  - /api/v1/...: GET only (anything else is 405: nothing changes through
 //    this port). With tokens configured, the caller needs any role's token
 //    (a read, as gRPC's) as `Authorization: Bearer <token>` or the cookie
-//    `sliced_token`: 401 without one or with an unknown one. Without
-//    tokens, only loopback peers are answered (403 otherwise), as the gRPC
-//    port only listens on loopback without them.
+//    `sliced_token` (read when no `Authorization: Bearer` header is): 401
+//    without one or with an unknown one. Without tokens, only loopback
+//    peers that name a loopback host (`Host`: localhost, 127.x.x.x or
+//    [::1], so that a page whose name was re-pointed at 127.0.0.1 in a
+//    browser can't read it: DNS rebinding) are answered (403 otherwise), as
+//    the gRPC port only listens on loopback without them. After Refuse()
+//    (a leader stepping down), 503 with the refusal.
 //  - TLS: when `tls_cert`/`tls_key` are set, the port speaks HTTPS only,
 //    with the daemon's certificate; `tls_client_ca` requires client
 //    certificates, as on gRPC.
@@ -65,6 +69,10 @@ class HttpServer {
   ~HttpServer();
 
   int port() const { return port_; }
+
+  // From now on /api/v1 answers `refusal` (a leader stepping down: its
+  // data is no longer current). /metrics and /ui stay.
+  void Refuse(const absl::Status& refusal);
 
   struct Impl;
 

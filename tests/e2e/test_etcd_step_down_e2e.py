@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 import grpc
@@ -681,8 +682,18 @@ class EtcdAwayAtStepDown(unittest.TestCase):
         time.sleep(0.1)
         queued = create("queued")  # behind it in the writer's queue
         time.sleep(0.1)
+        # The web API answers from this daemon's state while it leads.
+        api = "http://127.0.0.1:%d/api/v1/summary" % d.http
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(api, timeout=5) as r:
+            self.assertEqual(r.status, 200)
         d.signal(signal.SIGTERM)
         term = time.monotonic()
+        # Stepping down, its data is no longer current: 503, at once.
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            opener.open(api, timeout=5)
+        self.assertEqual(refused.exception.code, 503)
+        self.assertIn(NOT_KNOWN_YET, refused.exception.read().decode())
         answers = self.probe(until=lambda: False)
         self.assertEqual(d.proc.wait(timeout=4 * AWAY_LEASE_TTL_S), 0)
         not_yet, drain = self.check_refusals(answers)

@@ -10,7 +10,9 @@ import unittest
 import urllib.error
 import urllib.request
 
+import grpc
 from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from sliced_testlib import REPO, sliced_pb2, sliced_pb2_grpc
 from test_security_e2e import TOKENS, PkiAndTokens
@@ -129,6 +131,37 @@ class WebApiEndToEnd(PkiAndTokens, unittest.TestCase):
         status, summary = self.api(d, "summary")
         self.assertEqual(summary["pending_placement_groups"], "1")
 
+        # Log times: any valid Timestamp (past 2262 too, where int64
+        # nanoseconds end), and a clear error outside Timestamp's range.
+        with d.channel() as ch:
+            stub = sliced_pb2_grpc.TelemetryStub(ch)
+            year_2300 = Timestamp(seconds=10413792000)
+            stub.AppendLogs(sliced_pb2.AppendLogsRequest(node_id="v6e-a-w0", lines=[
+                sliced_pb2.LogLine(text="from the future", time=year_2300)]), timeout=10)
+            tail = list(stub.TailLogs(sliced_pb2.TailLogsRequest(
+                node_id="v6e-a-w0", since=Timestamp(seconds=10413791999)), timeout=10))
+            self.assertEqual([l.text for l in tail], ["from the future"])
+            self.assertEqual(tail[0].time.seconds, 10413792000)
+            with self.assertRaises(grpc.RpcError) as bad:
+                stub.AppendLogs(sliced_pb2.AppendLogsRequest(node_id="v6e-a-w0", lines=[
+                    sliced_pb2.LogLine(text="x", time=Timestamp(seconds=1, nanos=-1))]),
+                    timeout=10)
+            self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("lines[0].time: not a valid timestamp", bad.exception.details())
+            with self.assertRaises(grpc.RpcError) as bad:
+                list(stub.TailLogs(sliced_pb2.TailLogsRequest(
+                    since=Timestamp(seconds=253402300800)), timeout=10))
+            self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("since: not a valid timestamp", bad.exception.details())
+
+        # Without tokens: loopback peers asking for a loopback host only (a
+        # page whose name was re-pointed at 127.0.0.1: DNS rebinding).
+        for host in ("localhost:%d" % d.http, "127.0.0.1", "[::1]:80"):
+            self.assertEqual(self.api(d, "summary", headers={"Host": host})[0], 200, host)
+        status, err = self.api(d, "summary", headers={"Host": "evil.example:%d" % d.http})
+        self.assertEqual((status, err["code"]), (403, "PERMISSION_DENIED"))
+        self.assertIn("loopback host only", err["message"])
+
         # Errors say what is wrong, as JSON.
         status, err = self.api(d, "nodes/nope")
         self.assertEqual((status, err["code"]), (404, "NOT_FOUND"))
@@ -198,6 +231,14 @@ class WebApiEndToEnd(PkiAndTokens, unittest.TestCase):
             self.assertEqual((status, groups.get("total_slices")), (200, "2"), (role, groups))
         status, groups = self.api(d, "slice_groups",
                                   headers={"Cookie": "theme=dark; sliced_token=" + TOKENS["viewer"]})
+        self.assertEqual(status, 200)
+        # Behind a proxy that sends its own Authorization (Basic), the
+        # cookie still counts; the scheme's case does not matter.
+        status, _ = self.api(d, "slice_groups", headers={
+            "Authorization": "Basic dXNlcjpwdw==", "Cookie": "sliced_token=" + TOKENS["viewer"]})
+        self.assertEqual(status, 200)
+        status, _ = self.api(d, "slice_groups",
+                             headers={"Authorization": "bearer " + TOKENS["viewer"]})
         self.assertEqual(status, 200)
         # The page itself and /metrics hold no secrets of the API's: open.
         self.assertEqual(get(self.url(d, "/ui"))[0], 200)
