@@ -95,6 +95,16 @@ class AgentHostEndToEnd(unittest.TestCase):
         agents[0][0].set("instance/maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
         agents[0][1].wait_for("draining: maintenance-event=TERMINATE_ON_HOST_MAINTENANCE")
         wait_states(d.port, {"sim-v4-0-w0": "DRAINING", "sim-v4-0-w1": "ALIVE"})
+        # A VM that lives through its maintenance, undrained, is drained
+        # again at its next notice: the agent watches on.
+        agents[0][0].set("instance/maintenance-event", "NONE")
+        with Client("127.0.0.1:%d" % d.port) as client:
+            client.undrain("sim-v4-0-w0")
+        wait_states(d.port, {"sim-v4-0-w0": "ALIVE"})
+        agents[0][1].mark()
+        agents[0][0].set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        agents[0][1].wait_for("draining: maintenance-event=MIGRATE_ON_HOST_MAINTENANCE")
+        wait_states(d.port, {"sim-v4-0-w0": "DRAINING"})
         # Only the preemption notice changes (GCE gives the VM 30 s): it
         # must be seen at once, not after the maintenance key's long poll.
         agents[1][0].set("instance/preempted", "TRUE")

@@ -281,45 +281,55 @@ class Agent:
         return None if self.drain(reason) else DRAIN_RETRY_S
 
     def watch_maintenance(self, metadata: Metadata, stopped) -> None:
-        """Blocks until `stopped()` or the node is drained on a GCE notice:
+        """Blocks until `stopped()`, draining the node on each GCE notice:
         instance/maintenance-event != NONE or instance/preempted == TRUE.
         Each key is long-polled on its own (the preemption one on a thread of
         its own): a hanging GET returns only on a change of its own key or
         after 60 s, and GCE gives a preempted VM 30 s. The first read of each
         does not wait (a notice may already be there); a drain the daemon did
-        not take is tried again after a backoff, not at the next change."""
-        drained = threading.Event()
-
-        def done():
-            return stopped() or drained.is_set()
+        not take is tried again after a backoff, not at the next change.
+        After a drain it watches on: a VM that lives through its maintenance
+        (and is undrained) is drained again at its next notice."""
         threading.Thread(target=self._watch_notice, name="sliced-agent-preempted",
-                         args=(metadata, PREEMPTED, lambda v: v.upper() == "TRUE", done,
-                               drained), daemon=True).start()
-        self._watch_notice(metadata, MAINTENANCE, lambda v: v.upper() != "NONE", done,
-                           drained)
+                         args=(metadata, PREEMPTED, lambda v: v.upper() == "TRUE", stopped),
+                         daemon=True).start()
+        self._watch_notice(metadata, MAINTENANCE, lambda v: v.upper() != "NONE", stopped)
 
-    def _watch_notice(self, metadata: Metadata, path: str, is_notice, done,
-                      drained: threading.Event) -> None:
+    def _watch_notice(self, metadata: Metadata, path: str, is_notice, done) -> None:
         """watch_maintenance's long poll of one key, until done(); drains the
-        node (and sets `drained`) on a value is_notice() accepts."""
+        node once per notice (a value is_notice() accepts, until the key
+        changes)."""
         backoff = Backoff(1.0, 60.0, self._rng)
         wait = False
+        drained_for = None  # the notice drained for, until the key changes
         while not done():
             try:
-                value = (metadata.get(path, wait_for_change=wait) or "").strip()
+                raw = metadata.get(path, wait_for_change=wait)
             except MetadataError as e:
                 self._state("metadata", "failing", str(e), logging.WARNING)
                 time.sleep(backoff.next_delay())
                 wait = False
                 continue
+            if raw is None:
+                # Not served here (404, at once: a long poll would spin).
+                self._state("metadata", "missing", "%s is not served (404); asking again "
+                            "later" % path, logging.WARNING)
+                time.sleep(backoff.next_delay())
+                wait = False
+                continue
+            value = raw.strip()
             self._state("metadata", "ok", "watching GCE maintenance and preemption notices")
             wait = True
             if not value or not is_notice(value):
                 backoff.reset()
+                drained_for = None
                 continue
+            if value == drained_for:
+                continue  # a long poll's timeout repeats it: drained already
             if self.drain("%s=%s (GCE metadata)" % (path.split("/")[-1], value)):
-                drained.set()
-                return
+                backoff.reset()
+                drained_for = value
+                continue  # the next change: the notice's end, then the next one
             wait = False  # not taken: again after a pause, changed or not
             time.sleep(backoff.next_delay())
 

@@ -21,6 +21,12 @@ from sliced_agent.tpu_metrics import ERROR_GAUGES
 
 _DEVICE = re.compile(r"^/dev/(accel\d+|vfio/\d+)$")
 
+# The daemon's limits on NodeHeartbeat.health (server/api/convert_nodes.cc):
+# a report past them is refused whole, and the host would never be
+# quarantined.
+MAX_PROBLEMS = 16
+MAX_PROBLEM_BYTES = 256
+
 
 def device_holders(root: str) -> List[Tuple[str, int, str]]:
     """(device, pid, command) for every TPU device file a process holds."""
@@ -52,10 +58,20 @@ def device_holders(root: str) -> List[Tuple[str, int, str]]:
 
 def _command(proc: str, pid: str) -> str:
     try:
-        with open(os.path.join(proc, pid, "comm")) as f:
+        # comm is 15 bytes, which may cut a character in two.
+        with open(os.path.join(proc, pid, "comm"), errors="replace") as f:
             return f.read().strip()
     except OSError:
         return "?"
+
+
+def _line(text: str) -> str:
+    """One line of at most MAX_PROBLEM_BYTES bytes (UTF-8)."""
+    text = " ".join(text.split()) or "?"
+    data = text.encode("utf-8")
+    if len(data) <= MAX_PROBLEM_BYTES:
+        return text
+    return data[:MAX_PROBLEM_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 def problems(gauges: Dict[str, float], holders: Sequence[Tuple[str, int, str]],
@@ -65,5 +81,14 @@ def problems(gauges: Dict[str, float], holders: Sequence[Tuple[str, int, str]],
     out = ["%s=%g (libtpu)" % (name, gauges[name])
            for name in ERROR_GAUGES if gauges.get(name, 0) > 0]
     if holders and not placement_groups():
-        out.extend("%s held by pid %d (%s), which no placement owns" % h for h in holders)
-    return out
+        held = ["%s held by pid %d (%s), which no placement owns" % h for h in holders]
+        room = MAX_PROBLEMS - len(out)
+        if len(held) > room:
+            # A job and its forked workers hold every device: the first
+            # ones, then how many more and by which pids.
+            rest = holders[room - 1:]
+            pids = sorted({pid for _, pid, _ in rest})
+            held = held[:room - 1] + ["%d more devices held by pid(s) %s, which no placement "
+                                      "owns" % (len(rest), ", ".join(map(str, pids)))]
+        out.extend(held)
+    return [_line(p) for p in out[:MAX_PROBLEMS]]

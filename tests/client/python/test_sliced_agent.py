@@ -467,6 +467,21 @@ class HealthTest(unittest.TestCase):
             "/dev/accel1 held by pid 4242 (python3), which no placement owns",
             "/dev/vfio/0 held by pid 4242 (python3), which no placement owns"])
 
+    def test_problems_keep_within_the_daemons_limits(self):
+        # A stale job and two forked children hold all 8 devices of a v6e-8
+        # host: 24 holders, past the daemon's 16 problems per heartbeat.
+        holders = [("/dev/vfio/%d" % d, pid, "python3") for pid in (10, 11, 12)
+                   for d in range(8)]
+        got = health.problems({"slice.error.detected.gauge": 1.0}, holders, lambda: [])
+        self.assertEqual(len(got), health.MAX_PROBLEMS)
+        self.assertEqual(got[1], "/dev/vfio/0 held by pid 10 (python3), which no placement owns")
+        self.assertEqual(got[-1], "10 more devices held by pid(s) 11, 12, which no placement owns")
+        # One line each, within the byte limit, whatever a command's name.
+        long_name = [("/dev/accel0", 7, "x" * 300 + "\nmore")]
+        line, = health.problems({}, long_name, lambda: [])
+        self.assertLessEqual(len(line.encode()), health.MAX_PROBLEM_BYTES)
+        self.assertNotIn("\n", line)
+
 
 class FakeInventory(sliced_pb2_grpc.InventoryServicer):
     """Records what an agent sends; `heartbeat_errors` are raised first."""
@@ -579,6 +594,37 @@ class AgentWireTest(unittest.TestCase):
         # Every try after a failure registers first (an idempotent upsert;
         # the fake failed only heartbeats): 2 before, 5 retries, the success.
         self.assertEqual(len(self.fake.registered), 8)
+
+    def test_a_notice_key_not_served_is_asked_again_later_not_in_a_loop(self):
+        # A metadata server that answers 404 at once (a key it does not
+        # serve) even to a long poll: the watcher backs off instead of
+        # spinning. And a notice that stays is drained for once.
+        calls = {"missing": 0, "notice": 0}
+
+        class Metadata:
+            def get(self, path, wait_for_change=False):
+                if path == "missing":
+                    calls["missing"] += 1
+                    return None
+                calls["notice"] += 1
+                time.sleep(0.01)  # a long poll's timeout, answering the same
+                return "TERMINATE_ON_HOST_MAINTENANCE"
+        drains = []
+        self.agent.drain = lambda reason: drains.append(reason) or True
+        stop = threading.Event()
+        threads = [threading.Thread(target=self.agent._watch_notice, args=(
+            Metadata(), key, lambda v: v != "NONE", stop.is_set)) for key in ("missing", "notice")]
+        with self.assertLogs("sliced_agent", "WARNING") as logs:
+            for t in threads:
+                t.start()
+            time.sleep(0.5)
+            stop.set()
+            for t in threads:
+                t.join(10)
+        self.assertLessEqual(calls["missing"], 2, calls)  # backoff from 1 s
+        self.assertIn("missing is not served (404)", "".join(logs.output))
+        self.assertGreater(calls["notice"], 5)
+        self.assertEqual(drains, ["notice=TERMINATE_ON_HOST_MAINTENANCE (GCE metadata)"])
 
     def test_drain(self):
         with self.assertLogs("sliced_agent", "INFO"):
