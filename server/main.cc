@@ -57,8 +57,9 @@ ABSL_FLAG(int, max_streams, 1000,
           "open WatchPlacementGroups + TailLogs streams; more are "
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_watch_buffer_bytes, 4 << 20,
-          "bytes of events a WatchPlacementGroups stream may hold for a "
-          "client that reads too slowly; beyond, the stream ends ABORTED "
+          "bytes of events a WatchPlacementGroups stream (or log lines a "
+          "TailLogs stream) may hold for a client that reads too slowly, "
+          "past what it sends first; beyond, the stream ends ABORTED "
           "(\"fell behind\") and the client watches again");
 ABSL_FLAG(std::string, log_level, "info",
           "what the daemon logs on stderr: error (failures only), info (also "

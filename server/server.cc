@@ -217,7 +217,8 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
       impl.placement.get(), impl.watch_hub.get(), options.limits, &impl.streams,
       impl.gate.get());
   impl.telemetry_service = std::make_unique<api::TelemetryService>(
-      impl.telemetry_manager.get(), &impl.streams, impl.gate.get());
+      impl.telemetry_manager.get(), options.limits, &impl.streams,
+      impl.gate.get());
   impl.web_api = std::make_unique<api::WebApi>(
       impl.cluster.get(), impl.coordinator.get(), impl.nodes.get(),
       impl.placement.get(), impl.telemetry_manager.get());

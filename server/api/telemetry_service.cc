@@ -104,6 +104,9 @@ grpc::ServerWriteReactor<v1::LogLine>* TelemetryService::TailLogs(
             nodes, filter,
             [reactor](const LogLine& line) { reactor->Send(line); },
             request->follow() ? reactor : nullptr);
+        // The stored lines are queued whatever their size; then the bound,
+        // as for a watch: a follower that stops reading ends ABORTED.
+        reactor->set_max_pending_bytes(limits_.max_watch_buffer_bytes);
         if (!request->follow()) reactor->FinishWhenDrained();
         return reactor;
       });

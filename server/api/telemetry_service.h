@@ -8,6 +8,7 @@
 
 #include "server/api/gate.h"
 #include "server/api/stream_reactor.h"
+#include "server/core/limits.h"
 #include "server/core/telemetry_manager.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
@@ -16,9 +17,12 @@ namespace sliced::server::api {
 class TelemetryService final : public v1::Telemetry::CallbackService {
  public:
   // REQUIRES: every pointer outlives the service.
-  TelemetryService(TelemetryManager* telemetry, StreamLimiter* streams,
-                   const Gate* gate)
-      : telemetry_(telemetry), streams_(streams), gate_(gate) {}
+  TelemetryService(TelemetryManager* telemetry, const Limits& limits,
+                   StreamLimiter* streams, const Gate* gate)
+      : telemetry_(telemetry),
+        limits_(limits),
+        streams_(streams),
+        gate_(gate) {}
 
   grpc::ServerUnaryReactor* ReportTpuMetrics(
       grpc::CallbackServerContext* context,
@@ -38,6 +42,8 @@ class TelemetryService final : public v1::Telemetry::CallbackService {
 
  private:
   TelemetryManager* const telemetry_;
+  // max_watch_buffer_bytes bounds a tail's queue past its first lines.
+  const Limits limits_;
   StreamLimiter* const streams_;
   const Gate* const gate_;
 };

@@ -28,9 +28,9 @@ struct Limits {
   int max_pending_pgs = 100000;
   // Open WatchPlacementGroups + TailLogs streams; more are RESOURCE_EXHAUSTED.
   int max_streams = 1000;
-  // Bytes a WatchPlacementGroups stream may hold for a client that reads
-  // too slowly (past the current state sent first); beyond, it ends
-  // ABORTED and the client watches again.
+  // Bytes a WatchPlacementGroups (or TailLogs) stream may hold for a client
+  // that reads too slowly (past the current state or stored lines sent
+  // first); beyond, it ends ABORTED and the client watches again.
   int max_watch_buffer_bytes = 4 << 20;
   // Page size of ListNodes: default and maximum.
   int default_page_size = 500;

@@ -832,6 +832,28 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertEqual(calls, ["get"])
 
+    def test_a_log_tail_that_falls_behind_ends_aborted(self):
+        d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",
+                   "--max_watch_buffer_bytes=65536").start()
+        self.addCleanup(d.close)
+        register_demo_fleet(d.port)
+        fixed_window = [("grpc.http2.bdp_probe", 0)]
+        ch = grpc.insecure_channel("127.0.0.1:%d" % d.port, options=fixed_window)
+        self.addCleanup(ch.close)
+        telemetry = sliced_pb2_grpc.TelemetryStub(ch)
+        tail = telemetry.TailLogs(P.TailLogsRequest(node_id="cpu-0", follow=True), timeout=60)
+        # Far more than 64 KiB of lines (plus the transport's windows) that
+        # the follower does not read: it is ended, not left to grow.
+        line = "x" * 1000
+        for _ in range(400):
+            telemetry.AppendLogs(P.AppendLogsRequest(node_id="cpu-0", lines=[
+                P.LogLine(text=line)] * 10), timeout=10)
+        with self.assertRaises(grpc.RpcError) as err:
+            for _ in tail:
+                pass
+        self.assertEqual(err.exception.code(), grpc.StatusCode.ABORTED)
+        self.assertIn("this stream fell behind", err.exception.details())
+
     def test_a_watch_that_falls_behind_ends_aborted_and_is_opened_again(self):
         d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",
                    "--max_watch_buffer_bytes=65536").start()
