@@ -545,6 +545,9 @@ absl::Status PlacementManager::FinishPreemption(Txn& txn,
     victim.reason =
         absl::StrCat("PENDING: preempted by ", Who(preemptor), "; requeued");
     txn.PutPg(victim);
+    // Placed again in this commit (elsewhere), it was still requeued first:
+    // watchers and the preemption outcome see PENDING.
+    txn.NotifyIntermediate(victim);
   }
   RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
   preemptor.preempting.clear();
@@ -1015,6 +1018,11 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     prefix = "preemption is off (--preemption=false), so it waits; ";
   } else if (group.preemption_policy == PreemptionPolicy::kNever) {
     prefix = "preemption_policy NEVER, so it waits; ";
+  } else if (group.state == PgState::kRescheduling) {
+    // StartPreemption: only PENDING groups preempt.
+    prefix =
+        "only PENDING groups preempt (this one is RESCHEDULING), so it "
+        "waits; ";
   }
   what_if = PreemptionWhatIf{state.snapshot, std::move(request),
                              std::move(candidates), std::move(prefix)};

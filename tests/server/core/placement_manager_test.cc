@@ -1584,6 +1584,64 @@ TEST_F(PlacementManagerTest,
   EXPECT_TRUE(get(low).preempting.empty());
 }
 
+TEST_F(PlacementManagerTest, ExplainSaysARescheduledGroupDoesNotPreempt) {
+  Start(Preempting(absl::ZeroDuration()));
+  ASSERT_TRUE(
+      core_->Register({CpuNode("c1", 4), CpuNode("c2", 4), CpuNode("c3", 4)})
+          .ok());
+  const std::string prod = Create(
+      Cpus(2, 4, OfClass("production"), scheduler::Strategy::kStrictSpread));
+  const std::string low = Create(Cpus(1, 4));  // best-effort, on the third
+  ASSERT_EQ(core_->StateOf(low), PgState::kCreated);
+  const std::string lost = SortedNodes(core_->placement().Get(prod)->group)[0];
+  ASSERT_TRUE(core_
+                  ->Heartbeat({NodeBeat{lost, scheduler::NodeState::kDead,
+                                        std::nullopt}})
+                  .ok());
+  ASSERT_EQ(core_->StateOf(prod), PgState::kRescheduling);
+  auto why = core_->placement().Explain(prod);
+  ASSERT_TRUE(why.ok()) << why.status();
+  ASSERT_FALSE(why->details.empty());
+  EXPECT_EQ(why->details.back().rfind(
+                "only PENDING groups preempt (this one is RESCHEDULING), so "
+                "it waits; ",
+                0),
+            0)
+      << why->details.back();
+  EXPECT_EQ(core_->StateOf(low), PgState::kCreated);
+}
+
+TEST_F(PlacementManagerTest, AVictimPlacedAgainAtOnceIsSeenRequeuedFirst) {
+  Start(Preempting(absl::ZeroDuration()));
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4", "z1")).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  const std::string low = Create(V6eSlices(1));  // best-effort, on s1
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4", "z2")).ok());
+  PgSpec prod_spec = V6eSlices(1, OfClass("production"));
+  prod_spec.group.request.slice->selector =
+      *scheduler::ParseLabelSelector({{"ray.io/availability-zone", "z1"}});
+  const std::string prod = Create(prod_spec);
+  ASSERT_EQ(get(low).state, PgState::kPreempting);
+  Recorder recorder;
+  core_->placement().Watch(&recorder);
+  core_->Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  core_->placement().Unwatch(&recorder);
+  // The victim was requeued, then placed on s2 in the same commit: its
+  // watchers see it PENDING (requeued) first, not a cancelled preemption.
+  EXPECT_EQ(get(prod).state, PgState::kCreated);
+  EXPECT_EQ(get(low).state, PgState::kCreated);
+  EXPECT_EQ(get(low).slice_names, std::vector<std::string>{"s2"});
+  const std::vector<std::string> seen = recorder.seen();
+  auto at = [&](const std::string& event) {
+    return std::find(seen.begin(), seen.end(), event) - seen.begin();
+  };
+  EXPECT_LT(at(low + ":PENDING"), at(low + ":CREATED"))
+      << absl::StrJoin(seen, " ");
+}
+
 TEST_F(PlacementManagerTest,
        RemovingThePreemptorCancelsRemovingVictimsHurries) {
   Start(Preempting(absl::ZeroDuration()));
