@@ -832,14 +832,23 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertEqual(calls, ["get"])
 
-    def test_a_log_tail_that_falls_behind_ends_aborted(self):
+    # No flow-control window growth (BDP): what a stream's reader does not
+    # read backs up on the daemon, as it would behind a slow reader.
+    FIXED_WINDOW = [("grpc.http2.bdp_probe", 0)]
+
+    def start_with_a_small_stream_buffer(self):
+        """A daemon whose streams hold 64 KiB for a slow reader, and a
+        channel to it with a fixed window."""
         d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",
                    "--max_watch_buffer_bytes=65536").start()
         self.addCleanup(d.close)
         register_demo_fleet(d.port)
-        fixed_window = [("grpc.http2.bdp_probe", 0)]
-        ch = grpc.insecure_channel("127.0.0.1:%d" % d.port, options=fixed_window)
+        ch = grpc.insecure_channel("127.0.0.1:%d" % d.port, options=self.FIXED_WINDOW)
         self.addCleanup(ch.close)
+        return d, ch
+
+    def test_a_log_tail_that_falls_behind_ends_aborted(self):
+        _, ch = self.start_with_a_small_stream_buffer()
         telemetry = sliced_pb2_grpc.TelemetryStub(ch)
         tail = telemetry.TailLogs(P.TailLogsRequest(node_id="cpu-0", follow=True), timeout=60)
         # Far more than 64 KiB of lines (plus the transport's windows) that
@@ -855,18 +864,10 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertIn("this stream fell behind", err.exception.details())
 
     def test_a_watch_that_falls_behind_ends_aborted_and_is_opened_again(self):
-        d = Daemon(temp_data_dir(self), "--heartbeat_timeout=0",
-                   "--max_watch_buffer_bytes=65536").start()
-        self.addCleanup(d.close)
-        register_demo_fleet(d.port)
-        # No flow-control window growth (BDP): what a watcher does not read
-        # backs up on the daemon, as it would behind a slow reader.
-        fixed_window = [("grpc.http2.bdp_probe", 0)]
-        ch = grpc.insecure_channel("127.0.0.1:%d" % d.port, options=fixed_window)
-        self.addCleanup(ch.close)
+        d, ch = self.start_with_a_small_stream_buffer()
         pl = sliced_pb2_grpc.PlacementStub(ch)
         raw = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(), timeout=60)
-        client = Client("127.0.0.1:%d" % d.port, options=fixed_window)
+        client = Client("127.0.0.1:%d" % d.port, options=self.FIXED_WINDOW)
         self.addCleanup(client.close)
         watch = client.watch()
         kept = client.create_placement_group([{"CPU": 1}], job_id="kept")
