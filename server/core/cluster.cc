@@ -197,6 +197,8 @@ void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
   }
   group_.waiting_since.insert(own.waiting_since.begin(),
                               own.waiting_since.end());
+  for (const auto& [id, change] : own.pgs) group_.preemptors.erase(id);
+  group_.preemptors.insert(own.preemptors.begin(), own.preemptors.end());
   group_.queued_delta += own.queued_delta;
   for (const auto& [ask, d] : own.waiting_asks_delta) {
     AddCount(group_.waiting_asks_delta, ask, d);

@@ -238,16 +238,29 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
     NotPlaced(txn, d, group);
     return d;
   }
-  group.update_time = txn.now();
   std::vector<scheduler::Bundle> bundles = UsedBundles(request, d);
   scheduler::SnapshotDelta delta;
   if (!request.replacing_pg_id.empty())
     delta.release_pg_ids.push_back(group.id);
-  group.bundles.clear();
   for (size_t i = 0; i < bundles.size(); ++i) {
     delta.add_allocations.push_back(
         scheduler::Allocation{group.id, static_cast<int>(i), d.bundle_nodes[i],
                               bundles[i].resources});
+  }
+  ASSIGN_OR_RETURN(const std::string spoiled,
+                   SpoiledPreemptor(txn, group, *snapshot, delta));
+  if (!spoiled.empty()) {
+    Decision held;
+    held.outcome = Decision::kUnschedulable;
+    held.diagnosis.summary =
+        absl::StrCat("it would take capacity that ", spoiled,
+                     " (of higher priority) is to use once its victims leave");
+    NotPlaced(txn, held, group);
+    return held;
+  }
+  group.update_time = txn.now();
+  group.bundles.clear();
+  for (size_t i = 0; i < bundles.size(); ++i) {
     group.bundles.push_back(PlacedBundle{
         bundles[i].resources, bundles[i].selector, d.bundle_nodes[i]});
   }
@@ -260,6 +273,34 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   group.priority_index = d.priority_index;
   group.fallback_index = d.fallback_index;
   return d;
+}
+
+absl::StatusOr<std::string> PlacementManager::SpoiledPreemptor(
+    Txn& txn, const PlacementGroup& group,
+    const scheduler::InventorySnapshot& snapshot,
+    const scheduler::SnapshotDelta& placement) const {
+  std::vector<PlacementGroup> above;  // copies: the rare path
+  txn.ForEachPreemptor([&](const PlacementGroup& p) {
+    if (p.id != group.id && p.state == PgState::kPending &&
+        p.priority > group.priority) {
+      above.push_back(p);
+    }
+  });
+  for (const PlacementGroup& p : above) {
+    scheduler::SnapshotDelta victims_gone;
+    victims_gone.release_pg_ids = p.preempting;
+    ASSIGN_OR_RETURN(auto freed, snapshot.Apply(victims_gone));
+    ASSIGN_OR_RETURN(PlacementRequest request, SolveRequest(txn, p, p.request));
+    // Where it would not fit anyway (a node died), nothing is spoiled.
+    if (scheduler::Solve(*freed, request).outcome != Decision::kPlaced) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(auto taken, freed->Apply(placement));
+    if (scheduler::Solve(*taken, request).outcome != Decision::kPlaced) {
+      return p.id;
+    }
+  }
+  return std::string();
 }
 
 PgState PlacementManager::StateIfNotPlaced(const PlacementGroup& group,
@@ -478,6 +519,11 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
     }
   }
   if (candidates.empty()) return true;  // searched: nobody to preempt
+  // It fits without victims, but was held for a preemptor of higher
+  // priority (SpoiledPreemptor): it waits, taking nothing from anyone.
+  if (scheduler::Solve(*snapshot, request).outcome == Decision::kPlaced) {
+    return false;
+  }
   const scheduler::PreemptionPlan plan =
       scheduler::PlanPreemption(*snapshot, request, candidates);
   if (!plan.found) return true;

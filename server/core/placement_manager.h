@@ -253,6 +253,15 @@ class PlacementManager : public Cluster::Observer {
   absl::StatusOr<scheduler::PlacementRequest> SolveRequest(
       Txn& txn, const PlacementGroup& group,
       const scheduler::PlacementRequest& asked) const;
+  // The waiting preemptor of higher priority than `group` that `placement`
+  // (group's allocations, on `snapshot`) would keep from fitting once its
+  // victims leave, if any (its id, or ""): the free capacity a preemptor's
+  // plan counts on is held for it during the grace, as Kubernetes holds a
+  // nominated node. Costs two solves per such preemptor, none without.
+  absl::StatusOr<std::string> SpoiledPreemptor(
+      Txn& txn, const PlacementGroup& group,
+      const scheduler::InventorySnapshot& snapshot,
+      const scheduler::SnapshotDelta& placement) const;
   // `group` (PENDING, not placed) preempts the cheapest set of victims that
   // makes room, if any; returns whether it searched (false: it may not
   // preempt). With no grace the victims leave and it is placed at once.

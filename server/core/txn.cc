@@ -120,6 +120,11 @@ void Txn::Replace(absl::string_view pg_id, const PlacementGroup* next) {
   if (next != nullptr && Waits(next->state)) {
     own_.waiting_since.emplace(next->queued_time, next->id);
   }
+  if (next != nullptr && !next->preempting.empty()) {
+    own_.preemptors.insert(std::string(pg_id));
+  } else {
+    own_.preemptors.erase(std::string(pg_id));
+  }
 }
 
 void Txn::PutPg(const PlacementGroup& pg) {
@@ -188,6 +193,19 @@ void Txn::ForEachWaitingSince(
     if (queued > cutoff) break;
     visit(*FindPg(id));
   }
+}
+
+void Txn::ForEachPreemptor(
+    const std::function<void(const PlacementGroup&)>& visit) const {
+  for (const auto& [deadline, id] : committed_.preemptors_by_deadline) {
+    const size_t hash = KeyHash(id);
+    if (!ChangedPg(id, hash)) visit(*committed_.pgs.Find(id, hash));
+  }
+  // The changed ones, each from the layer that changed it last.
+  for (const std::string& id : group_.preemptors) {
+    if (!own_.pgs.contains(id)) visit(*FindPg(id));
+  }
+  for (const std::string& id : own_.preemptors) visit(*FindPg(id));
 }
 
 std::optional<int32_t> Txn::LowestCreatedPriority() const {

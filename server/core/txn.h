@@ -177,6 +177,9 @@ struct StateChanges {
   //   counts per priority, now minus before (no zero entries).
   absl::btree_map<scheduler::ResourceSet, int64_t> waiting_asks_delta;
   absl::btree_map<int32_t, int64_t> created_delta;
+  // - ids of this layer's changed groups that wait for their victims
+  //   (non-empty `preempting`), as the layer last put them.
+  absl::btree_set<std::string> preemptors;
 };
 
 // Adds `d` to `counts[key]`, dropping the entry when it comes to zero.
@@ -228,6 +231,10 @@ class Txn {
   // Costs O(groups, committed or changed, queued at or before `cutoff`).
   void ForEachWaitingSince(
       absl::Time cutoff,
+      const std::function<void(const PlacementGroup&)>& visit) const;
+  // Calls `visit` on every group that waits for its victims (non-empty
+  // `preempting`), as this op sees it, once each. O(those groups).
+  void ForEachPreemptor(
       const std::function<void(const PlacementGroup&)>& visit) const;
   // The lowest priority of a CREATED group, as this op sees them; nullopt
   // when there is none. O(priorities).

@@ -1611,6 +1611,42 @@ TEST_F(PlacementManagerTest, ExplainSaysARescheduledGroupDoesNotPreempt) {
   EXPECT_EQ(core_->StateOf(low), PgState::kCreated);
 }
 
+TEST_F(PlacementManagerTest, TheFreeCapacityAPreemptorCountsOnIsHeldForIt) {
+  // P needs both slices: one is free, A holds the other. During A's grace
+  // a best-effort B must not take the free one, or P would not fit when A
+  // leaves (and would preempt B, and A would come back: a loop).
+  const CoreOptions options = Preempting(absl::ZeroDuration());
+  Start(options);
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  const std::string a = Create(V6eSlices(1));  // best-effort, on s1
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  const std::string p = Create(V6eSlices(2, OfClass("production")));
+  ASSERT_EQ(get(p).preempting, std::vector<std::string>{a});
+  const std::string b = Create(V6eSlices(1));
+  EXPECT_EQ(get(b).state, PgState::kPending);
+  EXPECT_NE(get(b).reason.find("it would take capacity that " + p),
+            std::string::npos)
+      << get(b).reason;
+  // A group that does not touch P's capacity is not held back.
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  EXPECT_EQ(get(Create(Cpus(1, 4))).state, PgState::kCreated);
+  Restart(options);  // the hold is derived, not stored
+  EXPECT_EQ(get(Create(V6eSlices(1))).state, PgState::kPending);
+  core_->Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(p).state, PgState::kCreated);
+  EXPECT_EQ(get(p).slice_names.size(), 2u);
+  EXPECT_EQ(get(a).state, PgState::kPending);
+  EXPECT_EQ(get(b).state, PgState::kPending);
+  // Nothing more is preempted: the others are best-effort, P is placed.
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(p).state, PgState::kCreated);
+  EXPECT_TRUE(get(b).preempting.empty());
+}
+
 TEST_F(PlacementManagerTest, AVictimPlacedAgainAtOnceIsSeenRequeuedFirst) {
   Start(Preempting(absl::ZeroDuration()));
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4", "z1")).ok());
