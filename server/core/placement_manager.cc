@@ -596,6 +596,7 @@ absl::Status PlacementManager::FinishPreemption(Txn& txn,
     txn.NotifyIntermediate(victim);
   }
   RETURN_IF_ERROR(txn.ApplyDelta(std::move(release)));
+  ++preemptions_finished_;
   preemptor.preempting.clear();
   preemptor.preemption_deadline = absl::InfinitePast();
   RETURN_IF_ERROR(TryPlace(txn, preemptor, preemptor.request).status());
@@ -759,6 +760,15 @@ void PlacementManager::RetryQueue(Txn& txn) {
 }
 
 void PlacementManager::WalkQueue(Txn& txn) {
+  constexpr int kMaxWalkPasses = 3;
+  for (int pass = 0; pass < kMaxWalkPasses; ++pass) {
+    const int64_t finished = preemptions_finished_;
+    WalkQueueOnce(txn);
+    if (preemptions_finished_ == finished) return;
+  }
+}
+
+void PlacementManager::WalkQueueOnce(Txn& txn) {
   // INFEASIBLE groups cannot fit until the inventory or a class changes.
   const std::vector<std::string> queue =
       txn.PendingQueue(txn.InfeasibleRecheckRequested());

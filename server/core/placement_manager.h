@@ -227,7 +227,11 @@ class PlacementManager : public Cluster::Observer {
   absl::Status CreateInTxn(Txn& txn, PgSpec& spec);
   // Re-tries every waiting group in queue order: places what fits, keeps
   // the reasons current, starts preemptions (a bounded number of searches).
+  // With no grace, a preemption a pass starts releases its victims at once
+  // (requeued after the pass took its list): another pass follows, up to
+  // kMaxWalkPasses.
   void WalkQueue(Txn& txn);
+  void WalkQueueOnce(Txn& txn);
   // Solves `group` on the txn's snapshot and, when placed, allocates.
   // Updates the group's state, bundles and reason; returns the decision.
   absl::StatusOr<scheduler::Decision> TryPlace(
@@ -331,6 +335,9 @@ class PlacementManager : public Cluster::Observer {
   // the searches for victims a walk would have run did not run.
   // CompletePreemptions then has the queue walked.
   std::atomic<bool> walk_skipped_{false};
+  // Preemptions finished (victims released), for WalkQueue's passes. Only
+  // the writer's ops touch it.
+  int64_t preemptions_finished_ = 0;
   Ticker ticker_;  // calls CompletePreemptions
 
   absl::Mutex watch_mu_;

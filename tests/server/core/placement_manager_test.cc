@@ -1647,6 +1647,36 @@ TEST_F(PlacementManagerTest, TheFreeCapacityAPreemptorCountsOnIsHeldForIt) {
   EXPECT_TRUE(get(b).preempting.empty());
 }
 
+TEST_F(PlacementManagerTest, VictimsOfANoGracePreemptionInAWalkAreRetried) {
+  // No grace: a preemption started by a queue walk releases its victim in
+  // that walk, after the walk took its list. The victim must still be
+  // re-tried, here onto the node that is free.
+  CoreOptions options = Preempting(absl::Minutes(1));
+  options.placement.preemption_grace = absl::ZeroDuration();
+  Start(options);
+  ASSERT_TRUE(
+      core_->Register({CpuNode("n1", 8, "z1"), CpuNode("n2", 8, "z2")}).ok());
+  const std::string v = Create(Cpus(1, 8));  // best-effort
+  const std::string w = Create(Cpus(1, 8));
+  const std::string v_node =
+      core_->placement().Get(v)->group.bundles[0].node_id;
+  const std::string zone = v_node == "n1" ? "z1" : "z2";
+  PgSpec prod = Cpus(1, 8, OfClass("production"));
+  prod.group.request.bundles[0].selector =
+      *scheduler::ParseLabelSelector({{"ray.io/availability-zone", zone}});
+  const std::string p = Create(prod);  // v is in its cool-down: p waits
+  ASSERT_EQ(core_->StateOf(p), PgState::kPending);
+  ASSERT_TRUE(core_->Remove(w).ok());  // the other node is free
+  ASSERT_EQ(core_->StateOf(p), PgState::kPending);
+  core_->Advance(absl::Minutes(2));  // the cool-down ends
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(core_->StateOf(p), PgState::kCreated);
+  auto victim = core_->placement().Get(v);
+  ASSERT_TRUE(victim.ok());
+  EXPECT_EQ(victim->group.state, PgState::kCreated) << victim->group.reason;
+  EXPECT_NE(victim->group.bundles[0].node_id, v_node);
+}
+
 TEST_F(PlacementManagerTest, AVictimPlacedAgainAtOnceIsSeenRequeuedFirst) {
   Start(Preempting(absl::ZeroDuration()));
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4", "z1")).ok());
