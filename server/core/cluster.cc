@@ -187,17 +187,17 @@ void Cluster::BeginGroup(absl::Time now) {
 
 void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
   StateChanges& own = txn.own_;
-  // The group's waiting entries of the groups this op changed give way to
-  // the op's (before the op's changes replace the group's).
+  // The group's waiting and preemptor entries of the groups this op changed
+  // give way to the op's (before the op's changes replace the group's).
   for (const auto& [id, change] : own.pgs) {
     auto it = group_.pgs.find(id);
     if (it != group_.pgs.end() && it->second && Waits(it->second->state)) {
       group_.waiting_since.erase({it->second->queued_time, id});
     }
+    group_.preemptors.erase(id);
   }
   group_.waiting_since.insert(own.waiting_since.begin(),
                               own.waiting_since.end());
-  for (const auto& [id, change] : own.pgs) group_.preemptors.erase(id);
   group_.preemptors.insert(own.preemptors.begin(), own.preemptors.end());
   group_.queued_delta += own.queued_delta;
   for (const auto& [ask, d] : own.waiting_asks_delta) {

@@ -275,18 +275,23 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   return d;
 }
 
-absl::StatusOr<std::string> PlacementManager::SpoiledPreemptor(
-    Txn& txn, const PlacementGroup& group,
-    const scheduler::InventorySnapshot& snapshot,
-    const scheduler::SnapshotDelta& placement) const {
-  std::vector<PlacementGroup> above;  // copies: the rare path
+std::vector<PlacementGroup> PlacementManager::PreemptorsAbove(
+    const Txn& txn, const PlacementGroup& group) {
+  std::vector<PlacementGroup> above;
   txn.ForEachPreemptor([&](const PlacementGroup& p) {
     if (p.id != group.id && p.state == PgState::kPending &&
         p.priority > group.priority) {
       above.push_back(p);
     }
   });
-  for (const PlacementGroup& p : above) {
+  return above;
+}
+
+absl::StatusOr<std::string> PlacementManager::SpoiledPreemptor(
+    Txn& txn, const PlacementGroup& group,
+    const scheduler::InventorySnapshot& snapshot,
+    const scheduler::SnapshotDelta& placement) const {
+  for (const PlacementGroup& p : PreemptorsAbove(txn, group)) {
     scheduler::SnapshotDelta victims_gone;
     victims_gone.release_pg_ids = p.preempting;
     ASSIGN_OR_RETURN(auto freed, snapshot.Apply(victims_gone));
@@ -519,9 +524,11 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
     }
   }
   if (candidates.empty()) return true;  // searched: nobody to preempt
-  // It fits without victims, but was held for a preemptor of higher
-  // priority (SpoiledPreemptor): it waits, taking nothing from anyone.
-  if (scheduler::Solve(*snapshot, request).outcome == Decision::kPlaced) {
+  // It may fit without victims, but be held for a preemptor of higher
+  // priority (SpoiledPreemptor): then it waits, taking nothing from anyone.
+  // (Only then: otherwise the caller's solve already failed.)
+  if (!PreemptorsAbove(txn, group).empty() &&
+      scheduler::Solve(*snapshot, request).outcome == Decision::kPlaced) {
     return false;
   }
   const scheduler::PreemptionPlan plan =

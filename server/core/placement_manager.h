@@ -257,6 +257,10 @@ class PlacementManager : public Cluster::Observer {
   absl::StatusOr<scheduler::PlacementRequest> SolveRequest(
       Txn& txn, const PlacementGroup& group,
       const scheduler::PlacementRequest& asked) const;
+  // The groups waiting for their victims (PENDING) of higher priority than
+  // `group`, copied: few, and only while preemptions are under way.
+  static std::vector<PlacementGroup> PreemptorsAbove(
+      const Txn& txn, const PlacementGroup& group);
   // The waiting preemptor of higher priority than `group` that `placement`
   // (group's allocations, on `snapshot`) would keep from fitting once its
   // victims leave, if any (its id, or ""): the free capacity a preemptor's

@@ -123,7 +123,7 @@ void Txn::Replace(absl::string_view pg_id, const PlacementGroup* next) {
   if (next != nullptr && !next->preempting.empty()) {
     own_.preemptors.insert(std::string(pg_id));
   } else {
-    own_.preemptors.erase(std::string(pg_id));
+    own_.preemptors.erase(pg_id);
   }
 }
 

@@ -66,6 +66,8 @@ class EtcdStore : public Store {
   // confirmed, still in some member's queue) fails its compare if it
   // arrives after the Load's read instead of changing what was read.
   absl::Status RenewWriteToken();
+  // Adds compare CREATE(fence_key) == fence_revision to `txn`, when fenced.
+  void AddFenceCompare(etcdserverpb::TxnRequest& txn) const;
   // The error of every call once fenced: nothing was written.
   absl::Status Fenced() const {
     return DeposedError(absl::StrCat(fenced_, "; nothing was written"));
@@ -124,12 +126,9 @@ absl::Status EtcdStore::RenewWriteToken() {
     next_token_ = absl::StrCat(options_.fence_revision, ".",
                                absl::ToUnixNanos(absl::Now()), ".", ++tokens_);
   }
+  // The fence only: whether an earlier renewal landed is not known.
   etcdserverpb::TxnRequest txn;
-  auto* compare = txn.add_compare();
-  compare->set_key(options_.fence_key);
-  compare->set_target(etcdserverpb::Compare::CREATE);
-  compare->set_result(etcdserverpb::Compare::EQUAL);
-  compare->set_create_revision(options_.fence_revision);
+  AddFenceCompare(txn);
   auto* put = txn.add_success()->mutable_request_put();
   put->set_key(absl::StrCat(options_.prefix, kWriterKey));
   put->set_value(next_token_);
@@ -211,15 +210,18 @@ absl::StatusOr<StoredState> EtcdStore::Read() {
   return state;
 }
 
+void EtcdStore::AddFenceCompare(etcdserverpb::TxnRequest& txn) const {
+  if (options_.fence_key.empty()) return;
+  auto* compare = txn.add_compare();
+  compare->set_key(options_.fence_key);
+  compare->set_target(etcdserverpb::Compare::CREATE);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_create_revision(options_.fence_revision);
+}
+
 etcdserverpb::TxnRequest EtcdStore::ToTxn(const TxnWrites& writes) const {
   etcdserverpb::TxnRequest txn;
-  if (!options_.fence_key.empty()) {
-    auto* compare = txn.add_compare();
-    compare->set_key(options_.fence_key);
-    compare->set_target(etcdserverpb::Compare::CREATE);
-    compare->set_result(etcdserverpb::Compare::EQUAL);
-    compare->set_create_revision(options_.fence_revision);
-  }
+  AddFenceCompare(txn);
   if (!write_token_.empty()) {
     auto* token = txn.add_compare();
     token->set_key(absl::StrCat(options_.prefix, kWriterKey));
