@@ -97,8 +97,15 @@ absl::string_view PreemptionOutcome(PgState state) {
 
 // Searches for victims (the groups on the nodes the request could use,
 // then a plan bounded by scheduler/preemption.h) one RetryQueue pass may
-// run; the other waiting groups search on a later pass.
+// run; the other waiting groups search on a later pass. A search that
+// finds no plan stops at its first trial (one solve: even every candidate
+// gone does not make room), so it does not spend a search: otherwise the
+// groups first in the queue that no preemption can help would spend every
+// pass's searches, and a group behind them that has a plan would never
+// search. Those are bounded apart, and the same ask on the same snapshot
+// is searched once per pass (FailedSolves).
 constexpr int kMaxPreemptionSearchesPerRetry = 2;
+constexpr int kMaxFruitlessSearchesPerRetry = 16;
 
 // The solves of one queue retry that did not place their group, by what
 // they asked, while the snapshot they ran on is still the current one. A
@@ -115,19 +122,28 @@ class FailedSolves {
       entries_.clear();
       snapshot_ = snapshot;  // held, so that its address is not reused
     }
-    for (const Entry& e : entries_) {
-      if (e.compute_class == g.compute_class && e.request == g.request) {
-        return &e.decision;
-      }
-    }
-    return nullptr;
+    const Entry* e = EntryOf(g);
+    return e != nullptr ? &e->decision : nullptr;
   }
   // Notes a failed solve of `g`'s own request on the snapshot of the last
   // Find.
   void Add(const PlacementGroup& g, const Decision& d) {
     if (entries_.size() < kMaxEntries) {
-      entries_.push_back({g.compute_class, g.request, d});
+      entries_.push_back({g.compute_class, g.request, d, {}});
     }
+  }
+  // Whether a victim search for a group like `g` found no plan on the
+  // snapshot of the last Find. Its candidates depend on the group only
+  // through its priority and whom it may not preempt back.
+  bool NoPlan(const PlacementGroup& g) {
+    const Entry* e = EntryOf(g);
+    return e != nullptr &&
+           std::find(e->no_plan.begin(), e->no_plan.end(),
+                     std::pair(g.priority, g.preempted_by)) != e->no_plan.end();
+  }
+  void AddNoPlan(const PlacementGroup& g) {
+    Entry* e = EntryOf(g);
+    if (e != nullptr) e->no_plan.emplace_back(g.priority, g.preempted_by);
   }
 
  private:
@@ -137,7 +153,16 @@ class FailedSolves {
     std::string compute_class;
     PlacementRequest request;
     Decision decision;
+    std::vector<std::pair<int32_t, std::string>> no_plan;
   };
+  Entry* EntryOf(const PlacementGroup& g) {
+    for (Entry& e : entries_) {
+      if (e.compute_class == g.compute_class && e.request == g.request) {
+        return &e;
+      }
+    }
+    return nullptr;
+  }
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot_;
   std::vector<Entry> entries_;
 };
@@ -494,12 +519,12 @@ bool PlacementManager::MayPreempt(const PlacementGroup& preemptor,
   return now - victim.placed_time >= options_.preemption_cooldown;
 }
 
-absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
-                                                       PlacementGroup& group) {
+absl::StatusOr<PlacementManager::Search> PlacementManager::StartPreemption(
+    Txn& txn, PlacementGroup& group) {
   if (!options_.preemption ||
       group.preemption_policy == PreemptionPolicy::kNever ||
       group.state != PgState::kPending || !group.preempting.empty()) {
-    return false;
+    return Search::kNone;
   }
   ASSIGN_OR_RETURN(PlacementRequest request,
                    SolveRequest(txn, group, group.request));
@@ -523,17 +548,17 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
           {g->id, g->priority, g->sequence, g->priority_class});
     }
   }
-  if (candidates.empty()) return true;  // searched: nobody to preempt
+  if (candidates.empty()) return Search::kNoPlan;  // nobody to preempt
   // It may fit without victims, but be held for a preemptor of higher
   // priority (SpoiledPreemptor): then it waits, taking nothing from anyone.
   // (Only then: otherwise the caller's solve already failed.)
   if (!PreemptorsAbove(txn, group).empty() &&
       scheduler::Solve(*snapshot, request).outcome == Decision::kPlaced) {
-    return false;
+    return Search::kNone;
   }
   const scheduler::PreemptionPlan plan =
       scheduler::PlanPreemption(*snapshot, request, candidates);
-  if (!plan.found) return true;
+  if (!plan.found) return Search::kNoPlan;
   const absl::Time deadline = txn.now() + options_.preemption_grace;
   for (const scheduler::Victim& v : plan.victims) {
     PlacementGroup victim = *txn.FindPg(v.pg_id);
@@ -560,7 +585,7 @@ absl::StatusOr<bool> PlacementManager::StartPreemption(Txn& txn,
   if (options_.preemption_grace <= absl::ZeroDuration()) {
     RETURN_IF_ERROR(FinishPreemption(txn, group));
   }
-  return true;
+  return Search::kStarted;
 }
 
 bool PlacementManager::VictimsDue(Txn& txn,
@@ -781,17 +806,22 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
       txn.PendingQueue(txn.InfeasibleRecheckRequested());
   txn.MarkQueueRetried();
   std::optional<PlacementGroup> blocker;  // a starving group not placed
-  // Searches for victims this pass may still run; and the lowest priority
-  // of a running group (found once, when first needed): a group at or
-  // below it has no victim, and costs no search.
+  // Searches for victims this pass may still run (that start a
+  // preemption, and that find no plan); and the lowest priority of a
+  // running group (found once, when first needed): a group at or below it
+  // has no victim, and costs no search.
   int searches = kMaxPreemptionSearchesPerRetry;
+  int fruitless = kMaxFruitlessSearchesPerRetry;
   FailedSolves failed;
   std::optional<std::optional<int32_t>> lowest_running;
-  auto may_have_victims = [&](const PlacementGroup& g) {
+  // `shares`: `failed` holds `g`'s decision on the current snapshot.
+  auto may_search = [&](const PlacementGroup& g, bool shares) {
+    if (searches <= 0 || fruitless <= 0) return false;
     if (!lowest_running.has_value()) {
       lowest_running = txn.LowestCreatedPriority();
     }
-    return lowest_running->has_value() && **lowest_running < g.priority;
+    return lowest_running->has_value() && **lowest_running < g.priority &&
+           !(shares && failed.NoPlan(g));
   };
   for (const std::string& id : queue) {
     const PlacementGroup* current = txn.FindPg(id);
@@ -816,10 +846,10 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
       if (!snapshot.ok()) continue;
       same = failed.Find(*snapshot, *current);
     }
-    const bool may_search = same != nullptr &&
-                            same->outcome == Decision::kUnschedulable &&
-                            searches > 0 && may_have_victims(*current);
-    if (same != nullptr && !may_search &&
+    const bool searches_now = same != nullptr &&
+                              same->outcome == Decision::kUnschedulable &&
+                              may_search(*current, true);
+    if (same != nullptr && !searches_now &&
         current->reason == same->diagnosis.summary &&
         current->state == StateIfNotPlaced(*current, *same)) {
       // Decided as before, and nothing to write: no copy of the group.
@@ -845,11 +875,14 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
       if (!CancelPreemption(txn, g).ok()) continue;
     } else if (!g.preempting.empty()) {
       g.reason = current->reason;  // still waits for its victims
-    } else if (d.outcome == Decision::kUnschedulable && searches > 0 &&
-               may_have_victims(g)) {
+    } else if (d.outcome == Decision::kUnschedulable && may_search(g, shares)) {
       auto searched = StartPreemption(txn, g);
       if (!searched.ok()) continue;
-      searches -= *searched ? 1 : 0;
+      if (*searched == Search::kStarted) --searches;
+      if (*searched == Search::kNoPlan) {
+        --fruitless;
+        if (shares) failed.AddNoPlan(g);
+      }
     }
     if (IsStarving(g, txn.now())) blocker = g;
     if (d.outcome == Decision::kPlaced || g.state != current->state ||

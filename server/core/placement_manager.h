@@ -270,10 +270,16 @@ class PlacementManager : public Cluster::Observer {
       Txn& txn, const PlacementGroup& group,
       const scheduler::InventorySnapshot& snapshot,
       const scheduler::SnapshotDelta& placement) const;
+  // What StartPreemption did.
+  enum class Search {
+    kNone,     // it may not preempt (or is held for a preemptor above it)
+    kNoPlan,   // no set of victims makes room (one solve at most)
+    kStarted,  // its victims go PREEMPTING (with no grace: it is placed)
+  };
   // `group` (PENDING, not placed) preempts the cheapest set of victims that
-  // makes room, if any; returns whether it searched (false: it may not
-  // preempt). With no grace the victims leave and it is placed at once.
-  absl::StatusOr<bool> StartPreemption(Txn& txn, PlacementGroup& group);
+  // makes room, if any. With no grace the victims leave and it is placed at
+  // once.
+  absl::StatusOr<Search> StartPreemption(Txn& txn, PlacementGroup& group);
   // The victims of `preemptor` still PREEMPTING for it leave; it is placed
   // if it fits. Stores both.
   absl::Status FinishPreemption(Txn& txn, PlacementGroup& preemptor);

@@ -1677,6 +1677,53 @@ TEST_F(PlacementManagerTest, VictimsOfANoGracePreemptionInAWalkAreRetried) {
   EXPECT_NE(victim->group.bundles[0].node_id, v_node);
 }
 
+TEST_F(PlacementManagerTest, GroupsWithNoPlanDoNotSpendAWalksVictimSearches) {
+  // Production groups ahead in the queue (two asks, and more groups than a
+  // pass searches without a plan) can't be helped by any preemption (a
+  // production group holds s1). Their searches find no plan; the
+  // production group behind them, which has one, must still preempt.
+  Start(Preempting(absl::Minutes(1)));
+  ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(core_->Register(Slice("s2", "TPU-V6E", "4x4")).ok());
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4, "z9")}).ok());
+  auto get = [&](const std::string& id) {
+    return core_->placement().Get(id)->group;
+  };
+  auto on_c1 = [](PgSpec spec) {
+    spec.group.request.bundles[0].selector =
+        *scheduler::ParseLabelSelector({{"ray.io/availability-zone", "z9"}});
+    return spec;
+  };
+  const std::string kept = Create(V6eSlices(1, OfClass("production")));
+  const std::string b = Create(V6eSlices(1));         // best-effort, on s2
+  const std::string low = Create(on_c1(Cpus(1, 4)));  // best-effort
+  ASSERT_EQ(get(low).state, PgState::kCreated);
+  // Two asks, ten groups each.
+  PgSpec other = V6eSlices(2, OfClass("production"));
+  other.group.request.slice->selector =
+      *scheduler::ParseLabelSelector({{"ray.io/availability-zone", "!z8"}});
+  std::vector<std::string> hopeless;
+  for (int i = 0; i < 20; ++i) {
+    hopeless.push_back(
+        Create(i % 2 == 0 ? V6eSlices(2, OfClass("production")) : other));
+  }
+  const std::string p = Create(on_c1(Cpus(1, 4, OfClass("production"))));
+  ASSERT_EQ(core_->StateOf(p), PgState::kPending);  // all in their cool-down
+  core_->Advance(absl::Minutes(2));  // the cool-down ends: the queue walks
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(p).preempting, std::vector<std::string>{low}) << get(p).reason;
+  EXPECT_EQ(get(low).state, PgState::kPreempting);
+  for (const std::string& id : hopeless) {
+    EXPECT_TRUE(get(id).preempting.empty());
+    EXPECT_EQ(get(id).state, PgState::kPending);
+  }
+  EXPECT_EQ(get(b).state, PgState::kCreated);
+  EXPECT_EQ(get(kept).state, PgState::kCreated);
+  core_->Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(get(p).state, PgState::kCreated);
+}
+
 TEST_F(PlacementManagerTest, AVictimPlacedAgainAtOnceIsSeenRequeuedFirst) {
   Start(Preempting(absl::ZeroDuration()));
   ASSERT_TRUE(core_->Register(Slice("s1", "TPU-V6E", "4x4", "z1")).ok());
