@@ -356,11 +356,35 @@ bool PlacementManager::IsStarving(const PlacementGroup& g,
          now - g.queued_time >= options_.starvation_bound;
 }
 
-std::string PlacementManager::BlockedBy(const PlacementGroup& starving) const {
-  return absl::StrCat("PENDING: waiting behind ", starving.id,
+std::string PlacementManager::BlockedBy(const PlacementGroup& starving,
+                                        absl::string_view state) const {
+  return absl::StrCat(state, "waiting behind ", starving.id,
                       ", which has waited over ",
                       absl::FormatDuration(options_.starvation_bound),
                       " and claims capacity first");
+}
+
+const PlacementGroup* PlacementManager::StarvingAhead(
+    const ClusterState& state, const PlacementGroup& group,
+    absl::Time now) const {
+  if (options_.starvation_bound <= absl::ZeroDuration() ||
+      !Waits(group.state)) {
+    return nullptr;
+  }
+  const bool queued = state.pgs.Find(group.id) != nullptr;
+  const QueueKey key = QueueKeyOf(group);
+  const PlacementGroup* first = nullptr;
+  for (const auto& [since, id] : state.waiting_since) {
+    if (now - since < options_.starvation_bound) break;
+    const PlacementGroup* pg = state.pgs.Find(id);
+    if (pg == nullptr || pg->id == group.id) continue;
+    const bool ahead =
+        queued ? QueueKeyOf(*pg) < key : pg->priority >= group.priority;
+    if (ahead && (first == nullptr || QueueKeyOf(*pg) < QueueKeyOf(*first))) {
+      first = pg;
+    }
+  }
+  return first;
 }
 
 const PlacementGroup* PlacementManager::Starving(const Txn& txn,
@@ -1083,6 +1107,22 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     out.details.push_back(std::move(line));
   }
   out.bundle_nodes = d.bundle_nodes;
+  const absl::Time now = coordinator_->Now();
+  // Behind a starving group it is not tried (a create is not placed), and
+  // it preempts nothing.
+  if (d.outcome != Decision::kInfeasible) {
+    if (const PlacementGroup* starving = StarvingAhead(state, group, now)) {
+      const std::string blocked = BlockedBy(*starving, "");
+      out.summary = d.outcome == Decision::kPlaced
+                        ? absl::StrCat("would fit now (", d.diagnosis.summary,
+                                       "), but it is ", blocked)
+                        : absl::StrCat(blocked, "; ", d.diagnosis.summary);
+      out.outcome =
+          std::string(scheduler::OutcomeName(Decision::kUnschedulable));
+      out.bundle_nodes.clear();
+      return out;
+    }
+  }
   if (d.outcome != Decision::kUnschedulable) return out;
   if (!group.preempting.empty()) {
     out.details.push_back(absl::StrCat(
@@ -1090,7 +1130,6 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
         " to leave (by ", TimeString(group.preemption_deadline), ")"));
     return out;
   }
-  const absl::Time now = coordinator_->Now();
   std::vector<scheduler::VictimCandidate> candidates;
   int cooling = 0;  // would be candidates but for the cool-down
   state.pgs.ForEach([&](const PlacementGroup& g) {

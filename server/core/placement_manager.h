@@ -301,7 +301,15 @@ class PlacementManager : public Cluster::Observer {
   // leaving), or a starving group now (the groups behind it were not
   // tried), makes it a yes. O(released nodes x distinct asks + changes).
   bool QueueMayPlace(Txn& txn) const;
-  std::string BlockedBy(const PlacementGroup& starving) const;
+  // "<state>waiting behind <starving>, which has waited over ...".
+  std::string BlockedBy(const PlacementGroup& starving,
+                        absl::string_view state = "PENDING: ") const;
+  // For Explain: the starving group `group` waits behind (the first in
+  // queue order of the waiting groups ahead of it that waited past the
+  // bound; for a dry run, of those of at least its priority), if any.
+  const PlacementGroup* StarvingAhead(const ClusterState& state,
+                                      const PlacementGroup& group,
+                                      absl::Time now) const;
   // What Explain needs to ask, off the cluster lock, which running groups
   // of lower priority would make room (docs/preemption.md).
   struct PreemptionWhatIf {

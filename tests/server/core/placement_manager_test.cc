@@ -1677,6 +1677,49 @@ TEST_F(PlacementManagerTest, VictimsOfANoGracePreemptionInAWalkAreRetried) {
   EXPECT_NE(victim->group.bundles[0].node_id, v_node);
 }
 
+TEST_F(PlacementManagerTest, ExplainSaysAGroupWaitsBehindAStarvingOne) {
+  CoreOptions options = Preempting(absl::ZeroDuration());
+  options.placement.starvation_bound = absl::Minutes(5);
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  const std::string holder = Create(Cpus(1, 6));  // best-effort
+  PgSpec big_spec = Cpus(1, 8, OfClass("production"));
+  big_spec.group.preemption_policy = PreemptionPolicy::kNever;
+  const std::string big = Create(big_spec);
+  core_->Advance(absl::Minutes(6));  // `big` now starves
+  // Behind it a group that fits beside the holder, and one that fits only
+  // by preempting it: neither is tried, so neither is placed or preempts.
+  const std::string fits = Create(Cpus(1, 2, OfClass("production")));
+  const std::string would_preempt = Create(Cpus(1, 4, OfClass("production")));
+  for (const std::string& id : {fits, would_preempt}) {
+    ASSERT_EQ(core_->StateOf(id), PgState::kPending);
+    auto why = core_->placement().Explain(id);
+    ASSERT_TRUE(why.ok()) << why.status();
+    EXPECT_EQ(why->outcome, "UNSCHEDULABLE") << id;
+    EXPECT_NE(why->summary.find("waiting behind " + big), std::string::npos)
+        << why->summary;
+    EXPECT_TRUE(why->bundle_nodes.empty());
+    for (const std::string& line : why->details) {
+      EXPECT_EQ(line.rfind("preemption", 0), std::string::npos) << line;
+    }
+  }
+  EXPECT_NE(core_->placement().Explain(fits)->summary.find("would fit now"),
+            std::string::npos);
+  // A dry run is behind it too; the starving group itself is not.
+  auto dry = core_->placement().ExplainDryRun(Cpus(1, 2));
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  EXPECT_EQ(dry->outcome, "UNSCHEDULABLE");
+  EXPECT_TRUE(dry->bundle_nodes.empty());
+  EXPECT_EQ(core_->placement().Explain(big)->summary.find("waiting behind"),
+            std::string::npos);
+  // A higher priority is not behind it.
+  auto urgent =
+      core_->placement().ExplainDryRun(Cpus(1, 2, WithPriority(2000)));
+  ASSERT_TRUE(urgent.ok()) << urgent.status();
+  EXPECT_EQ(urgent->outcome, "PLACED");
+  EXPECT_EQ(core_->StateOf(holder), PgState::kCreated);
+}
+
 TEST_F(PlacementManagerTest, GroupsWithNoPlanDoNotSpendAWalksVictimSearches) {
   // Production groups ahead in the queue (two asks, and more groups than a
   // pass searches without a plan) can't be helped by any preemption (a
