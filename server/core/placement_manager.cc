@@ -1154,10 +1154,12 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
   } else if (group.preemption_policy == PreemptionPolicy::kNever) {
     prefix = "preemption_policy NEVER, so it waits; ";
   } else if (group.state == PgState::kRescheduling) {
-    // StartPreemption: only PENDING groups preempt.
-    prefix =
-        "only PENDING groups preempt (this one is RESCHEDULING), so it "
-        "waits; ";
+    // StartPreemption: only PENDING groups preempt. (No what-if: a plan for
+    // its whole request would count its own surviving bundles as held.)
+    out.details.push_back(
+        "preemption: only PENDING groups preempt (this one is RESCHEDULING), "
+        "so it waits for capacity to free");
+    return out;
   }
   what_if = PreemptionWhatIf{state.snapshot, std::move(request),
                              std::move(candidates), std::move(prefix)};

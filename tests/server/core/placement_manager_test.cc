@@ -1602,12 +1602,9 @@ TEST_F(PlacementManagerTest, ExplainSaysARescheduledGroupDoesNotPreempt) {
   auto why = core_->placement().Explain(prod);
   ASSERT_TRUE(why.ok()) << why.status();
   ASSERT_FALSE(why->details.empty());
-  EXPECT_EQ(why->details.back().rfind(
-                "only PENDING groups preempt (this one is RESCHEDULING), so "
-                "it waits; ",
-                0),
-            0)
-      << why->details.back();
+  EXPECT_EQ(why->details.back(),
+            "preemption: only PENDING groups preempt (this one is "
+            "RESCHEDULING), so it waits for capacity to free");
   EXPECT_EQ(core_->StateOf(low), PgState::kCreated);
 }
 
