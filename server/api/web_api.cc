@@ -1,6 +1,6 @@
 #include "server/api/web_api.h"
 
-#include <deque>
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -61,15 +61,10 @@ absl::StatusOr<int64_t> IntParam(const Params& params, const std::string& name,
 // The last `n` log lines of `nodes`, oldest first.
 void RecentLogs(LogStore* logs, const std::vector<std::string>& nodes, int n,
                 google::protobuf::RepeatedPtrField<v1::LogLine>* out) {
-  std::deque<LogLine> recent;
   logs->Read(
       nodes, [](const LogLine&) { return true; },
-      [&](const LogLine& line) {
-        recent.push_back(line);
-        if (static_cast<int>(recent.size()) > n) recent.pop_front();
-      },
-      nullptr);
-  for (const LogLine& line : recent) LogLineToProto(line, out->Add());
+      [&](const LogLine& line) { LogLineToProto(line, out->Add()); }, nullptr,
+      static_cast<size_t>(std::max(n, 0)));
 }
 
 }  // namespace

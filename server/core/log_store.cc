@@ -1,6 +1,7 @@
 #include "server/core/log_store.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -123,20 +124,30 @@ void LogStore::Forget(const std::string& node_id) {
 void LogStore::Read(const std::vector<std::string>& node_ids,
                     const Filter& filter,
                     const std::function<void(const LogLine&)>& emit,
-                    Follower* follower) {
-  std::vector<const LogLine*> out;
+                    Follower* follower, size_t last) {
+  // By time, then in the order gathered (nodes as given, each ring oldest
+  // first): a total order, so the newest `last` are the tail of the full
+  // read.
+  std::vector<std::pair<const LogLine*, size_t>> out;
+  auto before = [](const auto& a, const auto& b) {
+    return std::tie(a.first->time, a.second) <
+           std::tie(b.first->time, b.second);
+  };
   absl::MutexLock lock(&mu_);
   for (const std::string& id : node_ids) {
     auto it = rings_.find(id);
     if (it == rings_.end()) continue;
     for (const LogLine& line : it->second.lines) {
-      if (filter(line)) out.push_back(&line);
+      if (filter(line)) out.emplace_back(&line, out.size());
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto* a, const auto* b) {
-    return a->time < b->time;
-  });
-  for (const LogLine* line : out) emit(*line);
+  auto first = out.begin();
+  if (last < out.size()) {
+    first = out.end() - static_cast<std::ptrdiff_t>(last);
+    std::nth_element(out.begin(), first, out.end(), before);
+  }
+  std::sort(first, out.end(), before);
+  for (auto line = first; line != out.end(); ++line) emit(*line->first);
   if (follower != nullptr) followers_.insert(follower);
 }
 

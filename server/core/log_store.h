@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,12 +59,14 @@ class LogStore {
     virtual ~Follower() = default;
     virtual void Deliver(const LogLine& line) = 0;
   };
-  // Emits the stored lines of `node_ids` that match `filter`, oldest first,
-  // and, when `follower` is not null, registers it for every later line —
-  // atomically, so that no line is missed, doubled or reordered.
+  // Emits the stored lines of `node_ids` that match `filter`, oldest first
+  // (only the newest `last` of them), and, when `follower` is not null,
+  // registers it for every later line — atomically, so that no line is
+  // missed, doubled or reordered. O(lines) under the lock, plus sorting
+  // the ones emitted.
   void Read(const std::vector<std::string>& node_ids, const Filter& filter,
-            const std::function<void(const LogLine&)>& emit,
-            Follower* follower);
+            const std::function<void(const LogLine&)>& emit, Follower* follower,
+            size_t last = std::numeric_limits<size_t>::max());
   void Unfollow(Follower* follower);
 
  private:

@@ -4,12 +4,14 @@
 // ring's trimming deletes keys by sequence from its oldest).
 #include "server/core/log_store.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace sliced::server {
@@ -65,6 +67,39 @@ TEST(LogStoreTest, RestoreKeepsTheNewestOnOneRunOfKeysOfKnownNodes) {
                                             Key("a", 9), "a-no-sequence",
                                             Key("gone", 0), Key("gone", 1)}));
   EXPECT_EQ(put, std::set<std::string>{Key("a", 7)});
+}
+
+TEST(LogStoreTest, TheNewestLinesAreTheTailOfTheFullRead) {
+  // Three nodes' rings with times out of order and ties across nodes.
+  LogStore logs(50);
+  std::vector<std::pair<std::string, LogLine>> stored;
+  for (std::string node : {"a", "b", "c"}) {
+    for (uint64_t seq = 0; seq < 40; ++seq) {
+      auto line = Stored(node, seq);
+      line.second.time =
+          absl::FromUnixSeconds(static_cast<int64_t>((seq * 7 + node[0]) % 23));
+      stored.push_back(std::move(line));
+    }
+  }
+  storage::Mutation repair;
+  logs.Restore(
+      stored, [](const std::string&) { return true; }, repair);
+  auto read = [&](size_t last) {
+    std::vector<std::string> texts;
+    logs.Read(
+        {"c", "a", "b"}, [](const LogLine& l) { return l.text != "a-3"; },
+        [&](const LogLine& line) { texts.push_back(line.text); }, nullptr,
+        last);
+    return texts;
+  };
+  const std::vector<std::string> all = read(1000);
+  ASSERT_EQ(all.size(), 119u);
+  for (size_t last : {0, 1, 5, 30, 118, 119, 500}) {
+    const size_t n = std::min(last, all.size());
+    EXPECT_EQ(read(last), std::vector<std::string>(
+                              all.end() - static_cast<long>(n), all.end()))
+        << last;
+  }
 }
 
 }  // namespace
