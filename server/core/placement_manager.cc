@@ -192,11 +192,13 @@ bool Whole(const PlacementGroup& group) {
 
 // The request that re-places `group` after node loss: its bundle list in
 // use as the primary, surviving bundles of a plain group pinned (a slice
-// group is re-placed whole), its own allocations counted as free.
+// group is re-placed whole), its own allocations counted as free. A plain
+// group keeps that list: another (a fallback) would move its survivors.
 PlacementRequest ReplacementRequest(const PlacementGroup& group,
                                     const absl::btree_set<std::string>& lost) {
   PlacementRequest request = group.request;
   request.bundles.clear();
+  if (!request.slice) request.fallbacks.clear();
   for (const PlacedBundle& b : group.bundles) {
     scheduler::Bundle bundle{b.resources, b.selector, ""};
     if (!request.slice && !b.node_id.empty() && !lost.contains(b.node_id)) {
@@ -296,7 +298,10 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   group.reason.clear();
   group.placement_note = d.placement_note;
   group.priority_index = d.priority_index;
-  group.fallback_index = d.fallback_index;
+  // A replacement's primary is the list the group was using.
+  if (request.replacing_pg_id.empty() || d.fallback_index >= 0) {
+    group.fallback_index = d.fallback_index;
+  }
   return d;
 }
 

@@ -1383,6 +1383,58 @@ TEST_F(PlacementManagerTest, ASurvivorStaysOnANodeRelabelledSinceItsPlacement) {
             (std::vector<std::string>{"c1", "c2", "c5"}));
 }
 
+TEST_F(PlacementManagerTest,
+       ARescheduledGroupKeepsItsSurvivorsAndItsListInUse) {
+  // Primary: two 8-CPU bundles; fallback: four 4-CPU ones.
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("n1", 8), CpuNode("n2", 8)}).ok());
+  auto with_fallback = [](std::vector<std::vector<double>> lists) {
+    scheduler::PlacementRequest r;
+    r.strategy = scheduler::Strategy::kSpread;
+    for (size_t l = 0; l < lists.size(); ++l) {
+      std::vector<scheduler::Bundle> bundles;
+      for (double cpu : lists[l]) {
+        bundles.push_back(scheduler::Bundle{{{"CPU", Units(cpu)}}, {}, ""});
+      }
+      (l == 0 ? r.bundles : r.fallbacks.emplace_back()) = std::move(bundles);
+    }
+    auto spec = NewPgSpec(std::move(r), {}, Limits());
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  };
+  const std::string pg = Create(with_fallback({{8, 8}, {4, 4, 4, 4}}));
+  ASSERT_EQ(core_->placement().Get(pg)->group.fallback_index, -1);
+  const std::string kept = core_->placement().Get(pg)->group.bundles[0].node_id;
+  const std::string lost = kept == "n1" ? "n2" : "n1";
+  ASSERT_TRUE(core_->Register({CpuNode("n3", 4), CpuNode("n4", 4)}).ok());
+  // With n2 gone the fallback would fit (n1 twice, n3, n4), but only by
+  // moving the survivor: it stays, and the group waits for an 8-CPU node.
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{lost, scheduler::NodeState::kDead, {}}}).ok());
+  auto view = core_->placement().Get(pg);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->group.state, PgState::kRescheduling) << view->group.reason;
+  ASSERT_EQ(view->group.bundles.size(), 2u);
+  EXPECT_EQ(view->group.bundles[0].node_id, kept);
+
+  // A group placed on its fallback re-places the lost bundle of that list,
+  // and still reports the fallback.
+  ASSERT_TRUE(core_->Remove(pg).ok());
+  const std::string on_fallback =
+      Create(with_fallback({{16, 16}, {4, 4, 4, 4}}));
+  view = core_->placement().Get(on_fallback);
+  ASSERT_EQ(view->group.state, PgState::kCreated);
+  ASSERT_EQ(view->group.fallback_index, 0);
+  const std::string gone = "n3";  // holds one bundle (n1 or n2 two)
+  ASSERT_TRUE(
+      core_->Heartbeat({NodeBeat{gone, scheduler::NodeState::kDead, {}}}).ok());
+  ASSERT_TRUE(core_->Register({CpuNode("n5", 4)}).ok());
+  view = core_->placement().Get(on_fallback);
+  EXPECT_EQ(view->group.state, PgState::kCreated) << view->group.reason;
+  EXPECT_EQ(view->group.fallback_index, 0);
+  EXPECT_EQ(view->group.bundles.size(), 4u);
+}
+
 TEST_F(PlacementManagerTest, ExplainSaysWhyAGroupWaits) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
