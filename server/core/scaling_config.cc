@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -94,9 +95,14 @@ absl::StatusOr<scheduler::LabelSelector> ConvertSelector(
   }
   absl::btree_map<std::string, std::string> selector(
       config.label_selector.begin(), config.label_selector.end());
-  // The caller's own term for a key wins over a derived one.
-  for (auto& [key, value] : extra) selector.emplace(key, std::move(value));
-  auto parsed = scheduler::ParseLabelSelector(selector);
+  auto parsed = scheduler::ParseLabelSelector(selector);  // as given
+  if (parsed.ok() && !extra.empty()) {
+    // A derived term is one value, which the caller's term on its key must
+    // admit (CheckAcceleratorTerm): it is the two's intersection, so it
+    // replaces the caller's.
+    for (auto& [key, value] : extra) selector[key] = std::move(value);
+    parsed = scheduler::ParseLabelSelector(selector);
+  }
   if (!parsed.ok()) return Prefixed("label_selector", parsed.status());
   return *std::move(parsed);
 }
@@ -237,6 +243,19 @@ absl::Status PlanOneTpuWorker(const ScalingConfig& config, const Limits& limits,
   ResourceSet resources = std::move(given.resources);
   if (!given.given) {
     resources[std::string(scheduler::kResourceTpu)] = scheduler::kResourceScale;
+  }
+  // Ray's TPU accelerator takes these chip counts per task or actor
+  // (validate_resource_request_quantity); anything else would never start.
+  const int64_t tpu = Amount(resources, scheduler::kResourceTpu);
+  if (tpu > 0 &&
+      (tpu % scheduler::kResourceScale != 0 ||
+       !absl::c_linear_search(std::initializer_list<int64_t>{1, 2, 4, 8},
+                              tpu / scheduler::kResourceScale))) {
+    return Invalid(
+        absl::StrCat("resources_per_worker[\"", scheduler::kResourceTpu, "\"]"),
+        absl::StrCat("must be 1, 2, 4 or 8 (whole chips, as Ray's TPU "
+                     "accelerator takes), got ",
+                     scheduler::FromFixedPoint(tpu)));
   }
   absl::btree_map<std::string, std::string> extra;
   extra.emplace(std::string(scheduler::kLabelAcceleratorType),

@@ -398,6 +398,29 @@ TEST(PlanScalingConfigTest, SeveralWorkersPerHostFollowRaysFormula) {
   }
 }
 
+TEST(PlanScalingConfigTest, OneTpuWorkerAsksForASupportedChipCount) {
+  // Ray's TPU accelerator takes 1, 2, 4 or 8 chips per task or actor.
+  ScalingConfig config = TpuConfig(1, "");
+  for (double tpu : {1.0, 2.0, 4.0, 8.0}) {
+    config.resources_per_worker["TPU"] = tpu;
+    auto plan = PlanScalingConfig(config, Limits());
+    ASSERT_TRUE(plan.ok()) << tpu << ": " << plan.status();
+    EXPECT_EQ(plan->request.bundles[0].resources.at("TPU"),
+              static_cast<int64_t>(tpu) * kUnit);
+  }
+  for (double tpu : {0.5, 3.0, 16.0, 0.0, -1.0}) {
+    config.resources_per_worker["TPU"] = tpu;
+    auto plan = PlanScalingConfig(config, Limits());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << tpu;
+    EXPECT_NE(plan.status().message().find(
+                  tpu > 0 ? "scaling_config.resources_per_worker[\"TPU\"]: "
+                            "must be 1, 2, 4 or 8"
+                          : "scaling_config.resources_per_worker"),
+              std::string::npos)
+        << plan.status();
+  }
+}
+
 TEST(PlanScalingConfigTest, TpuResourcePerChipScalesTheSliceAsRayDoes) {
   // v7x 2x2x2: 8 chips on 2 hosts; with 2 TPU per chip a slice offers 16.
   ScalingConfig config = TpuConfig(2, "2x2x2", "TPU-V7X");
@@ -461,7 +484,16 @@ TEST(PlanScalingConfigTest, ASelectorOnTheAcceleratorTypeMustAdmitIt) {
     for (const char* agrees : {"TPU-V6E", "in(TPU-V6E,TPU-V5P)", "!TPU-V5P"}) {
       config.label_selector["ray.io/accelerator-type"] = agrees;
       auto plan = PlanScalingConfig(config, Limits());
-      EXPECT_TRUE(plan.ok()) << agrees << ": " << plan.status();
+      ASSERT_TRUE(plan.ok()) << agrees << ": " << plan.status();
+      // One worker: its bundle asks for TPU-V6E hosts only, not whatever
+      // else the caller's term admits (a slice asks by its generation).
+      if (topology.empty()) {
+        ASSERT_EQ(plan->request.bundles.size(), 1u);
+        EXPECT_EQ(
+            scheduler::SelectorToString(plan->request.bundles[0].selector),
+            "{ray.io/accelerator-type: TPU-V6E}")
+            << agrees;
+      }
     }
     for (const char* excludes : {"TPU-V5P", "!TPU-V6E", "in(TPU-V4)"}) {
       config.label_selector["ray.io/accelerator-type"] = excludes;
