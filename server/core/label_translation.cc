@@ -1,11 +1,14 @@
 #include "server/core/label_translation.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/quote.h"
 #include "scheduler/slices.h"
 #include "scheduler/tpu.h"
@@ -179,10 +182,43 @@ void DeriveWorkerId(Labels& out) {
       absl::StrCat((*at)[0] + grid[0] * ((*at)[1] + grid[1] * (*at)[2]));
 }
 
+// Explicit labels whose values sliced reads: a tier or market type it does
+// not know would leave the node outside every compute-class priority
+// without a word, and another node's id would make node-affinity selectors
+// (and topology strategies' node level) match this node.
+absl::Status CheckExplicit(absl::string_view node_id, const Labels& labels) {
+  for (const auto& [key, known] :
+       {std::pair{scheduler::kLabelCapacityTier,
+                  std::vector<absl::string_view>{"spot", "flex-start",
+                                                 "reserved", "on-demand"}},
+        std::pair{scheduler::kLabelMarketType,
+                  std::vector<absl::string_view>{"spot", "on-demand"}}}) {
+    const std::string* value = Find(labels, key);
+    if (value == nullptr ||
+        std::find(known.begin(), known.end(), *value) != known.end()) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "labels[\"", key, "\"]: ", Quote(*value), " is not a ",
+        key == scheduler::kLabelCapacityTier ? "capacity tier" : "market type",
+        "; one of ", absl::StrJoin(known, ", ")));
+  }
+  const std::string* id = Find(labels, scheduler::kLabelNodeId);
+  if (id != nullptr && *id != node_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("labels[\"", scheduler::kLabelNodeId, "\"]: ", Quote(*id),
+                     " is not this node's id ", Quote(node_id),
+                     "; leave it out (sliced sets it)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
                                            const Labels& labels) {
+  absl::Status explicit_labels = CheckExplicit(node_id, labels);
+  if (!explicit_labels.ok()) return explicit_labels;
   Labels derived;
   derived[std::string(scheduler::kLabelNodeId)] = std::string(node_id);
   absl::Status accelerator = DeriveAccelerator(labels, derived);

@@ -105,12 +105,10 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
        {{"cloud.google.com/gke-spot", "true"},
         {"topology.kubernetes.io/zone", "z-gke"},
         {"ray.io/availability-zone", "z-ray"},
-        {"sliced.io/capacity-tier", "reserved"},
-        {"ray.io/node-id", "custom"}},
+        {"sliced.io/capacity-tier", "reserved"}},
        {{"ray.io/availability-zone", "z-ray"},
         {"sliced.io/capacity-tier", "reserved"},
-        {"ray.io/market-type", "spot"},
-        {"ray.io/node-id", "custom"}}},
+        {"ray.io/market-type", "spot"}}},
       {"explicit spot market implies spot tier",
        {{"ray.io/market-type", "spot"}},
        {{"sliced.io/capacity-tier", "spot"}}},
@@ -196,6 +194,40 @@ TEST(LabelTranslationTest, SpotNodeSayingOnDemandMarketIsRejected) {
     EXPECT_NE(out.status().message().find("ray.io/market-type"),
               std::string::npos)
         << out.status();
+  }
+}
+
+TEST(LabelTranslationTest, UnknownTierMarketOrAnotherNodesIdIsRejected) {
+  // A tier or market type sliced does not know would leave the node outside
+  // every compute-class priority without a word; another node's id would
+  // make node-affinity selectors match the wrong node.
+  const std::pair<Labels, std::string> cases[] = {
+      {{{"sliced.io/capacity-tier", "Spot"}},
+       "labels[\"sliced.io/capacity-tier\"]: \"Spot\" is not a capacity "
+       "tier; one of spot, flex-start, reserved, on-demand"},
+      {{{"sliced.io/capacity-tier", ""}}, "sliced.io/capacity-tier"},
+      {{{"sliced.io/capacity-tier", "SPOT"},
+        {"ray.io/market-type", "on-demand"}},
+       "sliced.io/capacity-tier"},
+      {{{"ray.io/market-type", "Spot"}},
+       "labels[\"ray.io/market-type\"]: \"Spot\" is not a market type; "
+       "one of spot, on-demand"},
+      {{{"ray.io/node-id", "n2"}},
+       "labels[\"ray.io/node-id\"]: \"n2\" is not this node's id \"n1\""},
+  };
+  for (const auto& [in, message] : cases) {
+    auto out = TranslateNodeLabels("n1", in);
+    ASSERT_FALSE(out.ok()) << message;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(out.status().message().find(message), std::string::npos)
+        << out.status();
+  }
+  // Its own id, and each known tier and market type, are fine.
+  EXPECT_TRUE(TranslateNodeLabels("n1", {{"ray.io/node-id", "n1"}}).ok());
+  for (const char* tier : {"spot", "flex-start", "reserved", "on-demand"}) {
+    EXPECT_TRUE(
+        TranslateNodeLabels("n1", {{"sliced.io/capacity-tier", tier}}).ok())
+        << tier;
   }
 }
 
