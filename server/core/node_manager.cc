@@ -307,7 +307,6 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
                                                 std::vector<NodeView>& views) {
         for (size_t i = 0; i < nodes.size(); ++i) {
           const scheduler::Node& node = nodes[i];
-          leases_.Renew(node.node_id, txn.now());
           scheduler::Node entry = node;
           const scheduler::Node* old = txn.FindNode(node.node_id);
           // Re-registration keeps a drain (also one kept while DEAD); a
@@ -332,7 +331,10 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
         }
         ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot,
                          txn.View());
+        // Once nothing can refuse the batch (before the install, so that
+        // no lease check finds a node without its lease).
         for (const scheduler::Node& node : nodes) {
+          leases_.Renew(node.node_id, txn.now());
           views.push_back(
               ViewOf(*txn.FindNode(node.node_id), *snapshot, txn.now()));
         }
@@ -394,7 +396,6 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
                 absl::StrCat("heartbeats[", i, "].node_id: no node ",
                              Quote(beats[i].node_id), "; register it first"));
           }
-          leases_.Renew(beats[i].node_id, txn.now());
           scheduler::Node next = *entry;
           // A beat from a node marked dead brings it back (DRAINING if it
           // was when it died).
@@ -419,8 +420,14 @@ void NodeManager::Heartbeat(std::vector<NodeBeat> beats, Done done) {
           txn.PutNode(next);
           if (died || sickened) lost.push_back(next.node_id);
         }
-        return lost.empty() ? absl::OkStatus()
-                            : placement_->HandleNodesLost(txn, lost);
+        if (!lost.empty()) {
+          RETURN_IF_ERROR(placement_->HandleNodesLost(txn, lost));
+        }
+        // Once nothing can refuse the batch.
+        for (const NodeBeat& beat : beats) {
+          leases_.Renew(beat.node_id, txn.now());
+        }
+        return absl::OkStatus();
       },
       LogWhenCommitted(changes, std::move(done))});
 }

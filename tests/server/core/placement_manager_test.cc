@@ -1182,6 +1182,31 @@ TEST_F(PlacementManagerTest, ANodeRemovedAndRegisteredInOneCommitKeepsALease) {
   EXPECT_EQ(core_->nodes().Get("c1")->node.state, scheduler::NodeState::kDead);
 }
 
+TEST_F(PlacementManagerTest, ARefusedBatchRenewsNoLease) {
+  // Every mutation is all or nothing: a batch refused for one entry renews
+  // the others' leases neither.
+  CoreOptions options;
+  options.heartbeat_timeout = absl::Seconds(10);
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
+  const std::string pg = Create(Cpus(2, 4, {}, scheduler::Strategy::kSpread));
+  ASSERT_EQ(core_->StateOf(pg), PgState::kCreated);
+  const absl::Time registered = core_->nodes().Get("a")->last_heartbeat;
+  core_->Advance(absl::Seconds(6));
+  EXPECT_EQ(core_
+                ->Heartbeat({NodeBeat{"a", scheduler::NodeState::kDraining, {}},
+                             NodeBeat{"nope", std::nullopt, {}}})
+                .code(),
+            absl::StatusCode::kNotFound);
+  // b shrinks below its bundle: refused.
+  EXPECT_EQ(core_->Register({CpuNode("a", 4), CpuNode("b", 2)}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->nodes().Get("a")->last_heartbeat, registered);
+  core_->Advance(absl::Seconds(5));  // 11 s since a's last real renewal
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  EXPECT_EQ(core_->nodes().Get("a")->node.state, scheduler::NodeState::kDead);
+}
+
 TEST_F(PlacementManagerTest, AReportRacingARemoveLeavesNoTelemetryBehind) {
   // An agent reports as fast as it can while its node is removed: a report
   // that found the node must land before the remove forgets it, never after.
