@@ -460,11 +460,15 @@ namespace {
 
 std::string Box(const std::vector<int>& box) { return absl::StrJoin(box, ","); }
 
-// A box of `chips` chips inside `host` (both {x, y, z}), filling x, then y,
-// then z: 2 of {2,2,1} -> {2,1,1}; 4 of {2,4,1} -> {2,2,1}.
+// A box of `chips` chips inside `host` (both {x, y, z}), filling y, then x,
+// then z: 2 of {2,2,1} -> {1,2,1}; 4 of {2,4,1} -> {1,4,1}. A process's
+// consecutive chip ids lie along y: libtpu's two-process example on a v4
+// host (JAX issue 14977: chips 0,1 and 2,3, bounds 1,2,1, processes 2,1,1),
+// Ray's 2-chip bounds (1,2,1) and vLLM's 1,n,1 all agree.
 std::vector<int> ChipBox(int chips, const std::vector<int>& host) {
   std::vector<int> box(3, 1);
-  for (int d = 0; d < 3 && chips > 1; ++d) {
+  for (int d : {1, 0, 2}) {
+    if (chips <= 1) break;
     const int take = std::gcd(chips, host[d]);
     box[d] = take;
     chips /= take;

@@ -553,9 +553,20 @@ TEST(BuildWorkersTest, TwoChipsPerProcessTakeASubBoxOfTheHost) {
   ASSERT_EQ(workers.size(), 8u);
   EXPECT_EQ(workers[2].node_id, "n1");
   EXPECT_EQ(workers[3].env.at("TPU_VISIBLE_CHIPS"), "2,3");
-  EXPECT_EQ(workers[3].env.at("TPU_CHIPS_PER_PROCESS_BOUNDS"), "2,1,1");
-  EXPECT_EQ(workers[3].env.at("TPU_PROCESS_BOUNDS"), "2,4,1");
+  // Chips 2,3 along y; the host's two processes side by side along x.
+  EXPECT_EQ(workers[3].env.at("TPU_CHIPS_PER_PROCESS_BOUNDS"), "1,2,1");
+  EXPECT_EQ(workers[3].env.at("TPU_PROCESS_BOUNDS"), "4,2,1");
   EXPECT_EQ(workers[3].env.at("CLOUD_TPU_TASK_ID"), "3");
+  // A v6e 2x4 host (chips 2x4) with two 4-chip workers: a column each.
+  config = TpuConfig(2, "2x4");
+  config.resources_per_worker["TPU"] = 4;
+  plan = PlanScalingConfig(config, Limits());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<Worker> halves = BuildWorkers(*plan, Placed(1), {"s-b"});
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[1].env.at("TPU_VISIBLE_CHIPS"), "4,5,6,7");
+  EXPECT_EQ(halves[1].env.at("TPU_CHIPS_PER_PROCESS_BOUNDS"), "1,4,1");
+  EXPECT_EQ(halves[1].env.at("TPU_PROCESS_BOUNDS"), "2,1,1");
   // One worker per host keeps the single-process env.
   auto whole = PlanScalingConfig(TpuConfig(4, "4x4"), Limits());
   ASSERT_TRUE(whole.ok());
