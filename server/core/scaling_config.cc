@@ -497,6 +497,10 @@ void AddProcessEnv(const ScalingConfigPlan& plan, int worker_id, int local,
     }
   }
   env["TPU_VISIBLE_CHIPS"] = absl::StrJoin(chips, ",");
+  // A Ray actor holding fewer TPU than its host would otherwise have Ray set
+  // TPU_VISIBLE_CHIPS (and its own bounds) from Ray's chip choice, which
+  // need not be these chips.
+  env["RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS"] = "1";
   env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = Box(chip_box);
   env["TPU_PROCESS_BOUNDS"] = Box(bounds);
   env["TPU_PROCESS_PORT"] = absl::StrCat(kTpuProcessPort + local);

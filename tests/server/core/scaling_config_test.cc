@@ -557,6 +557,8 @@ TEST(BuildWorkersTest, TwoChipsPerProcessTakeASubBoxOfTheHost) {
   EXPECT_EQ(workers[3].env.at("TPU_CHIPS_PER_PROCESS_BOUNDS"), "1,2,1");
   EXPECT_EQ(workers[3].env.at("TPU_PROCESS_BOUNDS"), "4,2,1");
   EXPECT_EQ(workers[3].env.at("CLOUD_TPU_TASK_ID"), "3");
+  // Ray must not replace these chips with its own choice.
+  EXPECT_EQ(workers[3].env.at("RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS"), "1");
   // A v6e 2x4 host (chips 2x4) with two 4-chip workers: a column each.
   config = TpuConfig(2, "2x4");
   config.resources_per_worker["TPU"] = 4;
@@ -572,6 +574,7 @@ TEST(BuildWorkersTest, TwoChipsPerProcessTakeASubBoxOfTheHost) {
   ASSERT_TRUE(whole.ok());
   const std::vector<Worker> one = BuildWorkers(*whole, Placed(4), {"s-a"});
   EXPECT_EQ(one[1].env.count("TPU_VISIBLE_CHIPS"), 0u);
+  EXPECT_EQ(one[1].env.count("RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS"), 0u);
 }
 
 // Seeded: random shapes, TPU per worker and slice counts. No chip is given
