@@ -121,7 +121,7 @@ class PythonClientEndToEnd(unittest.TestCase):
             # (the current state, PENDING) has arrived.
             done = []
             watching = threading.Event()
-            watch = client.watch
+            watch = client._watch
 
             class Announcing:
                 def __init__(self, events):
@@ -134,11 +134,11 @@ class PythonClientEndToEnd(unittest.TestCase):
 
                 def close(self):
                     self.events.close()
-            client.watch = lambda **kw: Announcing(watch(**kw))
+            client._watch = lambda *a, **kw: Announcing(watch(*a, **kw))
             t = threading.Thread(target=lambda: done.append(client.wait_ready(second, 30)))
             t.start()
             self.assertTrue(watching.wait(20))
-            client.watch = watch
+            client._watch = watch
             client.remove(pg)
             t.join(timeout=30)
             self.assertEqual(done[0].state, "CREATED")
@@ -744,6 +744,123 @@ class PythonClientEndToEnd(unittest.TestCase):
         with self.assertRaises(SlicedError) as raised:
             client.nodes()
         self.assertEqual(raised.exception.code, grpc.StatusCode.CANCELLED)
+
+    def scripted_placement(self, watches, states=None):
+        """A fake daemon: the i-th watch runs `watches[i](context)` (a list
+        of PlacementGroup protos to send, or it aborts), GetPlacementGroup
+        answers states.pop(0) (NOT_FOUND once it says "gone"). Returns
+        (client, calls: {"get": n, "watch": n})."""
+        calls = {"get": 0, "watch": 0}
+        states = list(states or [])
+
+        class Placement(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls["get"] += 1
+                state = states.pop(0) if len(states) > 1 else states[0]
+                if state == "gone":
+                    context.abort(grpc.StatusCode.NOT_FOUND, "no placement group")
+                return P.PlacementGroup(placement_group_id=request.placement_group_id,
+                                        state=P.PlacementGroupState.Value(state))
+
+            def WatchPlacementGroups(self, request, context):
+                i = calls["watch"]
+                calls["watch"] += 1
+                for pg in watches[min(i, len(watches) - 1)](context):
+                    yield P.PlacementGroupEvent(placement_group=pg)
+
+        client = Client("127.0.0.1:%d" % self.serve_placement(Placement()), timeout=5)
+        self.addCleanup(client.close)
+        return client, calls
+
+    def test_a_wait_outlives_a_daemon_stepping_down(self):
+        # The leader steps down mid-wait (UNAVAILABLE after the first event):
+        # the group is read again and watched again, not given up on.
+        def stepping_down(context):
+            yield P.PlacementGroup(placement_group_id="pg-1", state=P.PENDING)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "sliced is stepping down")
+
+        def placed(context):
+            yield P.PlacementGroup(placement_group_id="pg-1", state=P.CREATED)
+
+        client, calls = self.scripted_placement([stepping_down, placed], ["PENDING"])
+        self.assertEqual(client.wait_ready("pg-1", timeout=10).state, "CREATED")
+        self.assertEqual(calls, {"get": 2, "watch": 2})
+
+    def test_a_wait_on_a_group_removed_unseen_ends(self):
+        # The watch never reports the removal (a removed group is not in a
+        # re-opened watch's current state): the periodic read ends the wait.
+        def silent(context):
+            yield P.PlacementGroup(placement_group_id="pg-1", state=P.PENDING)
+            while context.is_active():
+                time.sleep(0.02)
+
+        client, calls = self.scripted_placement([silent], ["PENDING", "gone"])
+        recheck = sliced_client.client._WAIT_RECHECK
+        sliced_client.client._WAIT_RECHECK = 0.3
+        self.addCleanup(setattr, sliced_client.client, "_WAIT_RECHECK", recheck)
+        with self.assertRaises(SlicedError) as raised:
+            client.wait_ready("pg-1")  # no timeout: it used to wait forever
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(calls["get"], 2)
+
+    def test_a_watchs_timeout_covers_its_reopened_streams(self):
+        def falls_behind(context):
+            yield P.PlacementGroup(placement_group_id="pg-1", state=P.PENDING)
+            time.sleep(0.5)
+            context.abort(grpc.StatusCode.ABORTED, "the watcher fell behind")
+
+        client, calls = self.scripted_placement([falls_behind], ["PENDING"])
+        start = time.monotonic()
+        with self.assertRaises(SlicedError) as raised:
+            for _ in client.watch(placement_group_id="pg-1", timeout=0.8):
+                pass
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertLess(time.monotonic() - start, 1.5)  # each stream had 0.8 s before
+        self.assertEqual(calls["watch"], 2)
+
+    def test_a_preemption_listener_outlives_a_step_down_and_tells_once(self):
+        def notice(deadline):
+            pg = P.PlacementGroup(placement_group_id="pg-1", state=P.PREEMPTING,
+                                  preempted_by="pg-9")
+            pg.preemption_deadline.seconds = deadline
+            return pg
+
+        def first(context):
+            yield notice(100)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "sliced is stepping down")
+
+        def again(context):
+            yield notice(100)  # the current state repeats it
+            yield notice(200)  # preempted again
+            while context.is_active():
+                time.sleep(0.02)
+
+        client, calls = self.scripted_placement([first, again], ["PENDING"])
+        told = []
+        listener = client.on_preempted(told.append)
+        self.addCleanup(listener.stop)
+        deadline = time.monotonic() + 10
+        while len(told) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        self.assertEqual([pg.preemption_deadline for pg in told], [100, 200])
+        self.assertIsNone(listener.error)
+        self.assertEqual(calls["watch"], 2)
+
+    def test_a_placement_block_ends_cleanly_when_its_group_is_already_gone(self):
+        class Placement(sliced_pb2_grpc.PlacementServicer):
+            def SubmitScalingConfig(self, request, context):
+                return P.PlacementGroup(placement_group_id="pg-1", state=P.CREATED)
+
+            def GetPlacementGroup(self, request, context):
+                return P.PlacementGroup(placement_group_id="pg-1", state=P.CREATED)
+
+            def RemovePlacementGroup(self, request, context):
+                context.abort(grpc.StatusCode.NOT_FOUND, "no placement group pg-1")
+
+        with Client("127.0.0.1:%d" % self.serve_placement(Placement()), timeout=5) as c:
+            with c.placement(SEED, job_id="j") as pg:  # removed under the block
+                self.assertEqual(pg.id, "pg-1")
 
     def test_a_daemon_that_knows_no_leader_does_not_hold_the_client(self):
         # A daemon cut off from etcd while another leads knows no leader for

@@ -47,6 +47,11 @@ from sliced_client._stubs import sliced_pb2_grpc as _pb_grpc
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 _log = logging.getLogger("sliced_client")
 _SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
+# wait_ready reads the group again at least this often (seconds), and after
+# a watch that ended with one of these codes.
+_WAIT_RECHECK = 30.0
+_WAIT_AGAIN = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
+               grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED)
 # The trailing metadata of a daemon's refusal (a standby's, or a leader's
 # stepping down) that names the leader, or "" for none known: the daemon did
 # nothing with the call.
@@ -325,10 +330,12 @@ class PreemptionListener:
     def __init__(self, client: "Client", callback, job_id: str, placement_group_id: str):
         self.error: Optional[SlicedError] = None
         self._lock = threading.Lock()
+        self._wake = threading.Event()  # set by stop()
         self._stream = None
         self._stopped = False
-        self._notices = client._preemption_notices(job_id, placement_group_id, None,
-                                                   self._opened)
+        told = set()
+        self._open = lambda: client._preemption_notices(
+            job_id, placement_group_id, None, self._opened, told)
         self._callback = callback
         self._thread = threading.Thread(target=self._run, name="sliced-preemption",
                                         daemon=True)
@@ -341,16 +348,27 @@ class PreemptionListener:
                 stream.cancel()
 
     def _run(self) -> None:
-        try:
-            for pg in self._notices:
-                try:
-                    self._callback(pg)
-                except Exception:  # the listener outlives a bad callback
-                    _log.exception("preemption callback failed for %s", pg.id)
-        except SlicedError as e:
-            with self._lock:
-                if not self._stopped:
-                    self.error = e
+        backoff = 0.5
+        while True:
+            try:
+                for pg in self._open():
+                    backoff = 0.5
+                    try:
+                        self._callback(pg)
+                    except Exception:  # the listener outlives a bad callback
+                        _log.exception("preemption callback failed for %s", pg.id)
+                return
+            except SlicedError as e:
+                with self._lock:
+                    if self._stopped:
+                        return
+                    if e.code != grpc.StatusCode.UNAVAILABLE:
+                        self.error = e
+                        return
+                _log.warning("preemption notices: %s; watching again in %.1fs", e, backoff)
+                if self._wake.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 5.0)
 
     def stop(self, timeout: Optional[float] = 5.0) -> None:
         """Cancels the stream and waits for the thread."""
@@ -358,6 +376,7 @@ class PreemptionListener:
             self._stopped = True
             if self._stream is not None:
                 self._stream.cancel()
+        self._wake.set()
         self._thread.join(timeout)
 
 
@@ -636,26 +655,42 @@ class Client:
         """Blocks until the group is CREATED (watching, not polling) and
         returns it. Raises SlicedError with DEADLINE_EXCEEDED when `timeout`
         seconds pass first (None: wait forever), FAILED_PRECONDITION if the
-        group is INFEASIBLE, NOT_FOUND if it does not exist or was removed."""
-        current = self.get(pg)
-        if current.state not in _SETTLED:
-            start = time.monotonic()
-            events = self.watch(placement_group_id=current.id, timeout=timeout)
+        group is INFEASIBLE, NOT_FOUND if it does not exist or was removed.
+        A watch that breaks (the daemon stepped down or restarted, or the
+        reader fell behind) is opened again after a fresh read of the group,
+        and the group is read again at least every 30 s, so a removal the
+        watch could not report (a removed group is not in a new watch's
+        current state) still ends the wait."""
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        while True:
+            current = self.get(pg)  # NOT_FOUND: gone
+            if current.state in _SETTLED:
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise SlicedError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  "placement group %s is still %s after %.1fs%s" % (
+                                      current.id, current.state, time.monotonic() - start,
+                                      ": " + current.pending_reason
+                                      if current.pending_reason else ""))
+            window = _WAIT_RECHECK if remaining is None else min(remaining, _WAIT_RECHECK)
+            events = self._watch("", current.id, window, None, reopen=False)
             try:
                 for event in events:
                     current = event
                     if current.state in _SETTLED:
                         break
             except SlicedError as e:
-                if e.code != grpc.StatusCode.DEADLINE_EXCEEDED:
+                if e.code not in _WAIT_AGAIN:
                     raise
-                raise SlicedError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                  "placement group %s is still %s after %.1fs%s" % (
-                                      current.id, current.state, time.monotonic() - start,
-                                      ": " + current.pending_reason
-                                      if current.pending_reason else "")) from None
+                if e.code != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    _log.warning("watching placement group %s: %s; reading it again",
+                                 current.id, e)
             finally:
                 events.close()  # cancels the stream
+            if current.state in _SETTLED:
+                break
         if current.state == "INFEASIBLE":
             raise SlicedError(grpc.StatusCode.FAILED_PRECONDITION,
                               "placement group %s is INFEASIBLE: %s"
@@ -699,8 +734,14 @@ class Client:
             raise
         if keep:
             _log.warning("leaving placement group %s (keep=True)", pg.id)
-        else:
+            return
+        try:
             self.remove(pg)
+        except SlicedError as e:
+            # Removed meanwhile (on_preemption REMOVE, an operator): done.
+            if e.code != grpc.StatusCode.NOT_FOUND:
+                raise
+            _log.warning("placement group %s was already removed", pg.id)
 
     def _release(self, pg_id: str, keep: bool, why: str) -> None:
         """Removes `pg_id` after a failure (unless `keep`) and says so."""
@@ -730,12 +771,15 @@ class Client:
         return self._watch(job_id, placement_group_id, timeout, None)
 
     def _watch(self, job_id: str, placement_group_id: str, timeout: Optional[float],
-               opened: Optional[Callable]) -> Iterator[PlacementGroup]:
+               opened: Optional[Callable], reopen: bool = True) -> Iterator[PlacementGroup]:
         """watch(); `opened(stream)`, when given, is told of every stream
-        opened (so that another thread can cancel it)."""
+        opened (so that another thread can cancel it). `reopen`: open it
+        again when it fell behind (else that ABORTED is raised). `timeout`
+        bounds the whole watch, re-opened streams included."""
         request = _pb.WatchPlacementGroupsRequest(job_id=job_id,
                                                   placement_group_id=placement_group_id)
-        method, delivered = self._placement.WatchPlacementGroups, False
+        method = self._placement.WatchPlacementGroups
+        deadline = None if timeout is None else time.monotonic() + timeout
         reopened = 0
         # Opening is retried as reads are (_retryable): UNAVAILABLE, or a
         # daemon's CANCELLED, before the first event backs off and tries
@@ -743,7 +787,9 @@ class Client:
         # no attempt).
         retries = _Retries(self._timeout, self._max_attempts, self._max_attempts)
         while True:
-            stream = _invoke(self, method, request, timeout=timeout,
+            delivered = False  # by this stream
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            stream = _invoke(self, method, request, timeout=left,
                              metadata=self._metadata)
             if opened is not None:
                 opened(stream)
@@ -753,8 +799,8 @@ class Client:
                     yield PlacementGroup.from_proto(event.placement_group)
                 return
             except grpc.RpcError as e:
-                if (e.code() == grpc.StatusCode.ABORTED and "fell behind" in (e.details() or "")
-                        and reopened < 3):
+                if (reopen and e.code() == grpc.StatusCode.ABORTED
+                        and "fell behind" in (e.details() or "") and reopened < 3):
                     reopened += 1
                     _log.warning("watch fell behind, opening it again: %s", e.details())
                     continue
@@ -776,12 +822,13 @@ class Client:
         starts: the moment to checkpoint. The group keeps its capacity until
         its preemption_deadline; removing it sooner lets the preemptor start
         sooner. Built on watch(): same filters, timeout and errors."""
-        return self._preemption_notices(job_id, placement_group_id, timeout, None)
+        return self._preemption_notices(job_id, placement_group_id, timeout, None, set())
 
     def _preemption_notices(self, job_id: str, placement_group_id: str,
-                            timeout: Optional[float],
-                            opened: Optional[Callable]) -> Iterator[PlacementGroup]:
-        told = set()
+                            timeout: Optional[float], opened: Optional[Callable],
+                            told: set) -> Iterator[PlacementGroup]:
+        """`told`: the notices given so far (kept across re-opened watches,
+        whose current state repeats them)."""
         for pg in self._watch(job_id, placement_group_id, timeout, opened):
             if pg.state != "PREEMPTING":
                 continue
@@ -795,7 +842,10 @@ class Client:
         """Calls `callback(group)` on a background thread for every preemption
         notice (see preemption_notices) until the returned listener is
         stopped. An exception in the callback is logged and the listener goes
-        on; a stream that fails ends the listener (see `.error`)."""
+        on. A daemon that steps down, restarts or can't be reached
+        (UNAVAILABLE) is waited for: the watch is opened again, with backoff,
+        and no notice is given twice; any other error ends the listener (see
+        `.error`)."""
         return PreemptionListener(self, callback, job_id, placement_group_id)
 
     def explain(self, target: Union[PgRef, ScalingConfig], *, job_id: str = "",
