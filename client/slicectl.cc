@@ -163,7 +163,11 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
   config->mutable_label_selector()->insert(selector->begin(), selector->end());
   request.set_job_id(flags.Get("job-id"));
   request.set_name(flags.Get("name"));
-  request.set_request_id(flags.Get("request-id"));
+  // Generated here, not by the client library, so that an unknown outcome
+  // can name it.
+  request.set_request_id(flags.Get("request-id").empty()
+                             ? client::NewRequestId()
+                             : flags.Get("request-id"));
   request.set_compute_class(flags.Get("compute-class"));
   request.set_priority(priority);
   request.set_priority_class(flags.Get("priority-class"));
@@ -186,7 +190,8 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
     }
     request.set_on_preemption(on);
   }
-  return PlacementResult(ctx, flags, ctx.client->SubmitScalingConfig(request));
+  return PlacementResult(ctx, flags, ctx.client->SubmitScalingConfig(request),
+                         request.request_id());
 }
 
 int CmdPgCreate(Context& ctx, const ParsedFlags& flags) {
@@ -196,7 +201,11 @@ int CmdPgCreate(Context& ctx, const ParsedFlags& flags) {
   }
   if (absl::Status s = CheckWaitFlags(flags); !s.ok())
     return Usage(s.message());
-  return PlacementResult(ctx, flags, ctx.client->CreatePlacementGroup(request));
+  if (request.request_id().empty()) {
+    request.set_request_id(client::NewRequestId());
+  }
+  return PlacementResult(ctx, flags, ctx.client->CreatePlacementGroup(request),
+                         request.request_id());
 }
 
 int CmdPgList(Context& ctx, const ParsedFlags& flags) {

@@ -125,7 +125,19 @@ int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
                    absl::StrCat(pg.status().message(), " (--wait-timeout); ",
                                 GiveUp(ctx, id, keep))});
     }
-    return ServerError(ctx, pg.status());
+    // The group exists (or did): name it, also with --json, where nothing
+    // was printed yet.
+    return ServerError(
+        ctx,
+        absl::Status(
+            pg.status().code(),
+            absl::StrCat(
+                "waiting for placement group ", id, ": ", pg.status().message(),
+                pg.status().code() == absl::StatusCode::kNotFound
+                    ? ""
+                    : absl::StrCat("; it stays as it is: see `slicectl "
+                                   "pg get ",
+                                   id, "`"))));
   }
   if (ctx.json) {
     PrintJson(*pg);
@@ -143,15 +155,31 @@ int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
 }
 
 int PlacementResult(Context& ctx, const ParsedFlags& flags,
-                    const absl::StatusOr<v1::PlacementGroup>& pg) {
-  if (!pg.ok()) return ServerError(ctx, pg.status());
+                    const absl::StatusOr<v1::PlacementGroup>& pg,
+                    const std::string& request_id) {
+  if (!pg.ok()) {
+    // No answer that says whether it was created: the same request id gets
+    // the same group, a new one a second group.
+    const absl::StatusCode code = pg.status().code();
+    const bool unknown = code == absl::StatusCode::kUnavailable ||
+                         code == absl::StatusCode::kDeadlineExceeded ||
+                         code == absl::StatusCode::kCancelled ||
+                         code == absl::StatusCode::kUnknown ||
+                         code == absl::StatusCode::kInternal;
+    if (!unknown) return ServerError(ctx, pg.status());
+    return ServerError(
+        ctx, absl::Status(code, absl::StrCat(pg.status().message(),
+                                             "; the group may exist: run again "
+                                             "with --request-id ",
+                                             request_id,
+                                             " to get it, not a second one")));
+  }
   if (flags.Has("wait")) {
-    auto timeout =
-        ParseDurationFlag("wait-timeout", flags.Get("wait-timeout", "0"));
-    // Checked before the call; cannot fail here.
-    absl::Duration d = timeout.ok() && *timeout > absl::ZeroDuration()
-                           ? *timeout
-                           : absl::InfiniteDuration();
+    // Checked before the call (parses, > 0); none: no limit.
+    auto timeout = ParseDurationFlag("wait-timeout", flags.Get("wait-timeout"));
+    const absl::Duration d = flags.Has("wait-timeout") && timeout.ok()
+                                 ? *timeout
+                                 : absl::InfiniteDuration();
     return WaitAndPrint(ctx, *pg, d, flags.Has("keep"));
   }
   if (ctx.json) {
@@ -172,6 +200,10 @@ absl::Status CheckWaitFlags(const ParsedFlags& flags) {
     }
     auto d = ParseDurationFlag("wait-timeout", flags.Get("wait-timeout"));
     if (!d.ok()) return d.status();
+    if (*d <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          "--wait-timeout must be > 0 (leave it out to wait without a limit)");
+    }
   }
   return absl::OkStatus();
 }

@@ -52,10 +52,13 @@ std::string GiveUp(Context& ctx, const std::string& id, bool keep);
 // and Ctrl-C (130) remove the group unless `keep`.
 int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
                  absl::Duration timeout, bool keep);
-// The reply of submit / pg create: printed, or waited for with --wait.
+// The reply of submit / pg create (sent with `request_id`): printed, or
+// waited for with --wait. A failure that leaves it unknown whether the group
+// was created says to run again with that request id.
 int PlacementResult(Context& ctx, const ParsedFlags& flags,
-                    const absl::StatusOr<v1::PlacementGroup>& pg);
-// --keep and --wait-timeout need --wait; the timeout must parse.
+                    const absl::StatusOr<v1::PlacementGroup>& pg,
+                    const std::string& request_id);
+// --keep and --wait-timeout need --wait; the timeout must parse and be > 0.
 absl::Status CheckWaitFlags(const ParsedFlags& flags);
 
 }  // namespace sliced::slicectl

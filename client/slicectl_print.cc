@@ -243,9 +243,15 @@ void PrintPlacementGroup(const Context& ctx, const v1::PlacementGroup& pg) {
                       TimeText(pg.preemption_deadline()))});
   }
   if (!pg.compute_class().empty()) {
-    head.AddRow(
-        {"compute class", absl::StrCat(pg.compute_class(), " (priority ",
-                                       pg.priority_index(), ")")});
+    // priority_index is 0-based and set only while it holds capacity; the
+    // class's priorities are listed from 1 (compute-class list).
+    const bool placed =
+        pg.state() == v1::CREATED || pg.state() == v1::PREEMPTING;
+    head.AddRow({"compute class",
+                 placed
+                     ? absl::StrCat(pg.compute_class(), " (placed on priority ",
+                                    pg.priority_index() + 1, ")")
+                     : pg.compute_class()});
   }
   if (pg.has_slice()) {
     head.AddRow(

@@ -27,6 +27,8 @@ constexpr absl::Duration kFailoverPoll = absl::Milliseconds(500);
 // How often a watch the daemon ended as fallen behind is opened again (as
 // the Python client's watch()).
 constexpr int kWatchReopenings = 3;
+// WaitForPlacementGroup reads the group again at least this often.
+constexpr absl::Duration kWaitRecheck = absl::Seconds(30);
 
 // The attempts, backoff and redirects of one call (or of a watch's opening),
 // under its deadline.
@@ -589,34 +591,51 @@ absl::Status SlicedClient::WatchPlacementGroups(
 
 absl::StatusOr<v1::PlacementGroup> SlicedClient::WaitForPlacementGroup(
     absl::string_view id, absl::Duration timeout) {
-  // Get first: NOT_FOUND for an unknown id (a watch would just stay silent).
-  absl::StatusOr<v1::PlacementGroup> current = GetPlacementGroup(id);
-  if (!current.ok() &&
-      current.status().code() == absl::StatusCode::kDeadlineExceeded) {
-    // The call's deadline (options.timeout), not the wait's: the daemon
-    // did not answer, which says nothing of the group.
-    return absl::UnavailableError(
-        absl::StrCat("reading placement group ", id,
-                     " before the wait: ", current.status().message()));
+  const absl::Time deadline = absl::Now() + timeout;  // inf + now = inf
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    // Get first: NOT_FOUND for an unknown or removed id (a watch would just
+    // stay silent).
+    absl::StatusOr<v1::PlacementGroup> current = GetPlacementGroup(id);
+    if (!current.ok() &&
+        current.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      // The call's deadline (options.timeout), not the wait's: the daemon
+      // did not answer, which says nothing of the group.
+      return absl::UnavailableError(
+          absl::StrCat("reading placement group ", id,
+                       " during the wait: ", current.status().message()));
+    }
+    if (!current.ok() || Settled(current->state())) return current;
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("placement group ", id, " is still ",
+                       v1::PlacementGroupState_Name(current->state()),
+                       " after ", absl::FormatDuration(timeout),
+                       current->pending_reason().empty() ? "" : ": ",
+                       current->pending_reason()));
+    }
+    v1::WatchPlacementGroupsRequest request;
+    request.set_placement_group_id(std::string(id));
+    const absl::Status status =
+        WatchPlacementGroups(request, std::min(left, kWaitRecheck),
+                             [&](const v1::PlacementGroupEvent& e) {
+                               *current = e.placement_group();
+                               return !Settled(current->state());
+                             });
+    if (status.ok() && Settled(current->state())) return current;
+    // The window ended (or the stream did): read it again.
+    if (status.ok() || status.code() == absl::StatusCode::kDeadlineExceeded) {
+      continue;
+    }
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kAborted &&
+        status.code() != absl::StatusCode::kCancelled) {
+      return status;
+    }
+    absl::SleepFor(std::min(backoff, deadline - absl::Now()));
+    backoff = std::min(backoff * 2, absl::Seconds(2));
   }
-  if (!current.ok() || Settled(current->state())) return current;
-  v1::WatchPlacementGroupsRequest request;
-  request.set_placement_group_id(std::string(id));
-  absl::Status status = WatchPlacementGroups(
-      request, timeout, [&](const v1::PlacementGroupEvent& e) {
-        *current = e.placement_group();
-        return !Settled(current->state());
-      });
-  if (status.ok() && Settled(current->state())) return current;
-  if (status.ok() || status.code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("placement group ", id, " is still ",
-                     v1::PlacementGroupState_Name(current->state()), " after ",
-                     absl::FormatDuration(timeout),
-                     current->pending_reason().empty() ? "" : ": ",
-                     current->pending_reason()));
-  }
-  return status;
 }
 
 }  // namespace sliced::client

@@ -177,7 +177,12 @@ class SlicedClient {
   // Watches one group until it is CREATED or INFEASIBLE (or REMOVED) and
   // returns it in that state. DEADLINE_EXCEEDED if `timeout` passes first
   // (and only then: a first read past the call's own timeout is
-  // UNAVAILABLE); NOT_FOUND if there is no such group.
+  // UNAVAILABLE); NOT_FOUND if there is no such group (or no more). A watch
+  // that breaks (UNAVAILABLE: the daemon stepped down or restarted;
+  // ABORTED; CANCELLED) is followed, after a backoff, by a fresh read and a
+  // new watch, and the group is read at least every 30 s: a removal that a
+  // re-opened watch cannot report (a removed group is not in its current
+  // state) still ends the wait.
   absl::StatusOr<v1::PlacementGroup> WaitForPlacementGroup(
       absl::string_view id, absl::Duration timeout);
 

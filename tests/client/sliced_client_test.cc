@@ -57,6 +57,9 @@ class FakePlacement final : public v1::Placement::Service {
                                  const v1::GetPlacementGroupRequest* request,
                                  v1::PlacementGroup* response) override {
     absl::SleepFor(delay);
+    if (++get_calls_ > gets_before_not_found) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no placement group");
+    }
     response->set_placement_group_id(request->placement_group_id());
     response->set_state(v1::PENDING);
     return Next(*context);
@@ -77,6 +80,11 @@ class FakePlacement final : public v1::Placement::Service {
     if (call <= watch_fail_first + watch_fall_behind_first) {
       return grpc::Status(grpc::StatusCode::ABORTED,
                           "this stream fell behind: open it again");
+    }
+    if (call <=
+        watch_fail_first + watch_fall_behind_first + watch_step_down_first) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "sliced is stepping down");
     }
     if (!watch_creates) {
       while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
@@ -111,6 +119,11 @@ class FakePlacement final : public v1::Placement::Service {
   // The next this many send their first event, then end ABORTED as a daemon
   // ends a stream that fell behind.
   int watch_fall_behind_first = 0;
+  // The next this many send their first event, then end UNAVAILABLE as a
+  // leader that steps down ends its streams.
+  int watch_step_down_first = 0;
+  // GetPlacementGroup answers NOT_FOUND after this many calls (removed).
+  int gets_before_not_found = 1 << 30;
 
  private:
   grpc::Status Next(grpc::ServerContext& context) {
@@ -124,6 +137,7 @@ class FakePlacement final : public v1::Placement::Service {
 
   std::atomic<int> calls_{0};
   std::atomic<int> watch_calls_{0};
+  std::atomic<int> get_calls_{0};
   absl::Mutex mu_;
   std::vector<std::string> request_ids_ ABSL_GUARDED_BY(mu_);
   std::string authorization_ ABSL_GUARDED_BY(mu_);
@@ -364,13 +378,32 @@ TEST_F(SlicedClientTest, AWatchThatFellBehindIsOpenedAgain) {
   ASSERT_TRUE(pg.ok()) << pg.status();
   EXPECT_EQ(pg->state(), v1::CREATED);
   EXPECT_EQ(fake_.watch_calls(), 4);
+  // One that keeps falling behind: read and watched again (with backoff)
+  // until the wait's own timeout.
   fake_.watch_fall_behind_first = 1000;
-  EXPECT_EQ(Client()
-                ->WaitForPlacementGroup("pg-7", absl::Seconds(10))
-                .status()
-                .code(),
-            absl::StatusCode::kAborted);
-  EXPECT_EQ(fake_.watch_calls(), 4 + 4);
+  auto still = Client()->WaitForPlacementGroup("pg-7", absl::Seconds(1));
+  EXPECT_EQ(still.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << still.status();
+  EXPECT_GT(fake_.watch_calls(), 4 + 4);
+}
+
+TEST_F(SlicedClientTest, AWaitOutlivesADaemonSteppingDown) {
+  // The leader steps down mid-wait (UNAVAILABLE after the first event): the
+  // group is read again and watched again, not given up on.
+  fake_.watch_step_down_first = 2;
+  auto pg = Client()->WaitForPlacementGroup("pg-7", absl::Seconds(10));
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ(pg->state(), v1::CREATED);
+  EXPECT_EQ(fake_.watch_calls(), 3);
+}
+
+TEST_F(SlicedClientTest, AWaitEndsWhenTheGroupIsGoneAfterABrokenWatch) {
+  // Removed while its watch was broken: the new read says so (a new watch
+  // would say nothing of a removed group).
+  fake_.watch_step_down_first = 1;
+  fake_.gets_before_not_found = 1;
+  auto pg = Client()->WaitForPlacementGroup("pg-7", absl::InfiniteDuration());
+  EXPECT_EQ(pg.status().code(), absl::StatusCode::kNotFound) << pg.status();
 }
 
 TEST_F(SlicedClientTest, AWaitWhoseFirstReadTimesOutIsNoWaitTimeout) {

@@ -107,6 +107,8 @@ class SlicectlEndToEnd(unittest.TestCase):
             (["submit", "--num-workers", "1", "--wait-timeout", "5s"],
              "--wait-timeout needs --wait"),
             (["submit", "--num-workers", "1", "--keep"], "--keep needs --wait"),
+            (["submit", "--num-workers", "1", "--wait", "--wait-timeout", "0s"],
+             "--wait-timeout must be > 0"),
             (["nodes", "--timeout", "soon"], "--timeout: want a duration"),
             (["nodes", "--selector", "=x"], "want KEY=VALUE"),
             (["nodes", "--selector", "a=1", "--selector", "a=2"], "--selector: a given twice"),
@@ -142,6 +144,48 @@ class SlicectlEndToEnd(unittest.TestCase):
         r = run("nodes", env={"SLICED_SERVER": server})
         self.assertEqual(r.returncode, 4)
         self.assertIn(server, r.stderr)
+
+    def test_a_create_with_an_unknown_outcome_names_its_request_id(self):
+        # Every attempt may have landed ("may or may not have been applied"):
+        # the error names the one request id they all carried, so a rerun
+        # with it gets that group, not a second one.
+        from concurrent import futures
+        seen = []
+
+        class Placement(sliced_pb2_grpc.PlacementServicer):
+            def SubmitScalingConfig(self, request, context):
+                if request.job_id == "bad":
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job_id: bad")
+                if request.job_id == "wait":
+                    return P.PlacementGroup(placement_group_id="pg-1", state=P.PENDING)
+                seen.append(request.request_id)
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "the commit may or may not have been applied")
+
+            def GetPlacementGroup(self, request, context):
+                return P.PlacementGroup(placement_group_id="pg-1", state=P.PENDING)
+
+            def WatchPlacementGroups(self, request, context):
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, "viewers only")
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        sliced_pb2_grpc.add_PlacementServicer_to_server(Placement(), server)
+        self.server = "127.0.0.1:%d" % server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        r = self.ctl("--timeout", "3s", *SEED, code=4)
+        self.assertGreater(len(seen), 1)
+        self.assertEqual(len(set(seen)), 1, seen)
+        self.assertIn("the group may exist: run again with --request-id %s to get it"
+                      % seen[0], r.stderr)
+        # A rejection is a definite answer: no such hint.
+        r = self.ctl("--timeout", "3s", *SEED, "--job-id", "bad", code=3)
+        self.assertIn("INVALID_ARGUMENT: job_id: bad", r.stderr)
+        self.assertNotIn("--request-id", r.stderr)
+        # A --wait that fails names the group it leaves (--json printed none).
+        r = self.ctl("--json", *SEED, "--job-id", "wait", "--wait", code=3)
+        self.assertIn("waiting for placement group pg-1: viewers only; it stays as it is",
+                      r.stderr)
 
     def test_a_silent_watch_tells_a_stopped_daemon_from_a_quiet_one(self):
         d = self.start()
@@ -457,7 +501,8 @@ class SlicectlEndToEnd(unittest.TestCase):
             "strategy": "STRICT_SPREAD", "job_id": "job-2",
             "compute_class": "cost-optimized"}))
         r = self.ctl("pg", "create", "-f", pg_file, "--wait")
-        self.assertRegex(r.stdout, r"compute class\s+cost-optimized \(priority 0\)")
+        # Numbered as `compute-class list` numbers them.
+        self.assertRegex(r.stdout, r"compute class\s+cost-optimized \(placed on priority 1\)")
         self.assertRegex(r.stdout, r"0\s+v6e-a-w\d\s+CPU=4")
         pgs = self.json_of(P.ListPlacementGroupsResponse, "pg", "list", "--job", "job-2")
         pg = pgs.placement_groups[0]

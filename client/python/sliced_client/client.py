@@ -663,6 +663,7 @@ class Client:
         current state) still ends the wait."""
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
+        backoff = 0.1
         while True:
             current = self.get(pg)  # NOT_FOUND: gone
             if current.state in _SETTLED:
@@ -687,6 +688,9 @@ class Client:
                 if e.code != grpc.StatusCode.DEADLINE_EXCEEDED:
                     _log.warning("watching placement group %s: %s; reading it again",
                                  current.id, e)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    time.sleep(backoff if left is None else max(0.0, min(backoff, left)))
+                    backoff = min(backoff * 2, 2.0)
             finally:
                 events.close()  # cancels the stream
             if current.state in _SETTLED:
