@@ -847,6 +847,24 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertIsNone(listener.error)
         self.assertEqual(calls["watch"], 2)
 
+    def test_a_submit_with_an_unknown_outcome_names_its_request_id(self):
+        seen = []
+
+        class Placement(sliced_pb2_grpc.PlacementServicer):
+            def SubmitScalingConfig(self, request, context):
+                seen.append(request.request_id)
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "the commit may or may not have been applied")
+
+        with Client("127.0.0.1:%d" % self.serve_placement(Placement()), timeout=3) as c:
+            with self.assertRaises(SlicedError) as raised:
+                with c.placement(SEED, job_id="j"):
+                    self.fail("no group was created")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(len(set(seen)), 1, seen)
+        self.assertIn("submit again with request_id=%r to get it" % seen[0],
+                      raised.exception.message)
+
     def test_a_placement_block_ends_cleanly_when_its_group_is_already_gone(self):
         class Placement(sliced_pb2_grpc.PlacementServicer):
             def SubmitScalingConfig(self, request, context):

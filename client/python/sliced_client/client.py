@@ -710,8 +710,20 @@ class Client:
         """submit() then wait_ready(). If the wait fails (timeout, INFEASIBLE,
         an error, Ctrl-C), the group is removed before the exception goes on,
         unless `keep`; either way a warning on the "sliced_client" logger names
-        the group and what became of it."""
-        pg = self.submit(scaling_config, **submit_args)
+        the group and what became of it. When no answer says whether the
+        group was created (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED after
+        the retries), the error names the request id: submitting again with
+        it returns that group, not a second one."""
+        request_id = submit_args.pop("request_id", None) or "req-" + uuid.uuid4().hex
+        try:
+            pg = self.submit(scaling_config, request_id=request_id, **submit_args)
+        except SlicedError as e:
+            if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                              grpc.StatusCode.CANCELLED):
+                raise
+            raise SlicedError(e.code, "%s; the group may exist: submit again with "
+                              "request_id=%r to get it, not a second one"
+                              % (e.message, request_id)) from None
         try:
             return self.wait_ready(pg, timeout=timeout)
         except BaseException as e:
