@@ -371,7 +371,8 @@ TEST_F(SlicedClientTest, AWatchOpeningTheServerCancelledIsRetried) {
 }
 
 // A stream the daemon ended because it fell behind is opened again (the
-// current state comes again), up to 3 times; then its ABORTED comes back.
+// current state comes again), up to 3 times; then its ABORTED comes back to
+// the wait, which reads the group and watches again.
 TEST_F(SlicedClientTest, AWatchThatFellBehindIsOpenedAgain) {
   fake_.watch_fall_behind_first = 3;
   auto pg = Client()->WaitForPlacementGroup("pg-7", absl::Seconds(10));
