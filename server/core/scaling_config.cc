@@ -500,7 +500,9 @@ void AddProcessEnv(const ScalingConfigPlan& plan, int worker_id, int local,
   // A Ray actor holding fewer TPU than its host would otherwise have Ray set
   // TPU_VISIBLE_CHIPS (and its own bounds) from Ray's chip choice, which
   // need not be these chips.
-  env["RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS"] = "1";
+  // (emplace: GCC 12 at -O3 warns, wrongly, of overlapping copies in an
+  // assignment of this literal; the key is set nowhere else.)
+  env.emplace("RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS", "1");
   env["TPU_CHIPS_PER_PROCESS_BOUNDS"] = Box(chip_box);
   env["TPU_PROCESS_BOUNDS"] = Box(bounds);
   env["TPU_PROCESS_PORT"] = absl::StrCat(kTpuProcessPort + local);
