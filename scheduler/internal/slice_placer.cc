@@ -153,15 +153,8 @@ bool SlicePlacer::MayCarve(const SliceRequest& request) const {
     case Subslicing::kAllowed:
       return true;
     case Subslicing::kIfNoExactShape: {
-      // A slice of the shape in a zone or tier the request excludes does
-      // not count: it could never take it. (One that is down or busy does:
-      // the request waits for it rather than carve.)
-      for (auto it = snap_.slices_by_key().lower_bound(request.FirstKey());
-           it != snap_.slices_by_key().end() && request.SameShape(it->first);
-           ++it) {
-        if (request.KeyMatches(it->first)) return false;
-      }
-      return true;
+      auto it = snap_.slices_by_key().lower_bound(request.FirstKey());
+      return it == snap_.slices_by_key().end() || !request.SameShape(it->first);
     }
   }
   return false;
