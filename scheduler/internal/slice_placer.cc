@@ -56,8 +56,14 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
     if (kinds_.size() == 1) kind_of_.clear();
   }
   keyed_.resize(kinds_.size());
+  own_keyed_.resize(kinds_.size());
   residual_.resize(kinds_.size());
   for (size_t j = 0; j < kinds_.size(); ++j) {
+    for (const SelectorTerm& t : And(kinds_[j].selector, &req.selector).terms) {
+      if (t.key == kLabelCapacityTier || t.key == kLabelZone) {
+        own_keyed_[j].terms.push_back(t);
+      }
+    }
     const LabelSelector sel =
         And(And(kinds_[j].selector, &req.selector), priority);
     for (const SelectorTerm& t : sel.terms) {
@@ -98,15 +104,27 @@ bool SliceRequest::SameShape(const SliceKey& key) const {
   return key.generation == req_.generation && key.topology == shape_.topology;
 }
 
-bool SliceRequest::KeyMatches(const SliceKey& key) const {
-  if (!any_keyed_) return true;
+namespace {
+
+// Whether every selector of `keyed` (tier and zone terms) admits `key`.
+bool KeyAdmitted(const std::vector<LabelSelector>& keyed, const SliceKey& key) {
   Labels labels;
   if (!key.tier.empty()) labels[std::string(kLabelCapacityTier)] = key.tier;
   if (!key.zone.empty()) labels[std::string(kLabelZone)] = key.zone;
-  for (const LabelSelector& sel : keyed_) {
+  for (const LabelSelector& sel : keyed) {
     if (!Matches(sel, labels)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool SliceRequest::KeyMatches(const SliceKey& key) const {
+  return !any_keyed_ || KeyAdmitted(keyed_, key);
+}
+
+bool SliceRequest::MayTakeKey(const SliceKey& key) const {
+  return KeyAdmitted(own_keyed_, key);
 }
 
 Attempt SlicePlacer::Place(const SliceRequest& request,
@@ -153,8 +171,17 @@ bool SlicePlacer::MayCarve(const SliceRequest& request) const {
     case Subslicing::kAllowed:
       return true;
     case Subslicing::kIfNoExactShape: {
-      auto it = snap_.slices_by_key().lower_bound(request.FirstKey());
-      return it == snap_.slices_by_key().end() || !request.SameShape(it->first);
+      // A slice of the shape in a zone or tier the request's own selectors
+      // exclude does not count: no attempt could take it. (One that is down
+      // or busy does, and one in a tier of a later compute-class priority:
+      // the request waits for, or falls back to, the exact shape rather
+      // than carve.)
+      for (auto it = snap_.slices_by_key().lower_bound(request.FirstKey());
+           it != snap_.slices_by_key().end() && request.SameShape(it->first);
+           ++it) {
+        if (request.MayTakeKey(it->first)) return false;
+      }
+      return true;
     }
   }
   return false;

@@ -53,6 +53,9 @@ class SliceRequest {
   bool SameShape(const SliceKey& key) const;
   // Whether the tier and zone terms admit the slices under `key`.
   bool KeyMatches(const SliceKey& key) const;
+  // The same, with the request's own terms only (not this attempt's
+  // compute-class priority): whether any attempt could take them.
+  bool MayTakeKey(const SliceKey& key) const;
   // Whether `labels`, those of worker w of the k-th slice, match the
   // residual terms.
   bool HostMatches(const Labels& labels, int64_t k, int64_t w) const {
@@ -87,6 +90,7 @@ class SliceRequest {
   std::vector<uint32_t> kind_of_;
   ResourceSet most_;                  // per resource, the most any bundle asks
   std::vector<LabelSelector> keyed_;  // per kind
+  std::vector<LabelSelector> own_keyed_;  // per kind, without the priority
   std::vector<LabelSelector> residual_;  // per kind
   bool any_keyed_ = false;
   bool any_residual_ = false;

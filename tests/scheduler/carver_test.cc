@@ -151,6 +151,37 @@ TEST(CarverTest, SubslicingModes) {
       Decision::kUnschedulable);
   EXPECT_EQ(Solve(*busy, Carve("2x2x2", 1, Subslicing::kAllowed)).outcome,
             Decision::kPlaced);
+  // One of the exact shape in a zone the request excludes does not count:
+  // it could never take it.
+  PlacementRequest in_z1 = Carve("2x2x2", 1, Subslicing::kIfNoExactShape);
+  in_z1.slice->selector =
+      *ParseLabelSelector({{"ray.io/availability-zone", "z1"}});
+  std::vector<Node> elsewhere = nodes;
+  for (const Node& n : Slice("other-zone", "TPU-V5P", "2x2x2", "z2")) {
+    elsewhere.push_back(n);
+  }
+  auto busy_elsewhere =
+      Snap(elsewhere, {{"pg-e", 0, "other-zone-w0", {{"TPU", Units(4)}}},
+                       {"pg-e", 1, "other-zone-w1", {{"TPU", Units(4)}}}});
+  const Decision carved = Solve(*busy_elsewhere, in_z1);
+  EXPECT_EQ(carved.outcome, Decision::kPlaced) << carved.diagnosis.summary;
+  EXPECT_EQ(Solve(*busy, in_z1).outcome, Decision::kUnschedulable);
+  // One in the tier of a later compute-class priority does count: the
+  // request falls back to it, and does not carve the first tier's pod.
+  std::vector<Node> tiers = Slice("spot-pod", "TPU-V5P", "4x4x4", "z1", "spot");
+  for (const Node& n : Slice("exact", "TPU-V5P", "2x2x2", "z1", "reserved")) {
+    tiers.push_back(n);
+  }
+  PlacementRequest classed = Carve("2x2x2", 1, Subslicing::kIfNoExactShape);
+  for (const char* tier : {"spot", "reserved"}) {
+    classed.priorities.push_back(
+        *ParseLabelSelector({{"sliced.io/capacity-tier", tier}}));
+  }
+  const Decision fell_back = Solve(*Snap(tiers), classed);
+  ASSERT_EQ(fell_back.outcome, Decision::kPlaced)
+      << fell_back.diagnosis.summary;
+  EXPECT_EQ(fell_back.priority_index, 1);
+  EXPECT_EQ(fell_back.slice_names, std::vector<std::string>{"exact"});
 }
 
 TEST(CarverTest, MultiSliceIsAllOrNothing) {
