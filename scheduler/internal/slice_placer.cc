@@ -15,6 +15,23 @@
 
 namespace sliced::scheduler::internal {
 
+namespace {
+
+// Whether `t` is on a label the slice index keys by (tier, zone).
+bool OnKey(const SelectorTerm& t) {
+  return t.key == kLabelCapacityTier || t.key == kLabelZone;
+}
+
+// The tier and zone of the slices under `key`, as labels.
+Labels KeyLabels(const SliceKey& key) {
+  Labels labels;
+  if (!key.tier.empty()) labels[std::string(kLabelCapacityTier)] = key.tier;
+  if (!key.zone.empty()) labels[std::string(kLabelZone)] = key.zone;
+  return labels;
+}
+
+}  // namespace
+
 SliceRequest::SliceRequest(const SliceRequirement& req,
                            const std::vector<Bundle>& given,
                            const LabelSelector* priority)
@@ -56,19 +73,12 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
     if (kinds_.size() == 1) kind_of_.clear();
   }
   keyed_.resize(kinds_.size());
-  own_keyed_.resize(kinds_.size());
   residual_.resize(kinds_.size());
   for (size_t j = 0; j < kinds_.size(); ++j) {
-    for (const SelectorTerm& t : And(kinds_[j].selector, &req.selector).terms) {
-      if (t.key == kLabelCapacityTier || t.key == kLabelZone) {
-        own_keyed_[j].terms.push_back(t);
-      }
-    }
     const LabelSelector sel =
         And(And(kinds_[j].selector, &req.selector), priority);
     for (const SelectorTerm& t : sel.terms) {
-      const bool on_key = t.key == kLabelCapacityTier || t.key == kLabelZone;
-      (on_key ? keyed_[j] : residual_[j]).terms.push_back(t);
+      (OnKey(t) ? keyed_[j] : residual_[j]).terms.push_back(t);
     }
     any_keyed_ = any_keyed_ || !keyed_[j].empty();
     any_residual_ = any_residual_ || !residual_[j].empty();
@@ -104,27 +114,28 @@ bool SliceRequest::SameShape(const SliceKey& key) const {
   return key.generation == req_.generation && key.topology == shape_.topology;
 }
 
-namespace {
-
-// Whether every selector of `keyed` (tier and zone terms) admits `key`.
-bool KeyAdmitted(const std::vector<LabelSelector>& keyed, const SliceKey& key) {
-  Labels labels;
-  if (!key.tier.empty()) labels[std::string(kLabelCapacityTier)] = key.tier;
-  if (!key.zone.empty()) labels[std::string(kLabelZone)] = key.zone;
-  for (const LabelSelector& sel : keyed) {
+bool SliceRequest::KeyMatches(const SliceKey& key) const {
+  if (!any_keyed_) return true;
+  const Labels labels = KeyLabels(key);
+  for (const LabelSelector& sel : keyed_) {
     if (!Matches(sel, labels)) return false;
   }
   return true;
 }
 
-}  // namespace
-
-bool SliceRequest::KeyMatches(const SliceKey& key) const {
-  return !any_keyed_ || KeyAdmitted(keyed_, key);
-}
-
 bool SliceRequest::MayTakeKey(const SliceKey& key) const {
-  return KeyAdmitted(own_keyed_, key);
+  // The tier and zone terms of the bundles and the requirement, not of the
+  // attempt's priority. (Computed here, not with keyed_: only MayCarve
+  // asks, and only in its kIfNoExactShape mode.)
+  const Labels labels = KeyLabels(key);
+  for (const Bundle& kind : kinds_) {
+    LabelSelector own;
+    for (const SelectorTerm& t : And(kind.selector, &req_.selector).terms) {
+      if (OnKey(t)) own.terms.push_back(t);
+    }
+    if (!Matches(own, labels)) return false;
+  }
+  return true;
 }
 
 Attempt SlicePlacer::Place(const SliceRequest& request,

@@ -90,7 +90,6 @@ class SliceRequest {
   std::vector<uint32_t> kind_of_;
   ResourceSet most_;                  // per resource, the most any bundle asks
   std::vector<LabelSelector> keyed_;  // per kind
-  std::vector<LabelSelector> own_keyed_;  // per kind, without the priority
   std::vector<LabelSelector> residual_;  // per kind
   bool any_keyed_ = false;
   bool any_residual_ = false;

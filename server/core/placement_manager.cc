@@ -369,6 +369,25 @@ std::string PlacementManager::BlockedBy(const PlacementGroup& starving,
                       " and claims capacity first");
 }
 
+namespace {
+
+// The first in queue order of the groups `for_each(visit)` visits that
+// `counts` admits, if any.
+template <typename ForEach, typename Counts>
+const PlacementGroup* FirstInQueue(const ForEach& for_each,
+                                   const Counts& counts) {
+  const PlacementGroup* first = nullptr;
+  for_each([&](const PlacementGroup& pg) {
+    if (counts(pg) &&
+        (first == nullptr || QueueKeyOf(pg) < QueueKeyOf(*first))) {
+      first = &pg;
+    }
+  });
+  return first;
+}
+
+}  // namespace
+
 const PlacementGroup* PlacementManager::StarvingAhead(
     const ClusterState& state, const PlacementGroup& group,
     absl::Time now) const {
@@ -378,33 +397,28 @@ const PlacementGroup* PlacementManager::StarvingAhead(
   }
   const bool queued = state.pgs.Find(group.id) != nullptr;
   const QueueKey key = QueueKeyOf(group);
-  const PlacementGroup* first = nullptr;
-  for (const auto& [since, id] : state.waiting_since) {
-    if (now - since < options_.starvation_bound) break;
-    const PlacementGroup* pg = state.pgs.Find(id);
-    if (pg == nullptr || pg->id == group.id) continue;
-    const bool ahead =
-        queued ? QueueKeyOf(*pg) < key : pg->priority >= group.priority;
-    if (ahead && (first == nullptr || QueueKeyOf(*pg) < QueueKeyOf(*first))) {
-      first = pg;
-    }
-  }
-  return first;
+  return FirstInQueue(
+      [&](const auto& visit) {
+        for (const auto& [since, id] : state.waiting_since) {
+          if (now - since < options_.starvation_bound) break;
+          if (const PlacementGroup* pg = state.pgs.Find(id)) visit(*pg);
+        }
+      },
+      [&](const PlacementGroup& pg) {
+        return pg.id != group.id && (queued ? QueueKeyOf(pg) < key
+                                            : pg.priority >= group.priority);
+      });
 }
 
 const PlacementGroup* PlacementManager::Starving(const Txn& txn,
                                                  int32_t priority) const {
   if (options_.starvation_bound <= absl::ZeroDuration()) return nullptr;
   // The first in queue order of the starving groups at or above `priority`.
-  const PlacementGroup* first = nullptr;
-  txn.ForEachWaitingSince(
-      txn.now() - options_.starvation_bound, [&](const PlacementGroup& pg) {
-        if (pg.priority < priority) return;
-        if (first == nullptr || QueueKeyOf(pg) < QueueKeyOf(*first)) {
-          first = &pg;
-        }
-      });
-  return first;
+  return FirstInQueue(
+      [&](const auto& visit) {
+        txn.ForEachWaitingSince(txn.now() - options_.starvation_bound, visit);
+      },
+      [&](const PlacementGroup& pg) { return pg.priority >= priority; });
 }
 
 // ---------------------------------------------------------------- create
@@ -1135,6 +1149,15 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
         " to leave (by ", TimeString(group.preemption_deadline), ")"));
     return out;
   }
+  if (group.state == PgState::kRescheduling) {
+    // StartPreemption: only PENDING groups preempt. (No what-if, nor a walk
+    // of every group for it: a plan for its whole request would count its
+    // own surviving bundles as held.)
+    out.details.push_back(
+        "preemption: only PENDING groups preempt (this one is RESCHEDULING), "
+        "so it waits for capacity to free");
+    return out;
+  }
   std::vector<scheduler::VictimCandidate> candidates;
   int cooling = 0;  // would be candidates but for the cool-down
   state.pgs.ForEach([&](const PlacementGroup& g) {
@@ -1158,13 +1181,6 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
     prefix = "preemption is off (--preemption=false), so it waits; ";
   } else if (group.preemption_policy == PreemptionPolicy::kNever) {
     prefix = "preemption_policy NEVER, so it waits; ";
-  } else if (group.state == PgState::kRescheduling) {
-    // StartPreemption: only PENDING groups preempt. (No what-if: a plan for
-    // its whole request would count its own surviving bundles as held.)
-    out.details.push_back(
-        "preemption: only PENDING groups preempt (this one is RESCHEDULING), "
-        "so it waits for capacity to free");
-    return out;
   }
   what_if = PreemptionWhatIf{state.snapshot, std::move(request),
                              std::move(candidates), std::move(prefix)};

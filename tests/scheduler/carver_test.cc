@@ -155,7 +155,8 @@ TEST(CarverTest, SubslicingModes) {
   // it could never take it.
   PlacementRequest in_z1 = Carve("2x2x2", 1, Subslicing::kIfNoExactShape);
   in_z1.slice->selector =
-      *ParseLabelSelector({{"ray.io/availability-zone", "z1"}});
+      *ParseLabelSelector({{"ray.io/availability-zone", "z1"},
+                           {"ray.io/accelerator-type", "TPU-V5P"}});
   std::vector<Node> elsewhere = nodes;
   for (const Node& n : Slice("other-zone", "TPU-V5P", "2x2x2", "z2")) {
     elsewhere.push_back(n);
