@@ -405,8 +405,8 @@ const PlacementGroup* PlacementManager::StarvingAhead(
         }
       },
       [&](const PlacementGroup& pg) {
-        return pg.id != group.id && (queued ? QueueKeyOf(pg) < key
-                                            : pg.priority >= group.priority);
+        return pg.id != group.id &&
+               (queued ? QueueKeyOf(pg) < key : pg.priority >= group.priority);
       });
 }
 
