@@ -848,22 +848,29 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertEqual(calls["watch"], 2)
 
     def test_a_submit_with_an_unknown_outcome_names_its_request_id(self):
-        seen = []
+        # The same codes as slicectl's; a refusal (INVALID_ARGUMENT) is an
+        # outcome and says nothing of a request id.
+        for code, named in ((grpc.StatusCode.UNAVAILABLE, True),
+                            (grpc.StatusCode.INTERNAL, True),
+                            (grpc.StatusCode.INVALID_ARGUMENT, False)):
+            with self.subTest(code=code):
+                seen = []
 
-        class Placement(sliced_pb2_grpc.PlacementServicer):
-            def SubmitScalingConfig(self, request, context):
-                seen.append(request.request_id)
-                context.abort(grpc.StatusCode.UNAVAILABLE,
-                              "the commit may or may not have been applied")
+                class Placement(sliced_pb2_grpc.PlacementServicer):
+                    def SubmitScalingConfig(self, request, context):
+                        seen.append(request.request_id)
+                        context.abort(code, "the commit may or may not have been applied")
 
-        with Client("127.0.0.1:%d" % self.serve_placement(Placement()), timeout=3) as c:
-            with self.assertRaises(SlicedError) as raised:
-                with c.placement(SEED, job_id="j"):
-                    self.fail("no group was created")
-        self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
-        self.assertEqual(len(set(seen)), 1, seen)
-        self.assertIn("submit again with request_id=%r to get it" % seen[0],
-                      raised.exception.message)
+                with Client("127.0.0.1:%d" % self.serve_placement(Placement()),
+                            timeout=3) as c:
+                    with self.assertRaises(SlicedError) as raised:
+                        with c.placement(SEED, job_id="j"):
+                            self.fail("no group was created")
+                self.assertEqual(raised.exception.code, code)
+                self.assertEqual(len(set(seen)), 1, seen)
+                self.assertEqual("submit again with request_id=%r to get it" % seen[0]
+                                 in raised.exception.message, named,
+                                 raised.exception.message)
 
     def test_a_placement_block_ends_cleanly_when_its_group_is_already_gone(self):
         class Placement(sliced_pb2_grpc.PlacementServicer):

@@ -52,6 +52,11 @@ _SETTLED = ("CREATED", "INFEASIBLE", "REMOVED")
 _WAIT_RECHECK = 30.0
 _WAIT_AGAIN = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
                grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED)
+# A create that failed with one of these may still have been applied (the
+# same codes as slicectl's): the error names its request id.
+_OUTCOME_UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                    grpc.StatusCode.INTERNAL)
 # The trailing metadata of a daemon's refusal (a standby's, or a leader's
 # stepping down) that names the leader, or "" for none known: the daemon did
 # nothing with the call.
@@ -712,14 +717,13 @@ class Client:
         unless `keep`; either way a warning on the "sliced_client" logger names
         the group and what became of it. When no answer says whether the
         group was created (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED after
-        the retries), the error names the request id: submitting again with
+        the retries; UNKNOWN, INTERNAL), the error names the request id: submitting again with
         it returns that group, not a second one."""
         request_id = submit_args.pop("request_id", None) or "req-" + uuid.uuid4().hex
         try:
             pg = self.submit(scaling_config, request_id=request_id, **submit_args)
         except SlicedError as e:
-            if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                              grpc.StatusCode.CANCELLED):
+            if e.code not in _OUTCOME_UNKNOWN:
                 raise
             raise SlicedError(e.code, "%s; the group may exist: submit again with "
                               "request_id=%r to get it, not a second one"
