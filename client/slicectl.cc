@@ -190,8 +190,9 @@ int CmdSubmit(Context& ctx, const ParsedFlags& flags) {
     }
     request.set_on_preemption(on);
   }
-  return PlacementResult(ctx, flags, ctx.client->SubmitScalingConfig(request),
-                         request.request_id());
+  return PlacementResult(ctx, flags, request.request_id(), [&] {
+    return ctx.client->SubmitScalingConfig(request);
+  });
 }
 
 int CmdPgCreate(Context& ctx, const ParsedFlags& flags) {
@@ -204,8 +205,9 @@ int CmdPgCreate(Context& ctx, const ParsedFlags& flags) {
   if (request.request_id().empty()) {
     request.set_request_id(client::NewRequestId());
   }
-  return PlacementResult(ctx, flags, ctx.client->CreatePlacementGroup(request),
-                         request.request_id());
+  return PlacementResult(ctx, flags, request.request_id(), [&] {
+    return ctx.client->CreatePlacementGroup(request);
+  });
 }
 
 int CmdPgList(Context& ctx, const ParsedFlags& flags) {

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/slicectl_interrupt.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -102,15 +104,11 @@ std::string GiveUp(Context& ctx, const std::string& id, bool keep) {
                       ", it stays queued: ", removed.ToString());
 }
 
-// --wait: watches until CREATED (0) or INFEASIBLE (3). --wait-timeout (5) and
-// Ctrl-C (130) remove the group unless `keep`.
+// --wait: watches until CREATED (0) or INFEASIBLE (3). --wait-timeout (5)
+// removes the group unless `keep` (Ctrl-C: PlacementResult's handler).
 int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
                  absl::Duration timeout, bool keep) {
   const std::string& id = created.placement_group_id();
-  InterruptHandler interrupt([&](int) {
-    std::fprintf(stderr, "slicectl: interrupted; %s\n",
-                 GiveUp(ctx, id, keep).c_str());
-  });
   if (!ctx.json && !Settled(created.state())) {
     Print(absl::StrCat("submitted ", id, " (",
                        v1::PlacementGroupState_Name(created.state()),
@@ -154,9 +152,40 @@ int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
   return kExitOk;
 }
 
-int PlacementResult(Context& ctx, const ParsedFlags& flags,
-                    const absl::StatusOr<v1::PlacementGroup>& pg,
-                    const std::string& request_id) {
+int PlacementResult(
+    Context& ctx, const ParsedFlags& flags, const std::string& request_id,
+    const std::function<absl::StatusOr<v1::PlacementGroup>()>& create) {
+  const bool wait = flags.Has("wait");
+  const bool keep = flags.Has("keep");
+  // Ctrl-C from the call on: before the answer the group may exist (the
+  // request id finds it); with --wait, after it, the group is given up.
+  absl::Mutex mu;
+  std::string created_id;  // guarded by mu; set once the daemon answered
+  InterruptHandler interrupt([&](int) {
+    std::string id;
+    {
+      absl::MutexLock lock(&mu);
+      id = created_id;
+    }
+    if (id.empty()) {
+      std::fprintf(stderr,
+                   "slicectl: interrupted before sliced answered; the group "
+                   "may exist: run again with --request-id %s to get it, not "
+                   "a second one\n",
+                   request_id.c_str());
+    } else if (wait) {
+      std::fprintf(stderr, "slicectl: interrupted; %s\n",
+                   GiveUp(ctx, id, keep).c_str());
+    } else {
+      std::fprintf(stderr, "slicectl: interrupted; placement group %s exists\n",
+                   id.c_str());
+    }
+  });
+  const absl::StatusOr<v1::PlacementGroup> pg = create();
+  if (pg.ok()) {
+    absl::MutexLock lock(&mu);
+    created_id = pg->placement_group_id();
+  }
   if (!pg.ok()) {
     // No answer that says whether it was created: the same request id gets
     // the same group, a new one a second group.
@@ -174,13 +203,13 @@ int PlacementResult(Context& ctx, const ParsedFlags& flags,
                                              request_id,
                                              " to get it, not a second one")));
   }
-  if (flags.Has("wait")) {
+  if (wait) {
     // Checked before the call (parses, > 0); none: no limit.
     auto timeout = ParseDurationFlag("wait-timeout", flags.Get("wait-timeout"));
     const absl::Duration d = flags.Has("wait-timeout") && timeout.ok()
                                  ? *timeout
                                  : absl::InfiniteDuration();
-    return WaitAndPrint(ctx, *pg, d, flags.Has("keep"));
+    return WaitAndPrint(ctx, *pg, d, keep);
   }
   if (ctx.json) {
     PrintJson(*pg);

@@ -6,6 +6,7 @@
 #ifndef SLICED_CLIENT_SLICECTL_OUTCOME_H_
 #define SLICED_CLIENT_SLICECTL_OUTCOME_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -49,15 +50,17 @@ bool Settled(v1::PlacementGroupState state);
 // `keep`. Returns the sentence that says which group it leaves, or removed.
 std::string GiveUp(Context& ctx, const std::string& id, bool keep);
 // --wait: watches until CREATED (0) or INFEASIBLE (3). --wait-timeout (5)
-// and Ctrl-C (130) remove the group unless `keep`.
+// removes the group unless `keep`.
 int WaitAndPrint(Context& ctx, const v1::PlacementGroup& created,
                  absl::Duration timeout, bool keep);
-// The reply of submit / pg create (sent with `request_id`): printed, or
-// waited for with --wait. A failure that leaves it unknown whether the group
-// was created says to run again with that request id.
-int PlacementResult(Context& ctx, const ParsedFlags& flags,
-                    const absl::StatusOr<v1::PlacementGroup>& pg,
-                    const std::string& request_id);
+// Runs `create` (submit / pg create, sent with `request_id`) and prints its
+// reply, or waits for the group with --wait. A failure that leaves it
+// unknown whether the group was created says to run again with that request
+// id. Ctrl-C (130) during the call says the same; during --wait it removes
+// the group unless --keep.
+int PlacementResult(
+    Context& ctx, const ParsedFlags& flags, const std::string& request_id,
+    const std::function<absl::StatusOr<v1::PlacementGroup>()>& create);
 // --keep and --wait-timeout need --wait; the timeout must parse and be > 0.
 absl::Status CheckWaitFlags(const ParsedFlags& flags);
 

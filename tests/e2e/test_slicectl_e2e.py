@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import unittest
 
 import grpc
@@ -418,6 +419,39 @@ class SlicectlEndToEnd(unittest.TestCase):
                 self.assertIn("slicectl: interrupted; removed placement group %s "
                               "(--keep keeps it)" % pg_id, err)
                 self.ctl("pg", "get", pg_id, code=3)
+
+    def test_ctrl_c_before_the_answer_names_the_request_id(self):
+        # The daemon holds the create: Ctrl-C cannot know whether the group
+        # exists, so it names the request id that finds it.
+        from concurrent import futures
+        arrived, release = threading.Event(), threading.Event()
+        seen = []
+
+        class Placement(sliced_pb2_grpc.PlacementServicer):
+            def SubmitScalingConfig(self, request, context):
+                seen.append(request.request_id)
+                arrived.set()
+                release.wait(30)
+                return P.PlacementGroup(placement_group_id="pg-1", state=P.PENDING)
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        sliced_pb2_grpc.add_PlacementServicer_to_server(Placement(), server)
+        address = "127.0.0.1:%d" % server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        self.addCleanup(release.set)
+        for wait in ([], ["--wait"]):
+            arrived.clear()
+            proc = subprocess.Popen([SLICECTL, "--server", address, *SEED, *wait],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            self.addCleanup(proc.kill)
+            self.assertTrue(arrived.wait(30), wait)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 130, (wait, err))
+            self.assertIn("slicectl: interrupted before sliced answered; the group may "
+                          "exist: run again with --request-id %s to get it" % seen[-1], err)
 
     def test_rejected_and_infeasible_submissions_exit_3(self):
         self.start()
