@@ -85,6 +85,12 @@ absl::StatusOr<Authenticator::Table> Authenticator::Parse(
       return absl::InvalidArgumentError(
           absl::StrCat(where, "token must be at least 16 characters"));
     }
+    if (absl::StrContains(fields[0], '%')) {
+      // The web API's HTTP server URL-decodes header values: such a token
+      // would work on gRPC and never on /api/v1.
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "token may not contain '%'"));
+    }
     Principal p;
     if (fields[1] == "admin") {
       p.role = Role::kAdmin;

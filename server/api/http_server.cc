@@ -1,5 +1,7 @@
 #include "server/api/http_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -25,6 +27,8 @@ namespace sliced::server::api {
 namespace {
 
 constexpr char kJson[] = "application/json";
+// No request of ours has a body; a larger one is refused unread (413).
+constexpr size_t kMaxRequestBody = 64 * 1024;
 
 bool IsLoopbackPeer(absl::string_view addr) {
   return absl::StartsWith(addr, "127.") || addr == "::1" ||
@@ -43,8 +47,12 @@ bool IsLoopbackHost(absl::string_view host) {
   }
   const size_t colon = name.rfind(':');
   if (colon != absl::string_view::npos) name = name.substr(0, colon);
-  return absl::EqualsIgnoreCase(name, "localhost") ||
-         absl::StartsWith(name, "127.");
+  if (absl::EqualsIgnoreCase(name, "localhost")) return true;
+  // An address in 127.0.0.0/8, not a name that starts like one
+  // ("127.0.0.1.example.com" is the attacker's name to re-point).
+  in_addr address;
+  return inet_pton(AF_INET, std::string(name).c_str(), &address) == 1 &&
+         (ntohl(address.s_addr) >> 24) == 127;
 }
 
 absl::string_view ContentType(absl::string_view name) {
@@ -247,6 +255,28 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // Before cpp-httplib reads a body (it has no limit of its own, and would
+  // inflate a compressed one): anything but GET and HEAD is refused here
+  // and its connection closed. A Range header is ignored (RFC 9110 lets a
+  // server do so): cpp-httplib would copy the whole body once per range,
+  // and "bytes=-,-,…" asks for thousands of copies.
+  server.set_payload_max_length(kMaxRequestBody);
+  server.set_pre_routing_handler(
+      [](const httplib::Request& request, httplib::Response& response) {
+        // cpp-httplib's Request is its own non-const local, handed over as
+        // const: clearing the parsed ranges changes nothing else.
+        const_cast<httplib::Request&>(request).ranges.clear();
+        if (request.method == "GET" || request.method == "HEAD") {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        WebReply reply = ErrorReply(absl::UnimplementedError(
+            "read-only: GET only (changes go through the gRPC API)"));
+        response.status = 405;
+        response.set_header("Allow", "GET");
+        response.set_header("Connection", "close");
+        response.set_content(reply.body, kJson);
+        return httplib::Server::HandlerResponse::Handled;
+      });
   // A kept-alive connection holds one of the server's worker threads until
   // it idles out; pages poll every 3 s, so idle connections go after 1 s
   // and open pages never starve /metrics of workers.
@@ -267,20 +297,6 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
              [self](const httplib::Request& request, httplib::Response& r) {
                self->Api(request, request.matches[1].str(), r);
              });
-  // Read-only: every other method on these paths is refused.
-  const std::string paths = R"(/(metrics|ui|ui/.*|api/v1/.*))";
-  auto refuse = [](const httplib::Request&, httplib::Response& response) {
-    WebReply reply = ErrorReply(absl::UnimplementedError(
-        "read-only: GET only (changes go through the gRPC API)"));
-    response.status = 405;
-    response.set_header("Allow", "GET");
-    response.set_content(reply.body, kJson);
-  };
-  server.Post(paths, refuse);
-  server.Put(paths, refuse);
-  server.Patch(paths, refuse);
-  server.Delete(paths, refuse);
-  server.Options(paths, refuse);
 
   const int bound = port == 0 ? server.bind_to_any_port(host)
                               : (server.bind_to_port(host, port) ? port : -1);

@@ -283,12 +283,17 @@ class SecurityEndToEnd(PkiAndTokens, unittest.TestCase):
         self.assertIn('refusing to listen on "0.0.0.0:0" without TLS', r.stderr)
 
     def test_bad_token_file_is_refused_at_start(self):
-        bad = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "tokens")
-        with open(bad, "w") as f:
-            f.write("a-token-that-is-long-enough root\n")
-        with self.assertRaises(RuntimeError) as err:
-            Daemon(temp_data_dir(self), "--auth_tokens=" + bad).start()
-        self.assertIn("unknown role 'root'", str(err.exception))
+        for line, message in (
+                ("a-token-that-is-long-enough root", "unknown role 'root'"),
+                ("short admin", "token must be at least 16 characters"),
+                # The web API's server URL-decodes headers: it would never match there.
+                ("a-token-with-%41-in-it admin", "token may not contain '%'")):
+            bad = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "tokens")
+            with open(bad, "w") as f:
+                f.write(line + "\n")
+            with self.assertRaises(RuntimeError) as err:
+                Daemon(temp_data_dir(self), "--auth_tokens=" + bad).start()
+            self.assertIn(":1: " + message, str(err.exception))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 import os
 import ssl
 import unittest
+import socket
 import urllib.error
 import urllib.request
 
@@ -156,11 +157,13 @@ class WebApiEndToEnd(PkiAndTokens, unittest.TestCase):
 
         # Without tokens: loopback peers asking for a loopback host only (a
         # page whose name was re-pointed at 127.0.0.1: DNS rebinding).
-        for host in ("localhost:%d" % d.http, "127.0.0.1", "[::1]:80"):
+        for host in ("localhost:%d" % d.http, "127.0.0.1", "127.1.2.3:8", "[::1]:80"):
             self.assertEqual(self.api(d, "summary", headers={"Host": host})[0], 200, host)
-        status, err = self.api(d, "summary", headers={"Host": "evil.example:%d" % d.http})
-        self.assertEqual((status, err["code"]), (403, "PERMISSION_DENIED"))
-        self.assertIn("loopback host only", err["message"])
+        for host in ("evil.example:%d" % d.http, "127.0.0.1.evil.example:%d" % d.http,
+                     "127.evil.example", "128.0.0.1"):
+            status, err = self.api(d, "summary", headers={"Host": host})
+            self.assertEqual((status, err["code"]), (403, "PERMISSION_DENIED"), host)
+            self.assertIn("loopback host only", err["message"])
 
         # Errors say what is wrong, as JSON.
         status, err = self.api(d, "nodes/nope")
@@ -174,10 +177,30 @@ class WebApiEndToEnd(PkiAndTokens, unittest.TestCase):
         self.assertEqual(status, 404)
 
         # Read-only: nothing but GET.
-        for method in ("POST", "PUT", "DELETE"):
+        for method in ("POST", "PUT", "DELETE", "TRACE"):
             status, _, body = get(self.url(d, "/api/v1/placement_groups/" + held.placement_group_id),
                                   method=method)
             self.assertEqual(status, 405, method)
+        # ... refused before any body is read (none is bounded by the
+        # library, and a compressed one would be inflated): the answer comes
+        # while the body is still being sent, and the connection closes.
+        with socket.create_connection(("127.0.0.1", d.http), timeout=10) as raw:
+            raw.sendall(b"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Transfer-Encoding: chunked\r\nContent-Encoding: gzip\r\n\r\n"
+                        b"10000\r\n" + b"x" * 1000)
+            answer = b""
+            while True:
+                got = raw.recv(65536)
+                if not got:
+                    break
+                answer += got
+        self.assertTrue(answer.startswith(b"HTTP/1.1 405"), answer[:200])
+        # A Range header is ignored: one whole body, never a copy per range.
+        plain = get(self.url(d, "/ui/app.js"))[2]
+        status, headers, body = get(self.url(d, "/ui/app.js"),
+                                    headers={"Range": "bytes=" + ",".join(["-"] * 500)})
+        self.assertEqual((status, body), (200, plain))
+        self.assertIsNone(headers.get("Content-Range"))
         with d.channel() as ch:
             got = sliced_pb2_grpc.PlacementStub(ch).GetPlacementGroup(
                 sliced_pb2.GetPlacementGroupRequest(placement_group_id=held.placement_group_id),
