@@ -27,7 +27,7 @@ namespace sliced::server::api {
 namespace {
 
 constexpr char kJson[] = "application/json";
-// No request of ours has a body; a larger one is refused unread (413).
+// No request of ours has a body: a cap in case cpp-httplib reads one.
 constexpr size_t kMaxRequestBody = 64 * 1024;
 
 bool IsLoopbackPeer(absl::string_view addr) {
