@@ -1,10 +1,13 @@
 #include "storage/fault_injecting_store.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace sliced::storage {
 
 absl::StatusOr<StoredState> FaultInjectingStore::Load() {
   {
     absl::MutexLock lock(&mu_);
+    ++loads_;
     if (deposed_) return DeposedError("injected: deposed");
     if (fail_loads_ > 0) {
       --fail_loads_;
@@ -14,6 +17,31 @@ absl::StatusOr<StoredState> FaultInjectingStore::Load() {
   return inner_->Load();
 }
 
+namespace {
+
+absl::Status UnitTooLarge(size_t writes, size_t max) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("injected: one operation writes ", writes,
+                   " keys, above the limit of ", max));
+}
+
+}  // namespace
+
+absl::Status FaultInjectingStore::CheckUnit(const Mutation& unit) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (max_unit_writes_ > 0 && unit.size() > max_unit_writes_) {
+      return UnitTooLarge(unit.size(), max_unit_writes_);
+    }
+  }
+  return inner_->CheckUnit(unit);
+}
+
+void FaultInjectingStore::LimitUnitWrites(size_t max) {
+  absl::MutexLock lock(&mu_);
+  max_unit_writes_ = max;
+}
+
 absl::Status FaultInjectingStore::Commit(const Mutation& mutation) {
   absl::Duration delay;
   bool fail_write = false, fail_sync = false;
@@ -21,6 +49,15 @@ absl::Status FaultInjectingStore::Commit(const Mutation& mutation) {
     absl::MutexLock lock(&mu_);
     ++commits_;
     if (deposed_) return DeposedError("injected: deposed");
+    if (max_unit_writes_ > 0) {
+      size_t begin = 0;
+      for (size_t end : mutation.UnitEnds()) {
+        if (end - begin > max_unit_writes_) {
+          return UnitTooLarge(end - begin, max_unit_writes_);
+        }
+        begin = end;
+      }
+    }
     delay = delay_;
     if (fail_writes_ > 0) {
       --fail_writes_;
@@ -85,6 +122,11 @@ void FaultInjectingStore::Depose() {
 int64_t FaultInjectingStore::commits() const {
   absl::MutexLock lock(&mu_);
   return commits_;
+}
+
+int64_t FaultInjectingStore::loads() const {
+  absl::MutexLock lock(&mu_);
+  return loads_;
 }
 
 }  // namespace sliced::storage

@@ -21,6 +21,7 @@ class FaultInjectingStore : public Store {
 
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
+  absl::Status CheckUnit(const Mutation& unit) const override;
   // The inner store's answers, unless SetShared() / Depose() (below) say
   // otherwise.
   bool shared() const override;
@@ -44,7 +45,13 @@ class FaultInjectingStore : public Store {
   // moment), the fence holding.
   void FailConfirms(int count);
 
+  // Units (one op's writes) of more than `max` writes are refused, as
+  // etcd's Txn limits refuse them: by CheckUnit, and by a Commit that holds
+  // one (FailedPrecondition, nothing applied). 0: no limit (the default).
+  void LimitUnitWrites(size_t max);
+
   int64_t commits() const;
+  int64_t loads() const;
 
  private:
   Store* const inner_;
@@ -57,6 +64,8 @@ class FaultInjectingStore : public Store {
   bool deposed_ ABSL_GUARDED_BY(mu_) = false;
   int fail_confirms_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t loads_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t max_unit_writes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sliced::storage

@@ -122,6 +122,14 @@ class Store {
   // applied nothing.
   virtual absl::Status Commit(const Mutation& mutation) = 0;
 
+  // Whether `unit` (one coordinator op's writes) can be committed at all:
+  // FailedPrecondition naming the limit when it can't (etcd: one Txn's ops
+  // and bytes), so that the op fails alone, before its group's commit.
+  virtual absl::Status CheckUnit(const Mutation& unit) const {
+    (void)unit;
+    return absl::OkStatus();
+  }
+
   // Whether other processes may write this store too (etcd under an
   // election): then what this process loaded and committed is current only
   // while it still leads, and an answer read from it needs that confirmed —

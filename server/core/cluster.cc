@@ -225,7 +225,7 @@ void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
 }
 
 absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,
-                            storage::Mutation& writes) {
+                            storage::Mutation& writes, const UnitCheck& check) {
   // The writer is the only thread that changes state_, so a reader lock is
   // enough to read it while readers go on.
   absl::ReaderMutexLock lock(&mu_);
@@ -234,6 +234,7 @@ absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,
   Txn txn(state_, group_, *snapshot_, now_);
   absl::Status status = apply(txn);
   if (status.ok()) status = txn.Flush();
+  if (status.ok() && check) status = check(txn.mutation_);
   if (!status.ok()) {
     snapshot_->RollBack();
     return status;
@@ -242,7 +243,7 @@ absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,
   return absl::OkStatus();
 }
 
-void Cluster::EndGroup(storage::Mutation& writes) {
+void Cluster::EndGroup(storage::Mutation& writes, const UnitCheck& check) {
   if (!group_.retry_pending || observer_ == nullptr) return;
   // The retry's own changes never ask for another round; a failed retry
   // leaves the queue as it was.
@@ -251,7 +252,7 @@ void Cluster::EndGroup(storage::Mutation& writes) {
         observer_->RetryQueue(txn);
         return absl::OkStatus();
       },
-      writes);
+      writes, check);
   (void)retried;
 }
 

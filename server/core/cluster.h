@@ -90,9 +90,11 @@ class Cluster : public Coordinator::Machine {
   absl::Status Restore(storage::StoredState stored,
                        storage::Mutation& repair) override;
   void BeginGroup(absl::Time now) override;
+  // An empty `check` (tests) checks nothing.
   absl::Status RunOp(const std::function<absl::Status(Txn&)>& apply,
-                     storage::Mutation& writes) override;
-  void EndGroup(storage::Mutation& writes) override;
+                     storage::Mutation& writes,
+                     const UnitCheck& check) override;
+  void EndGroup(storage::Mutation& writes, const UnitCheck& check) override;
   void Install() override;
   void Answered() override {
     if (observer_ != nullptr) observer_->Answered();

@@ -138,8 +138,13 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   const bool shared = store_->shared();
   std::vector<std::pair<WriteOp*, absl::Status>> failed;
   machine_->BeginGroup(Now());
+  // An op the store could never commit (etcd: above one Txn's limits) fails
+  // alone, before the commit, instead of failing its whole group.
+  const Machine::UnitCheck check = [this](const storage::Mutation& unit) {
+    return store_->CheckUnit(unit);
+  };
   for (WriteOp& op : ops) {
-    absl::Status status = machine_->RunOp(op.apply, writes);
+    absl::Status status = machine_->RunOp(op.apply, writes, check);
     if (status.ok()) {
       applied.push_back(&op);
     } else if (shared) {
@@ -148,7 +153,7 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
       op.done(status);
     }
   }
-  machine_->EndGroup(writes);
+  machine_->EndGroup(writes, check);
 
   // A group that wrote nothing (lease renewals, a queue retry that moved
   // nothing) has nothing to make durable: no commit.

@@ -72,15 +72,20 @@ class Coordinator {
                                  storage::Mutation& repair) = 0;
     // Opens a group of ops at `now`.
     virtual void BeginGroup(absl::Time now) = 0;
+    // Whether one op's writes can be committed at all (Store::CheckUnit).
+    using UnitCheck = std::function<absl::Status(const storage::Mutation&)>;
     // Runs `apply` as the next op of the open group. OK: its changes join
-    // the group and its writes are appended to `writes`. Error: its changes
-    // vanish and the error is returned.
+    // the group and its writes are appended to `writes`. Error (also when
+    // `check` refuses its writes): its changes vanish and the error is
+    // returned.
     virtual absl::Status RunOp(const std::function<absl::Status(Txn&)>& apply,
-                               storage::Mutation& writes) = 0;
+                               storage::Mutation& writes,
+                               const UnitCheck& check) = 0;
     // After the group's last op, before the commit: the work its changes
     // call for (e.g. re-trying the queue when capacity freed), as one more
-    // op whose writes join `writes`.
-    virtual void EndGroup(storage::Mutation& writes) = 0;
+    // op whose writes join `writes` (none when `check` refuses them).
+    virtual void EndGroup(storage::Mutation& writes,
+                          const UnitCheck& check) = 0;
     // The group's writes are durable: make them visible and tell watchers.
     virtual void Install() = 0;
     // The group's ops have had their answers: send what waited for them

@@ -635,14 +635,28 @@ void NodeManager::CheckLeases(Done done) {
     if (done) done(absl::OkStatus());
     return;
   }
-  const size_t n = expired.size();
+  auto outcome = std::make_shared<ExpiryOutcome>();
+  outcome->nodes = expired.size();
+  outcome->done = std::move(done);
+  {
+    absl::MutexLock lock(&outcome->mu);
+    outcome->left = 1;
+  }
+  MarkExpired(std::move(expired), std::move(outcome));
+}
+
+void NodeManager::MarkExpired(std::vector<std::string> expired,
+                              std::shared_ptr<ExpiryOutcome> outcome) {
   auto changes = std::make_shared<NodeChanges>(options_.log);
+  // The op's, and its answer's, which splits it when it is too large.
+  auto ids =
+      std::make_shared<const std::vector<std::string>>(std::move(expired));
   coordinator_->Submit(WriteOp{
       .apply =
-          [this, expired = std::move(expired), changes](Txn& txn) {
+          [this, ids, changes](Txn& txn) {
             const absl::Time cutoff = txn.now() - options_.heartbeat_timeout;
             std::vector<std::string> lost;
-            for (const std::string& id : expired) {
+            for (const std::string& id : *ids) {
               const scheduler::Node* entry = txn.FindNode(id);
               // Re-check: a heartbeat may have come in meanwhile.
               const absl::Time last = leases_.Last(id);
@@ -664,20 +678,47 @@ void NodeManager::CheckLeases(Done done) {
             return lost.empty() ? absl::OkStatus()
                                 : placement_->HandleNodesLost(txn, lost);
           },
-      // A failure (storage trouble) changes nothing; the next check, a
-      // lease interval later, tries again. Say so rather than stay silent.
       .done =
-          [this, n, changes, done = std::move(done)](const absl::Status& s) {
-            if (!s.ok() && options_.log != nullptr) {
+          [this, ids, changes, outcome](const absl::Status& s) {
+            changes->Flush(s);
+            // Too large for the store to take as one op (etcd: one Txn, for
+            // a mass expiry: a rack, a partition): the two halves are
+            // tried at once, down to single nodes. Only a node that alone
+            // is too large stays ALIVE.
+            if (s.code() == absl::StatusCode::kFailedPrecondition &&
+                ids->size() > 1) {
+              const auto middle = ids->begin() + ids->size() / 2;
+              {
+                absl::MutexLock lock(&outcome->mu);
+                ++outcome->left;
+              }
+              MarkExpired({ids->begin(), middle}, outcome);
+              MarkExpired({middle, ids->end()}, outcome);
+              return;
+            }
+            size_t failed = 0;
+            absl::Status result;
+            {
+              absl::MutexLock lock(&outcome->mu);
+              if (!s.ok()) {
+                outcome->failed += ids->size();
+                if (outcome->first_error.ok()) outcome->first_error = s;
+              }
+              if (--outcome->left > 0) return;
+              failed = outcome->failed;
+              result = outcome->first_error;
+            }
+            // A failure (storage trouble) changes nothing; the next check,
+            // a lease interval later, tries again. Said once per check.
+            if (failed > 0 && options_.log != nullptr) {
               options_.log->Log(
                   Logger::Level::kError,
-                  absl::StrCat("marking ", n,
+                  absl::StrCat("marking ", failed, " of ", outcome->nodes,
                                " node(s) with expired leases DEAD failed, "
                                "will retry: ",
-                               s.ToString()));
+                               result.ToString()));
             }
-            changes->Flush(s);
-            if (done) done(s);
+            if (outcome->done) outcome->done(result);
           },
   });
 }

@@ -20,6 +20,7 @@
 #define SLICED_SERVER_CORE_NODE_MANAGER_H_
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -152,11 +153,26 @@ class NodeManager {
 
   // Checks every lease now (the lease thread does this each interval):
   // nodes whose lease expired turn DEAD in one op and lose their
-  // placements. `done` (optional) gets the op's status; OK at once when no
-  // lease expired. On failure nothing changed and the next check retries.
+  // placements; an op too large for the store (etcd's Txn limits) is split
+  // in halves. `done` (optional) gets OK, or the first failure once every
+  // op is answered; OK at once when no lease expired. What failed changed
+  // nothing and the next check retries it.
   void CheckLeases(Done done = nullptr);
 
  private:
+  // One lease check's ops, answered together.
+  struct ExpiryOutcome {
+    size_t nodes = 0;  // expired when the check began
+    Done done;
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;    // ops not answered yet
+    size_t failed ABSL_GUARDED_BY(mu) = 0;  // nodes in failed ops
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+  };
+  // Marks `expired` DEAD in one op (see CheckLeases).
+  void MarkExpired(std::vector<std::string> expired,
+                   std::shared_ptr<ExpiryOutcome> outcome);
+
   // Drain (`draining`) or Undrain.
   void SetDraining(const std::string& node_id, bool draining, ViewDone done);
 

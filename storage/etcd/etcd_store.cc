@@ -39,6 +39,7 @@ class EtcdStore : public Store {
   absl::Status CheckSchema();
   absl::StatusOr<StoredState> Load() override;
   absl::Status Commit(const Mutation& mutation) override;
+  absl::Status CheckUnit(const Mutation& unit) const override;
   bool shared() const override { return !options_.fence_key.empty(); }
   absl::Status Confirm() override;
 
@@ -50,6 +51,11 @@ class EtcdStore : public Store {
   }
   // The Txns for `mutation`'s etcd writes; FailedPrecondition when one
   // unit alone is above the limits.
+  // One Txn's limits (ops, bytes less slack); FailedPrecondition saying
+  // so when one unit's `writes` exceed them.
+  int64_t BytesOf(const TxnWrites& writes) const;
+  bool Fits(const TxnWrites& writes) const;
+  absl::Status UnitFits(const TxnWrites& unit) const;
   absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> Plan(
       const Mutation& mutation) const;
   etcdserverpb::TxnRequest ToTxn(const TxnWrites& writes) const;
@@ -241,21 +247,41 @@ etcdserverpb::TxnRequest EtcdStore::ToTxn(const TxnWrites& writes) const {
   return txn;
 }
 
+int64_t EtcdStore::BytesOf(const TxnWrites& writes) const {
+  int64_t bytes = 0;
+  for (const auto& [key, write] : writes) {
+    bytes += kPerOpBytes + static_cast<int64_t>(key.size()) +
+             static_cast<int64_t>(write->value.size());
+  }
+  return bytes;
+}
+
+bool EtcdStore::Fits(const TxnWrites& writes) const {
+  return static_cast<int64_t>(writes.size()) <= options_.max_txn_ops &&
+         BytesOf(writes) <= options_.max_request_bytes - kRequestSlackBytes;
+}
+
+absl::Status EtcdStore::UnitFits(const TxnWrites& unit) const {
+  if (Fits(unit)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "one operation writes ", unit.size(), " keys (", BytesOf(unit),
+      " bytes), above the etcd limits sliced was given (", options_.max_txn_ops,
+      " ops, ", options_.max_request_bytes,
+      " bytes); nothing was written. Raise etcd's --max-txn-ops and "
+      "--max-request-bytes and pass the same to sliced's "
+      "--etcd_max_txn_ops / --etcd_max_request_bytes (docs/ha.md)"));
+}
+
+absl::Status EtcdStore::CheckUnit(const Mutation& unit) const {
+  TxnWrites writes;
+  for (const Mutation::Write& w : unit.writes()) {
+    if (w.table != Table::kLogs) writes[Key(w.table, w.key)] = &w;
+  }
+  return UnitFits(writes);
+}
+
 absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> EtcdStore::Plan(
     const Mutation& mutation) const {
-  const int64_t max_bytes = options_.max_request_bytes - kRequestSlackBytes;
-  auto bytes_of = [](const TxnWrites& writes) {
-    int64_t bytes = 0;
-    for (const auto& [key, write] : writes) {
-      bytes += kPerOpBytes + static_cast<int64_t>(key.size()) +
-               static_cast<int64_t>(write->value.size());
-    }
-    return bytes;
-  };
-  auto fits = [&](const TxnWrites& writes) {
-    return static_cast<int64_t>(writes.size()) <= options_.max_txn_ops &&
-           bytes_of(writes) <= max_bytes;
-  };
   std::vector<etcdserverpb::TxnRequest> txns;
   TxnWrites current;
   size_t begin = 0;
@@ -267,18 +293,12 @@ absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> EtcdStore::Plan(
     }
     begin = end;
     if (unit.empty()) continue;
-    if (!fits(unit)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "one operation writes ", unit.size(), " keys (", bytes_of(unit),
-          " bytes), above the etcd limits sliced was given (",
-          options_.max_txn_ops, " ops, ", options_.max_request_bytes,
-          " bytes); nothing was written. Raise etcd's --max-txn-ops and "
-          "--max-request-bytes and pass the same to sliced's "
-          "--etcd_max_txn_ops / --etcd_max_request_bytes (docs/ha.md)"));
-    }
+    // The coordinator's CheckUnit failed such an op alone; this stays for
+    // any other caller.
+    RETURN_IF_ERROR(UnitFits(unit));
     TxnWrites joined = current;
     for (const auto& [key, write] : unit) joined[key] = write;
-    if (fits(joined)) {
+    if (Fits(joined)) {
       current = std::move(joined);
     } else {
       txns.push_back(ToTxn(current));

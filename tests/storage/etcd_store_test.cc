@@ -155,6 +155,17 @@ TEST_F(EtcdStoreTest, OneUnitAboveTheLimitIsRefusedBeforeAnythingIsWritten) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("--max-txn-ops"), std::string::npos) << s;
   EXPECT_TRUE(store->Load()->nodes.empty());
+  // CheckUnit says the same of one op's writes before any commit (the
+  // coordinator fails such an op alone); log lines do not go to etcd.
+  EXPECT_EQ(store->CheckUnit(big).message(), s.message());
+  EXPECT_TRUE(store->CheckUnit(small).ok());
+  Mutation logged = small;
+  for (int i = 0; i < 5; ++i) {
+    logged.PutLog(absl::StrCat("a\x01", i),
+                  server::LogLine{absl::FromUnixMillis(1),
+                                  server::LogSeverity::kInfo, "hi", "a"});
+  }
+  EXPECT_TRUE(store->CheckUnit(logged).ok());
 }
 
 TEST_F(EtcdStoreTest, LogLinesStayInThisProcess) {

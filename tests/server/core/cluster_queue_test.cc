@@ -195,7 +195,7 @@ class ClusterQueueTest : public ::testing::Test {
                           CheckQueries(txn);
                           return absl::OkStatus();
                         },
-                        writes)
+                        writes, {})
                     .ok());
     cluster.Abandon();
   }
@@ -300,10 +300,10 @@ TEST_F(ClusterQueueTest, IndexesMatchAWalkOfEveryGroup) {
             }
             return fail ? absl::InternalError("op fails") : absl::OkStatus();
           },
-          writes);
+          writes, {});
       ASSERT_EQ(status.ok(), !fail);
     }
-    cluster.EndGroup(writes);
+    cluster.EndGroup(writes, {});
     if (rng_() % 4 == 0) {
       cluster.Abandon();  // as after a failed commit
     } else {

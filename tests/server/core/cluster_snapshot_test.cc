@@ -178,7 +178,7 @@ TEST_F(ClusterSnapshotTest, OpsSeeTheGroupsChangesAndFailedOpsLeaveNone) {
             }
             return fail ? absl::InternalError("op fails") : absl::OkStatus();
           },
-          writes);
+          writes, {});
       ASSERT_FALSE(HasFailure()) << "round " << round << " op " << op;
       ASSERT_EQ(status.ok(), !fail);
       if (fail) {
@@ -198,7 +198,7 @@ TEST_F(ClusterSnapshotTest, OpsSeeTheGroupsChangesAndFailedOpsLeaveNone) {
                           }
                           return absl::InternalError("look only");
                         },
-                        writes)
+                        writes, {})
                     .code() == absl::StatusCode::kInternal);
     ASSERT_FALSE(HasFailure()) << "round " << round;
     if (Int(4) == 0) {

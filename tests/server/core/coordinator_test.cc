@@ -243,6 +243,35 @@ std::vector<absl::Status> InOneGroup(
   return answers;
 }
 
+// An op whose writes the store could never commit (etcd: above one Txn's
+// limits) fails alone, before the commit: the others of its group commit,
+// and nothing is re-read. (Before, the whole group failed with its error
+// and the store was re-read.)
+TEST(CoordinatorTest, AnOpTooLargeForTheStoreFailsAlone) {
+  storage::MemoryStore memory;
+  auto c = StartCore(memory);
+  ASSERT_NE(c, nullptr);
+  c->faults().LimitUnitWrites(2);
+  const int64_t loads_before = c->faults().loads();
+  std::vector<absl::Status> answers =
+      InOneGroup(*c, {Put("a"),
+                      [](Txn& t) {
+                        for (const char* id : {"x", "y", "z"})
+                          t.PutNode(Entry(id));
+                        return absl::OkStatus();
+                      },
+                      Put("b")});
+  EXPECT_TRUE(answers[0].ok()) << answers[0];
+  EXPECT_EQ(answers[1].code(), absl::StatusCode::kFailedPrecondition)
+      << answers[1];
+  EXPECT_NE(answers[1].message().find("writes 3 keys"), std::string::npos)
+      << answers[1];
+  EXPECT_TRUE(answers[2].ok()) << answers[2];
+  EXPECT_EQ(memory.Load()->nodes.size(), 2u);  // a, b
+  EXPECT_EQ(NodeCount(*c), 2u);
+  EXPECT_EQ(c->faults().loads(), loads_before);
+}
+
 // On a store other daemons write (etcd under an election), a failed op's
 // answer comes from this daemon's state, current only while it leads: it is
 // given once the group's commit passed the fence (or Confirm(), when the

@@ -883,6 +883,38 @@ TEST_F(PlacementManagerTest, ALostGroupWithNowhereToGoWaitsAndKeepsSurvivors) {
   });
 }
 
+// A mass expiry too large for the store as one op (etcd: one Txn) is
+// split in halves: every node that fits goes DEAD; only a node whose own
+// death is too large stays ALIVE, and the check says why.
+TEST_F(PlacementManagerTest, AMassExpiryTooLargeForOneOpIsSplit) {
+  Start(Options(absl::Minutes(5), 100, absl::Seconds(10)));
+  ASSERT_TRUE(core_->Register({CpuNode("big", 4)}).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(core_->Create(Cpus(1, 1)).ok());
+  std::vector<scheduler::Node> small;
+  for (int i = 0; i < 8; ++i) small.push_back(CpuNode(absl::StrCat("n", i), 4));
+  ASSERT_TRUE(core_->Register(small).ok());
+  // "big"'s death writes 4 keys (itself and its 3 groups); two of the others
+  // together write 2.
+  core_->faults().LimitUnitWrites(3);
+  core_->Advance(absl::Seconds(12));
+  absl::Status checked = core_->CheckLeases();
+  EXPECT_EQ(checked.code(), absl::StatusCode::kFailedPrecondition) << checked;
+  for (int i = 0; i < 8; ++i) {
+    auto node = core_->nodes().Get(absl::StrCat("n", i));
+    ASSERT_TRUE(node.ok());
+    EXPECT_EQ(node->node.state, scheduler::NodeState::kDead) << i;
+  }
+  auto big = core_->nodes().Get("big");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->node.state, scheduler::NodeState::kAlive);
+  // With room again, the next check takes it.
+  core_->faults().LimitUnitWrites(0);
+  ASSERT_TRUE(core_->CheckLeases().ok());
+  big = core_->nodes().Get("big");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->node.state, scheduler::NodeState::kDead);
+}
+
 TEST_F(PlacementManagerTest, ExpiredLeasesRescheduleInTheSameCommit) {
   Start(Options(absl::Minutes(5), 100, absl::Seconds(10)));
   ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
