@@ -316,6 +316,15 @@ absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn,
       part == 0 ? "nothing was written"
                 : absl::StrCat("of its ", parts, " etcd Txns only the first ",
                                part, " were written (whole operations)");
+  // What this part may have done, once an attempt went unanswered: etcd
+  // may have applied it, and a retry that then fails its fence says nothing
+  // of that first attempt.
+  const std::string unknown =
+      part == 0 ? "it may or may not have been applied"
+                : absl::StrCat("of its ", parts, " etcd Txns the first ", part,
+                               " were written and the next may or may not "
+                               "have been");
+  bool ambiguous = false;
   const absl::Time give_up = absl::Now() + options_.retry_for;
   absl::Duration backoff = absl::Milliseconds(50);
   while (true) {
@@ -328,6 +337,11 @@ absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn,
                              ") is gone or its write token was replaced, "
                              "another daemon leads");
       if (options_.on_fenced) options_.on_fenced(fenced_);
+      // Not a refusal after which nothing was done (no DeposedError) when
+      // an earlier attempt of this Txn may have landed.
+      if (ambiguous) {
+        return absl::UnavailableError(absl::StrCat(fenced_, "; ", unknown));
+      }
       if (part == 0) return Fenced();
       return absl::UnavailableError(absl::StrCat(fenced_, "; ", written));
     }
@@ -337,16 +351,12 @@ absl::StatusOr<int64_t> EtcdStore::Send(const etcdserverpb::TxnRequest& txn,
                                                  response.status().message()));
     }
     if (absl::Now() + backoff > give_up) {
-      return absl::UnavailableError(absl::StrCat(
-          "etcd did not confirm the commit within ",
-          absl::FormatDuration(options_.retry_for),
-          part == 0
-              ? "; it may or may not have been applied: "
-              : absl::StrCat("; of its ", parts, " etcd Txns the first ", part,
-                             " were written and the next may or "
-                             "may not have been: "),
-          response.status().message()));
+      return absl::UnavailableError(
+          absl::StrCat("etcd did not confirm the commit within ",
+                       absl::FormatDuration(options_.retry_for), "; ", unknown,
+                       ": ", response.status().message()));
     }
+    ambiguous = true;
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(500));
   }

@@ -73,6 +73,45 @@ TEST_F(EtcdStoreTest, AFencedCommitFailsOnceTheLeaderKeyIsGone) {
   EXPECT_TRUE(IsDeposed(store->Load().status()));
 }
 
+// An attempt that went unanswered may have landed. When the retry then
+// fails its fence, the commit says so: not "nothing was written" (a
+// DeposedError, which the API answers as a refusal after which nothing was
+// done, so a client would take a remove that landed for one that did not).
+TEST_F(EtcdStoreTest, AFenceFailureAfterAnUnansweredAttemptMayHaveLanded) {
+  const std::string& endpoints = cluster_->endpoints();
+  CuttableProxy proxy(std::stoi(endpoints.substr(endpoints.rfind(':') + 1)));
+  auto client = EtcdClient::Create(
+      {.endpoints = proxy.endpoint(), .call_timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(client.ok());
+  const std::string leader = prefix_ + "leader/1";
+  EtcdStoreOptions options;
+  options.prefix = prefix_;
+  options.fence_key = leader;
+  options.fence_revision = Put(leader);
+  options.retry_for = absl::Seconds(20);
+  auto store = OpenEtcdStore(*client, options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  proxy.Cut();
+  absl::SleepFor(absl::Milliseconds(100));  // the proxy's pump has cut
+  absl::Status committed;
+  std::thread commit([&] {
+    Mutation m;
+    m.PutNode(Node("a"));
+    committed = (*store)->Commit(m);
+  });
+  absl::SleepFor(absl::Milliseconds(700));  // attempts go unanswered
+  Delete(leader);
+  proxy.Restore();
+  commit.join();
+  EXPECT_EQ(committed.code(), absl::StatusCode::kUnavailable) << committed;
+  EXPECT_FALSE(IsDeposed(committed)) << committed;
+  EXPECT_NE(committed.message().find("lost leadership"), std::string::npos)
+      << committed;
+  EXPECT_NE(committed.message().find("may or may not have been applied"),
+            std::string::npos)
+      << committed;
+}
+
 // Confirm(): whether this store may still answer from what it read, with
 // no write: OK while its leader key stands; Unavailable, fenced for good,
 // once it is gone. An unfenced store is not shared.
