@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/quote.h"
 #include "base/status_macros.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -382,6 +383,22 @@ absl::StatusOr<std::unique_ptr<HaDaemon>> HaDaemon::Start(
   }
   if (options.lease_ttl < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--etcd_lease_ttl must be >= 1s");
+  }
+  if (options.advertise.empty()) {
+    // The leader is named by its advertised address: a wildcard names no
+    // host, and every daemon listening on it would name the same one (a
+    // standby then takes the leader's key for its own, and names none).
+    const std::string& listen = server_options.listen;
+    const absl::string_view host =
+        absl::string_view(listen).substr(0, listen.rfind(':'));
+    if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" ||
+        host == "*") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--advertise (host:port clients reach this daemon at) is required "
+          "with a wildcard --listen (",
+          Quote(listen),
+          "): standbys name the leader by it, and a wildcard names no host"));
+    }
   }
   ASSIGN_OR_RETURN(std::shared_ptr<storage::EtcdClient> client,
                    storage::EtcdClient::Create(

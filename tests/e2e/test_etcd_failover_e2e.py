@@ -588,5 +588,23 @@ class EtcdFailover(unittest.TestCase):
         self.assertLessEqual(percentile(gaps, 99), 10.0, gaps)
 
 
+
+class HaFlags(unittest.TestCase):
+    def test_a_wildcard_listen_needs_advertise(self):
+        # Refused before etcd is reached: a standby names the leader by its
+        # advertised address, and two daemons on 0.0.0.0 would name the same.
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp, True)
+        for listen in ("0.0.0.0:0", "[::]:0"):
+            r = subprocess.run(
+                [SLICED_BIN, "--store=etcd", "--etcd_endpoints=127.0.0.1:%d" % free_port(),
+                 "--listen=" + listen, "--insecure_listen_any", "--metrics_listen=",
+                 "--data_dir=" + tmp],
+                capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn("--advertise (host:port clients reach this daemon at) is required "
+                          "with a wildcard --listen", r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
