@@ -2,7 +2,10 @@
 
 LogTailer reads every regular file in a directory ($TPU_LOG_DIR, default
 /tmp/tpu_logs; symlinks such as glog's `<program>.INFO` are skipped, they
-name a file already read). Files are followed by inode with the file kept
+name a file already read). glog writes each line to its severity's file and
+to every lower one's (`<base>.log.INFO.<date>-<time>.<pid>` holds the
+WARNING file's lines too): of one process's files only the lowest severity
+is read, so that a warning is shipped once. Files are followed by inode with the file kept
 open, so a rotated (renamed or deleted) file is read to its end before it is
 let go; within one poll, older files (by mtime) are read first. Beyond
 max_open files, the least recently written are closed and reopened at their
@@ -31,6 +34,9 @@ MAX_LINE_BYTES = 4096  # the daemon's limit per line
 MAX_BATCH = 1000       # the daemon's limit per AppendLogs
 SEVERITIES = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
 _GLOG = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\s")
+# glog's file names: <program>.<host>.<user>.log.<SEVERITY>.<yyyymmdd-hhmmss>.<pid>
+_GLOG_FILE = re.compile(r"^(.*)\.log\.(INFO|WARNING|ERROR|FATAL)\.\d{8}-\d{6}\.(\d+)$")
+_GLOG_RANK = {"INFO": 0, "WARNING": 1, "ERROR": 2, "FATAL": 3}
 
 
 @dataclasses.dataclass
@@ -176,7 +182,7 @@ class LogTailer:
             except OSError:
                 continue
             present[st.st_ino] = (e.path, st.st_mtime, st.st_size)
-        return present
+        return _without_glog_copies(present)
 
     def _open(self, path: str, ino: int) -> Optional[_File]:
         try:
@@ -277,3 +283,21 @@ class LogBuffer:
             if i >= n:
                 return
             yield line
+
+
+def _without_glog_copies(present: Dict[int, tuple]) -> Dict[int, tuple]:
+    """`present` less the glog files of a severity above the lowest one of
+    the same process (their lines are in that one too)."""
+    lowest = {}
+    for path, _, _ in present.values():
+        m = _GLOG_FILE.match(os.path.basename(path))
+        if m:
+            key, rank = (m.group(1), m.group(3)), _GLOG_RANK[m.group(2)]
+            lowest[key] = min(rank, lowest.get(key, rank))
+    kept = {}
+    for ino, entry in present.items():
+        m = _GLOG_FILE.match(os.path.basename(entry[0]))
+        if m and _GLOG_RANK[m.group(2)] > lowest[(m.group(1), m.group(3))]:
+            continue
+        kept[ino] = entry
+    return kept

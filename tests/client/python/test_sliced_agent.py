@@ -364,6 +364,18 @@ class LogTailerTest(unittest.TestCase):
         self.write("new.log", "fresh\n")
         self.assertEqual([line.text for line in tailer.poll()], ["fresh"])
 
+    def test_glog_writes_a_line_to_every_lower_severitys_file_but_it_is_sent_once(self):
+        base = "tpu_driver.t1v-n-1-w-0.root.log."
+        self.write(base + "INFO.20261130-010000.77", "I1130 01:00:00.000000 77 a.cc:1] i\n"
+                   "W1130 01:00:01.000000 77 a.cc:2] w\nE1130 01:00:02.000000 77 a.cc:3] e\n")
+        self.write(base + "WARNING.20261130-010001.77", "W1130 01:00:01.000000 77 a.cc:2] w\n"
+                   "E1130 01:00:02.000000 77 a.cc:3] e\n")
+        self.write(base + "ERROR.20261130-010002.77", "E1130 01:00:02.000000 77 a.cc:3] e\n")
+        # Another process's WARNING file, with no INFO file (its minimum
+        # level is WARNING): its lowest, so read.
+        self.write(base + "WARNING.20261130-010005.78", "W1130 01:00:05.000000 78 b.cc:1] w78\n")
+        self.assertEqual(sorted(t.split("] ")[-1] for t in self.texts()), ["e", "i", "w", "w78"])
+
     def test_glog_severity_and_time(self):
         now = time.time()
         stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now - 5))
