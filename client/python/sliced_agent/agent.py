@@ -301,10 +301,11 @@ class Agent:
         changes)."""
         backoff = Backoff(1.0, 60.0, self._rng)
         wait = False
+        etag = None  # of the value last seen: a change between polls ends the next at once
         drained_for = None  # the notice drained for, until the key changes
         while not done():
             try:
-                raw = metadata.get(path, wait_for_change=wait)
+                raw, etag = metadata.watch(path, etag if wait else None)
             except MetadataError as e:
                 self._state("metadata", "failing", str(e), logging.WARNING)
                 time.sleep(backoff.next_delay())

@@ -9,8 +9,9 @@ Thread-safe: a Metadata holds no mutable state.
 """
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 GCE_PRODUCT = "Google Compute Engine"
 GCE_DEFAULT_HOST = "169.254.169.254"
@@ -33,27 +34,36 @@ class Metadata:
         self.base = "http://%s/computeMetadata/v1/" % host
         self.timeout = timeout
 
-    def get(self, path: str, wait_for_change: bool = False,
-            wait_seconds: int = 60) -> Optional[str]:
+    def get(self, path: str) -> Optional[str]:
         """The value at `path` (e.g. "instance/attributes/tpu-env"), None if
-        the server has none (404). wait_for_change: a hanging GET that
-        returns when the value changes or after wait_seconds (the server's
-        timeout_sec). Raises MetadataError on any other answer or a network
-        failure."""
+        the server has none (404). Raises MetadataError on any other answer
+        or a network failure."""
+        return self.watch(path)[0]
+
+    def watch(self, path: str, last_etag: Optional[str] = None,
+              wait_seconds: int = 60) -> Tuple[Optional[str], Optional[str]]:
+        """(value, ETag) of `path`; value None on 404. With last_etag (the
+        ETag of the value last seen) a hanging GET: it returns at once when
+        the value is no longer that one (it changed between two polls), else
+        when it changes or after wait_seconds (the server's timeout_sec).
+        Raises as get()."""
         url = self.base + path
         timeout = self.timeout
-        if wait_for_change:
-            url += "?wait_for_change=true&timeout_sec=%d" % wait_seconds
+        if last_etag is not None:
+            url += "?" + urllib.parse.urlencode({
+                "wait_for_change": "true", "last_etag": last_etag,
+                "timeout_sec": wait_seconds})
             timeout += wait_seconds
         request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
         try:
             with _NO_PROXY.open(request, timeout=timeout) as response:
                 if response.headers.get("Metadata-Flavor") != "Google":
                     raise MetadataError(path, "the answer lacks Metadata-Flavor: Google")
-                return response.read().decode("utf-8", "replace")
+                return (response.read().decode("utf-8", "replace"),
+                        response.headers.get("ETag"))
         except urllib.error.HTTPError as e:
             if e.code == 404:
-                return None
+                return None, None
             raise MetadataError(path, "HTTP %d" % e.code) from None
         except (urllib.error.URLError, OSError) as e:
             raise MetadataError(path, str(getattr(e, "reason", e))) from None

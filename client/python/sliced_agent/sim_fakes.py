@@ -6,6 +6,7 @@ Chip values follow a slow wave per chip so /metrics shows live series;
 set_error() raises libtpu's error gauges, omit() stops serving a metric.
 Thread-safe: servers answer on their own threads; setters take a lock.
 """
+import hashlib
 import http.server
 import math
 import threading
@@ -196,15 +197,24 @@ class _MetadataHandler(_Quiet):
             return self.reply(403, b"missing Metadata-Flavor\n")
         if query.get("wait_for_change") == ["true"]:
             wait = min(fake.max_wait, float(query.get("timeout_sec", ["60"])[0]))
+            last_etag = query.get("last_etag", [None])[0]
             with fake.changed:
                 before = fake.values.get(path)
-                fake.changed.wait_for(lambda: fake.values.get(path) != before, timeout=wait)
+                # Changed since the ETag the caller saw: at once, as GCE does.
+                if last_etag is None or last_etag == _etag(before):
+                    fake.changed.wait_for(lambda: fake.values.get(path) != before,
+                                          timeout=wait)
         with fake.lock:
             value = fake.values.get(path)
         if value is None:
             return self.reply(404, b"not found\n", [("Metadata-Flavor", "Google")])
         self.reply(200, value.encode(), [("Metadata-Flavor", "Google"),
-                                         ("Content-Type", "application/text")])
+                                         ("Content-Type", "application/text"),
+                                         ("ETag", _etag(value))])
+
+
+def _etag(value: Optional[str]) -> str:
+    return hashlib.sha1((value or "").encode()).hexdigest()[:16]
 
 
 class FakeMetadata(_HttpFake):

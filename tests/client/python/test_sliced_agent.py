@@ -21,7 +21,7 @@ from sliced_agent.agent import Agent, AgentMetrics, AgentOptions
 from sliced_client import Client
 from sliced_agent.backoff import Backoff, jittered
 from sliced_agent.host import DetectOptions, HostError, detect
-from sliced_agent.metadata import GCE_DEFAULT_HOST, find_metadata
+from sliced_agent.metadata import GCE_DEFAULT_HOST, Metadata, find_metadata
 from sliced_agent.runner import Runner
 from sliced_agent.sim import free_port
 from sliced_agent.sim_fakes import ChipWaves, FakeLibtpu, FakeMetadata
@@ -614,13 +614,13 @@ class AgentWireTest(unittest.TestCase):
         calls = {"missing": 0, "notice": 0}
 
         class Metadata:
-            def get(self, path, wait_for_change=False):
+            def watch(self, path, last_etag=None):
                 if path == "missing":
                     calls["missing"] += 1
-                    return None
+                    return None, None
                 calls["notice"] += 1
                 time.sleep(0.01)  # a long poll's timeout, answering the same
-                return "TERMINATE_ON_HOST_MAINTENANCE"
+                return "TERMINATE_ON_HOST_MAINTENANCE", "e1"
         drains = []
         self.agent.drain = lambda reason: drains.append(reason) or True
         stop = threading.Event()
@@ -637,6 +637,34 @@ class AgentWireTest(unittest.TestCase):
         self.assertIn("missing is not served (404)", "".join(logs.output))
         self.assertGreater(calls["notice"], 5)
         self.assertEqual(drains, ["notice=TERMINATE_ON_HOST_MAINTENANCE (GCE metadata)"])
+
+    def test_a_notice_set_between_two_polls_ends_the_next_at_once(self):
+        # The long poll names the ETag of the value last seen: a change that
+        # came while no poll was open (during a drain, say) is answered at
+        # once, not after the poll's timeout (60 s on GCE; GCE gives a
+        # preempted VM 30 s).
+        fake = FakeMetadata(max_wait=20)
+        self.addCleanup(fake.stop)
+        md = Metadata(fake.address)
+        value, etag = md.watch("instance/preempted")
+        self.assertEqual(value, "FALSE")
+        fake.set("instance/preempted", "TRUE")
+        start = time.monotonic()
+        self.assertEqual(md.watch("instance/preempted", etag)[0], "TRUE")
+        self.assertLess(time.monotonic() - start, 5)
+        # The watcher passes on what it saw.
+        seen = []
+
+        class Recording:
+            def watch(self, path, last_etag=None):
+                seen.append(last_etag)
+                if len(seen) > 2:
+                    stop.set()
+                return "NONE", "tag-%d" % len(seen)
+        stop = threading.Event()
+        self.agent._watch_notice(Recording(), "instance/maintenance-event",
+                                 lambda v: v != "NONE", stop.is_set)
+        self.assertEqual(seen[:3], [None, "tag-1", "tag-2"])
 
     def test_drain(self):
         with self.assertLogs("sliced_agent", "INFO"):
