@@ -21,7 +21,7 @@ from sliced_agent.host import DetectOptions, HostError, detect
 from sliced_agent.logtail import LogTailer
 from sliced_agent.metadata import find_metadata
 from sliced_agent.runner import Runner
-from sliced_agent.tpu_metrics import DevicePluginSource, LibtpuSource
+from sliced_agent.tpu_metrics import DEVICES_PER_CHIP, DevicePluginSource, LibtpuSource
 from sliced_client import DEFAULT_ADDRESS, Client
 
 _log = logging.getLogger("sliced_agent")
@@ -117,7 +117,9 @@ def build(args, env: Mapping[str, str], metrics: AgentMetrics,
             sources.append(DevicePluginSource(plugin))
         ports = args.libtpu_ports or env.get("TPU_RUNTIME_METRICS_PORTS", "") or "8431"
         try:
-            sources.append(LibtpuSource(int(p) for p in ports.split(",") if p.strip()))
+            sources.append(LibtpuSource(
+                (int(p) for p in ports.split(",") if p.strip()),
+                devices_per_chip=DEVICES_PER_CHIP.get(facts.accelerator_type, 1)))
         except ValueError:
             raise ValueError("TPU_RUNTIME_METRICS_PORTS/--libtpu_ports %r: expected "
                              "comma-separated ports" % ports) from None

@@ -30,6 +30,8 @@ class ChipWaves:
     def __init__(self, chips: int, accelerator_type: str, seed: int = 0):
         self.chips = chips
         self.total = HBM_TOTAL.get(accelerator_type, 16 << 30)
+        # libtpu counts HBM per device: two per v2/v3 chip (half each here).
+        self.devices_per_chip = 2 if accelerator_type in ("TPU-V2", "TPU-V3") else 1
         self.seed = seed
         self.lock = threading.Lock()
         self.errors: Dict[str, float] = {}
@@ -87,17 +89,19 @@ class _Libtpu(libtpu_pb2_grpc.RuntimeMetricServiceServicer):
         field = LIBTPU_NAMES.get(name)
         if field is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "unknown metric " + name)
+        per_device = self.waves.devices_per_chip if field.startswith("hbm_") else 1
         for chip in range(self.waves.chips):
             values = self.waves.values(chip)
             if field not in values:
                 continue
-            m = out.metrics.add()
-            m.attribute.key = "device-id"
-            m.attribute.value.int_attr = chip
-            if field.endswith("_bytes"):
-                m.gauge.as_int = int(values[field])
-            else:
-                m.gauge.as_double = values[field]
+            for device in range(per_device):
+                m = out.metrics.add()
+                m.attribute.key = "device-id"
+                m.attribute.value.int_attr = chip * per_device + device
+                if field.endswith("_bytes"):
+                    m.gauge.as_int = int(values[field]) // per_device
+                else:
+                    m.gauge.as_double = values[field]
         return libtpu_pb2.MetricResponse(metric=out)
 
 

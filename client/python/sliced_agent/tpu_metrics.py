@@ -9,7 +9,7 @@
 - libtpu's tpu.monitoring.runtime.RuntimeMetricService over gRPC on
   localhost, one port each in $TPU_RUNTIME_METRICS_PORTS (default 8431), as
   tpu-info reads it: GetRuntimeMetric per metric name, the chip in the
-  "device-id" attribute. ListSupportedMetrics says which names exist (the
+  "device-id" attribute (HBM is per device: a v2/v3 chip's two are summed). ListSupportedMetrics says which names exist (the
   utilization and bandwidth names vary by libtpu version).
 
 A metric a source does not give is omitted, never reported as 0. A Sample
@@ -47,6 +47,10 @@ LIBTPU_PATTERNS = (
     (re.compile(r"(hbm|memory).*bandwidth.*util"), "memory_bandwidth_utilization"),
 )
 ERROR_GAUGES = ("slice.error.detected.gauge", "megascale.error.detected.gauge")
+# libtpu counts HBM per device (TensorCore), duty cycle per chip (tpu-info's
+# get_chip_usage); v2 and v3 chips are two devices each, later chips one.
+PER_DEVICE = ("hbm_used_bytes", "hbm_total_bytes")
+DEVICES_PER_CHIP = {"TPU-V2": 2, "TPU-V3": 2}
 MAX_CHIPS = 64
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -122,8 +126,11 @@ def _gauge_value(metric) -> Optional[float]:
 class LibtpuSource:
     """libtpu's metric service on 127.0.0.1:<port> for each port."""
 
-    def __init__(self, ports: Iterable[int], timeout: float = 2.0, host: str = "127.0.0.1"):
+    def __init__(self, ports: Iterable[int], timeout: float = 2.0, host: str = "127.0.0.1",
+                 devices_per_chip: int = 1):
         self.timeout = timeout
+        # HBM of devices d and d+1 (v2, v3) is chip d // 2's: summed.
+        self.devices_per_chip = devices_per_chip
         self._stubs = []
         for port in ports:
             channel = grpc.secure_channel("%s:%d" % (host, port),
@@ -170,6 +177,7 @@ class LibtpuSource:
         return sample
 
     def _poll_port(self, port, stub, sample: Sample) -> None:
+        per_device: Dict[int, Dict[str, float]] = {}
         for name, field in self._metric_names(port, stub).items():
             try:
                 response = stub.GetRuntimeMetric(
@@ -186,8 +194,16 @@ class LibtpuSource:
                     sample.gauges[field] = max(sample.gauges.get(field, 0.0), value)
                     continue
                 chip = _device_id(metric)
-                if chip is not None:
+                if chip is None:
+                    continue
+                if field in PER_DEVICE and self.devices_per_chip > 1:
+                    totals = per_device.setdefault(chip // self.devices_per_chip, {})
+                    totals[field] = totals.get(field, 0.0) + value
+                else:
                     sample.put(chip, field, value)
+        for chip, values in per_device.items():
+            for field, value in values.items():
+                sample.put(chip, field, value)
 
 
 def to_proto(node_id: str, sample: Sample):

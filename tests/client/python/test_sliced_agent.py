@@ -315,6 +315,21 @@ class TpuMetricsTest(unittest.TestCase):
                          r"(UNAVAILABLE|CANCELLED)$" % server.port)
 
 
+    def test_libtpu_hbm_of_a_two_device_chip_is_summed(self):
+        # v2/v3: libtpu gives HBM per device (two per chip), duty cycle per
+        # chip: chip 1 is devices 2 and 3, not device 1.
+        waves = ChipWaves(4, "TPU-V3")
+        server = fake(self, FakeLibtpu(waves))
+        source = tpu_metrics.LibtpuSource([server.port], devices_per_chip=2)
+        self.addCleanup(source.close)
+        sample = source.poll()
+        self.assertEqual(sorted(sample.chips), [0, 1, 2, 3])
+        self.assertEqual(sample.chips[1]["hbm_total_bytes"], waves.total)
+        self.assertLessEqual(sample.chips[1]["hbm_used_bytes"], waves.total)
+        self.assertEqual(tpu_metrics.DEVICES_PER_CHIP.get("TPU-V3"), 2)
+        self.assertNotIn("TPU-V6E", tpu_metrics.DEVICES_PER_CHIP)
+
+
 class LogTailerTest(unittest.TestCase):
     def setUp(self):
         self.dir = tmpdir(self)
