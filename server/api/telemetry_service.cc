@@ -27,6 +27,7 @@ class TailReactor : public StreamReactor<v1::LogLine>,
   void Deliver(const LogLine& line) override {
     if (nodes_.contains(line.node_id) && filter_(line)) Send(line);
   }
+  void End(const absl::Status& why) override { EndWith(why); }
   void Send(const LogLine& line) {
     v1::LogLine out;
     LogLineToProto(line, &out);

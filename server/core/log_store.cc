@@ -71,6 +71,13 @@ void LogStore::Restore(
   take_node();
   absl::MutexLock lock(&mu_);
   rings_ = std::move(rings);
+  // As watch streams end (WatchHub::Restored): what a follower was given
+  // may not match the rings now (a commit that failed but landed).
+  const absl::Status behind = absl::AbortedError(
+      "this stream fell behind: the daemon re-read its store after a failed "
+      "commit, and lines since may be missing from it or doubled; open it "
+      "again");
+  for (Follower* f : followers_) f->End(behind);
 }
 
 std::vector<LogLine> LogStore::Stage(Txn& txn, const std::string& node_id,

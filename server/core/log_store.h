@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/telemetry.h"
 #include "server/core/txn.h"
@@ -35,7 +36,8 @@ class LogStore {
   // Replaces the rings with the stored lines (sorted by key) of the nodes
   // `known` says exist; appends to `repair` the deletes of the other
   // nodes' lines, of lines beyond the ring bound and of keys that are not
-  // ours, and moves of kept lines that leave a gap in a ring's keys.
+  // ours, and moves of kept lines that leave a gap in a ring's keys. Ends
+  // every follower (Follower::End).
   void Restore(const std::vector<std::pair<std::string, LogLine>>& stored,
                const std::function<bool(const std::string&)>& known,
                storage::Mutation& repair);
@@ -58,6 +60,9 @@ class LogStore {
    public:
     virtual ~Follower() = default;
     virtual void Deliver(const LogLine& line) = 0;
+    // The rings were replaced (Restore after a failed commit): lines may be
+    // missing from what it was given, or come twice. It ends (ABORTED).
+    virtual void End(const absl::Status& why) = 0;
   };
   // Emits the stored lines of `node_ids` that match `filter`, oldest first
   // (only the newest `last` of them), and, when `follower` is not null,

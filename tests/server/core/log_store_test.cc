@@ -102,5 +102,35 @@ TEST(LogStoreTest, TheNewestLinesAreTheTailOfTheFullRead) {
   }
 }
 
+// A re-read of the store (after a failed commit that may have landed)
+// ends every follower: what it was given may not match the rings now.
+TEST(LogStoreTest, ARestoreEndsEveryFollower) {
+  struct Recorder : LogStore::Follower {
+    void Deliver(const LogLine& line) override { texts.push_back(line.text); }
+    void End(const absl::Status& why) override { ended = why; }
+    std::vector<std::string> texts;
+    absl::Status ended;
+  };
+  LogStore logs(10);
+  storage::Mutation repair;
+  logs.Restore(
+      {Stored("a", 0)}, [](const std::string&) { return true; }, repair);
+  Recorder follower;
+  logs.Read(
+      {"a"}, [](const LogLine&) { return true; },
+      [&](const LogLine& line) { follower.texts.push_back(line.text); },
+      &follower);
+  EXPECT_EQ(follower.texts, std::vector<std::string>{"a-0"});
+  EXPECT_TRUE(follower.ended.ok());
+  logs.Restore(
+      {Stored("a", 0), Stored("a", 1)}, [](const std::string&) { return true; },
+      repair);
+  EXPECT_EQ(follower.ended.code(), absl::StatusCode::kAborted)
+      << follower.ended;
+  EXPECT_NE(follower.ended.message().find("re-read its store"),
+            std::string::npos);
+  logs.Unfollow(&follower);
+}
+
 }  // namespace
 }  // namespace sliced::server
