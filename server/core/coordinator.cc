@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "server/core/txn.h"
 
 namespace sliced::server {
 
@@ -27,10 +28,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(
 
 void Coordinator::Run() {
   {
-    // An empty op first, so that the end-of-group work runs on the state as
-    // loaded.
+    // An op first that asks for the end-of-group work (the queue re-tried,
+    // INFEASIBLE groups re-checked) on the state as loaded: the flags that
+    // decide placement may differ from the last run's.
     absl::MutexLock lock(&queue_mu_);
-    queue_.push_front(WriteOp{[](Txn&) { return absl::OkStatus(); },
+    queue_.push_front(WriteOp{[](Txn& txn) {
+                                txn.RequestFullRetry();
+                                return absl::OkStatus();
+                              },
                               [](const absl::Status&) {}});
   }
   writer_ = std::thread([this] { WriterLoop(); });
@@ -130,11 +135,13 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
   }
   storage::Mutation writes;
   std::vector<WriteOp*> applied;
-  // On a shared store (etcd, docs/ha.md) this daemon's state is current only
-  // while it leads, and another daemon may lead before this one learns it.
-  // So an op that failed (a remove's NOT_FOUND, read from that state) is
-  // answered, like the applied ones, once the group's commit passed its
-  // fence, or Confirm() when the group wrote nothing; else with why not.
+  // An op that failed is answered, like the applied ones, once the group's
+  // commit is settled, and with why not if it failed: its failure may rest
+  // on earlier ops of the group (a second remove of a group the first one
+  // removed), which a failed commit undoes. On a shared store (etcd,
+  // docs/ha.md) this daemon's state is current only while it leads, and
+  // another daemon may lead before this one learns it: a group that wrote
+  // nothing is answered once Confirm() says it still leads.
   const bool shared = store_->shared();
   std::vector<std::pair<WriteOp*, absl::Status>> failed;
   machine_->BeginGroup(Now());
@@ -147,10 +154,8 @@ void Coordinator::RunGroup(std::vector<WriteOp> ops) {
     absl::Status status = machine_->RunOp(op.apply, writes, check);
     if (status.ok()) {
       applied.push_back(&op);
-    } else if (shared) {
-      failed.emplace_back(&op, std::move(status));
     } else {
-      op.done(status);
+      failed.emplace_back(&op, std::move(status));
     }
   }
   machine_->EndGroup(writes, check);

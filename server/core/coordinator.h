@@ -117,9 +117,10 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Open(
       std::unique_ptr<storage::Store> store, Machine* machine, Options options);
 
-  // Starts the writer thread, first with one empty op so that the Machine's
-  // end-of-group work (resuming the queue) runs once on the state as
-  // loaded. Call once, when whatever the Machine calls back is wired.
+  // Starts the writer thread, first with one op that asks for the
+  // Machine's end-of-group work (the queue re-tried, INFEASIBLE groups
+  // re-checked) on the state as loaded. Call once, when whatever the
+  // Machine calls back is wired.
   void Run();
 
   // Stops accepting ops, finishes those queued, and joins the writer.

@@ -280,6 +280,12 @@ class Txn {
     return own_.next_sequence++;
   }
   void RequestPendingRetry() { own_.retry_pending = own_.retry_all = true; }
+  // The queue is re-tried at the end of the group, INFEASIBLE groups too,
+  // as after a node change (at start-up: what decides placement, such as
+  // the daemon's flags, may have changed since the state was stored).
+  void RequestFullRetry() {
+    own_.retry_pending = own_.retry_all = own_.recheck_infeasible = true;
+  }
   // Whether this op or an earlier one of the group may have freed capacity.
   bool PendingRetryRequested() const {
     return own_.queue_retried ? own_.retry_pending

@@ -316,17 +316,28 @@ TEST(CoordinatorTest, OnASharedStoreAFailedOpIsAnsweredOnlyWhileLeading) {
       << unread;
 }
 
-// A store only this daemon writes answers a failed op at once, as it failed,
-// whatever becomes of its group's commit.
-TEST(CoordinatorTest, OnAnUnsharedStoreAFailedOpKeepsItsAnswer) {
+// A failed op is answered once its group's commit is settled, on a store
+// only this daemon writes too: its failure may rest on an earlier op of the
+// group (here "a exists"), which a failed commit undoes. (It was answered
+// at once, and kept its answer whatever became of the commit.)
+TEST(CoordinatorTest, AFailedOpIsAnsweredWithItsGroupsCommit) {
   storage::MemoryStore memory;
   auto c = StartCore(memory);
   ASSERT_NE(c, nullptr);
+  auto create_a = [](Txn& t) {
+    if (t.FindNode("a") != nullptr) return absl::AlreadyExistsError("a exists");
+    t.PutNode(Entry("a"));
+    return absl::OkStatus();
+  };
   c->faults().FailWrites(1);
-  const std::vector<absl::Status> answers = InOneGroup(
-      *c, {Put("a"), [](Txn&) { return absl::NotFoundError("no ghost"); }});
-  EXPECT_EQ(answers[0].code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(answers[1], absl::NotFoundError("no ghost"));
+  std::vector<absl::Status> answers = InOneGroup(*c, {create_a, create_a});
+  EXPECT_EQ(answers[0].code(), absl::StatusCode::kUnavailable) << answers[0];
+  EXPECT_EQ(answers[1].code(), absl::StatusCode::kUnavailable) << answers[1];
+  EXPECT_EQ(NodeCount(*c), 0u);
+  // With the commit through, the failure stands.
+  answers = InOneGroup(*c, {create_a, create_a});
+  EXPECT_TRUE(answers[0].ok()) << answers[0];
+  EXPECT_EQ(answers[1], absl::AlreadyExistsError("a exists"));
 }
 
 TEST(CoordinatorTest, OpsSubmittedBeforeRunWaitForTheWriter) {

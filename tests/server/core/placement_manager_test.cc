@@ -419,6 +419,33 @@ TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
 // Found by the crash-loop test: the newest groups removed, then a restart,
 // and the next create got a removed group's id. The high-water mark is
 // stored with each create, so ids are never handed out twice.
+// A start re-tries the queue, INFEASIBLE groups too, on the state it
+// loaded: the flags that decide placement may have changed (here
+// --subslicing, off in the last run). Before, a loaded queue waited for the
+// next change of the inventory.
+TEST_F(PlacementManagerTest, AStartRetriesTheQueueOnTheStateItLoaded) {
+  CoreOptions whole_slices_only;
+  whole_slices_only.placement.subslicing = false;
+  Start(whole_slices_only);
+  ASSERT_TRUE(
+      core_->Register(scheduler::testing::Slice("pod", "TPU-V5P", "4x4x4"))
+          .ok());
+  scheduler::PlacementRequest r;
+  r.slice = scheduler::SliceRequirement{
+      scheduler::TpuGeneration::kV5p, "2x2x2", 1, {}, {}, 1,
+      scheduler::Subslicing::kAllowed};
+  auto spec = NewPgSpec(std::move(r), {}, Limits());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto g = core_->Create(*spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->group.state, PgState::kInfeasible);
+  Restart();  // sub-slicing on, the default
+  ASSERT_TRUE(core_->Op([](Txn&) { return absl::OkStatus(); }).ok());
+  auto placed = core_->placement().Get(g->group.id);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->group.state, PgState::kCreated);
+}
+
 TEST_F(PlacementManagerTest, ARestartNeverReusesTheIdOfARemovedGroup) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
