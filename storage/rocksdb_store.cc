@@ -445,6 +445,25 @@ absl::Status ReleaseOldLogs(RocksDbStore& store, const std::string& path) {
   return in_context(s, "rescanning the directory");
 }
 
+// Whether a directory without CURRENT holds only what a first open leaves
+// before it writes CURRENT (the info log, the lock, a manifest, options; the
+// first write-ahead log comes after CURRENT): such an open failed (ENOSPC)
+// or was killed, and nothing was ever stored. Anything else (a table, a
+// write-ahead log, a file of someone else's) is not ours to take over.
+bool OnlyAnUnfinishedFirstOpen(const std::string& path) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool leftover =
+        name == "LOG" || name == "LOCK" || name == "IDENTITY" ||
+        absl::StartsWith(name, "LOG.old.") ||
+        absl::StartsWith(name, "MANIFEST-") ||
+        absl::StartsWith(name, "OPTIONS-") || absl::EndsWith(name, ".dbtmp");
+    if (!leftover || ec) return false;
+  }
+  return !ec;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
@@ -453,7 +472,8 @@ absl::StatusOr<std::unique_ptr<Store>> OpenRocksDbStore(
   std::error_code ec;
   const bool exists = fs::exists(fs::path(options.path) / "CURRENT", ec);
   if (!exists && fs::exists(options.path, ec) &&
-      !fs::is_empty(options.path, ec)) {
+      !fs::is_empty(options.path, ec) &&
+      !OnlyAnUnfinishedFirstOpen(options.path)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data dir ", options.path,
         " is not empty and holds no sliced database; pick an empty or new "

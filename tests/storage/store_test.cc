@@ -365,6 +365,41 @@ TEST(RocksDbStoreTest, AFirstStartCutBeforeItsSchemaVersionStartsAnew) {
       << store.status();
 }
 
+// A first open that failed (ENOSPC) or was killed before RocksDB wrote
+// CURRENT left its info log, lock, manifest and options: nothing was
+// stored, so the next start begins anew. (Every start refused the directory
+// as not sliced's.) A write-ahead log (written only after CURRENT) is not
+// that.
+TEST(RocksDbStoreTest, AFirstOpenCutBeforeCurrentStartsAnew) {
+  TempDir dir;
+  fs::create_directories(dir.path());
+  for (const char* name : {"LOG", "LOCK", "IDENTITY", "MANIFEST-000001",
+                           "OPTIONS-000005", "000003.dbtmp"}) {
+    std::ofstream(dir.path() + "/" + name) << "";
+  }
+  { std::ofstream(dir.path() + "/LOG") << "rocksdb info log lines\n"; }
+  {
+    auto store = OpenRocksDbStore({.path = dir.path()});
+    ASSERT_TRUE(store.ok()) << store.status();
+    Mutation m;
+    m.PutNode(Node("n1"));
+    ASSERT_TRUE((*store)->Commit(m).ok());
+  }
+  auto reopened = OpenRocksDbStore({.path = dir.path()});
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->Load()->nodes.size(), 1u);
+
+  TempDir logged;
+  fs::create_directories(logged.path());
+  { std::ofstream(logged.path() + "/LOG") << ""; }
+  { std::ofstream(logged.path() + "/000004.log") << "records"; }
+  auto refused = OpenRocksDbStore({.path = logged.path()});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("holds no sliced database"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(RocksDbStoreTest, ForeignDirectoryIsRefused) {
   TempDir dir;
   fs::create_directories(dir.path());
