@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -149,11 +150,26 @@ class TopologyPlacer {
       pinned[g] = PinnedValue(groups[g], lv.label);
       if (pinned[g].has_value()) used.insert(*pinned[g]);
     }
+    // The groups that ask what group g asks can only go to the domains big
+    // enough for it, one each: fewer such domains than such groups and no
+    // state of the cluster helps. (Groups asking less may use other domains:
+    // comparing with every group's count called a mixed gang infeasible that
+    // fits an empty cluster.)
+    std::vector<size_t> alike(groups.size(), 0);
+    if (level == 0 && IsStrict(lv.strategy)) {
+      std::vector<ResourceSet> needs;
+      needs.reserve(groups.size());
+      std::map<ResourceSet, size_t> counts;
+      for (const Group& group : groups) {
+        needs.push_back(NeedOf(group));
+        ++counts[needs.back()];
+      }
+      for (size_t g = 0; g < groups.size(); ++g) alike[g] = counts[needs[g]];
+    }
     for (size_t g = 0; g < groups.size(); ++g) {
       if (pinned[g].has_value()) used.erase(*pinned[g]);
       const Scan scan = ScanDomains(groups[g], scope, level, used, pinned[g]);
-      if (level == 0 && IsStrict(lv.strategy) && !scan.pinned &&
-          static_cast<size_t>(scan.big_enough) < groups.size()) {
+      if (!scan.pinned && static_cast<size_t>(scan.big_enough) < alike[g]) {
         infeasible_ = true;  // too few domains could ever hold the groups
       }
       std::string first_inner;
@@ -207,18 +223,24 @@ class TopologyPlacer {
   }
 
   // Step 2 of topology.h for one group; `used`: values it may not take.
-  Scan ScanDomains(const Group& group, const LabelSelector& scope,
-                   size_t level, const absl::flat_hash_set<std::string>& used,
-                   const std::optional<std::string>& pinned_value) {
-    const TopologyLevel& lv = levels_[level];
-    LevelStats& stats = stats_[level];
-    Scan scan;
+  // What `group`'s bundles ask in sum (amounts > 0).
+  ResourceSet NeedOf(const Group& group) const {
     ResourceSet need;
     for (size_t b : group) {
       for (const auto& [name, amount] : bundles_[b].resources) {
         if (amount > 0) need[name] = AddAmounts(need[name], amount);
       }
     }
+    return need;
+  }
+
+  Scan ScanDomains(const Group& group, const LabelSelector& scope, size_t level,
+                   const absl::flat_hash_set<std::string>& used,
+                   const std::optional<std::string>& pinned_value) {
+    const TopologyLevel& lv = levels_[level];
+    LevelStats& stats = stats_[level];
+    Scan scan;
+    const ResourceSet need = NeedOf(group);
     const bool pinned = scan.pinned = pinned_value.has_value();
     const std::string main = MainResource(need);
     auto index = snap_.label_index().find(lv.label);

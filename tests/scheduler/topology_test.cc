@@ -180,6 +180,27 @@ TEST(TopologyTest, TooFewDomainsForTheGroupsIsInfeasible) {
   EXPECT_EQ(Rejected(*step, "taken by another group of this gang"), 1);
 }
 
+// Groups that ask different amounts are not counted against one group's
+// domains: a big bundle with one zone big enough and a small one that fits
+// another zone are only busy, not infeasible, while the big zone is held.
+TEST(TopologyTest, AMixedGangIsInfeasibleOnlyIfAnEmptyClusterCannotHoldIt) {
+  Node a = CpuNode("n-a", 100, "a");
+  Node b = CpuNode("n-b", 1, "b");
+  PlacementRequest r;
+  r.bundles = {Bundle{{{"CPU", Units(100)}}, {}, ""},
+               Bundle{{{"CPU", Units(1)}}, {}, ""}};
+  r.topology = {{std::string(kLabelZone), Strategy::kStrictSpread, 0}};
+  auto held =
+      Snap({a, b}, {{"pg-1", 0, "n-a", ResourceSet{{"CPU", Units(100)}}}});
+  const Decision busy = Solve(*held, r);
+  EXPECT_EQ(busy.outcome, Decision::kUnschedulable) << busy.diagnosis.summary;
+  auto empty = Snap({a, b});
+  EXPECT_EQ(Solve(*empty, r).outcome, Decision::kPlaced);
+  // Two alike big bundles with one zone big enough never fit.
+  r.bundles[1] = r.bundles[0];
+  EXPECT_EQ(Solve(*empty, r).outcome, Decision::kInfeasible);
+}
+
 TEST(TopologyTest, BusyDomainsAreUnschedulableWithCountsPerReason) {
   std::vector<Node> nodes;
   AddDomain(nodes, "nvl-a", 4);  // one node taken: 24 free
