@@ -42,8 +42,14 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
 int CandidateGroups::GroupFor(const LabelSelector& selector, BundleKind kind,
                               const ResourceSet& resources) {
   const std::string sel_key = SelectorToString(selector);
-  const std::string key = absl::StrCat(sel_key, "|", static_cast<int>(kind),
-                                       "|", ResourcesToString(resources));
+  // Exact amounts: bundles of a group share a cursor that skips nodes too
+  // small for one of them (ResourcesToString's six digits made 8589934592
+  // and 8589930000 bytes one group, and the smaller bundle lost the nodes
+  // the larger one skipped).
+  std::string key = absl::StrCat(sel_key, "|", static_cast<int>(kind), "|");
+  for (const auto& [name, amount] : resources) {
+    absl::StrAppend(&key, name, "=", amount, ";");
+  }
   auto it = group_of_.find(key);
   if (it != group_of_.end()) return it->second;
   auto bits = bits_cache_.find(sel_key);

@@ -815,6 +815,25 @@ TEST(SolverTest, EmptyInventory) {
             "no v6e-8 slice (v6e 2x4) exists in this inventory");
 }
 
+// Bundles that ask nearly the same (equal to six digits) are not one
+// candidate group: the larger one's cursor skipped the node only the
+// smaller one fits, and the gang stayed unplaced.
+TEST(SolverTest, NearlyEqualBundlesKeepTheirOwnCandidates) {
+  Node small = CpuNode("n-a", 1);
+  small.resources["memory"] = Units(8589930000.0);
+  Node large = CpuNode("n-b", 1);
+  large.resources["memory"] = Units(8589934592.0);
+  auto snap = Snap({small, large});
+  for (Strategy s : {Strategy::kPack, Strategy::kSpread}) {
+    const Decision d =
+        Solve(*snap, Generic(s, {B({{"memory", Units(8589934592.0)}}),
+                                 B({{"memory", Units(8589930000.0)}})}));
+    EXPECT_EQ(d.outcome, Decision::kPlaced)
+        << static_cast<int>(s) << ": " << d.diagnosis.summary;
+    EXPECT_EQ(d.bundle_nodes, (std::vector<std::string>{"n-b", "n-a"}));
+  }
+}
+
 TEST(SolverTest, DoesNotMutateTheSnapshot) {
   auto snap = Snap({CpuNode("a", 4)});
   PlacementRequest r = Generic(Strategy::kPack, {B(Cpu(4))});
