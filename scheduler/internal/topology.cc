@@ -15,6 +15,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -257,6 +258,17 @@ class TopologyPlacer {
       ++stats.rejected[reason];
     };
     const Overlay overlay(snap_, &adjusted_);
+    // What the group's pinned bundles keep on each node: a DRAINING node
+    // takes no new bundle but keeps those, so they count as its free room.
+    absl::flat_hash_map<std::string, ResourceSet> kept;
+    for (size_t b : group) {
+      const Bundle& bundle = bundles_[b];
+      if (bundle.pinned_node_id.empty()) continue;
+      ResourceSet& on = kept[bundle.pinned_node_id];
+      for (const auto& [name, amount] : bundle.resources) {
+        on[name] = AddAmounts(on[name], amount);
+      }
+    }
     std::vector<std::pair<int64_t, std::string>> fitting;
     for (const auto& [value, posting] : *index->second) {
       if (pinned && value != *pinned_value) continue;
@@ -273,12 +285,16 @@ class TopologyPlacer {
         }
         ++in_scope;
         const bool takes = TakesPlacements(e.node);
-        schedulable += takes ? 1 : 0;
+        const auto keeps = takes ? kept.end() : kept.find(e.node.node_id);
+        schedulable += takes || keeps != kept.end() ? 1 : 0;
         for (const auto& [name, amount] : need) {
           total[name] = AddAmounts(total[name], Amount(e.node.resources, name));
+          const int64_t room = std::max<int64_t>(0, overlay.Free(i, name));
           if (takes) {
+            free[name] = AddAmounts(free[name], room);
+          } else if (keeps != kept.end()) {
             free[name] = AddAmounts(
-                free[name], std::max<int64_t>(0, overlay.Free(i, name)));
+                free[name], std::min(room, Amount(keeps->second, name)));
           }
         }
       }

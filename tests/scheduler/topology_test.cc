@@ -311,6 +311,25 @@ TEST(TopologyTest, PinnedBundlesKeepTheirGroupsDomain) {
             absl::btree_set<std::string>{"nvl-a"});
 }
 
+// A surviving bundle on a DRAINING node keeps its place (a drain moves
+// nothing), and its room counts for its domain: the lost bundle goes beside
+// it. (The domain looked too small, and the group stayed RESCHEDULING.)
+TEST(TopologyTest, ASurvivorOnADrainingNodeKeepsItsDomain) {
+  std::vector<Node> nodes = {CpuNode("x", 8, "a"), CpuNode("z", 8, "a"),
+                             CpuNode("far", 8, "b")};
+  nodes[0].state = NodeState::kDraining;
+  auto snap = Snap(nodes, {{"pg-1", 0, "x", ResourceSet{{"CPU", Units(8)}}}});
+  PlacementRequest r;
+  r.strategy = Strategy::kSpread;
+  r.bundles.assign(2, Bundle{{{"CPU", Units(8)}}, {}, ""});
+  r.topology = {{std::string(kLabelZone), Strategy::kStrictPack, 0}};
+  r.replacing_pg_id = "pg-1";
+  r.bundles[0].pinned_node_id = "x";
+  const Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.bundle_nodes, (std::vector<std::string>{"x", "z"}));
+}
+
 TEST(TopologyTest, ALostGroupNeverTakesTheDomainOfAGroupThatStays) {
   std::vector<Node> nodes;
   AddDomain(nodes, "a", 2);  // group 1 stays here; the best fit for 2 x 8
