@@ -39,8 +39,9 @@ struct Bundle {
   LabelSelector selector;
   // Non-empty: this bundle stays on that node (re-placing only the lost
   // bundles of a PG). The solver checks the node is ALIVE or DRAINING (a
-  // draining node keeps what it holds), not quarantined, matches the
-  // selector and still has room; otherwise the gang is not placed. A pinned
+  // draining node keeps what it holds), not quarantined and still has room
+  // (not the bundle's selector: it is already there); otherwise the gang is
+  // not placed. A pinned
   // bundle on a DEAD or quarantined node is the caller's mistake to avoid:
   // it makes the request Unschedulable. Not allowed with a slice
   // requirement (slices are re-placed whole).

@@ -34,7 +34,9 @@ struct GangContext {
 // and `domain` (either may be null). Steps:
 //   1. Candidates: bundles with the same selector, kind and resources share
 //      one candidate group (candidates.h).
-//   2. Pinned bundles first, on their node (ALIVE, matching, with room).
+//   2. Pinned bundles first, on their node (ALIVE or DRAINING, not
+//      quarantined, within the priority, with room; not checked against the
+//      bundle's own selector: it is already there).
 //   3. The strategy, bundles largest first (TPU, CPU, memory, bundle order):
 //      PACK: a node the gang already uses, else best fit among the first 8
 //        fitting candidates of the best rank;

@@ -248,10 +248,14 @@ absl::StatusOr<PlacementRequest> PlacementManager::SolveRequest(
   ASSIGN_OR_RETURN(PlacementRequest request,
                    WithPriorities(asked, group.compute_class,
                                   txn.FindClass(group.compute_class)));
+  ApplyFlags(request);
+  return request;
+}
+
+void PlacementManager::ApplyFlags(PlacementRequest& request) const {
   if (!options_.subslicing && request.slice.has_value()) {
     request.slice->subslicing = scheduler::Subslicing::kNever;
   }
-  return request;
 }
 
 absl::StatusOr<Decision> PlacementManager::TryPlace(
@@ -1112,8 +1116,13 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
       it != state.classes.end()) {
     cls = &it->second;
   }
-  PlacementRequest request = group.request;
+  // The request the queue would solve: a RESCHEDULING group's survivors
+  // pinned, the daemon's flags applied.
+  PlacementRequest request = group.state == PgState::kRescheduling
+                                 ? ReplacementRequest(group, {})
+                                 : group.request;
   if (cls != nullptr) request.priorities = cls->priorities;
+  ApplyFlags(request);
   Decision d = scheduler::Solve(*state.snapshot, request);
   out.outcome = std::string(scheduler::OutcomeName(d.outcome));
   out.summary = d.diagnosis.summary;

@@ -320,6 +320,9 @@ class PlacementManager : public Cluster::Observer {
   };
   // Sets `what_if` when the group is unschedulable and groups of lower
   // priority hold capacity.
+  // What the daemon's flags change in a request before it is solved
+  // (--subslicing=false: never carve).
+  void ApplyFlags(scheduler::PlacementRequest& request) const;
   Explanation ExplainGroup(const ClusterState& state,
                            const PlacementGroup& group,
                            std::optional<PreemptionWhatIf>& what_if) const;

@@ -446,6 +446,30 @@ TEST_F(PlacementManagerTest, AStartRetriesTheQueueOnTheStateItLoaded) {
   EXPECT_EQ(placed->group.state, PgState::kCreated);
 }
 
+// Explain and a dry run solve what a create would: with --subslicing=false
+// a sub-slice of a pod is not carved, so the dry run says INFEASIBLE, as
+// the create then is (it said PLACED).
+TEST_F(PlacementManagerTest, ADryRunSolvesWithTheDaemonsFlags) {
+  CoreOptions whole_slices_only;
+  whole_slices_only.placement.subslicing = false;
+  Start(whole_slices_only);
+  ASSERT_TRUE(
+      core_->Register(scheduler::testing::Slice("pod", "TPU-V5P", "4x4x4"))
+          .ok());
+  scheduler::PlacementRequest r;
+  r.slice = scheduler::SliceRequirement{
+      scheduler::TpuGeneration::kV5p, "2x2x2", 1, {}, {}, 1,
+      scheduler::Subslicing::kAllowed};
+  auto spec = NewPgSpec(std::move(r), {}, Limits());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto dry = core_->placement().ExplainDryRun(*spec);
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  EXPECT_EQ(dry->outcome, "INFEASIBLE") << dry->summary;
+  auto g = core_->Create(*spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->group.state, PgState::kInfeasible);
+}
+
 TEST_F(PlacementManagerTest, ARestartNeverReusesTheIdOfARemovedGroup) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
