@@ -25,16 +25,23 @@ inline constexpr size_t kMaxQuotedBytes = 64;
 // kMaxQuotedBytes bytes; otherwise its first kMaxQuotedBytes bytes (cut back
 // to a whole UTF-8 character) between quotes, then "... (N bytes)" with N the
 // value's full size.
-inline std::string Quote(absl::string_view value, char quote = '"') {
-  const absl::string_view q(&quote, 1);
-  if (value.size() <= kMaxQuotedBytes) return absl::StrCat(q, value, q);
-  size_t cut = kMaxQuotedBytes;
+// The first `max` bytes of `value` at most, cut back to a whole UTF-8
+// character (`value` itself when it is no longer).
+inline absl::string_view CutUtf8(absl::string_view value, size_t max) {
+  if (value.size() <= max) return value;
+  size_t cut = max;
   // Don't split a multi-byte character: back up over continuation bytes.
   while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) {
     --cut;
   }
-  return absl::StrCat(q, value.substr(0, cut), q, "... (", value.size(),
-                      " bytes)");
+  return value.substr(0, cut);
+}
+
+inline std::string Quote(absl::string_view value, char quote = '"') {
+  const absl::string_view q(&quote, 1);
+  if (value.size() <= kMaxQuotedBytes) return absl::StrCat(q, value, q);
+  return absl::StrCat(q, CutUtf8(value, kMaxQuotedBytes), q, "... (",
+                      value.size(), " bytes)");
 }
 
 }  // namespace sliced

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/quote.h"
 #include "scheduler/internal/domains.h"
 #include "scheduler/internal/gang_placer.h"
 #include "scheduler/internal/slice_placer.h"
@@ -214,7 +215,9 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
   absl::Status s = ValidateBundles(request.bundles, "bundles", slice);
   if (!s.ok()) return s;
   for (size_t f = 0; f < request.fallbacks.size(); ++f) {
-    const std::string field = absl::StrCat("fallbacks[", f, "]");
+    // The API's field (sliced.v1 CreatePlacementGroupRequest).
+    const std::string field =
+        absl::StrCat("fallback_strategy[", f, "].bundles");
     // (A slice requirement's primary list may be empty: one default bundle
     // per host. A fallback is another list of bundles, never that again.)
     if (request.fallbacks[f].empty()) {
@@ -237,8 +240,9 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
                                "bundles");
     if (!s.ok()) return s;
     for (size_t f = 0; f < request.fallbacks.size(); ++f) {
-      s = ValidateTopologyGroups(request.topology, request.fallbacks[f].size(),
-                                 absl::StrCat("fallbacks[", f, "]"));
+      s = ValidateTopologyGroups(
+          request.topology, request.fallbacks[f].size(),
+          absl::StrCat("fallback_strategy[", f, "].bundles"));
       if (!s.ok()) return s;
     }
   }
@@ -275,7 +279,8 @@ absl::Status ValidateRequest(const PlacementRequest& request) {
     s = check_count(request.bundles, "bundles");
     if (!s.ok()) return s;
     for (size_t f = 0; f < request.fallbacks.size(); ++f) {
-      s = check_count(request.fallbacks[f], absl::StrCat("fallbacks[", f, "]"));
+      s = check_count(request.fallbacks[f],
+                      absl::StrCat("fallback_strategy[", f, "].bundles"));
       if (!s.ok()) return s;
     }
     for (const auto& [name, amount] : req.resources_per_host) {
@@ -340,7 +345,14 @@ Decision Solve(const InventorySnapshot& snapshot,
   }
   decision.outcome =
       all_infeasible ? Decision::kInfeasible : Decision::kUnschedulable;
-  decision.diagnosis.summary = absl::StrJoin(summaries, " | ");
+  std::string summary = absl::StrJoin(summaries, " | ");
+  // It becomes the group's stored pending reason, in every reply and watch
+  // event: bounded, whatever the lists and selectors (the steps keep all).
+  if (summary.size() > kMaxSummaryBytes) {
+    summary = absl::StrCat(CutUtf8(summary, kMaxSummaryBytes), "... (",
+                           summary.size(), " bytes in all)");
+  }
+  decision.diagnosis.summary = std::move(summary);
   return decision;
 }
 

@@ -150,10 +150,14 @@ struct DiagnosisStep {
   friend bool operator==(const DiagnosisStep&, const DiagnosisStep&) = default;
 };
 
+// A not-placed summary beyond this is cut (a group's pending reason).
+inline constexpr size_t kMaxSummaryBytes = 4096;
+
 struct Diagnosis {
   // One line, e.g. "0/12 v6e-16 slices free: 9 held, 2 not intact (s10: node
   // s10-w3 is DEAD; ...), 1 in zone us-east5-a excluded by selector" (the
-  // first slice that is not intact says why).
+  // first slice that is not intact says why). At most kMaxSummaryBytes and
+  // a note of the full size when not placed.
   std::string summary;
   std::vector<DiagnosisStep> steps;
 

@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/core/validation.h"
 
 namespace sliced::server::api {
 
@@ -51,6 +52,26 @@ absl::StatusOr<int> PageSizeFromProto(int32_t page_size, const Limits& limits) {
         "page_size: must be 0..", limits.max_page_size, ", got ", page_size));
   }
   return page_size == 0 ? limits.default_page_size : page_size;
+}
+
+absl::StatusOr<scheduler::LabelSelector> SelectorFromProto(
+    const google::protobuf::Map<std::string, std::string>& map,
+    absl::string_view field, const Limits& limits) {
+  if (static_cast<int>(map.size()) > limits.max_selector_keys) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": at most ",
+                                                   limits.max_selector_keys,
+                                                   " keys, got ", map.size()));
+  }
+  auto parsed = scheduler::ParseLabelSelector(ToBtree(map));
+  if (!parsed.ok()) return WithFieldPrefix(field, parsed.status());
+  for (const scheduler::SelectorTerm& term : parsed->terms) {
+    if (static_cast<int>(term.values.size()) > limits.max_selector_values) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, "[\"", term.key, "\"]: at most ", limits.max_selector_values,
+          " values in in(...), got ", term.values.size()));
+    }
+  }
+  return parsed;
 }
 
 }  // namespace sliced::server::api

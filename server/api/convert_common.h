@@ -44,6 +44,13 @@ absl::StatusOr<absl::Time> FromTimestamp(
 // the field outside 0..max.
 absl::StatusOr<int> PageSizeFromProto(int32_t page_size, const Limits& limits);
 
+// A wire selector within limits.max_selector_keys keys and
+// limits.max_selector_values values in one in(...), then parsed; errors
+// name `field`.
+absl::StatusOr<scheduler::LabelSelector> SelectorFromProto(
+    const google::protobuf::Map<std::string, std::string>& map,
+    absl::string_view field, const Limits& limits);
+
 }  // namespace sliced::server::api
 
 #endif  // SLICED_SERVER_API_CONVERT_COMMON_H_

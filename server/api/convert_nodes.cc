@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "scheduler/labels.h"
 #include "server/api/convert_common.h"
+#include "server/core/validation.h"
 
 namespace sliced::server::api {
 
@@ -54,11 +55,13 @@ absl::StatusOr<std::vector<std::string>> HealthFromProto(
   std::vector<std::string> problems;
   for (int p = 0; p < in.problems_size(); ++p) {
     const std::string& problem = in.problems(p);
+    // No control character: it is stored, logged and shown as it is.
     if (problem.empty() || problem.size() > kMaxHealthProblem ||
-        problem.find_first_of("\n\r") != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ".problems[", p, "]: must be one line of 1..",
-                       kMaxHealthProblem, " bytes, got ", Quote(problem)));
+        HasControlCharacter(problem)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".problems[", p, "]: must be one line of 1..",
+          kMaxHealthProblem, " bytes without control characters, got ",
+          Quote(problem)));
     }
     problems.push_back(problem);
   }
@@ -161,7 +164,8 @@ void SliceToProto(const SliceView& view, v1::Slice* out) {
   out->set_largest_free_subslice(view.capacity.largest_free);
 }
 
-absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in) {
+absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in,
+                                                   const Limits& limits) {
   ComputeClass cls;
   if (absl::Status s = scheduler::ValidateLabelValue(in.name());
       in.name().empty() || !s.ok()) {
@@ -176,12 +180,12 @@ absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in) {
         "compute_class.priorities: give 1..32 priorities, in order");
   }
   for (int i = 0; i < in.priorities_size(); ++i) {
-    auto parsed = scheduler::ParseLabelSelector(
-        ToBtree(in.priorities(i).label_selector()));
+    auto parsed = SelectorFromProto(
+        in.priorities(i).label_selector(),
+        absl::StrCat("compute_class.priorities[", i, "].label_selector"),
+        limits);
     if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("compute_class.priorities[", i,
-                       "].label_selector: ", parsed.status().message()));
+      return absl::InvalidArgumentError(parsed.status().message());
     }
     cls.priorities.push_back(*std::move(parsed));
   }

@@ -26,7 +26,8 @@ v1::NodeState NodeStateToProto(scheduler::NodeState state);
 void NodeToProto(const NodeView& view, v1::Node* out);
 void SliceToProto(const SliceView& view, v1::Slice* out);
 
-absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in);
+absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in,
+                                                   const Limits& limits);
 void ComputeClassToProto(const ComputeClass& cls, v1::ComputeClass* out);
 
 }  // namespace sliced::server::api

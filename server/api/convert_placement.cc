@@ -17,14 +17,6 @@ namespace {
 
 using scheduler::PlacementRequest;
 
-absl::StatusOr<scheduler::LabelSelector> SelectorFromProto(
-    const google::protobuf::Map<std::string, std::string>& map,
-    absl::string_view field) {
-  auto parsed = scheduler::ParseLabelSelector(ToBtree(map));
-  if (!parsed.ok()) return WithFieldPrefix(field, parsed.status());
-  return parsed;
-}
-
 absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromProto(
     const google::protobuf::RepeatedPtrField<v1::Bundle>& bundles,
     absl::string_view field, const Limits& limits) {
@@ -47,9 +39,10 @@ absl::StatusOr<std::vector<scheduler::Bundle>> BundlesFromProto(
       return absl::InvalidArgumentError(absl::StrCat(
           where, ".resources: a bundle needs at least one resource > 0"));
     }
-    ASSIGN_OR_RETURN(b.selector,
-                     SelectorFromProto(bundles[i].label_selector(),
-                                       absl::StrCat(where, ".label_selector")));
+    ASSIGN_OR_RETURN(
+        b.selector,
+        SelectorFromProto(bundles[i].label_selector(),
+                          absl::StrCat(where, ".label_selector"), limits));
     out.push_back(std::move(b));
   }
   return out;
@@ -112,6 +105,19 @@ absl::StatusOr<scheduler::SliceRequirement> SliceFromProto(
   ASSIGN_OR_RETURN(slice.resources_per_host,
                    ResourcesFromWire(ToBtree(s.resources_per_host()),
                                      "slice.resources_per_host", limits));
+  // Empty: the default (the host's TPU); given, it must ask for something,
+  // as a bundle must.
+  if (!slice.resources_per_host.empty()) {
+    bool any = false;
+    for (const auto& [name, amount] : slice.resources_per_host) {
+      any |= amount > 0;
+    }
+    if (!any) {
+      return absl::InvalidArgumentError(
+          "slice.resources_per_host: give at least one resource > 0, or "
+          "none for the host's TPU");
+    }
+  }
   if (s.tpu_resource_per_chip() < 0) {
     return absl::InvalidArgumentError(
         "slice.tpu_resource_per_chip: `tpu_resource_per_chip` must be a "
@@ -281,6 +287,11 @@ absl::StatusOr<PgSpec> PgSpecFromProto(
     return absl::InvalidArgumentError(
         "bundles: a placement group needs at least one bundle or a slice "
         "requirement");
+  }
+  if (in.fallback_strategy_size() > limits.max_fallback_lists) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fallback_strategy: at most ", limits.max_fallback_lists,
+                     " lists, got ", in.fallback_strategy_size()));
   }
   for (int i = 0; i < in.fallback_strategy_size(); ++i) {
     ASSIGN_OR_RETURN(

@@ -155,7 +155,7 @@ grpc::ServerUnaryReactor* InventoryService::PutComputeClass(
     grpc::CallbackServerContext* context,
     const v1::PutComputeClassRequest* request, v1::ComputeClass* response) {
   return gate_->Async(context, Rpc::kPutComputeClass, [&](Finish finish) {
-    auto cls = ComputeClassFromProto(request->compute_class());
+    auto cls = ComputeClassFromProto(request->compute_class(), limits_);
     if (!cls.ok()) return finish(cls.status());
     ComputeClassToProto(*cls, response);
     placement_->PutClass(*std::move(cls), finish);

@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "server/api/convert_common.h"
 #include "server/api/convert_placement.h"
+#include "server/core/validation.h"
 
 namespace sliced::server::api {
 namespace {
@@ -149,16 +150,17 @@ grpc::ServerUnaryReactor* PlacementService::ExplainPlacementGroup(
         explanation = placement_->Explain(request->placement_group_id());
         break;
       case v1::ExplainPlacementGroupRequest::kDryRun: {
-        ASSIGN_OR_RETURN(PgSpec spec,
-                         PgSpecFromProto(request->dry_run(), limits_));
-        explanation = placement_->ExplainDryRun(spec);
+        auto spec = PgSpecFromProto(request->dry_run(), limits_);
+        if (!spec.ok()) return WithFieldPrefix("dry_run", spec.status());
+        explanation = placement_->ExplainDryRun(*spec);
         break;
       }
       case v1::ExplainPlacementGroupRequest::kDryRunScalingConfig: {
-        ASSIGN_OR_RETURN(
-            PgSpec spec,
-            PgSpecFromProto(request->dry_run_scaling_config(), limits_));
-        explanation = placement_->ExplainDryRun(spec);
+        auto spec = PgSpecFromProto(request->dry_run_scaling_config(), limits_);
+        if (!spec.ok()) {
+          return WithFieldPrefix("dry_run_scaling_config", spec.status());
+        }
+        explanation = placement_->ExplainDryRun(*spec);
         break;
       }
       default:

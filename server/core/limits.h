@@ -19,6 +19,12 @@ struct Limits {
   int max_id_length = 128;
   // Bundles in one placement group (each fallback list too).
   int max_bundles_per_pg = 10000;
+  // Fallback bundle lists of one placement group.
+  int max_fallback_lists = 16;
+  // Keys of one label selector (a bundle's, a compute-class priority's),
+  // and values of one in(...).
+  int max_selector_keys = 64;
+  int max_selector_values = 256;
   // Slices in one slice requirement.
   int max_slices_per_pg = 1024;
   // job_id, name, request_id, compute-class names.

@@ -110,6 +110,11 @@ absl::StatusOr<scheduler::LabelSelector> ConvertSelector(
 // The checks every config goes through, in Ray's order.
 absl::Status CheckCommon(const ScalingConfig& config,
                          const GivenResources& given) {
+  // Checked whatever use_tpu says: it is stored and echoed back.
+  if (config.tpu_resource_per_chip < 0) {
+    return Invalid("tpu_resource_per_chip",
+                   "`tpu_resource_per_chip` must be a positive integer.");
+  }
   if (config.num_workers < 1) {
     return Invalid(
         "num_workers",

@@ -90,13 +90,20 @@ absl::Status ValidateName(absl::string_view value, absl::string_view field,
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": must be at most ", limits.max_name_length, " characters"));
   }
-  for (char c : value) {
-    if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": must not hold control characters"));
-    }
+  if (HasControlCharacter(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must not hold control characters"));
   }
   return absl::OkStatus();
+}
+
+bool HasControlCharacter(absl::string_view value) {
+  // As unsigned bytes: a UTF-8 byte of a non-ASCII character (>= 0x80) is
+  // not one (as a signed char it was below 0x20, and "café" was refused).
+  for (unsigned char c : value) {
+    if (c < 0x20 || c == 0x7f) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<scheduler::ResourceSet> ResourcesFromWire(

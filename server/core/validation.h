@@ -31,6 +31,9 @@ absl::Status ValidateAddress(absl::string_view address);
 // max_name_length characters, no control characters.
 absl::Status ValidateName(absl::string_view value, absl::string_view field,
                           const Limits& limits);
+// Whether `value` holds a byte below 0x20 or DEL (UTF-8 beyond ASCII is
+// fine).
+bool HasControlCharacter(absl::string_view value);
 
 // Wire resources (name -> double) to fixed point: at most
 // max_resources_per_node names of [A-Za-z0-9._:/-], each amount finite,

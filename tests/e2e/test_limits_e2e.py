@@ -64,6 +64,47 @@ class LimitsEndToEnd(unittest.TestCase):
                              R, "too many open streams (1)")
         first.cancel()
 
+    def test_request_shapes_that_are_refused_and_names_that_are_not(self):
+        inv, pl, _ = self.start()
+        I = grpc.StatusCode.INVALID_ARGUMENT
+        inv.RegisterNodes(P.RegisterNodesRequest(nodes=[cpu_node("n0", 4)]), timeout=10)
+        one = [P.Bundle(resources={"CPU": 1})]
+        # Fallback lists, selector keys and in(...) values are bounded: each
+        # grew the stored pending reason without bound.
+        self.assert_rejected(lambda: pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=one, fallback_strategy=[P.FallbackOption(bundles=one)] * 17),
+            timeout=10), I, "fallback_strategy: at most 16 lists, got 17")
+        self.assert_rejected(lambda: pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1},
+                              label_selector={"k%d" % i: "!x" for i in range(65)})]),
+            timeout=10), I, "bundles[0].label_selector: at most 64 keys, got 65")
+        self.assert_rejected(lambda: pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=[P.Bundle(resources={"CPU": 1}, label_selector={
+                "k": "in(%s)" % ",".join("v%d" % i for i in range(257))})]),
+            timeout=10), I, 'bundles[0].label_selector["k"]: at most 256 values in in(...)')
+        # Errors name the API's fields.
+        self.assert_rejected(lambda: pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=one, fallback_strategy=[P.FallbackOption()]), timeout=10), I,
+            "fallback_strategy[0].bundles: at least one bundle")
+        self.assert_rejected(lambda: pl.ExplainPlacementGroup(P.ExplainPlacementGroupRequest(
+            dry_run=P.CreatePlacementGroupRequest(bundles=[P.Bundle(resources={"CPU": -1})])),
+            timeout=10), I, 'dry_run: bundles[0].resources["CPU"]')
+        self.assert_rejected(lambda: pl.SubmitScalingConfig(P.SubmitScalingConfigRequest(
+            scaling_config=P.ScalingConfig(num_workers=1, tpu_resource_per_chip=-5)),
+            timeout=10), I, "tpu_resource_per_chip")
+        self.assert_rejected(lambda: pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            slice=P.SliceRequirement(accelerator_type="TPU-V6E", topology="4x4",
+                                     resources_per_host={"CPU": 0})), timeout=10), I,
+            "slice.resources_per_host: give at least one resource > 0")
+        # A health problem with a control character (it is stored and logged).
+        self.assert_rejected(lambda: inv.Heartbeat(P.HeartbeatRequest(heartbeats=[
+            P.NodeHeartbeat(node_id="n0", health=P.HostHealth(problems=["ok\x1b[2J"]))]),
+            timeout=10), I, "problems[0]: must be one line of 1..")
+        # Names beyond ASCII are names, not control characters.
+        pg = pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=one, name="训练", job_id="café"), timeout=10)
+        self.assertEqual((pg.name, pg.job_id), ("训练", "café"))
+
     def test_bad_limit_flag_exits_2(self):
         with self.assertRaises(RuntimeError) as err:
             Daemon(temp_data_dir(self), "--max_pending=0").start()

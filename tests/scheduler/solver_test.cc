@@ -556,7 +556,8 @@ TEST(SolverStrategyTest, Table) {
          return r;
        }(),
        Decision::kInfeasible, "",
-       "fallbacks[0]: at least one bundle is required (with a slice "
+       "fallback_strategy[0].bundles: at least one bundle is required (with a "
+       "slice "
        "requirement, one per host)"},
       {"negative", Generic(Strategy::kPack, {B({{"CPU", -1}})}),
        Decision::kInfeasible, "", "bundles[0].resources[CPU]: must be >= 0"},
@@ -832,6 +833,20 @@ TEST(SolverTest, NearlyEqualBundlesKeepTheirOwnCandidates) {
         << static_cast<int>(s) << ": " << d.diagnosis.summary;
     EXPECT_EQ(d.bundle_nodes, (std::vector<std::string>{"n-b", "n-a"}));
   }
+}
+
+// The not-placed summary becomes a group's stored pending reason, in every
+// reply and watch event: it is bounded however many lists and selectors.
+TEST(SolverTest, TheSummaryOfManyFailedListsIsBounded) {
+  auto snap = Snap({CpuNode("a", 4)});
+  PlacementRequest r = Generic(Strategy::kPack, {B(Cpu(8))});
+  for (int f = 0; f < 200; ++f) r.fallbacks.push_back({B(Cpu(8))});
+  const Decision d = Solve(*snap, r);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_LE(d.diagnosis.summary.size(), kMaxSummaryBytes + 40);
+  EXPECT_NE(d.diagnosis.summary.find(" bytes in all)"), std::string::npos)
+      << d.diagnosis.summary.substr(d.diagnosis.summary.size() - 80);
+  EXPECT_EQ(d.diagnosis.steps.size(), 201u);  // every attempt kept
 }
 
 TEST(SolverTest, DoesNotMutateTheSnapshot) {

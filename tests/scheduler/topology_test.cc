@@ -444,7 +444,7 @@ TEST(TopologyValidationTest, Table) {
        "topology_strategy[1].bundles_per_domain: 3 does not divide the 4"},
       {"fallback", fallback,
        "topology_strategy[0].bundles_per_domain: 2 does not divide the 3 "
-       "bundles of each domain above it (fallbacks[0])"},
+       "bundles of each domain above it (fallback_strategy[0].bundles)"},
       {"slice", with_slice,
        "topology_strategy: not allowed with a slice requirement"},
       {"too many",
