@@ -49,13 +49,13 @@ class EtcdStore : public Store {
   std::string Key(Table table, absl::string_view key) const {
     return absl::StrCat(options_.prefix, TableName(table), "/", key);
   }
-  // The Txns for `mutation`'s etcd writes; FailedPrecondition when one
-  // unit alone is above the limits.
   // One Txn's limits (ops, bytes less slack); FailedPrecondition saying
   // so when one unit's `writes` exceed them.
   int64_t BytesOf(const TxnWrites& writes) const;
   bool Fits(const TxnWrites& writes) const;
   absl::Status UnitFits(const TxnWrites& unit) const;
+  // The Txns for `mutation`'s etcd writes; FailedPrecondition when one
+  // unit alone is above the limits.
   absl::StatusOr<std::vector<etcdserverpb::TxnRequest>> Plan(
       const Mutation& mutation) const;
   etcdserverpb::TxnRequest ToTxn(const TxnWrites& writes) const;
