@@ -9,8 +9,8 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/prctl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +19,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <set>
@@ -69,7 +70,18 @@ class EtcdTestCluster {
   }
 
   // Sends `sig` to member `i` (SIGSTOP/SIGCONT to pause and resume it).
-  void Signal(int i, int sig) { kill(members_.at(i).pid, sig); }
+  // SIGSTOP returns once every thread of the member is stopped (up to 5 s):
+  // kill() only queues it, and a thread running on the other core went on
+  // to answer a request sent right after (seen under ASan: a commit meant
+  // to time out was acknowledged in 11 ms).
+  void Signal(int i, int sig) {
+    const pid_t pid = members_.at(i).pid;
+    kill(pid, sig);
+    if (sig != SIGSTOP) return;
+    for (int tries = 0; tries < 500 && !AllStopped(pid); ++tries) {
+      usleep(10 * 1000);
+    }
+  }
 
   // host:port of every member, comma-separated.
   std::string endpoints() const {
@@ -81,6 +93,24 @@ class EtcdTestCluster {
   }
 
  private:
+  // Whether every thread of `pid` is stopped ('T' in /proc/<pid>/task/*/stat).
+  static bool AllStopped(pid_t pid) {
+    std::error_code ec;
+    const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+      // "pid (comm) S ...": the state follows the last ')'.
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size() ||
+          stat[paren + 2] != 'T') {
+        return false;
+      }
+    }
+    return !ec;
+  }
+
   struct Member {
     std::string name;
     int client_port = 0;

@@ -97,6 +97,17 @@ scheduler::LabelSelector Tier(const std::string& tier) {
   return *scheduler::ParseLabelSelector({{"sliced.io/capacity-tier", tier}});
 }
 
+// A 2x2x2 sub-slice of a v5p pod, carving allowed by the request.
+PgSpec PodSubSlice() {
+  scheduler::PlacementRequest r;
+  r.slice = scheduler::SliceRequirement{
+      scheduler::TpuGeneration::kV5p, "2x2x2", 1, {}, {}, 1,
+      scheduler::Subslicing::kAllowed};
+  auto spec = NewPgSpec(std::move(r), {}, Limits());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
 class PlacementManagerTest : public ::testing::Test {
  protected:
   void Start(CoreOptions options = {}) {
@@ -110,6 +121,15 @@ class PlacementManagerTest : public ::testing::Test {
     core_.reset();
     Start(options);
     core_->Advance(now - core_->now());
+  }
+  // A v5p 4x4x4 pod on a daemon started with --subslicing=false.
+  void StartWithAPodAndNoCarving() {
+    CoreOptions whole_slices_only;
+    whole_slices_only.placement.subslicing = false;
+    Start(whole_slices_only);
+    ASSERT_TRUE(
+        core_->Register(scheduler::testing::Slice("pod", "TPU-V5P", "4x4x4"))
+            .ok());
   }
   std::string Create(PgSpec spec) {
     auto view = core_->Create(std::move(spec));
@@ -416,27 +436,14 @@ TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
   EXPECT_NE(fresh->group.id, first->group.id);
 }
 
-// Found by the crash-loop test: the newest groups removed, then a restart,
-// and the next create got a removed group's id. The high-water mark is
-// stored with each create, so ids are never handed out twice.
 // A start re-tries the queue, INFEASIBLE groups too, on the state it
 // loaded: the flags that decide placement may have changed (here
 // --subslicing, off in the last run). Before, a loaded queue waited for the
 // next change of the inventory.
 TEST_F(PlacementManagerTest, AStartRetriesTheQueueOnTheStateItLoaded) {
-  CoreOptions whole_slices_only;
-  whole_slices_only.placement.subslicing = false;
-  Start(whole_slices_only);
-  ASSERT_TRUE(
-      core_->Register(scheduler::testing::Slice("pod", "TPU-V5P", "4x4x4"))
-          .ok());
-  scheduler::PlacementRequest r;
-  r.slice = scheduler::SliceRequirement{
-      scheduler::TpuGeneration::kV5p, "2x2x2", 1, {}, {}, 1,
-      scheduler::Subslicing::kAllowed};
-  auto spec = NewPgSpec(std::move(r), {}, Limits());
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  auto g = core_->Create(*spec);
+  StartWithAPodAndNoCarving();
+  const PgSpec spec = PodSubSlice();
+  auto g = core_->Create(spec);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->group.state, PgState::kInfeasible);
   Restart();  // sub-slicing on, the default
@@ -450,26 +457,19 @@ TEST_F(PlacementManagerTest, AStartRetriesTheQueueOnTheStateItLoaded) {
 // a sub-slice of a pod is not carved, so the dry run says INFEASIBLE, as
 // the create then is (it said PLACED).
 TEST_F(PlacementManagerTest, ADryRunSolvesWithTheDaemonsFlags) {
-  CoreOptions whole_slices_only;
-  whole_slices_only.placement.subslicing = false;
-  Start(whole_slices_only);
-  ASSERT_TRUE(
-      core_->Register(scheduler::testing::Slice("pod", "TPU-V5P", "4x4x4"))
-          .ok());
-  scheduler::PlacementRequest r;
-  r.slice = scheduler::SliceRequirement{
-      scheduler::TpuGeneration::kV5p, "2x2x2", 1, {}, {}, 1,
-      scheduler::Subslicing::kAllowed};
-  auto spec = NewPgSpec(std::move(r), {}, Limits());
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  auto dry = core_->placement().ExplainDryRun(*spec);
+  StartWithAPodAndNoCarving();
+  const PgSpec spec = PodSubSlice();
+  auto dry = core_->placement().ExplainDryRun(spec);
   ASSERT_TRUE(dry.ok()) << dry.status();
   EXPECT_EQ(dry->outcome, "INFEASIBLE") << dry->summary;
-  auto g = core_->Create(*spec);
+  auto g = core_->Create(spec);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->group.state, PgState::kInfeasible);
 }
 
+// Found by the crash-loop test: the newest groups removed, then a restart,
+// and the next create got a removed group's id. The high-water mark is
+// stored with each create, so ids are never handed out twice.
 TEST_F(PlacementManagerTest, ARestartNeverReusesTheIdOfARemovedGroup) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
