@@ -21,10 +21,6 @@ namespace sliced {
 // How many bytes of a value an error message quotes.
 inline constexpr size_t kMaxQuotedBytes = 64;
 
-// Returns `value` between two `quote` characters when it has at most
-// kMaxQuotedBytes bytes; otherwise its first kMaxQuotedBytes bytes (cut back
-// to a whole UTF-8 character) between quotes, then "... (N bytes)" with N the
-// value's full size.
 // The first `max` bytes of `value` at most, cut back to a whole UTF-8
 // character (`value` itself when it is no longer).
 inline absl::string_view CutUtf8(absl::string_view value, size_t max) {
@@ -37,6 +33,10 @@ inline absl::string_view CutUtf8(absl::string_view value, size_t max) {
   return value.substr(0, cut);
 }
 
+// Returns `value` between two `quote` characters when it has at most
+// kMaxQuotedBytes bytes; otherwise its first kMaxQuotedBytes bytes (cut back
+// to a whole UTF-8 character) between quotes, then "... (N bytes)" with N the
+// value's full size.
 inline std::string Quote(absl::string_view value, char quote = '"') {
   const absl::string_view q(&quote, 1);
   if (value.size() <= kMaxQuotedBytes) return absl::StrCat(q, value, q);

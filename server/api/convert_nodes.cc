@@ -180,14 +180,12 @@ absl::StatusOr<ComputeClass> ComputeClassFromProto(const v1::ComputeClass& in,
         "compute_class.priorities: give 1..32 priorities, in order");
   }
   for (int i = 0; i < in.priorities_size(); ++i) {
-    auto parsed = SelectorFromProto(
-        in.priorities(i).label_selector(),
-        absl::StrCat("compute_class.priorities[", i, "].label_selector"),
-        limits);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(parsed.status().message());
-    }
-    cls.priorities.push_back(*std::move(parsed));
+    ASSIGN_OR_RETURN(scheduler::LabelSelector selector,
+                     SelectorFromProto(in.priorities(i).label_selector(),
+                                       absl::StrCat("compute_class.priorities[",
+                                                    i, "].label_selector"),
+                                       limits));
+    cls.priorities.push_back(std::move(selector));
   }
   if (!v1::WhenUnsatisfiable_IsValid(in.when_unsatisfiable())) {
     return absl::InvalidArgumentError(

@@ -318,11 +318,11 @@ class PlacementManager : public Cluster::Observer {
     std::vector<scheduler::VictimCandidate> candidates;
     std::string prefix;  // "preemption: ", or why it will not
   };
-  // Sets `what_if` when the group is unschedulable and groups of lower
-  // priority hold capacity.
   // What the daemon's flags change in a request before it is solved
   // (--subslicing=false: never carve).
   void ApplyFlags(scheduler::PlacementRequest& request) const;
+  // Sets `what_if` when the group is unschedulable and groups of lower
+  // priority hold capacity.
   Explanation ExplainGroup(const ClusterState& state,
                            const PlacementGroup& group,
                            std::optional<PreemptionWhatIf>& what_if) const;

@@ -5,8 +5,8 @@ LogTailer reads every regular file in a directory ($TPU_LOG_DIR, default
 name a file already read). glog writes each line to its severity's file and
 to every lower one's (`<base>.log.INFO.<date>-<time>.<pid>` holds the
 WARNING file's lines too): of one process's files only the lowest severity
-is read, so that a warning is shipped once. Files are followed by inode with the file kept
-open, so a rotated (renamed or deleted) file is read to its end before it is
+is read, so that a warning is shipped once. Files are followed by inode
+with the file kept open, so a rotated (renamed or deleted) file is read to its end before it is
 let go; within one poll, older files (by mtime) are read first. Beyond
 max_open files, the least recently written are closed and reopened at their
 offset when they grow (a directory of old rotated logs holds no fds). A file that
@@ -288,16 +288,13 @@ class LogBuffer:
 def _without_glog_copies(present: Dict[int, tuple]) -> Dict[int, tuple]:
     """`present` less the glog files of a severity above the lowest one of
     the same process (their lines are in that one too)."""
-    lowest = {}
-    for path, _, _ in present.values():
+    glog = {}  # inode -> ((base, pid), rank) of the glog files
+    for ino, (path, _, _) in present.items():
         m = _GLOG_FILE.match(os.path.basename(path))
         if m:
-            key, rank = (m.group(1), m.group(3)), _GLOG_RANK[m.group(2)]
-            lowest[key] = min(rank, lowest.get(key, rank))
-    kept = {}
-    for ino, entry in present.items():
-        m = _GLOG_FILE.match(os.path.basename(entry[0]))
-        if m and _GLOG_RANK[m.group(2)] > lowest[(m.group(1), m.group(3))]:
-            continue
-        kept[ino] = entry
-    return kept
+            glog[ino] = ((m.group(1), m.group(3)), _GLOG_RANK[m.group(2)])
+    lowest = {}
+    for key, rank in glog.values():
+        lowest[key] = min(rank, lowest.get(key, rank))
+    return {ino: entry for ino, entry in present.items()
+            if ino not in glog or glog[ino][1] == lowest[glog[ino][0]]}

@@ -19,6 +19,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from sliced_agent._stubs import libtpu_pb2, libtpu_pb2_grpc
+from sliced_agent.tpu_metrics import DEVICES_PER_CHIP
 
 HBM_TOTAL = {"TPU-V4": 32 << 30, "TPU-V5P": 95 << 30, "TPU-V6E": 32 << 30,
              "TPU-V5LITEPOD": 16 << 30, "TPU-V7X": 192 << 30}
@@ -30,8 +31,8 @@ class ChipWaves:
     def __init__(self, chips: int, accelerator_type: str, seed: int = 0):
         self.chips = chips
         self.total = HBM_TOTAL.get(accelerator_type, 16 << 30)
-        # libtpu counts HBM per device: two per v2/v3 chip (half each here).
-        self.devices_per_chip = 2 if accelerator_type in ("TPU-V2", "TPU-V3") else 1
+        # libtpu counts HBM per device (half a v2/v3 chip's each here).
+        self.devices_per_chip = DEVICES_PER_CHIP.get(accelerator_type, 1)
         self.seed = seed
         self.lock = threading.Lock()
         self.errors: Dict[str, float] = {}

@@ -9,8 +9,9 @@
 - libtpu's tpu.monitoring.runtime.RuntimeMetricService over gRPC on
   localhost, one port each in $TPU_RUNTIME_METRICS_PORTS (default 8431), as
   tpu-info reads it: GetRuntimeMetric per metric name, the chip in the
-  "device-id" attribute (HBM is per device: a v2/v3 chip's two are summed). ListSupportedMetrics says which names exist (the
-  utilization and bandwidth names vary by libtpu version).
+  "device-id" attribute (HBM is per device: a v2/v3 chip's two are
+  summed). ListSupportedMetrics says which names exist (the utilization and
+  bandwidth names vary by libtpu version).
 
 A metric a source does not give is omitted, never reported as 0. A Sample
 maps chip index -> {field of sliced.v1.ChipMetrics: value}; libtpu's error
