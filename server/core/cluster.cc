@@ -1,6 +1,7 @@
 #include "server/core/cluster.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -246,14 +247,32 @@ absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,
 void Cluster::EndGroup(storage::Mutation& writes, const UnitCheck& check) {
   if (!group_.retry_pending || observer_ == nullptr) return;
   // The retry's own changes never ask for another round; a failed retry
-  // leaves the queue as it was.
-  absl::Status retried = RunOp(
-      [this](Txn& txn) {
-        observer_->RetryQueue(txn);
-        return absl::OkStatus();
-      },
-      writes, check);
-  (void)retried;
+  // leaves the queue as it was. One the store can't commit in one op (etcd:
+  // one Txn's limits; a walk that places hundreds of groups at once) runs
+  // again with half its writes, while that makes it smaller: the walk stops
+  // at the limit, and the rest of the queue waits for the next walk.
+  size_t limit = std::numeric_limits<size_t>::max();
+  size_t last_refused = limit;
+  while (true) {
+    size_t refused_size = 0;
+    const UnitCheck counted = [&](const storage::Mutation& unit) {
+      absl::Status fits = check ? check(unit) : absl::OkStatus();
+      if (!fits.ok()) refused_size = unit.size();
+      return fits;
+    };
+    absl::Status retried = RunOp(
+        [this, limit](Txn& txn) {
+          txn.LimitWrites(limit);
+          observer_->RetryQueue(txn);
+          return absl::OkStatus();
+        },
+        writes, counted);
+    if (retried.ok() || refused_size <= 1 || refused_size >= last_refused) {
+      return;
+    }
+    last_refused = refused_size;
+    limit = refused_size / 2;
+  }
 }
 
 void Cluster::Install() {

@@ -105,6 +105,9 @@ absl::string_view PreemptionOutcome(PgState state) {
 // search. Those are bounded apart, and the same ask on the same snapshot
 // is searched once per pass (FailedSolves).
 constexpr int kMaxPreemptionSearchesPerRetry = 2;
+// The most writes a create's own walk of the queue makes (etcd's default
+// limit is 128 writes an op).
+constexpr size_t kMaxWritesOfACreatesWalk = 64;
 constexpr int kMaxFruitlessSearchesPerRetry = 16;
 
 // The solves of one queue retry that did not place their group, by what
@@ -445,7 +448,16 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
   // that a queued group may use, re-try the queue before this newcomer can
   // take it. A new group then backfills beside the queued ones, unless one
   // of at least its priority starves.
-  if (txn.PendingRetryRequested() && QueueMayPlace(txn)) WalkQueue(txn);
+  // The walk writes at most kMaxWritesOfACreatesWalk (an op must fit what
+  // the store commits at once: etcd's Txn); past that the rest of the
+  // queue, and this group behind it, wait for the walk that ends the commit
+  // group.
+  bool walked_all = true;
+  if (txn.PendingRetryRequested() && QueueMayPlace(txn)) {
+    txn.LimitWrites(kMaxWritesOfACreatesWalk);
+    walked_all = WalkQueue(txn);
+    txn.LimitWrites(std::numeric_limits<size_t>::max());
+  }
   const bool room = txn.QueueSize() < options_.max_pending;
   const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
       "the pending queue is full (", options_.max_pending,
@@ -470,6 +482,12 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
     }
     if (!room) return full;
     g.reason = BlockedBy(*starving);
+    txn.PutPg(g);
+    return absl::OkStatus();
+  }
+  if (!walked_all && !fail) {
+    if (!room) return full;
+    g.reason = "queued while the groups before it are re-tried";
     txn.PutPg(g);
     return absl::OkStatus();
   }
@@ -769,28 +787,61 @@ void PlacementManager::CompletePreemptions(Done done) {
     }
     return ids;
   });
-  // A walk skipped since the last check: have one now.
+  // A walk skipped (or cut) since the last check: have one now.
   const bool walk = walk_skipped_.exchange(false, std::memory_order_relaxed);
-  if (due.empty() && !cooled && !walk) {
+  const bool recheck =
+      recheck_skipped_.exchange(false, std::memory_order_relaxed);
+  if (due.empty() && !cooled && !walk && !recheck) {
     done(absl::OkStatus());
     return;
   }
-  coordinator_->Submit(WriteOp{
-      [this, cooled, walk, due = std::move(due)](Txn& txn) {
-        for (const std::string& id : due) {
-          const PlacementGroup* g = txn.FindPg(id);
-          if (g == nullptr || g->preempting.empty() || !VictimsDue(txn, *g)) {
-            continue;
-          }
-          PlacementGroup p = *g;
-          RETURN_IF_ERROR(FinishPreemption(txn, p));
-        }
-        // New victims (a cool-down ended), or a walk skipped since: the
-        // queue is re-tried (and may preempt them).
-        if (cooled || walk) txn.RequestPendingRetry();
-        return absl::OkStatus();
-      },
-      std::move(done)});
+  // One op per preemption that is due, so that one the store can't commit
+  // (etcd: above one Txn's limits; many victims) fails alone and the
+  // others finish; then one that asks for the walk. `done` gets the first
+  // error once every op has answered.
+  struct Outcome {
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+    absl::Status first ABSL_GUARDED_BY(mu);
+    Done done;
+  };
+  auto outcome = std::make_shared<Outcome>();
+  outcome->done = std::move(done);
+  {
+    absl::MutexLock lock(&outcome->mu);
+    outcome->left = due.size() + 1;
+  }
+  auto answer = [outcome](const absl::Status& status) {
+    absl::Status first;
+    {
+      absl::MutexLock lock(&outcome->mu);
+      if (outcome->first.ok()) outcome->first = status;
+      if (--outcome->left > 0) return;
+      first = outcome->first;
+    }
+    outcome->done(first);
+  };
+  for (std::string& id : due) {
+    coordinator_->Submit(WriteOp{[this, id = std::move(id)](Txn& txn) {
+                                   const PlacementGroup* g = txn.FindPg(id);
+                                   if (g == nullptr || g->preempting.empty() ||
+                                       !VictimsDue(txn, *g)) {
+                                     return absl::OkStatus();
+                                   }
+                                   PlacementGroup p = *g;
+                                   return FinishPreemption(txn, p);
+                                 },
+                                 answer});
+  }
+  coordinator_->Submit(WriteOp{[cooled, walk, recheck](Txn& txn) {
+                                 // New victims (a cool-down ended), or a
+                                 // walk skipped since: the queue is re-tried
+                                 // (and may preempt them).
+                                 if (cooled || walk) txn.RequestPendingRetry();
+                                 if (recheck) txn.RequestFullRetry();
+                                 return absl::OkStatus();
+                               },
+                               answer});
 }
 
 // ---------------------------------------------------------------- the queue
@@ -838,19 +889,20 @@ void PlacementManager::RetryQueue(Txn& txn) {
   if (txn.QueueSize() > 0) walk_skipped_.store(true, std::memory_order_relaxed);
 }
 
-void PlacementManager::WalkQueue(Txn& txn) {
+bool PlacementManager::WalkQueue(Txn& txn) {
   constexpr int kMaxWalkPasses = 3;
   for (int pass = 0; pass < kMaxWalkPasses; ++pass) {
     const int64_t finished = preemptions_finished_;
-    WalkQueueOnce(txn);
-    if (preemptions_finished_ == finished) return;
+    if (!WalkQueueOnce(txn)) return false;
+    if (preemptions_finished_ == finished) return true;
   }
+  return true;
 }
 
-void PlacementManager::WalkQueueOnce(Txn& txn) {
+bool PlacementManager::WalkQueueOnce(Txn& txn) {
   // INFEASIBLE groups cannot fit until the inventory or a class changes.
-  const std::vector<std::string> queue =
-      txn.PendingQueue(txn.InfeasibleRecheckRequested());
+  const bool with_infeasible = txn.InfeasibleRecheckRequested();
+  const std::vector<std::string> queue = txn.PendingQueue(with_infeasible);
   txn.MarkQueueRetried();
   std::optional<PlacementGroup> blocker;  // a starving group not placed
   // Searches for victims this pass may still run (that start a
@@ -871,6 +923,19 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
            !(shares && failed.NoPlan(g));
   };
   for (const std::string& id : queue) {
+    if (txn.AtWriteLimit()) {
+      // The store takes no more writes in one op: the rest of the queue is
+      // walked by the next walk, at the end of the commit group (a create's
+      // walk) or else at the next preemption check (as a skipped walk is).
+      if (with_infeasible) {
+        txn.RequestFullRetry();
+        recheck_skipped_.store(true, std::memory_order_relaxed);
+      } else {
+        txn.RequestPendingRetry();
+        walk_skipped_.store(true, std::memory_order_relaxed);
+      }
+      return false;
+    }
     const PlacementGroup* current = txn.FindPg(id);
     if (current == nullptr) continue;
     if (blocker && Waits(current->state)) {
@@ -904,6 +969,13 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
       continue;
     }
     PlacementGroup g = *current;
+    // `current` may point into this op's own changes (a later pass, or a
+    // group this op changed before), which the writes below may move:
+    // what is compared afterwards is kept here, and `current` not read.
+    const PgState state_before = g.state;
+    const std::string reason_before = g.reason;
+    const std::vector<std::string> preempting_before = g.preempting;
+    current = nullptr;
     Decision solved;
     if (same != nullptr) {
       NotPlaced(txn, *same, g);
@@ -921,7 +993,7 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
       // Placed without its victims: they stay.
       if (!CancelPreemption(txn, g).ok()) continue;
     } else if (!g.preempting.empty()) {
-      g.reason = current->reason;  // still waits for its victims
+      g.reason = reason_before;  // still waits for its victims
     } else if (d.outcome == Decision::kUnschedulable && may_search(g, shares)) {
       auto searched = StartPreemption(txn, g);
       if (!searched.ok()) continue;
@@ -932,11 +1004,12 @@ void PlacementManager::WalkQueueOnce(Txn& txn) {
       }
     }
     if (IsStarving(g, txn.now())) blocker = g;
-    if (d.outcome == Decision::kPlaced || g.state != current->state ||
-        g.reason != current->reason || g.preempting != current->preempting) {
+    if (d.outcome == Decision::kPlaced || g.state != state_before ||
+        g.reason != reason_before || g.preempting != preempting_before) {
       txn.PutPg(g);
     }
   }
+  return true;
 }
 
 absl::Status PlacementManager::RescheduleLost(
@@ -1010,8 +1083,22 @@ absl::Status PlacementManager::HandleNodesLost(
   for (const std::string& node : node_ids) {
     for (std::string& pg : txn.PgsOnNode(node)) affected.insert(std::move(pg));
   }
+  // Re-placed in queue order, the highest priority first (then the oldest):
+  // a group that lost a node waits RESCHEDULING and preempts nothing, so
+  // one re-placed after a lower-priority one that took the room would wait
+  // behind it.
+  std::vector<std::pair<int32_t, const std::string*>> order;
+  order.reserve(affected.size());
   for (const std::string& id : affected) {
-    const PlacementGroup* current = txn.FindPg(id);
+    if (const PlacementGroup* g = txn.FindPg(id)) {
+      order.emplace_back(g->priority, &id);
+    }
+  }
+  std::stable_sort(
+      order.begin(), order.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [priority, id] : order) {
+    const PlacementGroup* current = txn.FindPg(*id);
     if (current == nullptr) continue;
     RETURN_IF_ERROR(RescheduleLost(txn, *current, lost));
   }

@@ -230,8 +230,10 @@ class PlacementManager : public Cluster::Observer {
   // With no grace, a preemption a pass starts releases its victims at once
   // (requeued after the pass took its list): another pass follows, up to
   // kMaxWalkPasses.
-  void WalkQueue(Txn& txn);
-  void WalkQueueOnce(Txn& txn);
+  // Both false when they stopped at the op's write limit
+  // (Txn::AtWriteLimit), having asked for the next walk.
+  bool WalkQueue(Txn& txn);
+  bool WalkQueueOnce(Txn& txn);
   // Solves `group` on the txn's snapshot and, when placed, allocates.
   // Updates the group's state, bundles and reason; returns the decision.
   absl::StatusOr<scheduler::Decision> TryPlace(
@@ -356,6 +358,10 @@ class PlacementManager : public Cluster::Observer {
   // the searches for victims a walk would have run did not run.
   // CompletePreemptions then has the queue walked.
   std::atomic<bool> walk_skipped_{false};
+  // Set by a walk cut at the write limit that re-checked INFEASIBLE groups
+  // (after an inventory change): the rest of the queue, those included.
+  // A cut walk of the waiting groups only sets walk_skipped_.
+  std::atomic<bool> recheck_skipped_{false};
   // Preemptions finished (victims released), for WalkQueue's passes. Only
   // the writer's ops touch it.
   int64_t preemptions_finished_ = 0;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -322,6 +323,12 @@ class Txn {
   void ForEachWaitingAsk(
       const std::function<void(const scheduler::ResourceSet&)>& visit) const;
 
+  // ---- Writes
+  // A queue walk stops before its next group once this op has made
+  // `max` writes: the store commits only so many in one op (etcd: one Txn).
+  void LimitWrites(size_t max) { write_limit_ = max; }
+  bool AtWriteLimit() const { return mutation_.size() >= write_limit_; }
+
   // Applies node changes still pending to the snapshot.
   absl::Status Flush();
 
@@ -348,6 +355,7 @@ class Txn {
   StateChanges own_;
   scheduler::SnapshotDelta pending_nodes_;
   storage::Mutation mutation_;
+  size_t write_limit_ = std::numeric_limits<size_t>::max();
   const absl::Time now_;
 };
 

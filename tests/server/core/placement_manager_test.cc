@@ -966,6 +966,82 @@ TEST_F(PlacementManagerTest, AMassExpiryTooLargeForOneOpIsSplit) {
   EXPECT_EQ(big->node.state, scheduler::NodeState::kDead);
 }
 
+// A queue walk that would write more than the store takes in one op (etcd:
+// one Txn; hundreds of groups placed at once) is cut at the limit, and the
+// rest of the queue is walked at the next preemption checks: INFEASIBLE
+// groups too when the walk re-checked them. (Such a walk was dropped whole,
+// and so was every later one: none of those groups was ever placed.)
+TEST_F(PlacementManagerTest, AQueueWalkTooLargeForOneOpIsCutAndGoesOn) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 10)}).ok());
+  const std::string holder = Create(Cpus(1, 10));
+  std::vector<std::string> pending, infeasible;
+  for (int i = 0; i < 10; ++i) pending.push_back(Create(Cpus(1, 1)));
+  for (int i = 0; i < 6; ++i) infeasible.push_back(Create(Cpus(1, 20)));
+  ASSERT_EQ(core_->StateOf(pending.back()), PgState::kPending);
+  ASSERT_EQ(core_->StateOf(infeasible.back()), PgState::kInfeasible);
+  auto created = [&](const std::vector<std::string>& ids) {
+    return std::count_if(ids.begin(), ids.end(), [&](const std::string& id) {
+      return core_->StateOf(id) == PgState::kCreated;
+    });
+  };
+  core_->faults().LimitUnitWrites(4);
+  // Releases the room of all ten: the walk is cut, and goes on.
+  ASSERT_TRUE(core_->Remove(holder).ok());
+  EXPECT_GT(created(pending), 0);
+  EXPECT_LT(created(pending), 10);
+  for (int i = 0; i < 10 && created(pending) < 10; ++i) {
+    ASSERT_TRUE(core_->CompletePreemptions().ok());
+  }
+  EXPECT_EQ(created(pending), 10);
+  // A new node re-checks the INFEASIBLE groups, and so does what is left of
+  // that walk.
+  ASSERT_TRUE(core_->Register({CpuNode("c2", 120)}).ok());
+  EXPECT_GT(created(infeasible), 0);
+  EXPECT_LT(created(infeasible), 6);
+  for (int i = 0; i < 10 && created(infeasible) < 6; ++i) {
+    ASSERT_TRUE(core_->CompletePreemptions().ok());
+  }
+  EXPECT_EQ(created(infeasible), 6);
+}
+
+// A create re-tries the queue first when an earlier op of its commit group
+// freed capacity; that walk writes at most 64 groups, so that the create
+// still fits what the store commits at once (here 100 writes, as etcd's
+// Txn limit). The newcomer then waits behind the rest of the queue, which
+// the walk at the end of the commit group re-tries. (The create was
+// refused with FAILED_PRECONDITION: its walk wrote every group it placed.)
+TEST_F(PlacementManagerTest, ACreatesWalkOfTheQueueIsBounded) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 1)}).ok());
+  Create(Cpus(1, 1));
+  std::vector<std::string> waiting;
+  for (int i = 0; i < 80; ++i) waiting.push_back(Create(Cpus(1, 1)));
+  ASSERT_EQ(core_->StateOf(waiting.back()), PgState::kPending);
+  core_->faults().LimitUnitWrites(100);
+  absl::BlockingCounter answered(2);
+  absl::StatusOr<PlacementGroupView> created;
+  core_->InOneGroup([&] {
+    core_->nodes().Register({CpuNode("c2", 100)},
+                            [&](absl::StatusOr<std::vector<NodeView>> v) {
+                              EXPECT_TRUE(v.ok()) << v.status();
+                              answered.DecrementCount();
+                            });
+    core_->placement().Create(Cpus(1, 1),
+                              [&](absl::StatusOr<PlacementGroupView> v) {
+                                created = std::move(v);
+                                answered.DecrementCount();
+                              });
+  });
+  answered.Wait();
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->group.state, PgState::kPending);
+  EXPECT_EQ(core_->StateOf(created->group.id), PgState::kCreated);
+  for (const std::string& id : waiting) {
+    EXPECT_EQ(core_->StateOf(id), PgState::kCreated) << id;
+  }
+}
+
 TEST_F(PlacementManagerTest, ExpiredLeasesRescheduleInTheSameCommit) {
   Start(Options(absl::Minutes(5), 100, absl::Seconds(10)));
   ASSERT_TRUE(core_->Register({CpuNode("a", 4), CpuNode("b", 4)}).ok());
@@ -1632,6 +1708,84 @@ TEST_F(PlacementManagerTest, VictimsComeFromTheNodesTheRequestCouldUse) {
   const std::string prod = Create(V6eSlices(1, OfClass("production")));
   EXPECT_EQ(core_->placement().Get(prod)->group.preempting,
             std::vector<std::string>{holder});
+}
+
+// A walk's later pass re-places a group this op changed in an earlier one
+// (here V, preempted and requeued by P in pass 1, preempts eight groups in
+// pass 2): the group is compared with what it was after those writes,
+// which move the op's changes (an ASan build saw the old read as a
+// heap-use-after-free).
+TEST_F(PlacementManagerTest, ALaterPassPreemptsForAGroupAnEarlierPassMoved) {
+  CoreOptions options;
+  options.placement.preemption_grace = absl::ZeroDuration();
+  options.placement.preemption_cooldown = absl::Seconds(10);
+  Start(options);
+  ASSERT_TRUE(
+      core_->Register({CpuNode("a", 8, "za"), CpuNode("b", 8, "zb")}).ok());
+  auto on = [](PgSpec spec, const std::string& node) {
+    spec.group.request.bundles[0].selector = *scheduler::ParseLabelSelector(
+        {{std::string(scheduler::kLabelZone), "z" + node}});
+    return spec;
+  };
+  std::vector<std::string> low;
+  for (int i = 0; i < 8; ++i) {
+    low.push_back(Create(on(Cpus(1, 1, OfClass("", 0)), "b")));
+  }
+  core_->Advance(absl::Seconds(10));
+  const std::string v = Create(Cpus(1, 8, OfClass("", 100)));
+  ASSERT_EQ(core_->placement().Get(v)->group.bundles[0].node_id, "a");
+  // V is still in its cool-down: P waits.
+  const std::string p = Create(on(Cpus(1, 8, OfClass("", 1000)), "a"));
+  ASSERT_EQ(core_->StateOf(p), PgState::kPending);
+  core_->Advance(absl::Seconds(10));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(core_->StateOf(p), PgState::kCreated);
+  EXPECT_EQ(core_->placement().Get(v)->group.bundles[0].node_id, "b");
+  EXPECT_EQ(core_->StateOf(v), PgState::kCreated);
+  for (const std::string& id : low) {
+    EXPECT_EQ(core_->StateOf(id), PgState::kPending) << id;
+  }
+}
+
+// Preemptions that fall due at one check finish in one op each: all of
+// them together may be more than the store commits at once (etcd: one
+// Txn), and such an op failed at every check, for good.
+TEST_F(PlacementManagerTest, PreemptionsDueTogetherFinishApart) {
+  Start(Preempting(absl::ZeroDuration()));
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 3)}).ok());
+  std::vector<std::string> low, high;
+  for (int i = 0; i < 3; ++i) low.push_back(Create(Cpus(1, 1)));
+  for (int i = 0; i < 3; ++i) {
+    high.push_back(Create(Cpus(1, 1, OfClass("", 1000))));
+    ASSERT_EQ(core_->StateOf(high.back()), PgState::kPending);
+  }
+  for (const std::string& id : low) {
+    ASSERT_EQ(core_->StateOf(id), PgState::kPreempting) << id;
+  }
+  core_->faults().LimitUnitWrites(4);
+  core_->Advance(absl::Seconds(31));
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  for (const std::string& id : high) {
+    EXPECT_EQ(core_->StateOf(id), PgState::kCreated) << id;
+  }
+  for (const std::string& id : low) {
+    EXPECT_EQ(core_->StateOf(id), PgState::kPending) << id;
+  }
+}
+
+// The groups of a lost node are re-placed highest priority first (they
+// were in id order): one left RESCHEDULING preempts nothing, so the
+// high-priority group would wait behind the low one that took the room.
+TEST_F(PlacementManagerTest, ALostNodesGroupsAreReplacedByPriority) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("n1", 8)}).ok());
+  const std::string low = Create(Cpus(1, 4, OfClass("", 0)));
+  const std::string high = Create(Cpus(1, 4, OfClass("", 1000)));
+  ASSERT_TRUE(core_->Register({CpuNode("spare", 4)}).ok());
+  ASSERT_TRUE(core_->RemoveNode("n1", /*force=*/true).ok());
+  EXPECT_EQ(core_->StateOf(high), PgState::kCreated);
+  EXPECT_EQ(core_->placement().Get(high)->group.bundles[0].node_id, "spare");
+  EXPECT_EQ(core_->StateOf(low), PgState::kRescheduling);
 }
 
 TEST_F(PlacementManagerTest, PriorityClassesResolveAtCreateAndSurviveRestart) {
