@@ -436,6 +436,20 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
       options_.priority_classes.Resolve(g.priority_class, g.priority));
   if (!g.request_id.empty()) {
     if (const PlacementGroup* existing = txn.FindPgByRequestId(g.request_id)) {
+      // A retry repeats its request: the same request_id from another job,
+      // under another name or as the other kind of request is a client's
+      // mistake, not the group it was given.
+      if (existing->job_id != g.job_id || existing->name != g.name ||
+          existing->scaling_config.has_value() !=
+              g.scaling_config.has_value()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "request_id ", Quote(g.request_id), " was used for ", existing->id,
+            " (job_id ", Quote(existing->job_id), ", name ",
+            Quote(existing->name), ", ",
+            existing->scaling_config ? "a ScalingConfig" : "placement bundles",
+            "); a retry must repeat the same request, and a new request "
+            "needs a new request_id"));
+      }
       g = *existing;
       return absl::OkStatus();
     }

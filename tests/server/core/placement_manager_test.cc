@@ -434,6 +434,13 @@ TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
   auto fresh = core_->Create(Cpus(1, 4, WithRequestId("r-1")));
   ASSERT_TRUE(fresh.ok());
   EXPECT_NE(fresh->group.id, first->group.id);
+  // The same id from another job is refused, not given that job's group.
+  PgOwner other = WithRequestId("r-1");
+  other.job_id = "job-b";
+  auto refused = core_->Create(Cpus(1, 4, other));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(refused.status().message().find(fresh->group.id), std::string::npos)
+      << refused.status();
 }
 
 // A start re-tries the queue, INFEASIBLE groups too, on the state it
