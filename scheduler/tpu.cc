@@ -177,6 +177,9 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
   for (int d = 0; d < 3; ++d) {
     shape.host_grid.push_back(std::max(1, dims3[d] / shape.host_box[d]));
   }
+  const bool cube =
+      std::all_of(dims3.begin(), dims3.end(), [](int d) { return d >= 4; });
+  for (int d : dims3) shape.wrap.push_back(lite ? d == 16 : cube);
   shape.cores_per_chip = lite ? 1 : 2;
   shape.pod_type = absl::StrCat(TpuGenerationName(generation), "-",
                                 shape.chips * shape.cores_per_chip);

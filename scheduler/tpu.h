@@ -45,6 +45,10 @@ struct TpuShape {
   // {x, y, z} (dims / host_box), e.g. v6e 4x4 -> {2, 2, 1}.
   std::vector<int> host_box;
   std::vector<int> host_grid;
+  // Which axes {x, y, z} wrap around (a torus), as GKE's TPU device plugin
+  // sets TPU_TOPOLOGY_WRAP for a slice of this shape: v5e/v6e on an axis of
+  // 16 chips; the others on every axis once each is at least 4 (a cube).
+  std::vector<bool> wrap;
 
   friend bool operator==(const TpuShape&, const TpuShape&) = default;
 };

@@ -599,8 +599,25 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
               ? absl::StrCat("tpu7x-", plan.shape.pod_type.substr(4))
               : plan.shape.pod_type;
       env["TPU_TOPOLOGY"] = plan.shape.topology;
-      env["TPU_HOST_BOUNDS"] = absl::StrJoin(plan.shape.host_grid, ",");
-      env["TPU_CHIPS_PER_HOST_BOUNDS"] = absl::StrJoin(plan.shape.host_box, ",");
+      // GKE's device plugin sets each of these twice (with and without the
+      // TPU_ prefix), from the parent's shape: both are the sub-slice's. A
+      // sub-slice does not wrap around where its parent does.
+      const std::string wrap = absl::StrJoin(
+          plan.shape.wrap, ",",
+          [](std::string* out, bool w) { out->append(w ? "true" : "false"); });
+      const std::string host_bounds = absl::StrJoin(plan.shape.host_grid, ",");
+      const std::string chip_bounds = absl::StrJoin(plan.shape.host_box, ",");
+      for (const char* prefix : {"TPU_", ""}) {
+        env[absl::StrCat(prefix, "HOST_BOUNDS")] = host_bounds;
+        env[absl::StrCat(prefix, "CHIPS_PER_HOST_BOUNDS")] = chip_bounds;
+      }
+      env["TPU_TOPOLOGY_WRAP"] = wrap;
+      env["WRAP"] = wrap;
+      // Ray's worker drops TPU_HOST_BOUNDS and TPU_CHIPS_PER_HOST_BOUNDS
+      // from an actor that holds all of its host's chips ("the framework's
+      // defaults", which for a sub-slice are the parent's) unless told not
+      // to touch them.
+      env.emplace("RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS", "1");
     }
     if (k > 1 && plan.chips_per_worker > 0 && plan.host_box.size() == 3 &&
         plan.host_grid.size() == 3) {

@@ -93,6 +93,14 @@ class SubslicesEndToEnd(unittest.TestCase):
             self.assertEqual(w.env["TPU_HOST_BOUNDS"], "1,1,2")
             self.assertEqual(w.env["TPU_CHIPS_PER_HOST_BOUNDS"], "2,2,1")
             self.assertEqual(w.env["TPU_SKIP_MDS_QUERY"], "true")
+            # GKE sets these from the parent 4x4x4 too (a cube wraps around;
+            # a 2x2x2 does not), and Ray would drop the bounds of an actor
+            # that holds its whole host unless told not to.
+            self.assertEqual(w.env["TPU_TOPOLOGY_WRAP"], "false,false,false")
+            self.assertEqual(w.env["WRAP"], "false,false,false")
+            self.assertEqual(w.env["HOST_BOUNDS"], "1,1,2")
+            self.assertEqual(w.env["CHIPS_PER_HOST_BOUNDS"], "2,2,1")
+            self.assertEqual(w.env["RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS"], "1")
 
         second = self.submit(pl, v5p("2x2x2", 2))
         self.assertEqual(second.state, P.CREATED, second.pending_reason)
@@ -201,6 +209,7 @@ class SubslicesEndToEnd(unittest.TestCase):
         self.assertEqual(list(first.slice_names), ["block-a/4x4x8@p-a1+p-a2"])
         self.assertEqual(first.workers[0].env["TPU_TOPOLOGY"], "4x4x8")
         self.assertEqual(first.workers[0].env["TPU_HOST_BOUNDS"], "2,2,8")
+        self.assertEqual(first.workers[0].env["TPU_TOPOLOGY_WRAP"], "true,true,true")
         # As the platform spells Ironwood (Ray's pod type says v7x-256).
         self.assertEqual(first.workers[0].env["TPU_ACCELERATOR_TYPE"], "tpu7x-256")
         self.assertEqual(len(first.workers[0].env["TPU_WORKER_HOSTNAMES"].split(",")), 32)

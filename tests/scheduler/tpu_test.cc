@@ -109,6 +109,30 @@ TEST(ResolveTpuShapeTest, HostBoxAndGrid) {
   }
 }
 
+// As GKE's TPU device plugin sets TPU_TOPOLOGY_WRAP: v5e/v6e wrap on an
+// axis of 16 chips, the 3D generations on every axis once each is >= 4.
+TEST(ResolveTpuShapeTest, WrapAround) {
+  struct Case {
+    TpuGeneration generation;
+    const char* topology;
+    std::vector<bool> wrap;
+  };
+  const Case cases[] = {
+      {TpuGeneration::kV6e, "16x16", {true, true, false}},
+      {TpuGeneration::kV6e, "8x16", {false, true, false}},
+      {TpuGeneration::kV5e, "8x8", {false, false, false}},
+      {TpuGeneration::kV5p, "4x4x4", {true, true, true}},
+      {TpuGeneration::kV4, "4x4x8", {true, true, true}},
+      {TpuGeneration::kV5p, "2x4x4", {false, false, false}},
+      {TpuGeneration::kV7x, "2x2x2", {false, false, false}},
+  };
+  for (const Case& c : cases) {
+    auto shape = ResolveTpuShape(c.generation, c.topology);
+    ASSERT_TRUE(shape.ok()) << c.topology;
+    EXPECT_EQ(shape->wrap, c.wrap) << c.topology;
+  }
+}
+
 TEST(ResolveTpuShapeTest, InvalidShapesNameTheValidSet) {
   struct Case {
     TpuGeneration gen;
