@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "base/quote.h"
 #include "scheduler/slices.h"
 #include "scheduler/tpu.h"
@@ -132,6 +133,24 @@ absl::Status DeriveMarketType(const Labels& labels, Labels& out) {
   return absl::OkStatus();
 }
 
+// Ray's spelling of the platform's accelerator type (TPU_ACCELERATOR_TYPE),
+// as Ray's own node labels spell it: lower case, the generation as v<gen>
+// ("tpu7x-128" -> "v7x-128"), and v5e as v5litepod.
+std::string RayPodType(absl::string_view platform) {
+  std::string type =
+      absl::AsciiStrToLower(absl::StripAsciiWhitespace(platform));
+  absl::string_view rest = type;
+  if (absl::ConsumePrefix(&rest, "tpu")) {
+    absl::ConsumePrefix(&rest, "-");
+    absl::ConsumePrefix(&rest, "v");
+    type = absl::StrCat("v", rest);
+  }
+  rest = type;
+  if (absl::ConsumePrefix(&rest, "v5e-"))
+    type = absl::StrCat("v5litepod-", rest);
+  return type;
+}
+
 // Pod type from accelerator + topology, when both resolve and none is given.
 void DerivePodType(Labels& out) {
   const std::string* accel = Find(out, scheduler::kLabelAcceleratorType);
@@ -237,6 +256,10 @@ absl::StatusOr<Labels> TranslateNodeLabels(absl::string_view node_id,
     if (const std::string* v = Find(labels, from)) {
       derived[std::string(to)] = *v;
     }
+  }
+  if (auto it = derived.find(std::string(scheduler::kLabelTpuPodType));
+      it != derived.end()) {
+    it->second = RayPodType(it->second);
   }
   DerivePartition(labels, derived);
   derived[std::string(scheduler::kLabelCapacityTier)] = Tier(labels);

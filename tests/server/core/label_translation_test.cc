@@ -56,6 +56,17 @@ TEST(LabelTranslationTest, DerivesRayLabelsFromGkeMetadata) {
       {"v7x",
        {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"}},
        {{"ray.io/accelerator-type", "TPU-V7X"}}},
+      // The platform spells Ironwood tpu7x-<cores>; Ray's pod type (what
+      // Ray's own labels and its slice reservations say) is v7x-<cores>.
+      {"v7x with TPU_ACCELERATOR_TYPE in the platform's spelling",
+       {{"cloud.google.com/gke-tpu-accelerator", "tpu7x"},
+        {"TPU_ACCELERATOR_TYPE", "tpu7x-128"}},
+       {{"ray.io/accelerator-type", "TPU-V7X"},
+        {"ray.io/tpu-pod-type", "v7x-128"}}},
+      {"v5e with TPU_ACCELERATOR_TYPE v5e-16",
+       {{"cloud.google.com/gke-tpu-accelerator", "tpu-v5-lite-podslice"},
+        {"TPU_ACCELERATOR_TYPE", "V5E-16"}},
+       {{"ray.io/tpu-pod-type", "v5litepod-16"}}},
       {"plain CPU node: no invented market type",
        {},
        {{"sliced.io/capacity-tier", "on-demand"}, {"ray.io/node-id", "n1"}},
