@@ -323,10 +323,14 @@ absl::StatusOr<std::unique_ptr<SlicedServer>> SlicedServer::Serve(
              .auth = impl->auth.get()},
             std::move(collectables), impl->web_api.get());
     if (!http.ok()) {
-      impl->server->Shutdown();
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on ", options.metrics_listen,
-                       ": ", http.status().message()));
+      const absl::Status failed = absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", options.metrics_listen, ": ",
+                       http.status().message()));
+      // The gRPC port is serving already: a watch or tail opened meanwhile
+      // never ends on its own, and a Shutdown() without a deadline would
+      // wait for it. Stopped as a shutdown is.
+      SlicedServer(std::move(impl)).Stop(failed, absl::Milliseconds(200));
+      return failed;
     }
     impl->http = *std::move(http);
   }

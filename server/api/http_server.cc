@@ -134,6 +134,8 @@ struct HttpServer::Impl {
 
   std::unique_ptr<httplib::Server> server;
   std::thread listener;
+  // Set once listen_after_bind() returned (it failed, or stop() ended it).
+  std::atomic<bool> listen_returned{false};
 };
 
 void HttpServer::Impl::Metrics(httplib::Response& response) {
@@ -305,7 +307,17 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
         absl::StrCat("can't bind ", Quote(options.listen),
                      " (address in use or not a local address)"));
   }
-  impl->listener = std::thread([&server] { server.listen_after_bind(); });
+  impl->listener = std::thread([&server, self] {
+    server.listen_after_bind();
+    self->listen_returned = true;
+  });
+  // cpp-httplib 0.11's stop() does nothing until the listener runs its
+  // accept loop (is_running()): a server stopped before that (a standby's
+  // port closed as soon as it is elected) would wait in accept() for good,
+  // and so would its destructor. So Start returns once it runs.
+  while (!server.is_running() && !impl->listen_returned) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), bound));
 }
 

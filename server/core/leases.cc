@@ -49,4 +49,13 @@ void Leases::Forget(absl::string_view node_id) {
   shard.last.erase(node_id);
 }
 
+void Leases::ForgetIfStale(absl::string_view node_id, absl::Time deadline) {
+  Shard& shard = ShardOf(node_id);
+  absl::MutexLock lock(&shard.mu);
+  auto it = shard.last.find(node_id);
+  if (it != shard.last.end() && std::max(epoch_, it->second) < deadline) {
+    shard.last.erase(it);
+  }
+}
+
 }  // namespace sliced::server

@@ -32,6 +32,10 @@ class Leases {
   absl::Time Last(absl::string_view node_id) const;
   // Forgets a removed node.
   void Forget(absl::string_view node_id);
+  // Forgets `node_id` only if its last heartbeat is before `deadline`: a
+  // lease check that found no such node forgets its stale lease, not one a
+  // registration renewed meanwhile.
+  void ForgetIfStale(absl::string_view node_id, absl::Time deadline);
   // The nodes renewed (or recorded at the epoch) whose last heartbeat is
   // before `deadline`, in no order. Takes one shard lock at a time, never
   // all: a lease check does not hold up renewals (nor the cluster lock).

@@ -629,8 +629,10 @@ void NodeManager::CheckLeases(Done done) {
     }
     return ids;
   });
-  // E.g. registered by a commit that failed: not a node, not a lease.
-  for (const std::string& id : gone) leases_.Forget(id);
+  // E.g. registered by a commit that failed: not a node, not a lease. (A
+  // registration renewed since is not forgotten: its commit may install
+  // after the read above.)
+  for (const std::string& id : gone) leases_.ForgetIfStale(id, deadline);
   if (expired.empty()) {
     if (done) done(absl::OkStatus());
     return;

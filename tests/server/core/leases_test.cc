@@ -45,6 +45,23 @@ TEST(LeasesTest, StaleListsTheLateOnesAndNobodyBeforeATimeoutPassed) {
             std::vector<std::string>{"late"});
 }
 
+// A lease check that found a late lease with no node forgets it only if it
+// is still late: a registration may have renewed it since (and installs
+// its node after the check looked).
+TEST(LeasesTest, ForgetIfStaleKeepsALeaseRenewedSince) {
+  Leases leases(kEpoch);
+  const absl::Time deadline = kEpoch + absl::Seconds(10);
+  leases.Renew("x", kEpoch + absl::Seconds(1));
+  ASSERT_EQ(leases.Stale(deadline), std::vector<std::string>{"x"});
+  leases.Renew("x", kEpoch + absl::Seconds(15));  // re-registered meanwhile
+  leases.ForgetIfStale("x", deadline);
+  EXPECT_EQ(leases.Last("x"), kEpoch + absl::Seconds(15));
+  leases.Renew("y", kEpoch + absl::Seconds(2));
+  leases.ForgetIfStale("y", deadline);
+  EXPECT_TRUE(leases.Stale(kEpoch + absl::Seconds(30)) ==
+              std::vector<std::string>{"x"});
+}
+
 TEST(LeasesTest, ConcurrentRenewalsOfManyNodesAreAllKept) {
   Leases leases(kEpoch);
   std::vector<std::thread> threads;
