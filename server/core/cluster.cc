@@ -319,14 +319,26 @@ void Cluster::Install() {
       const std::string& id = *id_ptr;
       const std::optional<PlacementGroup>& change = group_.pgs.at(id);
       const PlacementGroup* old = state_.pgs.Find(id);
-      if (!change && old != nullptr) {
+      // What a removed group was: as installed, or, for one this commit
+      // both made and removed (a victim with on_preemption REMOVE and no
+      // grace), as its last intermediate event, which watchers saw.
+      const PlacementGroup* gone = old;
+      if (!change && gone == nullptr && evented.contains(id)) {
+        for (auto e = events.rbegin(); e != events.rend(); ++e) {
+          if (e->id == id) {
+            gone = &*e;
+            break;
+          }
+        }
+      }
+      if (!change && gone != nullptr) {
         // The final event: the group as it was, REMOVED; a reason it was
         // waiting for would be stale now.
-        removed.push_back(*old);
+        removed.push_back(*gone);
         removed.back().state = PgState::kRemoved;
         removed.back().reason.clear();
       }
-      if (change || old != nullptr) {
+      if (change || gone != nullptr) {
         finals.push_back(&id);
         changed.push_back({nullptr, before(id, old)});
       }

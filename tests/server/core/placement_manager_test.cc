@@ -1291,6 +1291,48 @@ TEST_F(PlacementManagerTest, RemovedEventRepeatsNoStaleReason) {
             (std::vector<std::string>{view->group.reason, ""}));
 }
 
+// A victim with on_preemption REMOVE and no grace, made and preempted in
+// one commit: watchers saw it PREEMPTING (an intermediate event), so its
+// last event is REMOVED, as for any group that leaves. (There was none: a
+// watcher kept it PREEMPTING for good.)
+TEST_F(PlacementManagerTest, AGroupMadeAndRemovedInOneCommitEndsRemoved) {
+  CoreOptions options;
+  options.placement.preemption_grace = absl::ZeroDuration();
+  Start(options);
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 4)}).ok());
+  PgOwner leaves = WithPriority(0);
+  leaves.on_preemption = OnPreemption::kRemove;
+  Recorder recorder;
+  core_->placement().Watch(&recorder);
+  absl::BlockingCounter answered(2);
+  std::string victim, preemptor;
+  core_->InOneGroup([&] {
+    core_->placement().Create(Cpus(1, 4, leaves),
+                              [&](absl::StatusOr<PlacementGroupView> v) {
+                                EXPECT_TRUE(v.ok()) << v.status();
+                                if (v.ok()) victim = v->group.id;
+                                answered.DecrementCount();
+                              });
+    core_->placement().Create(Cpus(1, 4, WithPriority(1000)),
+                              [&](absl::StatusOr<PlacementGroupView> v) {
+                                EXPECT_TRUE(v.ok()) << v.status();
+                                if (v.ok()) preemptor = v->group.id;
+                                answered.DecrementCount();
+                              });
+  });
+  answered.Wait();
+  core_->placement().Unwatch(&recorder);
+  EXPECT_EQ(core_->StateOf(preemptor), PgState::kCreated);
+  EXPECT_EQ(core_->placement().Get(victim).status().code(),
+            absl::StatusCode::kNotFound);
+  std::vector<std::string> of_victim;
+  for (const std::string& event : recorder.seen()) {
+    if (event.rfind(victim + ":", 0) == 0) of_victim.push_back(event);
+  }
+  ASSERT_FALSE(of_victim.empty());
+  EXPECT_EQ(of_victim.back(), victim + ":REMOVED");
+}
+
 TEST_F(PlacementManagerTest, UndrainedNodeTakesTheWaitingGroupsAtOnce) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 4), CpuNode("c2", 4)}).ok());
