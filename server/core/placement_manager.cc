@@ -892,6 +892,14 @@ bool PlacementManager::QueueMayPlace(Txn& txn) const {
 void PlacementManager::RetryQueue(Txn& txn) {
   if (QueueMayPlace(txn)) {
     WalkQueue(txn);
+    // What the walk itself freed after its last pass (a preemptor placed
+    // without its victims releases them, or turns one that lost a node
+    // RESCHEDULING) asks for a retry this walk, the last of its commit
+    // group, does not run: the next check walks the queue.
+    if (txn.PendingRetryRequested()) {
+      (txn.InfeasibleRecheckRequested() ? recheck_skipped_ : walk_skipped_)
+          .store(true, std::memory_order_relaxed);
+    }
     return;
   }
   // Releases alone, where no waiting group can fit: a walk would place

@@ -1837,6 +1837,36 @@ TEST_F(PlacementManagerTest, ALostNodesGroupsAreReplacedByPriority) {
   EXPECT_EQ(core_->StateOf(low), PgState::kRescheduling);
 }
 
+// What the walk at the end of a commit group frees itself is walked again
+// at the next check: here a preemptor placed without its victim (another
+// group left) turns that victim, which lost a node while PREEMPTING,
+// RESCHEDULING. It was not in that walk's list, and nothing walked the
+// queue again: it waited RESCHEDULING beside free room.
+TEST_F(PlacementManagerTest, WhatTheLastWalkFreesIsWalkedAtTheNextCheck) {
+  Start(Preempting(absl::ZeroDuration()));
+  ASSERT_TRUE(
+      core_->Register({CpuNode("n1", 2), CpuNode("n2", 2), CpuNode("big", 4)})
+          .ok());
+  const std::string g = Create(Cpus(1, 4, OfClass("", 2000)));
+  const std::string v =
+      Create(Cpus(2, 2, OfClass("", 0), scheduler::Strategy::kStrictSpread));
+  ASSERT_EQ(core_->StateOf(v), PgState::kCreated);
+  ASSERT_TRUE(core_->Register({CpuNode("s", 2)}).ok());
+  const std::string p = Create(Cpus(2, 2, OfClass("", 1000)));
+  ASSERT_EQ(core_->StateOf(p), PgState::kPending);
+  ASSERT_EQ(core_->StateOf(v), PgState::kPreempting);
+  ASSERT_TRUE(core_->RemoveNode("n1", /*force=*/true).ok());
+  ASSERT_EQ(core_->StateOf(v), PgState::kPreempting);
+  ASSERT_TRUE(core_->CompletePreemptions().ok());  // nothing due yet
+  // `big` frees: P is placed there without its victim, which turns
+  // RESCHEDULING (it lost n1) inside that walk.
+  ASSERT_TRUE(core_->Remove(g).ok());
+  ASSERT_EQ(core_->StateOf(p), PgState::kCreated);
+  ASSERT_EQ(core_->StateOf(v), PgState::kRescheduling);
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(core_->StateOf(v), PgState::kCreated);
+}
+
 TEST_F(PlacementManagerTest, PriorityClassesResolveAtCreateAndSurviveRestart) {
   CoreOptions options;
   auto classes = PriorityClasses::Parse(
