@@ -318,6 +318,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   while (!server.is_running() && !impl->listen_returned) {
     absl::SleepFor(absl::Microseconds(100));
   }
+  if (impl->listen_returned) {
+    impl->listener.join();
+    return absl::UnavailableError(absl::StrCat(
+        "can't listen on ", Quote(options.listen), " (the listener ended)"));
+  }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), bound));
 }
 

@@ -249,10 +249,10 @@ void Cluster::EndGroup(storage::Mutation& writes, const UnitCheck& check) {
   // The retry's own changes never ask for another round; a failed retry
   // leaves the queue as it was. One the store can't commit in one op (etcd:
   // one Txn's limits; a walk that places hundreds of groups at once) runs
-  // again with half its writes, while that makes it smaller: the walk stops
-  // at the limit, and the rest of the queue waits for the next walk.
+  // again with at most half the writes, down to one: the walk stops at the
+  // limit (and starts no preemption above it), and the rest of the queue
+  // waits for the next walk.
   size_t limit = std::numeric_limits<size_t>::max();
-  size_t last_refused = limit;
   while (true) {
     size_t refused_size = 0;
     const UnitCheck counted = [&](const storage::Mutation& unit) {
@@ -267,11 +267,9 @@ void Cluster::EndGroup(storage::Mutation& writes, const UnitCheck& check) {
           return absl::OkStatus();
         },
         writes, counted);
-    if (retried.ok() || refused_size <= 1 || refused_size >= last_refused) {
-      return;
-    }
-    last_refused = refused_size;
-    limit = refused_size / 2;
+    if (retried.ok() || refused_size == 0) return;
+    limit = std::min(limit, refused_size) / 2;
+    if (limit == 0) return;
   }
 }
 

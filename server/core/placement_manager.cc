@@ -499,8 +499,7 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
     txn.PutPg(g);
     return absl::OkStatus();
   }
-  if (!walked_all && !fail) {
-    if (!room) return full;
+  if (!walked_all && !fail && room) {
     g.reason = "queued while the groups before it are re-tried";
     txn.PutPg(g);
     return absl::OkStatus();
@@ -638,6 +637,10 @@ absl::StatusOr<PlacementManager::Search> PlacementManager::StartPreemption(
   const scheduler::PreemptionPlan plan =
       scheduler::PlanPreemption(*snapshot, request, candidates);
   if (!plan.found) return Search::kNoPlan;
+  // A plan whose writes (its victims and itself) do not fit what this op
+  // may still write (a queue walk cut to the store's limit) waits for a
+  // walk where it comes earlier.
+  if (plan.victims.size() + 1 > txn.WritesLeft()) return Search::kNone;
   const absl::Time deadline = txn.now() + options_.preemption_grace;
   for (const scheduler::Victim& v : plan.victims) {
     PlacementGroup victim = *txn.FindPg(v.pg_id);
@@ -893,9 +896,10 @@ void PlacementManager::RetryQueue(Txn& txn) {
   if (QueueMayPlace(txn)) {
     WalkQueue(txn);
     // What the walk itself freed after its last pass (a preemptor placed
-    // without its victims releases them, or turns one that lost a node
-    // RESCHEDULING) asks for a retry this walk, the last of its commit
-    // group, does not run: the next check walks the queue.
+    // without its victims releases those their owners removed, and turns
+    // one that lost a node RESCHEDULING) asks for a retry this walk, the
+    // last of its commit group, does not run: the next check walks the
+    // queue.
     if (txn.PendingRetryRequested()) {
       (txn.InfeasibleRecheckRequested() ? recheck_skipped_ : walk_skipped_)
           .store(true, std::memory_order_relaxed);

@@ -600,8 +600,10 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
               : plan.shape.pod_type;
       env["TPU_TOPOLOGY"] = plan.shape.topology;
       // GKE's device plugin sets each of these twice (with and without the
-      // TPU_ prefix), from the parent's shape: both are the sub-slice's. A
-      // sub-slice does not wrap around where its parent does.
+      // TPU_ prefix), from the parent's shape: both are the sub-slice's,
+      // and its wrap-around is the plugin's rule on the sub-slice's shape
+      // (a 2x2x2 of a 4x4x4 does not wrap). (Not known here: a 4x4x4 of a
+      // 4x4x8 likely wraps on x and y only.)
       const std::string wrap = absl::StrJoin(
           plan.shape.wrap, ",",
           [](std::string* out, bool w) { out->append(w ? "true" : "false"); });

@@ -328,6 +328,11 @@ class Txn {
   // `max` writes: the store commits only so many in one op (etcd: one Txn).
   void LimitWrites(size_t max) { write_limit_ = max; }
   bool AtWriteLimit() const { return mutation_.size() >= write_limit_; }
+  // How many more writes this op may make before that limit.
+  size_t WritesLeft() const {
+    return mutation_.size() >= write_limit_ ? 0
+                                            : write_limit_ - mutation_.size();
+  }
 
   // Applies node changes still pending to the snapshot.
   absl::Status Flush();

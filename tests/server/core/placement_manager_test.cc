@@ -1023,13 +1023,13 @@ TEST_F(PlacementManagerTest, ACreatesWalkOfTheQueueIsBounded) {
   ASSERT_TRUE(core_->Register({CpuNode("c1", 1)}).ok());
   Create(Cpus(1, 1));
   std::vector<std::string> waiting;
-  for (int i = 0; i < 80; ++i) waiting.push_back(Create(Cpus(1, 1)));
+  for (int i = 0; i < 120; ++i) waiting.push_back(Create(Cpus(1, 1)));
   ASSERT_EQ(core_->StateOf(waiting.back()), PgState::kPending);
   core_->faults().LimitUnitWrites(100);
   absl::BlockingCounter answered(2);
   absl::StatusOr<PlacementGroupView> created;
   core_->InOneGroup([&] {
-    core_->nodes().Register({CpuNode("c2", 100)},
+    core_->nodes().Register({CpuNode("c2", 200)},
                             [&](absl::StatusOr<std::vector<NodeView>> v) {
                               EXPECT_TRUE(v.ok()) << v.status();
                               answered.DecrementCount();
@@ -1865,6 +1865,46 @@ TEST_F(PlacementManagerTest, WhatTheLastWalkFreesIsWalkedAtTheNextCheck) {
   ASSERT_EQ(core_->StateOf(v), PgState::kRescheduling);
   ASSERT_TRUE(core_->CompletePreemptions().ok());
   EXPECT_EQ(core_->StateOf(v), PgState::kCreated);
+}
+
+// A walk cut to the store's limit starts no preemption whose writes do not
+// fit what it may still write: the groups before it are placed, and the
+// preemption starts in a later walk where it comes first. (The walk,
+// halved, still held the preemption, was refused again and was dropped at
+// every check: nothing in it was ever placed.)
+TEST_F(PlacementManagerTest, ACutWalkStartsNoPreemptionAboveItsLimit) {
+  Start(Preempting(absl::Seconds(10)));
+  ASSERT_TRUE(
+      core_->Register({CpuNode("a", 3, "za"), CpuNode("b", 2, "zb")}).ok());
+  auto in = [](PgSpec spec, const std::string& zone) {
+    spec.group.request.bundles[0].selector = *scheduler::ParseLabelSelector(
+        {{std::string(scheduler::kLabelZone), zone}});
+    return spec;
+  };
+  std::vector<std::string> low;
+  for (int i = 0; i < 3; ++i) {
+    low.push_back(Create(in(Cpus(1, 1, OfClass("", 0)), "za")));
+  }
+  const std::string holder = Create(in(Cpus(1, 2, OfClass("", 5000)), "zb"));
+  const std::string g1 = Create(in(Cpus(1, 1, OfClass("", 1000)), "zb"));
+  const std::string g2 = Create(in(Cpus(1, 1, OfClass("", 1000)), "zb"));
+  // Its victims are in their cool-down: it waits, searching nothing.
+  const std::string p = Create(in(Cpus(1, 3, OfClass("", 1000)), "za"));
+  ASSERT_EQ(core_->StateOf(p), PgState::kPending);
+  ASSERT_TRUE(core_->placement().Get(p)->group.preempting.empty());
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  core_->faults().LimitUnitWrites(4);
+  core_->Advance(absl::Seconds(11));
+  // b frees: g1 and g2 (1 write each), then p, whose preemption writes 4.
+  ASSERT_TRUE(core_->Remove(holder).ok());
+  EXPECT_EQ(core_->StateOf(g1), PgState::kCreated);
+  EXPECT_EQ(core_->StateOf(g2), PgState::kCreated);
+  EXPECT_TRUE(core_->placement().Get(p)->group.preempting.empty());
+  ASSERT_TRUE(core_->CompletePreemptions().ok());
+  EXPECT_EQ(core_->placement().Get(p)->group.preempting.size(), 3u);
+  for (const std::string& id : low) {
+    EXPECT_EQ(core_->StateOf(id), PgState::kPreempting) << id;
+  }
 }
 
 TEST_F(PlacementManagerTest, PriorityClassesResolveAtCreateAndSurviveRestart) {
