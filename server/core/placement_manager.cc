@@ -105,10 +105,11 @@ absl::string_view PreemptionOutcome(PgState state) {
 // search. Those are bounded apart, and the same ask on the same snapshot
 // is searched once per pass (FailedSolves).
 constexpr int kMaxPreemptionSearchesPerRetry = 2;
+constexpr int kMaxFruitlessSearchesPerRetry = 16;
+
 // The most writes a create's own walk of the queue makes (etcd's default
 // limit is 128 writes an op).
 constexpr size_t kMaxWritesOfACreatesWalk = 64;
-constexpr int kMaxFruitlessSearchesPerRetry = 16;
 
 // The solves of one queue retry that did not place their group, by what
 // they asked, while the snapshot they ran on is still the current one. A
