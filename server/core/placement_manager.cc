@@ -896,11 +896,11 @@ bool PlacementManager::QueueMayPlace(Txn& txn) const {
 void PlacementManager::RetryQueue(Txn& txn) {
   if (QueueMayPlace(txn)) {
     WalkQueue(txn);
-    // What the walk itself freed after its last pass (a preemptor placed
-    // without its victims releases those their owners removed, and turns
-    // one that lost a node RESCHEDULING) asks for a retry this walk, the
-    // last of its commit group, does not run: the next check walks the
-    // queue.
+    // A retry the walk asked for itself (cut at the write limit, or what
+    // it freed after its last pass: a preemptor placed without its victims
+    // releases those their owners removed, and turns one that lost a node
+    // RESCHEDULING) is not run by this walk, the last of its commit group:
+    // the next check walks the queue.
     if (txn.PendingRetryRequested()) {
       (txn.InfeasibleRecheckRequested() ? recheck_skipped_ : walk_skipped_)
           .store(true, std::memory_order_relaxed);
@@ -951,15 +951,13 @@ bool PlacementManager::WalkQueueOnce(Txn& txn) {
   };
   for (const std::string& id : queue) {
     if (txn.AtWriteLimit()) {
-      // The store takes no more writes in one op: the rest of the queue is
-      // walked by the next walk, at the end of the commit group (a create's
-      // walk) or else at the next preemption check (as a skipped walk is).
+      // The store takes no more writes in one op: the rest of the queue
+      // waits for the walk this asks for, at the end of the commit group (a
+      // create's walk) or at the next preemption check (RetryQueue).
       if (with_infeasible) {
         txn.RequestFullRetry();
-        recheck_skipped_.store(true, std::memory_order_relaxed);
       } else {
         txn.RequestPendingRetry();
-        walk_skipped_.store(true, std::memory_order_relaxed);
       }
       return false;
     }

@@ -353,14 +353,15 @@ class PlacementManager : public Cluster::Observer {
   // When CompletePreemptions last looked (cool-downs that ended since then
   // re-try the queue).
   absl::Time last_check_ ABSL_GUARDED_BY(check_mu_) = absl::InfinitePast();
-  // Set by RetryQueue when it skipped the walk: the waiting groups' reasons
-  // may have changed (which resource a freed node is short of first) and
-  // the searches for victims a walk would have run did not run.
-  // CompletePreemptions then has the queue walked.
+  // Set by RetryQueue when it skipped the walk (the waiting groups' reasons
+  // may have changed: which resource a freed node is short of first; and
+  // the searches for victims a walk would have run did not run), or when
+  // its walk asked for another. CompletePreemptions then has the queue
+  // walked.
   std::atomic<bool> walk_skipped_{false};
-  // Set by a walk cut at the write limit that re-checked INFEASIBLE groups
-  // (after an inventory change): the rest of the queue, those included.
-  // A cut walk of the waiting groups only sets walk_skipped_.
+  // Set by RetryQueue when its walk asked for a retry that re-checks
+  // INFEASIBLE groups too (cut at the write limit after an inventory
+  // change); one of the waiting groups only sets walk_skipped_.
   std::atomic<bool> recheck_skipped_{false};
   // Preemptions finished (victims released), for WalkQueue's passes. Only
   // the writer's ops touch it.
