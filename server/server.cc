@@ -212,7 +212,8 @@ absl::Status SlicedServer::Wire(Impl& impl, const ServerOptions& options,
   impl.gate = std::make_unique<api::Gate>(impl.auth.get());
   impl.inventory_service = std::make_unique<api::InventoryService>(
       impl.nodes.get(), impl.placement.get(), options.limits, impl.gate.get());
-  impl.watch_hub = std::make_unique<api::WatchHub>(impl.placement.get());
+  impl.watch_hub = std::make_unique<api::WatchHub>(
+      impl.placement.get(), options.limits.max_watch_buffer_bytes);
   impl.placement_service = std::make_unique<api::PlacementService>(
       impl.placement.get(), impl.watch_hub.get(), options.limits, &impl.streams,
       impl.gate.get());

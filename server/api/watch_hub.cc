@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/api/convert_placement.h"
 #include "sliced/v1/sliced.grpc.pb.h"
 
@@ -23,7 +24,8 @@ grpc::ByteBuffer EventOf(const PlacementGroupView& view) {
 
 // Each stream gets its current state in Add(), so the hub needs none of its
 // own.
-WatchHub::WatchHub(PlacementManager* placement) : placement_(placement) {
+WatchHub::WatchHub(PlacementManager* placement, size_t max_held_bytes)
+    : placement_(placement), max_held_bytes_(max_held_bytes) {
   placement_->WatchChanges(this);
 }
 
@@ -34,11 +36,9 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
   PlacementManager::ListFilter filter;
   filter.job_id = job_id;
   filter.placement_group_id = pg_id;
-  placement_->WithCurrentState(
-      filter, [&](const std::vector<PlacementGroupView>& current) {
-        for (const PlacementGroupView& view : current) {
-          stream->Send(EventOf(view));
-        }
+  // Subscribed, and holding its changes, atomically with the copy.
+  const PlacementManager::CurrentState current = placement_->WithCurrentState(
+      filter, [&](const PlacementManager::CurrentState&) {
         absl::MutexLock lock(&mu_);
         filters_[stream] = Filter{job_id, pg_id};
         if (!pg_id.empty()) {
@@ -48,7 +48,22 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
         } else {
           all_.insert(stream);
         }
+        held_[stream];
       });
+  // Commits go on meanwhile: this converts every group of the state.
+  for (const PlacementGroup& g : current.groups) {
+    stream->Send(EventOf(ViewOf(g, *current.snapshot)));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find(stream);
+  if (it == held_.end()) return;  // removed meanwhile
+  if (!it->second.events.empty()) {
+    for (const grpc::ByteBuffer& event : it->second.events) {
+      stream->Queue(event);
+    }
+    stream->Flush();
+  }
+  held_.erase(it);
 }
 
 void WatchHub::Remove(Stream* stream) {
@@ -69,6 +84,7 @@ void WatchHub::Remove(Stream* stream) {
     all_.erase(stream);
   }
   filters_.erase(it);
+  held_.erase(stream);
   unflushed_.erase(stream);
 }
 
@@ -88,9 +104,30 @@ void WatchHub::Deliver(const PlacementGroup& g,
   if (targets.empty()) return;
   const grpc::ByteBuffer event = EventOf(view());  // once for all of them
   for (Stream* s : targets) {
+    if (!held_.empty()) {
+      if (auto it = held_.find(s); it != held_.end()) {
+        Hold(*s, it->second, event);
+        continue;
+      }
+    }
     s->Queue(event);
     unflushed_.insert(s);
   }
+}
+
+void WatchHub::Hold(Stream& stream, Held& held, const grpc::ByteBuffer& event) {
+  if (held.overflowed) return;
+  held.bytes += event.Length();
+  if (held.bytes > max_held_bytes_) {
+    held.overflowed = true;
+    held.events.clear();
+    stream.End(absl::AbortedError(absl::StrCat(
+        "this stream fell behind: more than ", max_held_bytes_,
+        " bytes of changes were committed while its current state was "
+        "sent; open it again for the current state")));
+    return;
+  }
+  held.events.push_back(event);
 }
 
 void WatchHub::Restored() {

@@ -4,14 +4,18 @@
 // group id, so its cost is that of the streams it concerns), and is
 // converted and serialized once for all of them. Each stream's queue is
 // bounded (server/api/stream_reactor.h): a slow reader is ended ABORTED, not
-// buffered without limit.
+// buffered without limit. A new stream's current state is converted and
+// sent outside every lock the writer takes: the changes committed meanwhile
+// wait in the hub (bounded too) and follow it.
 //
 // Thread-safe. Lock order: the manager's watch lock, then the hub's, then a
 // stream's.
 #ifndef SLICED_SERVER_API_WATCH_HUB_H_
 #define SLICED_SERVER_API_WATCH_HUB_H_
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -40,13 +44,16 @@ class WatchHub : public PlacementManager::Watcher {
     ~Stream() = default;
   };
 
-  // REQUIRES: `placement` outlives the hub.
-  explicit WatchHub(PlacementManager* placement);
+  // REQUIRES: `placement` outlives the hub. `max_held_bytes` bounds the
+  // changes held for a stream while its current state is sent (past it,
+  // the stream ends ABORTED, saying it fell behind).
+  WatchHub(PlacementManager* placement, size_t max_held_bytes);
   ~WatchHub() override;
 
   // Sends `stream` the current state of the groups of `job_id` (or every
   // job: "") and `pg_id` (or every group: ""), then every change to them,
-  // until Remove(stream).
+  // until Remove(stream). The changes committed while the current state is
+  // sent are held, and queued after it.
   void Add(Stream* stream, const std::string& job_id, const std::string& pg_id);
   void Remove(Stream* stream);
 
@@ -66,8 +73,20 @@ class WatchHub : public PlacementManager::Watcher {
   struct Filter {
     std::string job_id, pg_id;
   };
+  // The changes for a stream whose current state is being sent.
+  struct Held {
+    std::vector<grpc::ByteBuffer> events;
+    size_t bytes = 0;
+    bool overflowed = false;  // the stream was ended; nothing more is held
+  };
+
+  // Holds `event` for `stream` (Add() queues it after the current state),
+  // or ends the stream when that passes max_held_bytes_.
+  void Hold(Stream& stream, Held& held, const grpc::ByteBuffer& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PlacementManager* const placement_;
+  const size_t max_held_bytes_;
   absl::Mutex mu_;
   absl::flat_hash_map<Stream*, Filter> filters_ ABSL_GUARDED_BY(mu_);
   // Each stream in one index: by group id when it names one, else by job
@@ -77,6 +96,8 @@ class WatchHub : public PlacementManager::Watcher {
   absl::flat_hash_map<std::string, absl::flat_hash_set<Stream*>> by_job_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Stream*> all_ ABSL_GUARDED_BY(mu_);
+  // Streams whose current state is being sent (Add).
+  absl::flat_hash_map<Stream*, Held> held_ ABSL_GUARDED_BY(mu_);
   // Streams that queued events since the last Flush().
   absl::flat_hash_set<Stream*> unflushed_ ABSL_GUARDED_BY(mu_);
 };

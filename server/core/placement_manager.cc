@@ -1145,6 +1145,20 @@ absl::StatusOr<PlacementGroupView> PlacementManager::Get(
 std::vector<PlacementGroupView> PlacementManager::List(
     const ListFilter& filter, absl::string_view after, int limit,
     std::string* next) const {
+  bool more = false;
+  const CurrentState page = Collect(filter, after, limit, &more);
+  if (next != nullptr) *next = more ? page.groups.back().id : "";
+  std::vector<PlacementGroupView> out;
+  out.reserve(page.groups.size());
+  for (const PlacementGroup& g : page.groups) {
+    out.push_back(ViewOf(g, *page.snapshot));
+  }
+  return out;
+}
+
+PlacementManager::CurrentState PlacementManager::Collect(
+    const ListFilter& filter, absl::string_view after, int limit,
+    bool* more_out) const {
   std::vector<PlacementGroup> page;
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   bool more = false;
@@ -1191,11 +1205,8 @@ std::vector<PlacementGroupView> PlacementManager::List(
     }
     return 0;
   });
-  if (next != nullptr) *next = more ? page.back().id : "";
-  std::vector<PlacementGroupView> out;
-  out.reserve(page.size());
-  for (const PlacementGroup& g : page) out.push_back(ViewOf(g, *snapshot));
-  return out;
+  if (more_out != nullptr) *more_out = more;
+  return CurrentState{std::move(page), std::move(snapshot)};
 }
 
 PlacementManager::Explanation PlacementManager::ExplainGroup(
@@ -1371,11 +1382,13 @@ void PlacementManager::WatchChanges(Watcher* watcher) {
   watchers_.insert(watcher);
 }
 
-void PlacementManager::WithCurrentState(
+PlacementManager::CurrentState PlacementManager::WithCurrentState(
     const ListFilter& filter,
-    const std::function<void(const std::vector<PlacementGroupView>&)>& start) {
+    absl::FunctionRef<void(const CurrentState&)> subscribe) {
   absl::MutexLock lock(&watch_mu_);
-  start(List(filter));
+  CurrentState current = Collect(filter);
+  subscribe(current);
+  return current;
 }
 
 void PlacementManager::Unwatch(Watcher* watcher) {

@@ -191,12 +191,21 @@ class PlacementManager : public Cluster::Observer {
   // with 50k groups, Watch's walk is ~1 % of the CPU, on the serial tail).
   void WatchChanges(Watcher* watcher);
   void Unwatch(Watcher* watcher);
-  // Calls `start` with the current state of the groups `filter` matches,
-  // while no change is delivered to watchers: what `start` subscribes (to a
-  // watcher registered here) sees every later change and no earlier one.
-  void WithCurrentState(
+  // The groups a filter matched, copied, and the snapshot their views are
+  // built with (ViewOf).
+  struct CurrentState {
+    std::vector<PlacementGroup> groups;  // in id order
+    std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
+  };
+  // Copies the current state of the groups `filter` matches, and calls
+  // `subscribe` with it while no change is delivered to watchers: what
+  // `subscribe` registers (with a watcher registered here) gets every later
+  // change and none already in the copy. Only the copy and `subscribe` run
+  // under the lock the writer installs with: the caller builds and sends the
+  // views after, so that a large current state never holds up a commit.
+  CurrentState WithCurrentState(
       const ListFilter& filter,
-      const std::function<void(const std::vector<PlacementGroupView>&)>& start);
+      absl::FunctionRef<void(const CurrentState&)> subscribe);
 
   // Compute classes. DeleteClass: NotFound when unknown, FailedPrecondition
   // while live groups use it.
@@ -225,6 +234,10 @@ class PlacementManager : public Cluster::Observer {
 
  private:
   absl::Status CreateInTxn(Txn& txn, PgSpec& spec);
+  // List()'s page as copies (under the cluster's read lock): `more` (may be
+  // null) is set when more may follow.
+  CurrentState Collect(const ListFilter& filter, absl::string_view after = {},
+                       int limit = 0, bool* more = nullptr) const;
   // Re-tries every waiting group in queue order: places what fits, keeps
   // the reasons current, starts preemptions (a bounded number of searches).
   // With no grace, a preemption a pass starts releases its victims at once

@@ -1170,10 +1170,11 @@ TEST_F(PlacementManagerTest, WatchersGetTheCurrentStateThenEveryChange) {
                                       b + ":CREATED"}));
 }
 
-// WithCurrentState holds installs off while `start` runs: the state it got
-// stays the installed one, so what `start` subscribes gets every later
-// change and none already in that state (a commit installed in between
-// would come again as a change, or after a later state of its group).
+// WithCurrentState holds installs off while `subscribe` runs: the state it
+// copied stays the installed one, so what `subscribe` registers gets every
+// later change and none already in that state (a commit installed in
+// between would come again as a change, or after a later state of its
+// group).
 TEST_F(PlacementManagerTest, NoCommitIsInstalledWhileAWatchStarts) {
   Start();
   ASSERT_TRUE(core_->Register({CpuNode("c1", 64)}).ok());
@@ -1184,18 +1185,21 @@ TEST_F(PlacementManagerTest, NoCommitIsInstalledWhileAWatchStarts) {
       if (!view.ok() || !core_->Remove(view->group.id).ok()) return;
     }
   });
-  auto ids = [](const std::vector<PlacementGroupView>& views) {
-    std::vector<std::string> out;
-    for (const PlacementGroupView& v : views) out.push_back(v.group.id);
-    return out;
-  };
   int moved = 0;
   for (int i = 0; i < 100; ++i) {
-    core_->placement().WithCurrentState(
-        {}, [&](const std::vector<PlacementGroupView>& current) {
-          absl::SleepFor(absl::Milliseconds(1));  // commits are queued
-          if (ids(core_->placement().List({})) != ids(current)) ++moved;
-        });
+    std::vector<std::string> copied, listed;
+    const PlacementManager::CurrentState current =
+        core_->placement().WithCurrentState(
+            {}, [&](const PlacementManager::CurrentState& state) {
+              for (const PlacementGroup& g : state.groups) {
+                copied.push_back(g.id);
+              }
+              absl::SleepFor(absl::Milliseconds(1));  // commits are queued
+              for (const PlacementGroupView& v : core_->placement().List({})) {
+                listed.push_back(v.group.id);
+              }
+            });
+    if (listed != copied || current.groups.size() != copied.size()) ++moved;
   }
   stop = true;
   churn.join();
