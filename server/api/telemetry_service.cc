@@ -24,9 +24,10 @@ class TailReactor : public StreamReactor<v1::LogLine>,
       : logs_(logs), nodes_(std::move(nodes)), filter_(std::move(filter)) {
     if (follow) set_on_done([this] { logs_->Unfollow(this); });
   }
-  void Deliver(const LogLine& line) override {
-    if (nodes_.contains(line.node_id) && filter_(line)) Send(line);
+  bool Wants(const LogLine& line) const override {
+    return nodes_.contains(line.node_id) && filter_(line);
   }
+  void Deliver(const LogLine& line) override { Send(line); }
   void End(const absl::Status& why) override { EndWith(why); }
   void Send(const LogLine& line) {
     v1::LogLine out;

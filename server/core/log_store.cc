@@ -100,7 +100,16 @@ void LogStore::Install(const std::string& node_id, std::vector<LogLine> lines) {
   absl::MutexLock lock(&mu_);
   Ring& ring = rings_[node_id];
   for (LogLine& line : lines) {
-    for (Follower* f : followers_) f->Deliver(line);
+    for (Follower* f : followers_) {
+      if (!f->Wants(line)) continue;
+      if (!held_.empty()) {
+        if (auto it = held_.find(f); it != held_.end()) {
+          Hold(*f, it->second, line);
+          continue;
+        }
+      }
+      f->Deliver(line);
+    }
     ring.lines.push_back(std::move(line));
   }
   while (static_cast<int>(ring.lines.size()) > lines_per_node_) {
@@ -128,6 +137,19 @@ void LogStore::Forget(const std::string& node_id) {
   rings_.erase(node_id);
 }
 
+void LogStore::Hold(Follower& follower, Held& held, const LogLine& line) {
+  if (held.overflowed) return;
+  if (held.lines.size() >= kMaxHeldLines) {
+    held.overflowed = true;
+    held.lines.clear();
+    follower.End(absl::AbortedError(absl::StrCat(
+        "this stream fell behind: more than ", kMaxHeldLines,
+        " lines came while its stored lines were sent; open it again")));
+    return;
+  }
+  held.lines.push_back(line);
+}
+
 void LogStore::Read(const std::vector<std::string>& node_ids,
                     const Filter& filter,
                     const std::function<void(const LogLine&)>& emit,
@@ -135,32 +157,52 @@ void LogStore::Read(const std::vector<std::string>& node_ids,
   // By time, then in the order gathered (nodes as given, each ring oldest
   // first): a total order, so the newest `last` are the tail of the full
   // read.
-  std::vector<std::pair<const LogLine*, size_t>> out;
   auto before = [](const auto& a, const auto& b) {
-    return std::tie(a.first->time, a.second) <
-           std::tie(b.first->time, b.second);
+    return std::tie(a.first.time, a.second) < std::tie(b.first.time, b.second);
   };
-  absl::MutexLock lock(&mu_);
-  for (const std::string& id : node_ids) {
-    auto it = rings_.find(id);
-    if (it == rings_.end()) continue;
-    for (const LogLine& line : it->second.lines) {
-      if (filter(line)) out.emplace_back(&line, out.size());
+  std::vector<std::pair<LogLine, size_t>> out;  // copies, to emit
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::pair<const LogLine*, size_t>> matched;
+    for (const std::string& id : node_ids) {
+      auto it = rings_.find(id);
+      if (it == rings_.end()) continue;
+      for (const LogLine& line : it->second.lines) {
+        if (filter(line)) matched.emplace_back(&line, matched.size());
+      }
+    }
+    auto first = matched.begin();
+    if (last < matched.size()) {
+      first = matched.end() - static_cast<std::ptrdiff_t>(last);
+      std::nth_element(matched.begin(), first, matched.end(),
+                       [](const auto& a, const auto& b) {
+                         return std::tie(a.first->time, a.second) <
+                                std::tie(b.first->time, b.second);
+                       });
+    }
+    out.reserve(static_cast<size_t>(matched.end() - first));
+    for (auto it = first; it != matched.end(); ++it) {
+      out.emplace_back(*it->first, it->second);
+    }
+    if (follower != nullptr) {
+      followers_.insert(follower);
+      held_[follower];
     }
   }
-  auto first = out.begin();
-  if (last < out.size()) {
-    first = out.end() - static_cast<std::ptrdiff_t>(last);
-    std::nth_element(out.begin(), first, out.end(), before);
-  }
-  std::sort(first, out.end(), before);
-  for (auto line = first; line != out.end(); ++line) emit(*line->first);
-  if (follower != nullptr) followers_.insert(follower);
+  std::sort(out.begin(), out.end(), before);
+  for (const auto& [line, order] : out) emit(line);
+  if (follower == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find(follower);
+  if (it == held_.end()) return;  // unfollowed meanwhile
+  for (const LogLine& line : it->second.lines) follower->Deliver(line);
+  held_.erase(it);
 }
 
 void LogStore::Unfollow(Follower* follower) {
   absl::MutexLock lock(&mu_);
   followers_.erase(follower);
+  held_.erase(follower);
 }
 
 }  // namespace sliced::server

@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -59,6 +60,8 @@ class LogStore {
   class Follower {
    public:
     virtual ~Follower() = default;
+    // Whether it takes `line` (Deliver then gets it).
+    virtual bool Wants(const LogLine& /*line*/) const { return true; }
     virtual void Deliver(const LogLine& line) = 0;
     // The rings were replaced (Restore after a failed commit): lines may be
     // missing from what it was given, or come twice. It ends (ABORTED).
@@ -66,13 +69,18 @@ class LogStore {
   };
   // Emits the stored lines of `node_ids` that match `filter`, oldest first
   // (only the newest `last` of them), and, when `follower` is not null,
-  // registers it for every later line — atomically, so that no line is
-  // missed, doubled or reordered. O(lines) under the lock, plus sorting
-  // the ones emitted.
+  // registers it for every later line, so that no line is missed, doubled
+  // or reordered. Under the lock, the lines are filtered and the emitted
+  // ones copied (O(lines)); they are sorted and emitted after it is
+  // released, the lines installed meanwhile held for the follower (past
+  // kMaxHeldLines it ends ABORTED) and delivered after them.
   void Read(const std::vector<std::string>& node_ids, const Filter& filter,
             const std::function<void(const LogLine&)>& emit, Follower* follower,
             size_t last = std::numeric_limits<size_t>::max());
   void Unfollow(Follower* follower);
+
+  // The lines a follower may have held for it while Read() emits.
+  static constexpr size_t kMaxHeldLines = 100000;
 
  private:
   struct Ring {
@@ -81,11 +89,23 @@ class LogStore {
     std::deque<LogLine> lines;  // installed, oldest first
   };
   static std::string Key(const std::string& node_id, uint64_t seq);
+  struct Held;
+  // Holds `line` for `follower` (Read delivers it after the stored lines),
+  // or ends it when that passes kMaxHeldLines.
+  void Hold(Follower& follower, Held& held, const LogLine& line)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int lines_per_node_;
   mutable absl::Mutex mu_;
   absl::btree_map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Follower*> followers_ ABSL_GUARDED_BY(mu_);
+  // Followers whose Read() is emitting the stored lines: the lines they
+  // want installed since (cleared, and `overflowed`, once they ended).
+  struct Held {
+    std::vector<LogLine> lines;
+    bool overflowed = false;
+  };
+  absl::flat_hash_map<Follower*, Held> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sliced::server

@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
@@ -130,6 +133,73 @@ TEST(LogStoreTest, ARestoreEndsEveryFollower) {
   EXPECT_NE(follower.ended.message().find("re-read its store"),
             std::string::npos);
   logs.Unfollow(&follower);
+}
+
+// Records what it gets; wants the lines of node "a" only.
+struct Recorder : LogStore::Follower {
+  bool Wants(const LogLine& line) const override { return line.node_id == "a"; }
+  void Deliver(const LogLine& line) override { Add(line.text); }
+  void End(const absl::Status& why) override {
+    Add("end " + absl::StatusCodeToString(why.code()));
+  }
+  void Add(std::string text) {
+    absl::MutexLock lock(&mu);
+    texts.push_back(std::move(text));
+  }
+  absl::Mutex mu;
+  std::vector<std::string> texts ABSL_GUARDED_BY(mu);
+};
+
+std::vector<LogLine> Lines(const std::string& node_id, int n) {
+  std::vector<LogLine> lines(n);
+  for (int i = 0; i < n; ++i) {
+    lines[i].node_id = node_id;
+    lines[i].text = absl::StrFormat("%s-new-%d", node_id, i);
+  }
+  return lines;
+}
+
+// Lines are installed while a follower's stored lines are emitted (the
+// writer waits for no reader); those it wants follow the stored ones.
+// `new_lines` of "a" (and one of "b") come while it emits; past the hold
+// bound it ends ABORTED instead.
+std::vector<std::string> FollowWhileInstalling(int new_lines) {
+  LogStore logs(10);
+  storage::Mutation repair;
+  logs.Restore(
+      {Stored("a", 0)}, [](const std::string&) { return true; }, repair);
+  Recorder follower;
+  absl::Notification emitting, installed;
+  std::thread reader([&] {
+    logs.Read(
+        {"a"}, [](const LogLine&) { return true; },
+        [&](const LogLine& line) {
+          emitting.Notify();
+          const bool in_time =
+              installed.WaitForNotificationWithTimeout(absl::Seconds(30));
+          follower.Deliver(line);
+          if (!in_time) follower.Add("timed out");
+        },
+        &follower);
+  });
+  emitting.WaitForNotification();
+  logs.Install("b", Lines("b", 1));
+  logs.Install("a", Lines("a", new_lines));
+  installed.Notify();
+  reader.join();
+  logs.Unfollow(&follower);
+  absl::MutexLock lock(&follower.mu);
+  return follower.texts;
+}
+
+TEST(LogStoreTest, LinesInstalledWhileAFollowerReadsFollowTheStoredOnes) {
+  EXPECT_EQ(FollowWhileInstalling(2),
+            (std::vector<std::string>{"a-0", "a-new-0", "a-new-1"}));
+}
+
+TEST(LogStoreTest, AFollowerHeldPastTheBoundEnds) {
+  EXPECT_EQ(FollowWhileInstalling(LogStore::kMaxHeldLines + 1),
+            (std::vector<std::string>{"end ABORTED", "a-0"}));
 }
 
 }  // namespace
