@@ -949,16 +949,34 @@ bool PlacementManager::WalkQueueOnce(Txn& txn) {
     return lowest_running->has_value() && **lowest_running < g.priority &&
            !(shares && failed.NoPlan(g));
   };
+  // Asks for the walk that goes on where this one stopped writing: at the
+  // end of the commit group (a create's walk) or at the next preemption
+  // check (RetryQueue).
+  auto ask_next_walk = [&] {
+    if (with_infeasible) {
+      txn.RequestFullRetry();
+    } else {
+      txn.RequestPendingRetry();
+    }
+  };
+  // Writes `g` when only its reason changed, unless the op has made half
+  // the writes the store takes in one: every node change rewrites every
+  // waiting group's reason (it counts the nodes), and under steady churn
+  // those rewrites at the head of a deep queue would take every cut walk's
+  // writes from the groups behind them that fit. Those reasons are written
+  // by a later walk.
+  auto put_reason = [&](const PlacementGroup& g) {
+    if (txn.PastHalfWriteLimit()) {
+      ask_next_walk();
+    } else {
+      txn.PutPg(g);
+    }
+  };
   for (const std::string& id : queue) {
     if (txn.AtWriteLimit()) {
       // The store takes no more writes in one op: the rest of the queue
-      // waits for the walk this asks for, at the end of the commit group (a
-      // create's walk) or at the next preemption check (RetryQueue).
-      if (with_infeasible) {
-        txn.RequestFullRetry();
-      } else {
-        txn.RequestPendingRetry();
-      }
+      // waits for the next walk.
+      ask_next_walk();
       return false;
     }
     const PlacementGroup* current = txn.FindPg(id);
@@ -968,7 +986,7 @@ bool PlacementManager::WalkQueueOnce(Txn& txn) {
       if (current->reason != reason) {
         PlacementGroup g = *current;
         g.reason = std::move(reason);
-        txn.PutPg(g);
+        put_reason(g);
       }
       continue;
     }
@@ -1030,8 +1048,10 @@ bool PlacementManager::WalkQueueOnce(Txn& txn) {
     }
     if (IsStarving(g, txn.now())) blocker = g;
     if (d.outcome == Decision::kPlaced || g.state != state_before ||
-        g.reason != reason_before || g.preempting != preempting_before) {
+        g.preempting != preempting_before) {
       txn.PutPg(g);
+    } else if (g.reason != reason_before) {
+      put_reason(g);
     }
   }
   return true;

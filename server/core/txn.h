@@ -328,6 +328,12 @@ class Txn {
   // `max` writes: the store commits only so many in one op (etcd: one Txn).
   void LimitWrites(size_t max) { write_limit_ = max; }
   bool AtWriteLimit() const { return mutation_.size() >= write_limit_; }
+  // Whether this op has made half the writes of that limit: a walk then
+  // writes no more reasons alone, keeping the rest for placements.
+  bool PastHalfWriteLimit() const {
+    return write_limit_ != std::numeric_limits<size_t>::max() &&
+           mutation_.size() * 2 >= write_limit_;
+  }
   // How many more writes this op may make before that limit.
   size_t WritesLeft() const {
     return mutation_.size() >= write_limit_ ? 0

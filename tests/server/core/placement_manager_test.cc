@@ -1012,6 +1012,46 @@ TEST_F(PlacementManagerTest, AQueueWalkTooLargeForOneOpIsCutAndGoesOn) {
   EXPECT_EQ(created(infeasible), 6);
 }
 
+// A node change rewrites the reason of every waiting group (it counts the
+// nodes). A walk cut at the store's write limit (etcd: one Txn) stops
+// writing reasons alone at half of it, and goes on placing: under steady
+// node churn, reason rewrites at the head of a deep queue took every walk's
+// writes, and a group behind them that fit waited for good.
+TEST_F(PlacementManagerTest, ReasonRewritesDoNotHoldAWalkBackFromWhatFits) {
+  Start();
+  ASSERT_TRUE(core_->Register({CpuNode("c1", 8)}).ok());
+  Create(Cpus(1, 8));
+  std::vector<std::string> big;
+  for (int i = 0; i < 20; ++i) big.push_back(Create(Cpus(1, 8)));
+  const std::string small = Create(Cpus(1, 2));
+  ASSERT_EQ(core_->StateOf(small), PgState::kPending);
+  const std::string reason_before =
+      core_->placement().Get(big.back())->group.reason;
+  core_->faults().LimitUnitWrites(6);
+  // Churn: nodes too small for any of them come, one per check.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(core_->Register({CpuNode(absl::StrCat("tiny", i), 1)}).ok());
+    ASSERT_TRUE(core_->CompletePreemptions().ok());
+  }
+  ASSERT_TRUE(core_->Register({CpuNode("c2", 2)}).ok());  // `small` fits
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(core_->Register({CpuNode(absl::StrCat("more", i), 1)}).ok());
+    ASSERT_TRUE(core_->CompletePreemptions().ok());
+  }
+  EXPECT_EQ(core_->StateOf(small), PgState::kCreated);
+  // Once the churn stops, the next checks write the reasons left stale.
+  auto reason = [&](const std::string& id) {
+    auto view = core_->placement().Get(id);
+    return view.ok() ? view->group.reason : view.status().ToString();
+  };
+  const std::string current = reason(big.front());
+  EXPECT_NE(current, reason_before);
+  for (int i = 0; i < 20 && reason(big.back()) != current; ++i) {
+    ASSERT_TRUE(core_->CompletePreemptions().ok());
+  }
+  for (const std::string& id : big) EXPECT_EQ(reason(id), current) << id;
+}
+
 // A create re-tries the queue first when an earlier op of its commit group
 // freed capacity; that walk writes at most 64 groups, so that the create
 // still fits what the store commits at once (here 100 writes, as etcd's
