@@ -104,7 +104,7 @@ struct SlicedServer::Impl {
   explicit Impl(const ServerOptions& options)
       : log(options.log_level),
         telemetry(options.telemetry_max_age),
-        logs(options.log_lines_per_node),
+        logs(options.log_lines_per_node, options.limits.max_watch_buffer_bytes),
         streams(options.limits.max_streams) {}
   // Also on a start that fails after Wire (e.g. the port is taken).
   ~Impl() { StopCore(); }

@@ -262,7 +262,8 @@ void Cluster::EndGroup(storage::Mutation& writes, const UnitCheck& check) {
     };
     absl::Status retried = RunOp(
         [this, limit](Txn& txn) {
-          txn.LimitWrites(limit);
+          txn.LimitWrites(
+              limit, /*refused=*/limit != std::numeric_limits<size_t>::max());
           observer_->RetryQueue(txn);
           return absl::OkStatus();
         },

@@ -139,12 +139,14 @@ void LogStore::Forget(const std::string& node_id) {
 
 void LogStore::Hold(Follower& follower, Held& held, const LogLine& line) {
   if (held.overflowed) return;
-  if (held.lines.size() >= kMaxHeldLines) {
+  held.bytes += line.text.size();
+  if (held.bytes > max_held_bytes_) {
     held.overflowed = true;
     held.lines.clear();
     follower.End(absl::AbortedError(absl::StrCat(
-        "this stream fell behind: more than ", kMaxHeldLines,
-        " lines came while its stored lines were sent; open it again")));
+        "this stream fell behind: more than ", max_held_bytes_,
+        " bytes of lines came while its stored lines were sent; open it "
+        "again")));
     return;
   }
   held.lines.push_back(line);
@@ -190,7 +192,10 @@ void LogStore::Read(const std::vector<std::string>& node_ids,
     }
   }
   std::sort(out.begin(), out.end(), before);
-  for (const auto& [line, order] : out) emit(line);
+  for (auto& [line, order] : out) {
+    emit(line);
+    line = LogLine();  // what was emitted is held by the stream now
+  }
   if (follower == nullptr) return;
   absl::MutexLock lock(&mu_);
   auto it = held_.find(follower);

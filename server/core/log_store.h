@@ -31,8 +31,11 @@ namespace sliced::server {
 
 class LogStore {
  public:
-  // Keeps at most `lines_per_node` lines per node (> 0).
-  explicit LogStore(int lines_per_node) : lines_per_node_(lines_per_node) {}
+  // Keeps at most `lines_per_node` lines per node (> 0). A follower may
+  // have at most `max_held_bytes` of lines held for it while Read() emits
+  // its stored lines (--max_watch_buffer_bytes).
+  explicit LogStore(int lines_per_node, size_t max_held_bytes = 4 << 20)
+      : lines_per_node_(lines_per_node), max_held_bytes_(max_held_bytes) {}
 
   // Replaces the rings with the stored lines (sorted by key) of the nodes
   // `known` says exist; appends to `repair` the deletes of the other
@@ -70,17 +73,15 @@ class LogStore {
   // Emits the stored lines of `node_ids` that match `filter`, oldest first
   // (only the newest `last` of them), and, when `follower` is not null,
   // registers it for every later line, so that no line is missed, doubled
-  // or reordered. Under the lock, the lines are filtered and the emitted
-  // ones copied (O(lines)); they are sorted and emitted after it is
-  // released, the lines installed meanwhile held for the follower (past
-  // kMaxHeldLines it ends ABORTED) and delivered after them.
+  // or reordered. Only the filter and the copy of the emitted lines run
+  // under the lock (O(lines), and what AppendLogs commits wait for); they
+  // are sorted and emitted after it is released, the lines the follower
+  // wants installed meanwhile held for it (past max_held_bytes it ends
+  // ABORTED) and delivered after them.
   void Read(const std::vector<std::string>& node_ids, const Filter& filter,
             const std::function<void(const LogLine&)>& emit, Follower* follower,
             size_t last = std::numeric_limits<size_t>::max());
   void Unfollow(Follower* follower);
-
-  // The lines a follower may have held for it while Read() emits.
-  static constexpr size_t kMaxHeldLines = 100000;
 
  private:
   struct Ring {
@@ -91,11 +92,12 @@ class LogStore {
   static std::string Key(const std::string& node_id, uint64_t seq);
   struct Held;
   // Holds `line` for `follower` (Read delivers it after the stored lines),
-  // or ends it when that passes kMaxHeldLines.
+  // or ends it when that passes max_held_bytes_.
   void Hold(Follower& follower, Held& held, const LogLine& line)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int lines_per_node_;
+  const size_t max_held_bytes_;
   mutable absl::Mutex mu_;
   absl::btree_map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Follower*> followers_ ABSL_GUARDED_BY(mu_);
@@ -103,6 +105,7 @@ class LogStore {
   // want installed since (cleared, and `overflowed`, once they ended).
   struct Held {
     std::vector<LogLine> lines;
+    size_t bytes = 0;  // of the lines' text
     bool overflowed = false;
   };
   absl::flat_hash_map<Follower*, Held> held_ ABSL_GUARDED_BY(mu_);

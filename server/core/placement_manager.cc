@@ -896,8 +896,9 @@ bool PlacementManager::QueueMayPlace(Txn& txn) const {
 void PlacementManager::RetryQueue(Txn& txn) {
   if (QueueMayPlace(txn)) {
     WalkQueue(txn);
-    // A retry the walk asked for itself (cut at the write limit, or what
-    // it freed after its last pass: a preemptor placed without its victims
+    // A retry the walk asked for itself (cut at the write limit, reasons
+    // it left unwritten to spare writes, or what it freed after its last
+    // pass: a preemptor placed without its victims
     // releases those their owners removed, and turns one that lost a node
     // RESCHEDULING) is not run by this walk, the last of its commit group:
     // the next check walks the queue.
@@ -959,14 +960,15 @@ bool PlacementManager::WalkQueueOnce(Txn& txn) {
       txn.RequestPendingRetry();
     }
   };
-  // Writes `g` when only its reason changed, unless the op has made half
-  // the writes the store takes in one: every node change rewrites every
-  // waiting group's reason (it counts the nodes), and under steady churn
-  // those rewrites at the head of a deep queue would take every cut walk's
-  // writes from the groups behind them that fit. Those reasons are written
-  // by a later walk.
+  // Writes `g` when only its reason changed, unless this walk runs again
+  // after the store refused its writes and has made half those it may
+  // (Txn::SparesReasonWrites): every node change rewrites every waiting
+  // group's reason (it counts the nodes), and under steady churn those
+  // rewrites at the head of a deep queue would take every cut walk's writes
+  // from the groups behind them that fit. Those reasons are written by a
+  // later walk, once the churn leaves room.
   auto put_reason = [&](const PlacementGroup& g) {
-    if (txn.PastHalfWriteLimit()) {
+    if (txn.SparesReasonWrites()) {
       ask_next_walk();
     } else {
       txn.PutPg(g);

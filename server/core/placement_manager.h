@@ -202,7 +202,7 @@ class PlacementManager : public Cluster::Observer {
   // `subscribe` registers (with a watcher registered here) gets every later
   // change and none already in the copy. Only the copy and `subscribe` run
   // under the lock the writer installs with: the caller builds and sends the
-  // views after, so that a large current state never holds up a commit.
+  // views after, so that a commit waits at most for the copy.
   CurrentState WithCurrentState(
       const ListFilter& filter,
       absl::FunctionRef<void(const CurrentState&)> subscribe);

@@ -326,13 +326,18 @@ class Txn {
   // ---- Writes
   // A queue walk stops before its next group once this op has made
   // `max` writes: the store commits only so many in one op (etcd: one Txn).
-  void LimitWrites(size_t max) { write_limit_ = max; }
+  // `refused`: the limit is below what the store refused (etcd: one Txn's
+  // ops), so the walk spares writes for placements (SparesReasonWrites).
+  void LimitWrites(size_t max, bool refused = false) {
+    write_limit_ = max;
+    limit_refused_ = refused;
+  }
   bool AtWriteLimit() const { return mutation_.size() >= write_limit_; }
-  // Whether this op has made half the writes of that limit: a walk then
-  // writes no more reasons alone, keeping the rest for placements.
-  bool PastHalfWriteLimit() const {
-    return write_limit_ != std::numeric_limits<size_t>::max() &&
-           mutation_.size() * 2 >= write_limit_;
+  // Whether a walk writes no more reasons alone: the limit is a store's
+  // refusal's and this op has made half its writes; the rest are kept for
+  // placements.
+  bool SparesReasonWrites() const {
+    return limit_refused_ && mutation_.size() * 2 >= write_limit_;
   }
   // How many more writes this op may make before that limit.
   size_t WritesLeft() const {
@@ -367,6 +372,7 @@ class Txn {
   scheduler::SnapshotDelta pending_nodes_;
   storage::Mutation mutation_;
   size_t write_limit_ = std::numeric_limits<size_t>::max();
+  bool limit_refused_ = false;
   const absl::Time now_;
 };
 

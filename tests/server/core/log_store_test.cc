@@ -162,9 +162,9 @@ std::vector<LogLine> Lines(const std::string& node_id, int n) {
 // Lines are installed while a follower's stored lines are emitted (the
 // writer waits for no reader); those it wants follow the stored ones.
 // `new_lines` of "a" (and one of "b") come while it emits; past the hold
-// bound it ends ABORTED instead.
+// bound (100 bytes here) it ends ABORTED instead.
 std::vector<std::string> FollowWhileInstalling(int new_lines) {
-  LogStore logs(10);
+  LogStore logs(10, /*max_held_bytes=*/100);
   storage::Mutation repair;
   logs.Restore(
       {Stored("a", 0)}, [](const std::string&) { return true; }, repair);
@@ -198,7 +198,7 @@ TEST(LogStoreTest, LinesInstalledWhileAFollowerReadsFollowTheStoredOnes) {
 }
 
 TEST(LogStoreTest, AFollowerHeldPastTheBoundEnds) {
-  EXPECT_EQ(FollowWhileInstalling(LogStore::kMaxHeldLines + 1),
+  EXPECT_EQ(FollowWhileInstalling(20),  // 7-8 bytes each
             (std::vector<std::string>{"end ABORTED", "a-0"}));
 }
 
