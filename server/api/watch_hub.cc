@@ -51,8 +51,8 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
         held_[stream];
       });
   // Commits go on meanwhile: this converts every group of the state.
-  for (const PlacementGroup& g : current.groups) {
-    stream->Send(EventOf(ViewOf(g, *current.snapshot)));
+  for (const auto& g : current.groups) {
+    stream->Send(EventOf(ViewOf(*g, *current.snapshot)));
   }
   absl::MutexLock lock(&mu_);
   auto it = held_.find(stream);

@@ -1169,25 +1169,23 @@ std::vector<PlacementGroupView> PlacementManager::List(
     std::string* next) const {
   bool more = false;
   const CurrentState page = Collect(filter, after, limit, &more);
-  if (next != nullptr) *next = more ? page.groups.back().id : "";
+  if (next != nullptr) *next = more ? page.groups.back()->id : "";
   std::vector<PlacementGroupView> out;
   out.reserve(page.groups.size());
-  for (const PlacementGroup& g : page.groups) {
-    out.push_back(ViewOf(g, *page.snapshot));
-  }
+  for (const auto& g : page.groups) out.push_back(ViewOf(*g, *page.snapshot));
   return out;
 }
 
 PlacementManager::CurrentState PlacementManager::Collect(
     const ListFilter& filter, absl::string_view after, int limit,
     bool* more_out) const {
-  std::vector<PlacementGroup> page;
+  std::vector<std::shared_ptr<const PlacementGroup>> page;
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   bool more = false;
   // Takes `g` unless the filter's state drops it; false once the page is
   // full.
-  auto take = [&](const PlacementGroup& g) {
-    if (filter.state && g.state != *filter.state) return true;
+  auto take = [&](const std::shared_ptr<const PlacementGroup>& g) {
+    if (filter.state && g->state != *filter.state) return true;
     if (limit > 0 && static_cast<int>(page.size()) == limit) {
       more = true;
       return false;
@@ -1199,10 +1197,10 @@ PlacementManager::CurrentState PlacementManager::Collect(
     snapshot = s.snapshot;
     if (!filter.placement_group_id.empty()) {
       // One group, if it matches.
-      const PlacementGroup* g = s.pgs.Find(filter.placement_group_id);
+      auto g = s.pgs.Share(filter.placement_group_id);
       if (g != nullptr && absl::string_view(g->id) > after &&
           (filter.job_id.empty() || g->job_id == filter.job_id)) {
-        take(*g);
+        take(g);
       }
       return 0;
     }
@@ -1211,19 +1209,19 @@ PlacementManager::CurrentState PlacementManager::Collect(
       for (auto it =
                s.pgs_by_state.upper_bound({*filter.state, std::string(after)});
            it != s.pgs_by_state.end() && it->first == *filter.state; ++it) {
-        if (!take(*s.pgs.Find(it->second))) break;
+        if (!take(s.pgs.Share(it->second))) break;
       }
       return 0;
     }
     if (filter.job_id.empty()) {
-      s.pgs.ForEach(take, after);
+      s.pgs.ForEachShared(take, after);
       return 0;
     }
     // A job's groups from the index, in id order, past `after`.
     for (auto it =
              s.pgs_by_job.upper_bound({filter.job_id, std::string(after)});
          it != s.pgs_by_job.end() && it->first == filter.job_id; ++it) {
-      if (!take(*s.pgs.Find(it->second))) break;
+      if (!take(s.pgs.Share(it->second))) break;
     }
     return 0;
   });

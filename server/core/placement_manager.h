@@ -194,7 +194,8 @@ class PlacementManager : public Cluster::Observer {
   // The groups a filter matched, copied, and the snapshot their views are
   // built with (ViewOf).
   struct CurrentState {
-    std::vector<PlacementGroup> groups;  // in id order
+    // In id order; shared with the cluster state (PgTable::Share).
+    std::vector<std::shared_ptr<const PlacementGroup>> groups;
     std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   };
   // Copies the current state of the groups `filter` matches, and calls
@@ -234,8 +235,8 @@ class PlacementManager : public Cluster::Observer {
 
  private:
   absl::Status CreateInTxn(Txn& txn, PgSpec& spec);
-  // List()'s page as copies (under the cluster's read lock): `more` (may be
-  // null) is set when more may follow.
+  // List()'s page, the groups shared (PgTable::Share) under the cluster's
+  // read lock: `more` (may be null) is set when more may follow.
   CurrentState Collect(const ListFilter& filter, absl::string_view after = {},
                        int limit = 0, bool* more = nullptr) const;
   // Re-tries every waiting group in queue order: places what fits, keeps

@@ -26,7 +26,6 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,24 +52,34 @@ inline size_t KeyHash(absl::string_view key) {
 
 // The live placement groups by id: found by hash (the queue's retry looks
 // up every queued group), walked in id order (pages, watchers' first
-// state). Each group is a node of its own: the table's slots are pointers,
-// so it never holds empty room the size of a group.
+// state). Each group is immutable once put, and shared: a Put replaces it,
+// so a reader may keep one past the cluster's lock (Share) and build its
+// view after, and copying a watch's current state copies pointers, not
+// groups. The table's slots hold a pointer, never empty room the size of a
+// group.
 class PgTable {
  public:
-  // Nullptr when absent. `hash`: KeyHash(id), when the caller has it.
+  // Nullptr when absent; valid until the group's next Put or Erase.
+  // `hash`: KeyHash(id), when the caller has it.
   const PlacementGroup* Find(absl::string_view id) const {
     return Find(id, KeyHash(id));
   }
   const PlacementGroup* Find(absl::string_view id, size_t hash) const {
     auto it = by_id_.find(id, hash);
-    return it == by_id_.end() ? nullptr : &it->second;
+    return it == by_id_.end() ? nullptr : it->second.get();
+  }
+  // The group, kept alive as long as the caller holds it (nullptr when
+  // absent).
+  std::shared_ptr<const PlacementGroup> Share(absl::string_view id) const {
+    auto it = by_id_.find(id);
+    return it == by_id_.end() ? nullptr : it->second;
   }
   bool Contains(absl::string_view id) const { return by_id_.contains(id); }
   size_t size() const { return by_id_.size(); }
   void Put(PlacementGroup pg) {
     auto [it, added] = by_id_.try_emplace(pg.id);
     if (added) ids_.insert(pg.id);
-    it->second = std::move(pg);
+    it->second = std::make_shared<const PlacementGroup>(std::move(pg));
   }
   void Erase(absl::string_view id) {
     auto it = by_id_.find(id);
@@ -82,6 +91,15 @@ class PgTable {
   // empty, until it returns false.
   template <typename Visit>
   void ForEach(Visit visit, absl::string_view after = "") const {
+    ForEachShared(
+        [&](const std::shared_ptr<const PlacementGroup>& g) {
+          return visit(*g);
+        },
+        after);
+  }
+  // ForEach, with the groups as Share() gives them.
+  template <typename Visit>
+  void ForEachShared(Visit visit, absl::string_view after = "") const {
     auto it = after.empty() ? ids_.begin() : ids_.upper_bound(after);
     for (; it != ids_.end(); ++it) {
       if (!visit(by_id_.find(*it)->second)) return;
@@ -89,7 +107,8 @@ class PgTable {
   }
 
  private:
-  absl::node_hash_map<std::string, PlacementGroup> by_id_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const PlacementGroup>>
+      by_id_;
   absl::btree_set<std::string> ids_;
 };
 

@@ -1231,9 +1231,7 @@ TEST_F(PlacementManagerTest, NoCommitIsInstalledWhileAWatchStarts) {
     const PlacementManager::CurrentState current =
         core_->placement().WithCurrentState(
             {}, [&](const PlacementManager::CurrentState& state) {
-              for (const PlacementGroup& g : state.groups) {
-                copied.push_back(g.id);
-              }
+              for (const auto& g : state.groups) copied.push_back(g->id);
               absl::SleepFor(absl::Milliseconds(1));  // commits are queued
               for (const PlacementGroupView& v : core_->placement().List({})) {
                 listed.push_back(v.group.id);
