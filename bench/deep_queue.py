@@ -130,11 +130,9 @@ def main():
             print(f"deep_queue: {depth} queued: {r['ops_per_s']:.0f} ops/s, "
                   f"{r['errors']} errors", file=sys.stderr)
     load_end = go_ratio.load_average()
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "deep_queue.json"), "w") as f:
-        json.dump({"runs": rows, "started": started}, f, indent=1)
-    with open(os.path.join(args.out_dir, "deep_queue.md"), "w") as f:
-        f.write(render(args, rows, load_start, load_end, started))
+    go_ratio.write_results(args.out_dir, "deep_queue",
+                           {"runs": rows, "started": started},
+                           render(args, rows, load_start, load_end, started))
     if args.check and any(r["errors"] or r["ops"] == 0 for r in rows):
         return 1
     return 0

@@ -292,6 +292,15 @@ def add_common_flags(p):
     p.add_argument("--check", action="store_true")
 
 
+def write_results(out_dir, name, payload, markdown):
+    """NAME.json (the raw runs) and NAME.md (the table) into out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    with open(os.path.join(out_dir, name + ".md"), "w") as f:
+        f.write(markdown)
+
+
 def load_average():
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
@@ -324,14 +333,11 @@ def main():
             runs += [dict(r, rep=rep) for r in run(args, rep)]
     load_end = load_average()
 
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "go.json"), "w") as f:
-        json.dump({"fleet_nodes": args.fleet_nodes, "reps": args.reps,
-                   "duration_s": args.duration, "warmup_s": args.warmup,
-                   "runs": runs}, f, indent=1)
     md = render(args, runs, load_start, load_end, started)
-    with open(os.path.join(args.out_dir, "go.md"), "w") as f:
-        f.write(md)
+    write_results(args.out_dir, "go",
+                  {"fleet_nodes": args.fleet_nodes, "reps": args.reps,
+                   "duration_s": args.duration, "warmup_s": args.warmup,
+                   "runs": runs}, md)
     print(md)
     if args.check and any(r["calls"] == 0 or r["errors"] for r in runs):
         sys.exit("go_ratio: a phase made no progress or had errors")

@@ -28,7 +28,8 @@
 # at 10k and 100k nodes, watch fan-out); go_ratio.py (one-bundle creates vs
 # the health check from the Go client, as issue 17 measured with ghz, on
 # 2,000 CPU nodes, beside DESIGN §7's calibration server); deep_queue.py
-# (create/remove beside 2,000 and 10,000 PENDING groups). Raw output: JSON,
+# (create/remove beside 2,000 and 10,000 PENDING groups); watch_open.py
+# (creates while unfiltered watches open over 50,000 groups). Raw output: JSON,
 # the Markdown tables and the SVG plot in bench/results/ (or the quick dir).
 set -euo pipefail
 ARGS="$*"
@@ -173,6 +174,12 @@ if [[ $RENDER_ONLY == 0 ]]; then
     --daemon="$BUILD/server/sliced" --go_client="$BUILD/bench/sliced_goload" \
     --load="$BUILD/bench/sliced_load" --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" \
     --check >/dev/null
+  echo "== watch_open.py ${MODE[*]:-}" >&2
+  WO_MODE=()
+  [[ $QUICK == 1 ]] && WO_MODE=(--reps=1 --duration=2 --groups=5000)
+  /usr/bin/python3 "$ROOT/bench/watch_open.py" "${WO_MODE[@]}" \
+    --daemon="$BUILD/server/sliced" --go_client="$BUILD/bench/sliced_goload" \
+    --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" --check >/dev/null
   ELAPSED=$SECONDS
   LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
   COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
@@ -273,6 +280,15 @@ for depth in sorted({r["queued"] for r in dq if r["queued"]}):
     ops = median([r["ops_per_s"] for r in dq if r["queued"] == depth])
     rows.append(f"| create/remove ops/s beside {depth:,} PENDING groups, 64 clients (deep_queue.py) | "
                 f"(report; issue 17: no stalls) | {ops:.0f} ({ops / quiet:.2f} of no queue) |")
+try:
+    wo = [r for r in json.load(open(f"{out}/watch_open.json"))["runs"] if r["binary"] == "daemon"]
+except FileNotFoundError:
+    wo = []
+if wo:
+    rows.append(f"| creates while unfiltered watches open over {wo[0]['groups']:,} groups, 16 clients (watch_open.py): "
+                f"creates/s and the slowest create, watched / quiet | (report; issue 17: no stalls) | "
+                f"{median([r['watched']['rps'] / r['quiet']['rps'] for r in wo]):.2f}, "
+                f"{median([r['watched']['max_ms'] for r in wo]):.0f} / {median([r['quiet']['max_ms'] for r in wo]):.0f} ms |")
 big = [p for p in load["scaling"] if p["nodes"] == max((q["nodes"] for q in load["scaling"]), default=0)]
 for p in big:
     r = median(p["restart_s"])
@@ -374,6 +390,7 @@ sections = [
     ("load", "End to end over gRPC (sliced_load)", read("load.md")),
     ("go", "End to end over gRPC from a Go client (bench/go_ratio.py)", read("go.md")),
     ("deep-queue", "Churn beside a deep queue (bench/deep_queue.py)", read("deep_queue.md")),
+    ("watch-open", "Unfiltered watches opened over many groups (bench/watch_open.py)", read("watch_open.md")),
     ("scale", "Daemon memory and restart (sliced_load)", read("scale.md")),
     ("churn", "Churn: node registrations while placing (sliced_load)", read("churn.md")),
     ("heartbeats", "Heartbeats at scale (sliced_load)", read("heartbeats.md")),

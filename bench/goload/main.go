@@ -16,7 +16,7 @@
 //	sliced_goload -target ... -call sliced.v1.Placement/CreatePlacementGroup \
 //	  -d '{"name":"g{{.RequestNumber}}","bundles":[{"resources":{"CPU":1}}]}'
 //
-// It prints one JSON object: calls, rps, latency percentiles in ms, counts
+// It prints one JSON object: calls, rps, latency percentiles and maximum in ms, counts
 // per status code and the client's own CPU seconds.
 package main
 
@@ -102,6 +102,7 @@ type summary struct {
 	P50Ms        float64        `json:"p50_ms"`
 	P99Ms        float64        `json:"p99_ms"`
 	P999Ms       float64        `json:"p999_ms"`
+	MaxMs        float64        `json:"max_ms"`
 	Codes        map[string]int `json:"codes"`
 	FirstError   string         `json:"first_error,omitempty"`
 	ClientCPUSec float64        `json:"client_cpu_seconds"`
@@ -377,6 +378,9 @@ func main() {
 	s.P50Ms = percentile(lats, 0.50)
 	s.P99Ms = percentile(lats, 0.99)
 	s.P999Ms = percentile(lats, 0.999)
+	if len(lats) > 0 {
+		s.MaxMs = float64(lats[len(lats)-1]) / float64(time.Millisecond)
+	}
 	s.ClientCPUSec = cpu
 	out, _ := json.Marshal(s)
 	fmt.Println(string(out))
