@@ -898,10 +898,10 @@ void PlacementManager::RetryQueue(Txn& txn) {
     WalkQueue(txn);
     // A retry the walk asked for itself (cut at the write limit, reasons
     // it left unwritten to spare writes, or what it freed after its last
-    // pass: a preemptor placed without its victims
-    // releases those their owners removed, and turns one that lost a node
-    // RESCHEDULING) is not run by this walk, the last of its commit group:
-    // the next check walks the queue.
+    // pass: a preemptor placed without its victims releases those their
+    // owners removed, and turns one that lost a node RESCHEDULING) is not
+    // run by this walk, the last of its commit group: the next check walks
+    // the queue.
     if (txn.PendingRetryRequested()) {
       (txn.InfeasibleRecheckRequested() ? recheck_skipped_ : walk_skipped_)
           .store(true, std::memory_order_relaxed);
