@@ -37,8 +37,8 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
   filter.job_id = job_id;
   filter.placement_group_id = pg_id;
   // Subscribed, and holding its changes, atomically with the copy.
-  const PlacementManager::CurrentState current = placement_->WithCurrentState(
-      filter, [&](const PlacementManager::CurrentState&) {
+  const PlacementManager::CurrentState current =
+      placement_->WithCurrentState(filter, [&] {
         absl::MutexLock lock(&mu_);
         filters_[stream] = Filter{job_id, pg_id};
         if (!pg_id.empty()) {
@@ -57,8 +57,8 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
   absl::MutexLock lock(&mu_);
   auto it = held_.find(stream);
   if (it == held_.end()) return;  // removed meanwhile
-  if (!it->second.events.empty()) {
-    for (const grpc::ByteBuffer& event : it->second.events) {
+  if (!it->second.items().empty()) {
+    for (const grpc::ByteBuffer& event : it->second.items()) {
       stream->Queue(event);
     }
     stream->Flush();
@@ -103,31 +103,20 @@ void WatchHub::Deliver(const PlacementGroup& g,
   }
   if (targets.empty()) return;
   const grpc::ByteBuffer event = EventOf(view());  // once for all of them
-  for (Stream* s : targets) {
-    if (!held_.empty()) {
-      if (auto it = held_.find(s); it != held_.end()) {
-        Hold(*s, it->second, event);
-        continue;
-      }
-    }
-    s->Queue(event);
-    unflushed_.insert(s);
-  }
+  for (Stream* s : targets) QueueOrHold(*s, event);
 }
 
-void WatchHub::Hold(Stream& stream, Held& held, const grpc::ByteBuffer& event) {
-  if (held.overflowed) return;
-  held.bytes += event.Length();
-  if (held.bytes > max_held_bytes_) {
-    held.overflowed = true;
-    held.events.clear();
+void WatchHub::QueueOrHold(Stream& stream, const grpc::ByteBuffer& event) {
+  auto it = held_.empty() ? held_.end() : held_.find(&stream);
+  if (it == held_.end()) {
+    stream.Queue(event);
+    unflushed_.insert(&stream);
+  } else if (!it->second.Hold(event, event.Length(), max_held_bytes_)) {
     stream.End(absl::AbortedError(absl::StrCat(
         "this stream fell behind: more than ", max_held_bytes_,
         " bytes of changes were committed while its current state was "
         "sent; open it again for the current state")));
-    return;
   }
-  held.events.push_back(event);
 }
 
 void WatchHub::Restored() {

@@ -15,7 +15,6 @@
 
 #include <cstddef>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -23,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/core/held_until_sent.h"
 #include "server/core/placement_manager.h"
 
 namespace sliced::server::api {
@@ -73,16 +73,10 @@ class WatchHub : public PlacementManager::Watcher {
   struct Filter {
     std::string job_id, pg_id;
   };
-  // The changes for a stream whose current state is being sent.
-  struct Held {
-    std::vector<grpc::ByteBuffer> events;
-    size_t bytes = 0;
-    bool overflowed = false;  // the stream was ended; nothing more is held
-  };
 
-  // Holds `event` for `stream` (Add() queues it after the current state),
-  // or ends the stream when that passes max_held_bytes_.
-  void Hold(Stream& stream, Held& held, const grpc::ByteBuffer& event)
+  // Queues `event` on `stream` (flushed at Flush()), or holds it while
+  // Add() sends the stream's current state (ends it past max_held_bytes_).
+  void QueueOrHold(Stream& stream, const grpc::ByteBuffer& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PlacementManager* const placement_;
@@ -96,8 +90,10 @@ class WatchHub : public PlacementManager::Watcher {
   absl::flat_hash_map<std::string, absl::flat_hash_set<Stream*>> by_job_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Stream*> all_ ABSL_GUARDED_BY(mu_);
-  // Streams whose current state is being sent (Add).
-  absl::flat_hash_map<Stream*, Held> held_ ABSL_GUARDED_BY(mu_);
+  // Streams whose current state is being sent (Add), and their changes
+  // since.
+  absl::flat_hash_map<Stream*, HeldUntilSent<grpc::ByteBuffer>> held_
+      ABSL_GUARDED_BY(mu_);
   // Streams that queued events since the last Flush().
   absl::flat_hash_set<Stream*> unflushed_ ABSL_GUARDED_BY(mu_);
 };

@@ -101,14 +101,7 @@ void LogStore::Install(const std::string& node_id, std::vector<LogLine> lines) {
   Ring& ring = rings_[node_id];
   for (LogLine& line : lines) {
     for (Follower* f : followers_) {
-      if (!f->Wants(line)) continue;
-      if (!held_.empty()) {
-        if (auto it = held_.find(f); it != held_.end()) {
-          Hold(*f, it->second, line);
-          continue;
-        }
-      }
-      f->Deliver(line);
+      if (f->Wants(line)) DeliverOrHold(*f, line);
     }
     ring.lines.push_back(std::move(line));
   }
@@ -137,19 +130,16 @@ void LogStore::Forget(const std::string& node_id) {
   rings_.erase(node_id);
 }
 
-void LogStore::Hold(Follower& follower, Held& held, const LogLine& line) {
-  if (held.overflowed) return;
-  held.bytes += line.text.size();
-  if (held.bytes > max_held_bytes_) {
-    held.overflowed = true;
-    held.lines.clear();
+void LogStore::DeliverOrHold(Follower& follower, const LogLine& line) {
+  auto it = held_.empty() ? held_.end() : held_.find(&follower);
+  if (it == held_.end()) {
+    follower.Deliver(line);
+  } else if (!it->second.Hold(line, line.text.size(), max_held_bytes_)) {
     follower.End(absl::AbortedError(absl::StrCat(
         "this stream fell behind: more than ", max_held_bytes_,
         " bytes of lines came while its stored lines were sent; open it "
         "again")));
-    return;
   }
-  held.lines.push_back(line);
 }
 
 void LogStore::Read(const std::vector<std::string>& node_ids,
@@ -200,7 +190,7 @@ void LogStore::Read(const std::vector<std::string>& node_ids,
   absl::MutexLock lock(&mu_);
   auto it = held_.find(follower);
   if (it == held_.end()) return;  // unfollowed meanwhile
-  for (const LogLine& line : it->second.lines) follower->Deliver(line);
+  for (const LogLine& line : it->second.items()) follower->Deliver(line);
   held_.erase(it);
 }
 

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/held_until_sent.h"
 #include "server/core/telemetry.h"
 #include "server/core/txn.h"
 #include "storage/store.h"
@@ -90,10 +91,9 @@ class LogStore {
     std::deque<LogLine> lines;  // installed, oldest first
   };
   static std::string Key(const std::string& node_id, uint64_t seq);
-  struct Held;
-  // Holds `line` for `follower` (Read delivers it after the stored lines),
-  // or ends it when that passes max_held_bytes_.
-  void Hold(Follower& follower, Held& held, const LogLine& line)
+  // Delivers `line` to `follower`, or holds it while the follower's Read()
+  // emits the stored lines (ends it past max_held_bytes_).
+  void DeliverOrHold(Follower& follower, const LogLine& line)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int lines_per_node_;
@@ -102,13 +102,9 @@ class LogStore {
   absl::btree_map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<Follower*> followers_ ABSL_GUARDED_BY(mu_);
   // Followers whose Read() is emitting the stored lines: the lines they
-  // want installed since (cleared, and `overflowed`, once they ended).
-  struct Held {
-    std::vector<LogLine> lines;
-    size_t bytes = 0;  // of the lines' text
-    bool overflowed = false;
-  };
-  absl::flat_hash_map<Follower*, Held> held_ ABSL_GUARDED_BY(mu_);
+  // want installed since (bytes counted by their text).
+  absl::flat_hash_map<Follower*, HeldUntilSent<LogLine>> held_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sliced::server

@@ -1403,11 +1403,10 @@ void PlacementManager::WatchChanges(Watcher* watcher) {
 }
 
 PlacementManager::CurrentState PlacementManager::WithCurrentState(
-    const ListFilter& filter,
-    absl::FunctionRef<void(const CurrentState&)> subscribe) {
+    const ListFilter& filter, absl::FunctionRef<void()> subscribe) {
   absl::MutexLock lock(&watch_mu_);
   CurrentState current = Collect(filter);
-  subscribe(current);
+  subscribe();
   return current;
 }
 

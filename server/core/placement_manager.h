@@ -198,15 +198,14 @@ class PlacementManager : public Cluster::Observer {
     std::vector<std::shared_ptr<const PlacementGroup>> groups;
     std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
   };
-  // Copies the current state of the groups `filter` matches, and calls
-  // `subscribe` with it while no change is delivered to watchers: what
-  // `subscribe` registers (with a watcher registered here) gets every later
-  // change and none already in the copy. Only the copy and `subscribe` run
-  // under the lock the writer installs with: the caller builds and sends the
-  // views after, so that a commit waits at most for the copy.
-  CurrentState WithCurrentState(
-      const ListFilter& filter,
-      absl::FunctionRef<void(const CurrentState&)> subscribe);
+  // Takes the current state of the groups `filter` matches, and calls
+  // `subscribe` while no change is delivered to watchers: what `subscribe`
+  // registers (with a watcher registered here) gets every later change and
+  // none already in the state returned. Only taking the state (pointers to
+  // the groups) and `subscribe` run under the lock the writer installs
+  // with: the caller builds and sends the views after.
+  CurrentState WithCurrentState(const ListFilter& filter,
+                                absl::FunctionRef<void()> subscribe);
 
   // Compute classes. DeleteClass: NotFound when unknown, FailedPrecondition
   // while live groups use it.
