@@ -440,6 +440,84 @@ std::string SerializeRecord(const google::protobuf::MessageLite& record) {
   return bytes;
 }
 
+namespace {
+
+// Protobuf's wire format, as far as a NodeRecord needs it.
+constexpr uint32_t kVarint = 0;
+constexpr uint32_t kLengthDelimited = 2;
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+void PutVarint(uint64_t v, std::string& out) {
+  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>(v | 0x80));
+  out.push_back(static_cast<char>(v));
+}
+void PutTag(uint32_t field, uint32_t wire_type, std::string& out) {
+  PutVarint((field << 3) | wire_type, out);
+}
+// A length-delimited field's size: its tag (one byte for fields 1..15), its
+// length, its bytes.
+size_t BytesSize(size_t length) { return 1 + VarintSize(length) + length; }
+void PutBytes(uint32_t field, absl::string_view bytes, std::string& out) {
+  PutTag(field, kLengthDelimited, out);
+  PutVarint(bytes.size(), out);
+  out.append(bytes.data(), bytes.size());
+}
+// A singular proto3 string: left out when empty.
+void PutString(uint32_t field, absl::string_view s, std::string& out) {
+  if (!s.empty()) PutBytes(field, s, out);
+}
+
+}  // namespace
+
+std::string SerializeNodeRecord(const scheduler::Node& node) {
+  // A map entry is a message of key = 1 and value = 2, both always written
+  // (as protobuf writes map entries), in key order (deterministic).
+  auto label_size = [](const auto& entry) {
+    return BytesSize(entry.first.size()) + BytesSize(entry.second.size());
+  };
+  auto resource_size = [](const auto& entry) {
+    return BytesSize(entry.first.size()) + 1 +
+           VarintSize(static_cast<uint64_t>(entry.second));
+  };
+  std::string out;
+  size_t size = 2 * 16 + node.node_id.size() + node.address.size() +
+                node.quarantine_reason.size();
+  for (const auto& entry : node.labels) size += BytesSize(label_size(entry));
+  for (const auto& entry : node.resources) {
+    size += BytesSize(resource_size(entry));
+  }
+  out.reserve(size);
+  PutString(1, node.node_id, out);
+  PutString(2, node.address, out);
+  for (const auto& entry : node.labels) {
+    PutTag(3, kLengthDelimited, out);
+    PutVarint(label_size(entry), out);
+    PutBytes(1, entry.first, out);
+    PutBytes(2, entry.second, out);
+  }
+  for (const auto& entry : node.resources) {
+    PutTag(4, kLengthDelimited, out);
+    PutVarint(resource_size(entry), out);
+    PutBytes(1, entry.first, out);
+    PutTag(2, kVarint, out);
+    PutVarint(static_cast<uint64_t>(entry.second), out);
+  }
+  if (const NodeStateRecord state = ToRecord(node.state); state != 0) {
+    PutTag(5, kVarint, out);
+    PutVarint(static_cast<uint64_t>(static_cast<int64_t>(state)), out);
+  }
+  PutString(6, node.quarantine_reason, out);
+  if (node.drain_kept) {
+    PutTag(7, kVarint, out);
+    PutVarint(1, out);
+  }
+  return out;
+}
+
 NodeRecord ToRecord(const scheduler::Node& node) {
   NodeRecord r;
   r.set_node_id(node.node_id);

@@ -30,6 +30,10 @@ LogRecord ToRecord(const server::LogLine& line);
 // order, so one record is always the same bytes and a node's labels load
 // without a sort.
 std::string SerializeRecord(const google::protobuf::MessageLite& record);
+// SerializeRecord(ToRecord(node)), byte for byte, written straight from the
+// node: no message, no map of its labels, no sort (its maps are sorted
+// already). What a registration stores for each node.
+std::string SerializeNodeRecord(const scheduler::Node& node);
 
 // Each returns DataLoss naming the record when it holds an unknown enum value
 // or a selector that does not parse. A node's record is read as a

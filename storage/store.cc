@@ -56,7 +56,8 @@ Mutation::Write Delete(Table table, absl::string_view key) {
 }  // namespace
 
 void Mutation::PutNode(const scheduler::Node& node) {
-  writes_.push_back(Put(Table::kNodes, node.node_id, ToRecord(node)));
+  writes_.push_back(
+      {Table::kNodes, node.node_id, SerializeNodeRecord(node), false});
 }
 void Mutation::DeleteNode(absl::string_view id) {
   writes_.push_back(Delete(Table::kNodes, id));

@@ -980,14 +980,17 @@ class SnapshotWriter {
   // left out (it has 0 there).
   static ResourceSet LeastOf(const std::vector<const ResourceSet*>& sets) {
     if (sets.empty()) return {};
+    // Narrowed in place: one copy of the first set's names, none per set.
     ResourceSet least = *sets[0];
-    for (size_t i = 1; i < sets.size(); ++i) {
-      ResourceSet kept;
-      for (const auto& [name, amount] : least) {
-        auto it = sets[i]->find(name);
-        if (it != sets[i]->end()) kept[name] = std::min(amount, it->second);
+    for (size_t i = 1; i < sets.size() && !least.empty(); ++i) {
+      const ResourceSet& set = *sets[i];
+      for (auto& [name, amount] : least) {
+        auto it = set.find(name);
+        if (it != set.end()) amount = std::min(amount, it->second);
       }
-      least = std::move(kept);
+      erase_if(least, [&](const ResourceSet::value_type& entry) {
+        return !set.contains(entry.first);
+      });
     }
     return least;
   }

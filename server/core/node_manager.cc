@@ -88,18 +88,19 @@ class NodeChanges {
                            ": ", next.quarantine_reason));
   }
   void Add(std::string line) {
-    if (log_ != nullptr) lines_.push_back(std::move(line));
+    if (log_ != nullptr)
+      lines_.emplace_back(Logger::Level::kInfo, std::move(line));
   }
+  // One write for the op's lines (a batch of 1,000 registrations is 1,000
+  // lines), stamped alike.
   void Flush(const absl::Status& committed) {
-    if (committed.ok()) {
-      for (const std::string& line : lines_) log_->Info(line);
-    }
+    if (committed.ok() && log_ != nullptr) log_->LogAll(lines_);
     lines_.clear();
   }
 
  private:
   Logger* const log_;
-  std::vector<std::string> lines_;
+  std::vector<std::pair<Logger::Level, std::string>> lines_;
 };
 
 const absl::Status& StatusOf(const absl::Status& s) { return s; }
@@ -127,13 +128,18 @@ absl::Status NodeNotFound(absl::string_view id) {
 absl::StatusOr<scheduler::Labels> NodeLabels(const NodeSpec& in,
                                              const std::string& where,
                                              const Limits& limits) {
-  for (const auto& [key, value] : in.labels) {
+  // A label's field, named only when its check fails.
+  auto field = [&where](const std::string& key, absl::string_view what) {
+    return [&where, &key, what] {
+      return absl::StrCat(where, ": labels[", Quote(key), "]", what);
+    };
+  };
+  for (const auto& entry : in.labels) {
+    RETURN_IF_ERROR(WithFieldPrefix(field(entry.first, ""),
+                                    scheduler::ValidateLabelKey(entry.first)));
     RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "]"),
-                        scheduler::ValidateLabelKey(key)));
-    RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "] value"),
-                        scheduler::ValidateLabelValue(value)));
+        WithFieldPrefix(field(entry.first, " value"),
+                        scheduler::ValidateLabelValue(entry.second)));
   }
   absl::StatusOr<scheduler::Labels> labels =
       TranslateNodeLabels(in.node_id, in.labels);
@@ -144,11 +150,11 @@ absl::StatusOr<scheduler::Labels> NodeLabels(const NodeSpec& in,
                      " labels per node (including derived Ray labels), got ",
                      labels->size()));
   }
-  for (const auto& [key, value] : *labels) {
+  for (const auto& entry : *labels) {
     // Derived values (e.g. a raw TPU_WORKER_ID copied over) obey the syntax.
     RETURN_IF_ERROR(
-        WithFieldPrefix(absl::StrCat(where, ": labels[", Quote(key), "] value"),
-                        scheduler::ValidateLabelValue(value)));
+        WithFieldPrefix(field(entry.first, " value"),
+                        scheduler::ValidateLabelValue(entry.second)));
   }
   return labels;
 }
@@ -179,15 +185,18 @@ absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
                                              const std::string& where,
                                              const Limits& limits) {
   RETURN_IF_ERROR(WithFieldPrefix(where, ValidateNodeId(in.node_id, limits)));
-  RETURN_IF_ERROR(WithFieldPrefix(absl::StrCat(where, ": address"),
-                                  ValidateAddress(in.address)));
+  RETURN_IF_ERROR(
+      WithFieldPrefix([&] { return absl::StrCat(where, ": address"); },
+                      ValidateAddress(in.address)));
   scheduler::Node node;
   node.node_id = in.node_id;
   node.address = in.address;
   ASSIGN_OR_RETURN(node.labels, NodeLabels(in, where, limits));
   RETURN_IF_ERROR(WithFieldPrefix(
-      absl::StrCat(where, ": labels[",
-                   Quote(std::string(scheduler::kLabelTpuHostCoords)), "]"),
+      [&] {
+        return absl::StrCat(where, ": labels[",
+                            Quote(scheduler::kLabelTpuHostCoords), "]");
+      },
       CheckHostCoords(node.labels)));
   ASSIGN_OR_RETURN(
       node.resources,
@@ -303,12 +312,12 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
   auto changes = std::make_shared<NodeChanges>(options_.log);
   SubmitForValue<std::vector<NodeView>>(
       *coordinator_,
-      [this, nodes = std::move(nodes), changes](Txn& txn,
-                                                std::vector<NodeView>& views) {
+      [this, nodes = std::move(nodes), changes](
+          Txn& txn, std::vector<NodeView>& views) mutable {
         for (size_t i = 0; i < nodes.size(); ++i) {
-          const scheduler::Node& node = nodes[i];
-          scheduler::Node entry = node;
-          const scheduler::Node* old = txn.FindNode(node.node_id);
+          // Edited in place: the op runs once, and owns its batch.
+          scheduler::Node& entry = nodes[i];
+          const scheduler::Node* old = txn.FindNode(entry.node_id);
           // Re-registration keeps a drain (also one kept while DEAD); a
           // dead node that registers is back.
           if (old != nullptr &&

@@ -38,6 +38,12 @@ absl::Status WithFieldPrefix(absl::string_view prefix,
                       absl::StrCat(prefix, ": ", status.message()));
 }
 
+absl::Status WithFieldPrefix(absl::FunctionRef<std::string()> prefix,
+                             const absl::Status& status) {
+  if (status.ok()) return status;
+  return WithFieldPrefix(prefix(), status);
+}
+
 absl::Status ValidateNodeId(absl::string_view id, const Limits& limits) {
   if (id.empty()) {
     return absl::InvalidArgumentError("node_id: must not be empty");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/container/btree_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -18,6 +19,10 @@ namespace sliced::server {
 
 // Returns `status` with "<prefix>: " before its message (OK stays OK).
 absl::Status WithFieldPrefix(absl::string_view prefix,
+                             const absl::Status& status);
+// The same, with the prefix built only when `status` is an error: a batch
+// of valid fields builds none of their names.
+absl::Status WithFieldPrefix(absl::FunctionRef<std::string()> prefix,
                              const absl::Status& status);
 
 // A node id: 1..max_id_length chars of [A-Za-z0-9._:-], starting with a
