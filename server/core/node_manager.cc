@@ -212,15 +212,20 @@ absl::StatusOr<scheduler::Node> ValidateNode(const NodeSpec& in,
   return node;
 }
 
-NodeView ViewOf(const scheduler::Node& entry,
+NodeView ViewOf(scheduler::Node node,
                 const scheduler::InventorySnapshot& snapshot,
                 absl::Time last_heartbeat) {
   NodeView view;
-  view.node = entry;
+  view.node = std::move(node);
+  const scheduler::Node& entry = view.node;
   view.last_heartbeat = last_heartbeat;
   absl::StatusOr<scheduler::ResourceSet> free =
       snapshot.FreeResources(entry.node_id);
-  view.available = free.ok() ? *free : entry.resources;
+  if (free.ok()) {
+    view.available = *std::move(free);
+  } else {
+    view.available = entry.resources;
+  }
   const int64_t index = snapshot.NodeIndex(entry.node_id);
   if (index >= 0) {
     absl::btree_set<std::string> ids;
@@ -342,10 +347,14 @@ void NodeManager::Register(std::vector<scheduler::Node> nodes, NodesDone done) {
                          txn.View());
         // Once nothing can refuse the batch (before the install, so that
         // no lease check finds a node without its lease).
-        for (const scheduler::Node& node : nodes) {
+        for (scheduler::Node& node : nodes) {
           leases_.Renew(node.node_id, txn.now());
+          // What is stored is the batch's node (unless the batch named it
+          // twice), which the view then takes instead of a copy.
+          const scheduler::Node& stored = *txn.FindNode(node.node_id);
           views.push_back(
-              ViewOf(*txn.FindNode(node.node_id), *snapshot, txn.now()));
+              ViewOf(stored == node ? std::move(node) : scheduler::Node(stored),
+                     *snapshot, txn.now()));
         }
         return absl::OkStatus();
       },
