@@ -19,6 +19,8 @@
 
 namespace sliced::storage {
 
+// A node's record as a message. The daemon stores SerializeNodeRecord's
+// bytes instead; records_test checks that they are this message's.
 NodeRecord ToRecord(const scheduler::Node& node);
 // Fills `record` (cleared or new; it may live on an arena).
 void ToRecord(const server::PlacementGroup& group,

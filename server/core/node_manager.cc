@@ -88,8 +88,9 @@ class NodeChanges {
                            ": ", next.quarantine_reason));
   }
   void Add(std::string line) {
-    if (log_ != nullptr)
+    if (log_ != nullptr) {
       lines_.emplace_back(Logger::Level::kInfo, std::move(line));
+    }
   }
   // One write for the op's lines (a batch of 1,000 registrations is 1,000
   // lines), stamped alike.
