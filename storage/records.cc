@@ -442,80 +442,88 @@ std::string SerializeRecord(const google::protobuf::MessageLite& record) {
 
 namespace {
 
-// Protobuf's wire format, as far as a NodeRecord needs it.
+using google::protobuf::io::CodedOutputStream;
+
+// A NodeRecord's fields and its map entries' (key = 1, value = 2) all have
+// one-byte tags.
+constexpr uint32_t Tag(uint32_t field, uint32_t wire_type) {
+  return field << 3 | wire_type;
+}
 constexpr uint32_t kVarint = 0;
 constexpr uint32_t kLengthDelimited = 2;
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  for (; v >= 0x80; v >>= 7) ++n;
-  return n;
+size_t BytesFieldSize(size_t length) {
+  return 1 + CodedOutputStream::VarintSize64(length) + length;
 }
-void PutVarint(uint64_t v, std::string& out) {
-  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>(v | 0x80));
-  out.push_back(static_cast<char>(v));
+void WriteBytesField(uint32_t field, absl::string_view bytes,
+                     CodedOutputStream& out) {
+  out.WriteTag(Tag(field, kLengthDelimited));
+  out.WriteVarint64(bytes.size());
+  out.WriteRaw(bytes.data(), static_cast<int>(bytes.size()));
 }
-void PutTag(uint32_t field, uint32_t wire_type, std::string& out) {
-  PutVarint((field << 3) | wire_type, out);
+// A singular proto3 string is left out when empty.
+size_t StringFieldSize(absl::string_view s) {
+  return s.empty() ? 0 : BytesFieldSize(s.size());
 }
-// A length-delimited field's size: its tag (one byte for fields 1..15), its
-// length, its bytes.
-size_t BytesSize(size_t length) { return 1 + VarintSize(length) + length; }
-void PutBytes(uint32_t field, absl::string_view bytes, std::string& out) {
-  PutTag(field, kLengthDelimited, out);
-  PutVarint(bytes.size(), out);
-  out.append(bytes.data(), bytes.size());
-}
-// A singular proto3 string: left out when empty.
-void PutString(uint32_t field, absl::string_view s, std::string& out) {
-  if (!s.empty()) PutBytes(field, s, out);
+void WriteStringField(uint32_t field, absl::string_view s,
+                      CodedOutputStream& out) {
+  if (!s.empty()) WriteBytesField(field, s, out);
 }
 
 }  // namespace
 
 std::string SerializeNodeRecord(const scheduler::Node& node) {
-  // A map entry is a message of key = 1 and value = 2, both always written
+  // A map entry is a message of its key and its value, both always written
   // (as protobuf writes map entries), in key order (deterministic).
   auto label_size = [](const auto& entry) {
-    return BytesSize(entry.first.size()) + BytesSize(entry.second.size());
+    return BytesFieldSize(entry.first.size()) +
+           BytesFieldSize(entry.second.size());
   };
   auto resource_size = [](const auto& entry) {
-    return BytesSize(entry.first.size()) + 1 +
-           VarintSize(static_cast<uint64_t>(entry.second));
+    return BytesFieldSize(entry.first.size()) + 1 +
+           CodedOutputStream::VarintSize64(static_cast<uint64_t>(entry.second));
   };
-  std::string out;
-  size_t size = 2 * 16 + node.node_id.size() + node.address.size() +
-                node.quarantine_reason.size();
-  for (const auto& entry : node.labels) size += BytesSize(label_size(entry));
+  const uint64_t state = ToRecord(node.state);
+  size_t size = StringFieldSize(node.node_id) + StringFieldSize(node.address) +
+                StringFieldSize(node.quarantine_reason) +
+                (state != 0 ? 1 + CodedOutputStream::VarintSize64(state) : 0) +
+                (node.drain_kept ? 2 : 0);
+  for (const auto& entry : node.labels)
+    size += BytesFieldSize(label_size(entry));
   for (const auto& entry : node.resources) {
-    size += BytesSize(resource_size(entry));
+    size += BytesFieldSize(resource_size(entry));
   }
-  out.reserve(size);
-  PutString(1, node.node_id, out);
-  PutString(2, node.address, out);
-  for (const auto& entry : node.labels) {
-    PutTag(3, kLengthDelimited, out);
-    PutVarint(label_size(entry), out);
-    PutBytes(1, entry.first, out);
-    PutBytes(2, entry.second, out);
-  }
-  for (const auto& entry : node.resources) {
-    PutTag(4, kLengthDelimited, out);
-    PutVarint(resource_size(entry), out);
-    PutBytes(1, entry.first, out);
-    PutTag(2, kVarint, out);
-    PutVarint(static_cast<uint64_t>(entry.second), out);
-  }
-  if (const NodeStateRecord state = ToRecord(node.state); state != 0) {
-    PutTag(5, kVarint, out);
-    PutVarint(static_cast<uint64_t>(static_cast<int64_t>(state)), out);
-  }
-  PutString(6, node.quarantine_reason, out);
-  if (node.drain_kept) {
-    PutTag(7, kVarint, out);
-    PutVarint(1, out);
-  }
-  return out;
+  std::string bytes(size, '\0');
+  {
+    google::protobuf::io::ArrayOutputStream array(bytes.data(),
+                                                  static_cast<int>(size));
+    CodedOutputStream out(&array);
+    WriteStringField(1, node.node_id, out);
+    WriteStringField(2, node.address, out);
+    for (const auto& entry : node.labels) {
+      out.WriteTag(Tag(3, kLengthDelimited));
+      out.WriteVarint64(label_size(entry));
+      WriteBytesField(1, entry.first, out);
+      WriteBytesField(2, entry.second, out);
+    }
+    for (const auto& entry : node.resources) {
+      out.WriteTag(Tag(4, kLengthDelimited));
+      out.WriteVarint64(resource_size(entry));
+      WriteBytesField(1, entry.first, out);
+      out.WriteTag(Tag(2, kVarint));
+      out.WriteVarint64(static_cast<uint64_t>(entry.second));
+    }
+    if (state != 0) {
+      out.WriteTag(Tag(5, kVarint));
+      out.WriteVarint64(state);
+    }
+    WriteStringField(6, node.quarantine_reason, out);
+    if (node.drain_kept) {
+      out.WriteTag(Tag(7, kVarint));
+      out.WriteVarint64(1);
+    }
+  }  // the stream writes its last bytes as it goes out of scope
+  return bytes;
 }
 
 NodeRecord ToRecord(const scheduler::Node& node) {
