@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstddef>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -102,12 +103,16 @@ void Mutation::CloseUnit() {
     unit_ends_.push_back(writes_.size());
   }
 }
-void Mutation::Append(const Mutation& other) {
+void Mutation::Append(const Mutation& other) { Append(Mutation(other)); }
+
+void Mutation::Append(Mutation&& other) {
   CloseUnit();
   const size_t offset = writes_.size();
   for (size_t end : other.unit_ends_) unit_ends_.push_back(offset + end);
-  writes_.insert(writes_.end(), other.writes_.begin(), other.writes_.end());
+  writes_.insert(writes_.end(), std::make_move_iterator(other.writes_.begin()),
+                 std::make_move_iterator(other.writes_.end()));
   CloseUnit();
+  other = Mutation();
 }
 std::vector<size_t> Mutation::UnitEnds() const {
   std::vector<size_t> ends = unit_ends_;

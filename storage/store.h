@@ -77,6 +77,7 @@ class Mutation {
   // only between such units, so each one (one coordinator op) is applied
   // whole.
   void Append(const Mutation& other);
+  void Append(Mutation&& other);
 
   bool empty() const { return writes_.empty(); }
   size_t size() const { return writes_.size(); }

@@ -16,6 +16,7 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
   const size_t words = (n + 63) / 64;
   Bits bits(words, ~uint64_t{0});
   if (n % 64 != 0 && words > 0) bits.back() = (uint64_t{1} << (n % 64)) - 1;
+  if (selector.terms.empty()) return bits;
   Bits term_bits(words);
   for (const SelectorTerm& term : selector.terms) {
     std::fill(term_bits.begin(), term_bits.end(), 0);

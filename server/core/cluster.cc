@@ -222,7 +222,7 @@ void Cluster::Merge(Txn& txn, storage::Mutation& writes) {
       own.queue_retried ? own.retry_all : group_.retry_all || own.retry_all;
   if (own.queue_retried) group_.released_on.clear();
   group_.released_on.insert(own.released_on.begin(), own.released_on.end());
-  writes.Append(txn.mutation_);
+  writes.Append(std::move(txn.mutation_));
 }
 
 absl::Status Cluster::RunOp(const std::function<absl::Status(Txn&)>& apply,

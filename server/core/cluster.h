@@ -106,6 +106,7 @@ class Cluster : public Coordinator::Machine {
   // moved out of `stored`).
   absl::StatusOr<ClusterState> Build(storage::StoredState& stored) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Moves `txn`'s changes into the commit group's, its writes into `writes`.
   void Merge(Txn& txn, storage::Mutation& writes);
 
   LogStore* const logs_;

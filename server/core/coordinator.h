@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -177,22 +178,28 @@ class Coordinator {
 };
 
 // Submits an op that computes a value for its caller: `apply(txn, out)`
-// fills `out`; `done` gets it once the op is durable and visible, or the
-// op's (or the commit's) error.
-template <typename T>
-void SubmitForValue(Coordinator& coordinator,
-                    std::function<absl::Status(Txn&, T&)> apply,
+// (an absl::Status(Txn&, T&) callable) fills `out`; `done` gets it once the
+// op is durable and visible, or the op's (or the commit's) error. The op's
+// state is one allocation, which the op's two functions point to (a pointer
+// fits in std::function without an allocation of its own, a shared_ptr does
+// not); the op's `done` frees it, as it runs exactly once.
+template <typename T, typename Apply>
+void SubmitForValue(Coordinator& coordinator, Apply apply,
                     std::function<void(absl::StatusOr<T>)> done) {
-  auto value = std::make_shared<T>();
+  struct State {
+    Apply apply;
+    std::function<void(absl::StatusOr<T>)> done;
+    T value;
+  };
+  State* state = new State{std::move(apply), std::move(done), T()};
   coordinator.Submit(
-      WriteOp{[apply = std::move(apply), value](Txn& txn) {
-                return apply(txn, *value);
-              },
-              [value, done = std::move(done)](const absl::Status& s) {
+      WriteOp{[state](Txn& txn) { return state->apply(txn, state->value); },
+              [state](const absl::Status& s) {
+                std::unique_ptr<State> owned(state);
                 if (s.ok()) {
-                  done(std::move(*value));
+                  owned->done(std::move(owned->value));
                 } else {
-                  done(s);
+                  owned->done(s);
                 }
               }});
 }

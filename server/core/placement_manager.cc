@@ -4,10 +4,12 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -33,7 +35,9 @@ absl::Status ClassNotFound(absl::string_view name) {
 // The log line of a group's new state: "placement group pg-1 (job "j")
 // CREATED: placed on slices v6e-a".
 std::string GroupChangeLine(const PlacementGroup& g) {
-  std::string line = absl::StrCat("placement group ", g.id);
+  std::string line;
+  line.reserve(128);  // one allocation for most lines
+  absl::StrAppend(&line, "placement group ", g.id);
   if (!g.job_id.empty()) absl::StrAppend(&line, " (job ", Quote(g.job_id), ")");
   absl::StrAppend(&line, " ", PgStateName(g.state));
   if (g.state == PgState::kCreated) {
@@ -41,16 +45,20 @@ std::string GroupChangeLine(const PlacementGroup& g) {
       absl::StrAppend(&line, ": placed on slice(s) ",
                       absl::StrJoin(g.slice_names, ", "));
     } else {
-      absl::btree_set<std::string> nodes;
-      for (const PlacedBundle& b : g.bundles) nodes.insert(b.node_id);
+      // The nodes in name order, each once; views into the group's bundles.
+      absl::InlinedVector<absl::string_view, 8> nodes;
+      for (const PlacedBundle& b : g.bundles) nodes.push_back(b.node_id);
+      std::sort(nodes.begin(), nodes.end());
+      nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
       constexpr size_t kMaxNamed = 8;
-      std::vector<std::string> named(
-          nodes.begin(),
-          std::next(nodes.begin(), std::min(nodes.size(), kMaxNamed)));
-      absl::StrAppend(&line, ": placed on node(s) ", absl::StrJoin(named, ", "),
-                      nodes.size() > kMaxNamed
-                          ? absl::StrCat(", ... (", nodes.size(), " nodes)")
-                          : "");
+      absl::StrAppend(
+          &line, ": placed on node(s) ",
+          absl::StrJoin(nodes.begin(),
+                        nodes.begin() + std::min(nodes.size(), kMaxNamed),
+                        ", "));
+      if (nodes.size() > kMaxNamed) {
+        absl::StrAppend(&line, ", ... (", nodes.size(), " nodes)");
+      }
     }
   } else if (!g.reason.empty()) {
     absl::StrAppend(&line, ": ", g.reason);
@@ -264,7 +272,13 @@ void PlacementManager::ApplyFlags(PlacementRequest& request) const {
 
 absl::StatusOr<Decision> PlacementManager::TryPlace(
     Txn& txn, PlacementGroup& group, const PlacementRequest& asked) {
-  ASSIGN_OR_RETURN(PlacementRequest request, SolveRequest(txn, group, asked));
+  // A copy of the request only when its class or a flag changes it.
+  std::optional<PlacementRequest> adjusted;
+  if (!group.compute_class.empty() ||
+      (!options_.subslicing && asked.slice.has_value())) {
+    ASSIGN_OR_RETURN(adjusted, SolveRequest(txn, group, asked));
+  }
+  const PlacementRequest& request = adjusted ? *adjusted : asked;
   ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot, txn.View());
   const absl::Time start = absl::Now();
   Decision d = scheduler::Solve(*snapshot, request);
@@ -296,8 +310,9 @@ absl::StatusOr<Decision> PlacementManager::TryPlace(
   group.update_time = txn.now();
   group.bundles.clear();
   for (size_t i = 0; i < bundles.size(); ++i) {
-    group.bundles.push_back(PlacedBundle{
-        bundles[i].resources, bundles[i].selector, d.bundle_nodes[i]});
+    group.bundles.push_back(PlacedBundle{std::move(bundles[i].resources),
+                                         std::move(bundles[i].selector),
+                                         d.bundle_nodes[i]});
   }
   RETURN_IF_ERROR(txn.ApplyDelta(std::move(delta)));
   group.slice_names = d.slice_names;
@@ -431,7 +446,8 @@ const PlacementGroup* PlacementManager::Starving(const Txn& txn,
 
 // ---------------------------------------------------------------- create
 
-absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
+absl::StatusOr<const PlacementGroup*> PlacementManager::CreateInTxn(
+    Txn& txn, PgSpec& spec) {
   PlacementGroup& g = spec.group;
   RETURN_IF_ERROR(
       options_.priority_classes.Resolve(g.priority_class, g.priority));
@@ -451,8 +467,7 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
             "); a retry must repeat the same request, and a new request "
             "needs a new request_id"));
       }
-      g = *existing;
-      return absl::OkStatus();
+      return existing;
     }
   }
   g.sequence = txn.NextSequence();
@@ -474,9 +489,11 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
     txn.LimitWrites(std::numeric_limits<size_t>::max());
   }
   const bool room = txn.QueueSize() < options_.max_pending;
-  const absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
-      "the pending queue is full (", options_.max_pending,
-      " groups); nothing was created. Retry later or remove waiting groups"));
+  auto full = [&] {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the pending queue is full (", options_.max_pending,
+        " groups); nothing was created. Retry later or remove waiting groups"));
+  };
   // The class is checked before anything else decides: it must exist, and
   // FAIL means placed now or not created, even behind a starving group.
   const ComputeClass* cls = nullptr;
@@ -495,15 +512,13 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
                        absl::FormatDuration(options_.starvation_bound),
                        " and claims capacity first"));
     }
-    if (!room) return full;
+    if (!room) return full();
     g.reason = BlockedBy(*starving);
-    txn.PutPg(g);
-    return absl::OkStatus();
+    return &txn.PutPg(std::move(g));
   }
   if (!walked_all && !fail && room) {
     g.reason = "queued while the groups before it are re-tried";
-    txn.PutPg(g);
-    return absl::OkStatus();
+    return &txn.PutPg(std::move(g));
   }
   ASSIGN_OR_RETURN(Decision d, TryPlace(txn, g, g.request));
   if (d.outcome != Decision::kPlaced && fail) {
@@ -512,12 +527,11 @@ absl::Status PlacementManager::CreateInTxn(Txn& txn, PgSpec& spec) {
                      "\" says FAIL and no priority holds the whole gang now: ",
                      d.diagnosis.summary));
   }
-  if (d.outcome != Decision::kPlaced && !room) return full;
+  if (d.outcome != Decision::kPlaced && !room) return full();
   if (d.outcome == Decision::kUnschedulable) {
     RETURN_IF_ERROR(StartPreemption(txn, g).status());
   }
-  txn.PutPg(g);
-  return absl::OkStatus();
+  return &txn.PutPg(std::move(g));
 }
 
 void PlacementManager::Create(PgSpec spec, ViewDone done) {
@@ -525,16 +539,16 @@ void PlacementManager::Create(PgSpec spec, ViewDone done) {
       *coordinator_,
       [this, spec = std::move(spec)](Txn& txn,
                                      PlacementGroupView& view) mutable {
-        RETURN_IF_ERROR(CreateInTxn(txn, spec));
+        ASSIGN_OR_RETURN(const PlacementGroup* group, CreateInTxn(txn, spec));
         if (spec.reply == ReplyDetail::kBasic) {
-          view.group.id = spec.group.id;
-          view.group.state = spec.group.state;
-          view.group.reason = spec.group.reason;
+          view.group.id = group->id;
+          view.group.state = group->state;
+          view.group.reason = group->reason;
           return absl::OkStatus();
         }
         ASSIGN_OR_RETURN(const scheduler::InventorySnapshot* snapshot,
                          txn.View());
-        view = ViewOf(spec.group, *snapshot);
+        view = ViewOf(*group, *snapshot);
         return absl::OkStatus();
       },
       std::move(done));
@@ -1457,6 +1471,7 @@ void PlacementManager::LogChanges(const std::vector<Change>& changed) {
   Logger* log = options_.log;
   if (log == nullptr || !log->enabled(Logger::Level::kInfo)) return;
   std::vector<std::pair<Logger::Level, std::string>> lines;
+  lines.reserve(changed.size());
   for (const Change& c : changed) {
     const bool state_changed = c.before != c.group->state;
     if (!state_changed && !log->enabled(Logger::Level::kDebug)) continue;

@@ -233,7 +233,9 @@ class PlacementManager : public Cluster::Observer {
   void Answered() override;
 
  private:
-  absl::Status CreateInTxn(Txn& txn, PgSpec& spec);
+  // Creates spec.group (moved from) in `txn`: the group as stored, or the
+  // group an earlier request with its request_id created.
+  absl::StatusOr<const PlacementGroup*> CreateInTxn(Txn& txn, PgSpec& spec);
   // List()'s page, the groups shared (PgTable::Share) under the cluster's
   // read lock: `more` (may be null) is set when more may follow.
   CurrentState Collect(const ListFilter& filter, absl::string_view after = {},

@@ -127,10 +127,14 @@ void Txn::Replace(absl::string_view pg_id, const PlacementGroup* next) {
   }
 }
 
-void Txn::PutPg(const PlacementGroup& pg) {
+void Txn::PutPg(const PlacementGroup& pg) { PutPg(PlacementGroup(pg)); }
+
+const PlacementGroup& Txn::PutPg(PlacementGroup&& pg) {
   mutation_.PutPlacementGroup(pg);
   Replace(pg.id, &pg);
-  own_.pgs[pg.id] = pg;
+  std::optional<PlacementGroup>& stored = own_.pgs[pg.id];
+  stored = std::move(pg);
+  return *stored;
 }
 
 void Txn::DeletePg(absl::string_view pg_id) {

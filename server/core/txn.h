@@ -230,7 +230,10 @@ class Txn {
   // ---- Placement groups
   const PlacementGroup* FindPg(absl::string_view pg_id) const;
   const PlacementGroup* FindPgByRequestId(absl::string_view request_id) const;
+  // Stores `pg` durably; the second form moves it into this op's changes
+  // and returns it as stored (valid until the op's next change of groups).
   void PutPg(const PlacementGroup& pg);
+  const PlacementGroup& PutPg(PlacementGroup&& pg);
   void DeletePg(absl::string_view pg_id);
   // Makes watchers see `pg` as it is now, even if a later change of this
   // commit supersedes it.

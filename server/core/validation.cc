@@ -121,11 +121,14 @@ absl::StatusOr<scheduler::ResourceSet> ResourcesFromWire(
                      " resources, got ", resources.size()));
   }
   scheduler::ResourceSet out;
-  for (const auto& [name, value] : resources) {
-    const std::string what = absl::StrCat(field, "[", Quote(name), "]");
+  for (const auto& entry : resources) {
+    const std::string& name = entry.first;
+    // The field's name is built only for an error.
+    auto what = [&] { return absl::StrCat(field, "[", Quote(name), "]"); };
     RETURN_IF_ERROR(WithFieldPrefix(what, ValidateResourceName(name, limits)));
-    ASSIGN_OR_RETURN(int64_t fixed, scheduler::ToFixedPoint(value, what));
-    out[name] = fixed;
+    absl::StatusOr<int64_t> fixed = scheduler::ToFixedPoint(entry.second, "");
+    if (!fixed.ok()) fixed = scheduler::ToFixedPoint(entry.second, what());
+    ASSIGN_OR_RETURN(out[name], std::move(fixed));
   }
   return out;
 }
