@@ -76,6 +76,7 @@ class Mutation {
   // store that must split a large mutation (etcd's per-Txn limits) splits it
   // only between such units, so each one (one coordinator op) is applied
   // whole.
+  // The second form moves the writes out of `other`, which is left empty.
   void Append(const Mutation& other);
   void Append(Mutation&& other);
 

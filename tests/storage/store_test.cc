@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
@@ -250,6 +252,37 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<StoreFactory>& info) {
       return info.param.name;
     });
+
+// Each appended mutation is a unit of its own, whether it is copied in or
+// moved in; a moved one is left empty, a copied one as it was.
+TEST(MutationTest, AppendKeepsEachAppendedMutationAsAUnit) {
+  Mutation first;
+  first.PutNode(Node("a"));
+  first.PutNode(Node("b"));
+  Mutation second;
+  second.PutNode(Node("c"));
+  Mutation group;
+  group.PutNextPgSequence(7);  // a unit of the group's own
+  group.Append(first);
+  group.Append(std::move(second));
+  ASSERT_EQ(group.size(), 4u);
+  EXPECT_EQ(group.UnitEnds(), (std::vector<size_t>{1, 3, 4}));
+  EXPECT_EQ(group.writes()[1].key, first.writes()[0].key);
+  Mutation c;
+  c.PutNode(Node("c"));
+  EXPECT_EQ(group.writes()[3].key, c.writes()[0].key);
+  EXPECT_EQ(group.writes()[3].value, c.writes()[0].value);
+  EXPECT_EQ(first.size(), 2u);
+  EXPECT_TRUE(second.empty());
+  EXPECT_TRUE(second.UnitEnds().empty());
+  // Both round-trip through a store.
+  MemoryStore store;
+  ASSERT_TRUE(store.Commit(group).ok());
+  auto state = store.Load();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->nodes.size(), 3u);
+  EXPECT_EQ(state->next_pg_sequence, 7u);
+}
 
 TEST(FaultInjectingStoreTest, WriteFailureAppliesNothingSyncFailureAppliesAll) {
   MemoryStore memory;

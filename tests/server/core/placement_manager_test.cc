@@ -424,6 +424,10 @@ TEST_F(PlacementManagerTest, RetriedRequestIdReturnsTheSameGroup) {
   auto again = core_->Create(Cpus(1, 4, WithRequestId("r-1")));
   ASSERT_TRUE(first.ok() && again.ok());
   EXPECT_EQ(first->group.id, again->group.id);
+  // The retry's reply is the whole group as the first create stored it.
+  EXPECT_EQ(again->group.state, PgState::kCreated);
+  ASSERT_EQ(again->group.bundles.size(), 1u);
+  EXPECT_EQ(again->group.bundles[0].node_id, "c1");
   EXPECT_EQ(core_->placement().List({}).size(), 1u);
   // Also across a restart, and after it is gone a new group is made.
   Restart();
