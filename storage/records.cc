@@ -488,8 +488,9 @@ std::string SerializeNodeRecord(const scheduler::Node& node) {
                 StringFieldSize(node.quarantine_reason) +
                 (state != 0 ? 1 + CodedOutputStream::VarintSize64(state) : 0) +
                 (node.drain_kept ? 2 : 0);
-  for (const auto& entry : node.labels)
+  for (const auto& entry : node.labels) {
     size += BytesFieldSize(label_size(entry));
+  }
   for (const auto& entry : node.resources) {
     size += BytesFieldSize(resource_size(entry));
   }

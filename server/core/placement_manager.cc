@@ -264,18 +264,22 @@ absl::StatusOr<PlacementRequest> PlacementManager::SolveRequest(
   return request;
 }
 
+bool PlacementManager::FlagsChange(const PlacementRequest& request) const {
+  return !options_.subslicing && request.slice.has_value();
+}
+
 void PlacementManager::ApplyFlags(PlacementRequest& request) const {
-  if (!options_.subslicing && request.slice.has_value()) {
+  if (FlagsChange(request)) {
     request.slice->subslicing = scheduler::Subslicing::kNever;
   }
 }
 
 absl::StatusOr<Decision> PlacementManager::TryPlace(
     Txn& txn, PlacementGroup& group, const PlacementRequest& asked) {
-  // A copy of the request only when its class or a flag changes it.
+  // SolveRequest's copy only when it changes the request: a class's
+  // priorities (WithPriorities) or a flag.
   std::optional<PlacementRequest> adjusted;
-  if (!group.compute_class.empty() ||
-      (!options_.subslicing && asked.slice.has_value())) {
+  if (!group.compute_class.empty() || FlagsChange(asked)) {
     ASSIGN_OR_RETURN(adjusted, SolveRequest(txn, group, asked));
   }
   const PlacementRequest& request = adjusted ? *adjusted : asked;

@@ -336,8 +336,9 @@ class PlacementManager : public Cluster::Observer {
     std::string prefix;  // "preemption: ", or why it will not
   };
   // What the daemon's flags change in a request before it is solved
-  // (--subslicing=false: never carve).
+  // (--subslicing=false: never carve), and whether they change `request`.
   void ApplyFlags(scheduler::PlacementRequest& request) const;
+  bool FlagsChange(const scheduler::PlacementRequest& request) const;
   // Sets `what_if` when the group is unschedulable and groups of lower
   // priority hold capacity.
   Explanation ExplainGroup(const ClusterState& state,
