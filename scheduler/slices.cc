@@ -1,6 +1,7 @@
 #include "scheduler/slices.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/container/btree_map.h"
@@ -308,6 +309,20 @@ std::string FormatSubsliceName(absl::string_view parent,
 absl::string_view ParentSliceName(absl::string_view name) {
   const size_t slash = name.find('/');
   return slash == absl::string_view::npos ? name : name.substr(0, slash);
+}
+
+bool IsCarvedSubsliceName(absl::string_view name) {
+  const size_t slash = name.find('/');
+  const size_t at = name.rfind('@');
+  if (slash == absl::string_view::npos || at == absl::string_view::npos ||
+      at < slash) {
+    return false;
+  }
+  // The origin, "x-y-z": a host's place in the parent's grid.
+  const absl::string_view origin = name.substr(at + 1);
+  const int any = std::numeric_limits<int>::max();
+  return std::count(origin.begin(), origin.end(), '-') == 2 &&
+         ParseHostCoords(origin, {any, any, any}).ok();
 }
 
 }  // namespace sliced::scheduler

@@ -77,6 +77,12 @@ std::string FormatSubsliceName(absl::string_view parent,
 // name itself.
 absl::string_view ParentSliceName(absl::string_view name);
 
+// True when `name` is FormatSubsliceName's (a box carved out of the slice
+// ParentSliceName(name)), not a whole slice's or a stitched one's
+// ("<block>/<topology>@<cube>+<cube>...", whose part before '/' is a
+// topology block, not a slice).
+bool IsCarvedSubsliceName(absl::string_view name);
+
 // True when the node's accelerator-type and topology labels resolve to a
 // single-host slice shape.
 bool IsSingleHostTpuNode(const Node& node);

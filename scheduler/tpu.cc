@@ -186,6 +186,16 @@ absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
   return shape;
 }
 
+std::vector<bool> CarvedWrap(const TpuShape& sub, const TpuShape& parent) {
+  std::vector<bool> wrap = sub.wrap;
+  for (size_t d = 0; d < wrap.size(); ++d) {
+    const int own = d < sub.dims.size() ? sub.dims[d] : 1;
+    const int whole = d < parent.dims.size() ? parent.dims[d] : 1;
+    wrap[d] = wrap[d] && own == whole;
+  }
+  return wrap;
+}
+
 int MaxTpuResourcePerChip(TpuGeneration generation) {
   return generation == TpuGeneration::kV7x ? 2 : 1;
 }

@@ -64,6 +64,13 @@ int MaxTpuResourcePerChip(TpuGeneration generation);
 absl::StatusOr<TpuShape> ResolveTpuShape(TpuGeneration generation,
                                          absl::string_view topology);
 
+// The wrap-around of a box of shape `sub` carved out of a slice of shape
+// `parent`: an axis wraps where `sub`'s own shape would (`sub.wrap`) and the
+// box spans the whole of the parent's axis. Elsewhere the links at the box's
+// ends lead out of it, to the parent's other chips (a 4x4x4 of a 4x4x8 wraps
+// on x and y only). REQUIRES: both shapes resolved (3 entries in `wrap`).
+std::vector<bool> CarvedWrap(const TpuShape& sub, const TpuShape& parent);
+
 }  // namespace sliced::scheduler
 
 #endif  // SLICED_SCHEDULER_TPU_H_

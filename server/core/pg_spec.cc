@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/status_macros.h"
+#include "scheduler/slices.h"
 #include "scheduler/tpu.h"
 #include "server/core/scaling_config.h"
 #include "server/core/validation.h"
@@ -172,7 +173,19 @@ PlacementGroupView ViewOf(const PlacementGroup& group,
     const scheduler::Node* node = snapshot.FindNode(b.node_id);
     placed.push_back(PlacedNode{b.node_id, node ? node->address : ""});
   }
-  view.workers = BuildWorkers(plan, placed, group.slice_names);
+  // The slices the group's sub-slices were carved from: their wrap-around.
+  std::vector<const scheduler::TpuShape*> parents;
+  for (const std::string& name : group.slice_names) {
+    const scheduler::TpuShape* parent = nullptr;
+    if (scheduler::IsCarvedSubsliceName(name)) {
+      const int64_t s = snapshot.SliceIndex(scheduler::ParentSliceName(name));
+      if (s >= 0 && snapshot.slice(s).shape_known) {
+        parent = &snapshot.slice(s).shape;
+      }
+    }
+    parents.push_back(parent);
+  }
+  view.workers = BuildWorkers(plan, placed, group.slice_names, parents);
   return view;
 }
 

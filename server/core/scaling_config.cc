@@ -531,9 +531,10 @@ void LayoutTpuWorkers(ScalingConfigPlan& plan) {
   plan.host_grid = plan.shape.host_grid;
 }
 
-std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
-                                 const std::vector<PlacedNode>& bundle_nodes,
-                                 const std::vector<std::string>& slice_names) {
+std::vector<Worker> BuildWorkers(
+    const ScalingConfigPlan& plan, const std::vector<PlacedNode>& bundle_nodes,
+    const std::vector<std::string>& slice_names,
+    const std::vector<const scheduler::TpuShape*>& parents) {
   const PlacedNode missing;
   auto node_at = [&](int i) -> const PlacedNode& {
     return i < static_cast<int>(bundle_nodes.size()) ? bundle_nodes[i]
@@ -600,12 +601,15 @@ std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
               : plan.shape.pod_type;
       env["TPU_TOPOLOGY"] = plan.shape.topology;
       // GKE's device plugin sets each of these twice (with and without the
-      // TPU_ prefix), from the parent's shape: both are the sub-slice's,
-      // and its wrap-around is the plugin's rule on the sub-slice's shape
-      // (a 2x2x2 of a 4x4x4 does not wrap). (Not known here: a 4x4x4 of a
-      // 4x4x8 likely wraps on x and y only.)
+      // TPU_ prefix), from the parent's shape: both are the sub-slice's.
+      // Its wrap-around is the plugin's rule on the sub-slice's shape (a
+      // 2x2x2 of a 4x4x4 does not wrap), and only on the parent's whole
+      // axes (a 4x4x4 of a 4x4x8 wraps on x and y).
+      const scheduler::TpuShape* parent =
+          slice < static_cast<int>(parents.size()) ? parents[slice] : nullptr;
       const std::string wrap = absl::StrJoin(
-          plan.shape.wrap, ",",
+          parent ? scheduler::CarvedWrap(plan.shape, *parent) : plan.shape.wrap,
+          ",",
           [](std::string* out, bool w) { out->append(w ? "true" : "false"); });
       const std::string host_bounds = absl::StrJoin(plan.shape.host_grid, ",");
       const std::string chip_bounds = absl::StrJoin(plan.shape.host_box, ",");

@@ -126,7 +126,11 @@ struct PlacedNode {
 //  for sub-slice requests (the metadata server describes the parent):
 //    TPU_SKIP_MDS_QUERY "true", TPU_ACCELERATOR_TYPE (e.g. v5p-16),
 //    TPU_TOPOLOGY (e.g. 2x2x2), TPU_HOST_BOUNDS (the sub-slice's host
-//    grid, e.g. "1,1,2"), TPU_CHIPS_PER_HOST_BOUNDS ("2,2,1")
+//    grid, e.g. "1,1,2"), TPU_CHIPS_PER_HOST_BOUNDS ("2,2,1"),
+//    TPU_TOPOLOGY_WRAP (scheduler::CarvedWrap of parents[slice index], the
+//    shape of the slice it was carved from; the sub-slice's own shape's wrap
+//    when that is null or missing, as for a stitched slice), and the same
+//    three without the TPU_ prefix
 //  and with num_slices > 1 (Ray's get_tpu_coordinator_env_vars):
 //    MEGASCALE_COORDINATOR_ADDRESS  address of slice 0 worker 0, no port
 //    MEGASCALE_PORT                 "8081" (kMegascalePort)
@@ -154,9 +158,10 @@ struct PlacedNode {
 // the slice expansion, slice-major: one per host), and for slices
 // slice_names.size() == num_slices. Missing entries give empty strings
 // rather than undefined behaviour.
-std::vector<Worker> BuildWorkers(const ScalingConfigPlan& plan,
-                                 const std::vector<PlacedNode>& bundle_nodes,
-                                 const std::vector<std::string>& slice_names);
+std::vector<Worker> BuildWorkers(
+    const ScalingConfigPlan& plan, const std::vector<PlacedNode>& bundle_nodes,
+    const std::vector<std::string>& slice_names,
+    const std::vector<const scheduler::TpuShape*>& parents = {});
 
 }  // namespace sliced::server
 

@@ -15,13 +15,15 @@ from sliced_client import Client, ScalingConfig  # noqa: E402
 P = sliced_pb2
 
 
-def pod(name, coords=None):
-    """A v5p 4x4x4 pod: 16 hosts (host grid 2x2x4), GKE labels; host w at
-    coords[w] ("x-y-z", reported by the node agent) when given."""
+def pod(name, coords=None, topology="4x4x4"):
+    """A v5p pod, 4x4x4 unless told: one host per 4 chips (a 4x4x4 has 16
+    hosts, host grid 2x2x4), GKE labels; host w at coords[w] ("x-y-z",
+    reported by the node agent) when given."""
+    x, y, z = (int(d) for d in topology.split("x"))
     nodes = []
-    for w in range(16):
+    for w in range(x * y * z // 4):
         labels = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
-                  "cloud.google.com/gke-tpu-topology": "4x4x4",
+                  "cloud.google.com/gke-tpu-topology": topology,
                   "topology.kubernetes.io/zone": "us-east5-a",
                   "TPU_NAME": name, "TPU_WORKER_ID": str(w)}
         if coords:
@@ -179,6 +181,23 @@ class SubslicesEndToEnd(unittest.TestCase):
         inv2.RegisterNodes(P.RegisterNodesRequest(nodes=pod("pod-b")), timeout=10)
         off = self.submit(pl2, v5p("2x2x2", 2, allow_subslice=True))
         self.assertEqual(off.state, P.INFEASIBLE, off.pending_reason)
+
+    def test_a_cube_of_a_longer_pod_wraps_only_on_the_pods_whole_axes(self):
+        # A 4x4x4 carved out of a 4x4x8: its z-ends link to the other half of
+        # the pod, so only x and y wrap around (a whole 4x4x4 wraps on all).
+        _, inv, pl = self.start()
+        inv.RegisterNodes(P.RegisterNodesRequest(nodes=pod("pod-b", topology="4x4x8")),
+                          timeout=10)
+        half = self.submit(pl, v5p("4x4x4", 16))
+        self.assertEqual(half.state, P.CREATED, half.pending_reason)
+        self.assertTrue(half.slice_names[0].startswith("pod-b/4x4x4@"), half.slice_names)
+        for group in (half, self.get(pl, half)):
+            self.assertEqual(len(group.workers), 16)
+            for w in group.workers:
+                self.assertEqual(w.env["TPU_TOPOLOGY"], "4x4x4")
+                self.assertEqual(w.env["TPU_HOST_BOUNDS"], "2,2,4")
+                self.assertEqual(w.env["TPU_TOPOLOGY_WRAP"], "true,true,false")
+                self.assertEqual(w.env["WRAP"], "true,true,false")
 
     def test_explain_says_why_no_sub_slice_fits(self):
         _, inv, pl = self.start()

@@ -190,6 +190,19 @@ TEST(ParseHostCoordsTest, FormatAndGrid) {
             std::string::npos);
 }
 
+TEST(SubsliceNameTest, CarvedNamesAreToldFromStitchedAndWholeOnes) {
+  const std::string carved = FormatSubsliceName("pod-a", "4x4x4", {0, 0, 2});
+  EXPECT_TRUE(IsCarvedSubsliceName(carved)) << carved;
+  EXPECT_EQ(ParentSliceName(carved), "pod-a");
+  // Stitched from whole cubes of a block: the part before '/' is a block.
+  EXPECT_FALSE(IsCarvedSubsliceName("block-a/4x4x8@p-a1+p-a2"));
+  EXPECT_FALSE(IsCarvedSubsliceName("block-a/4x4x8@p-1-2+p-1-3"));
+  for (const char* other : {"pod-a", "", "pod@0-0-0", "pod-a/2x2x2@0-0",
+                            "pod-a/2x2x2@0-0-0-0", "pod-a/2x2x2@0--1-0"}) {
+    EXPECT_FALSE(IsCarvedSubsliceName(other)) << other;
+  }
+}
+
 TEST(DeriveSlicesTest, MissingHostLeavesAHole) {
   std::vector<Node> nodes = Slice("s", "TPU-V6E", "4x4");
   nodes.erase(nodes.begin() + 1);

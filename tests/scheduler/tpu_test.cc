@@ -133,6 +133,33 @@ TEST(ResolveTpuShapeTest, WrapAround) {
   }
 }
 
+// A carved box wraps only on the axes where its own shape would and where it
+// spans the whole parent: the links at its ends lead back into it there.
+TEST(CarvedWrapTest, OnlyOnThePartsWholeAxes) {
+  struct Case {
+    TpuGeneration generation;
+    const char* sub;
+    const char* parent;
+    std::vector<bool> wrap;
+  };
+  const Case cases[] = {
+      {TpuGeneration::kV5p, "4x4x4", "4x4x8", {true, true, false}},
+      {TpuGeneration::kV4, "4x4x8", "8x8x8", {false, false, true}},
+      {TpuGeneration::kV5p, "4x4x4", "8x8x8", {false, false, false}},
+      {TpuGeneration::kV5p, "2x2x2", "4x4x4", {false, false, false}},
+      // Its own shape does not wrap, whole axes or not.
+      {TpuGeneration::kV5p, "2x4x4", "4x4x4", {false, false, false}},
+      {TpuGeneration::kV6e, "8x16", "16x16", {false, true, false}},
+      {TpuGeneration::kV6e, "4x4", "16x16", {false, false, false}},
+  };
+  for (const Case& c : cases) {
+    auto sub = ResolveTpuShape(c.generation, c.sub);
+    auto parent = ResolveTpuShape(c.generation, c.parent);
+    ASSERT_TRUE(sub.ok() && parent.ok()) << c.sub << " of " << c.parent;
+    EXPECT_EQ(CarvedWrap(*sub, *parent), c.wrap) << c.sub << " of " << c.parent;
+  }
+}
+
 TEST(ResolveTpuShapeTest, InvalidShapesNameTheValidSet) {
   struct Case {
     TpuGeneration gen;
