@@ -59,9 +59,10 @@ ABSL_FLAG(int, max_streams, 1000,
 ABSL_FLAG(int, max_watch_buffer_bytes, 4 << 20,
           "bytes of events a WatchPlacementGroups stream (or log lines a "
           "TailLogs stream) may hold for a client that reads too slowly, "
-          "past what it sends first, and the changes it holds while that "
-          "is sent; beyond, the stream ends ABORTED (\"fell behind\") and "
-          "the client watches again");
+          "past the size of what it sends first (the current state), and "
+          "of the changes it holds while that is built, past what is "
+          "built of it; beyond, the stream ends ABORTED (\"fell behind\") "
+          "and the client watches again");
 ABSL_FLAG(std::string, log_level, "info",
           "what the daemon logs on stderr: error (failures only), info (also "
           "node DEAD/ALIVE/DRAINING and placement-group "

@@ -12,7 +12,6 @@
 #ifndef SLICED_SERVER_API_STREAM_REACTOR_H_
 #define SLICED_SERVER_API_STREAM_REACTOR_H_
 
-#include <algorithm>
 #include <deque>
 #include <functional>
 #include <utility>
@@ -117,10 +116,12 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     limiter->Hold(this);
   }
 
-  // From now on at most `bytes` may wait to be written beyond what is left
-  // of what waits now (so a large first batch, e.g. the current state, is
-  // let through, and the bound is `bytes` again once it is written); past
-  // it the stream ends ABORTED, saying the client fell behind.
+  // From now on at most `bytes` plus what waits now may wait to be written:
+  // a large first batch (the current state) is let through, and behind it
+  // the changes may pile up by as much as the client has read of it, while
+  // the client catches up (a watch opened during a burst of commits). The
+  // stream never holds more than its first batch did, plus `bytes`; past
+  // that it ends ABORTED, saying the client fell behind.
   void set_max_pending_bytes(size_t bytes) {
     absl::MutexLock lock(&mu_);
     max_pending_bytes_ = bytes;
@@ -166,8 +167,6 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
     writing_ = false;
     const size_t written = MessageBytes(pending_.front());
     pending_bytes_ -= written;
-    // The first batch is at the front of the queue: written first.
-    first_batch_bytes_ -= std::min(first_batch_bytes_, written);
     pending_.pop_front();
     if (!ok) {
       // The call is gone (cancelled, or the client went away). Finish was
@@ -259,7 +258,7 @@ class StreamReactor : public grpc::ServerWriteReactor<Message>,
   std::deque<Message> pending_ ABSL_GUARDED_BY(mu_);
   size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of pending_
   size_t max_pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // What is left to write of what waited at set_max_pending_bytes().
+  // What waited at set_max_pending_bytes().
   size_t first_batch_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;

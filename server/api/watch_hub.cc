@@ -50,9 +50,18 @@ void WatchHub::Add(Stream* stream, const std::string& job_id,
         }
         held_[stream];
       });
-  // Commits go on meanwhile: this converts every group of the state.
+  // Commits go on meanwhile: this converts every group of the state. What
+  // is sent of it raises the bound on the changes held meanwhile.
+  SentInSteps sent(max_held_bytes_);
   for (const auto& g : current.groups) {
-    stream->Send(EventOf(ViewOf(*g, *current.snapshot)));
+    const grpc::ByteBuffer event = EventOf(ViewOf(*g, *current.snapshot));
+    stream->Send(event);
+    if (const size_t allow = sent.Sent(event.Length())) {
+      absl::MutexLock lock(&mu_);
+      if (auto it = held_.find(stream); it != held_.end()) {
+        it->second.Allow(allow);
+      }
+    }
   }
   absl::MutexLock lock(&mu_);
   auto it = held_.find(stream);
@@ -113,9 +122,13 @@ void WatchHub::QueueOrHold(Stream& stream, const grpc::ByteBuffer& event) {
     unflushed_.insert(&stream);
   } else if (!it->second.Hold(event, event.Length(), max_held_bytes_)) {
     stream.End(absl::AbortedError(absl::StrCat(
-        "this stream fell behind: more than ", max_held_bytes_,
-        " bytes of changes were committed while its current state was "
-        "sent; open it again for the current state")));
+        "this stream fell behind: more than ",
+        max_held_bytes_ + it->second.allowed(),
+        " bytes of changes were committed while its current state was sent "
+        "(--max_watch_buffer_bytes, ",
+        max_held_bytes_,
+        ", plus what had been sent of that state); open it again for the "
+        "current state")));
   }
 }
 

@@ -44,8 +44,9 @@ class WatchHub : public PlacementManager::Watcher {
     ~Stream() = default;
   };
 
-  // REQUIRES: `placement` outlives the hub. `max_held_bytes` bounds the
-  // changes held for a stream while its current state is sent (past it,
+  // REQUIRES: `placement` outlives the hub. `max_held_bytes`, plus what has
+  // been sent of its current state, bounds the changes held for a stream
+  // while that state is sent (past it,
   // the stream ends ABORTED, saying it fell behind).
   WatchHub(PlacementManager* placement, size_t max_held_bytes);
   ~WatchHub() override;
@@ -75,7 +76,8 @@ class WatchHub : public PlacementManager::Watcher {
   };
 
   // Queues `event` on `stream` (flushed at Flush()), or holds it while
-  // Add() sends the stream's current state (ends it past max_held_bytes_).
+  // Add() sends the stream's current state (ends it past max_held_bytes_
+  // plus what Add() has sent).
   void QueueOrHold(Stream& stream, const grpc::ByteBuffer& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -35,8 +35,10 @@ struct Limits {
   // Open WatchPlacementGroups + TailLogs streams; more are RESOURCE_EXHAUSTED.
   int max_streams = 1000;
   // Bytes a WatchPlacementGroups (or TailLogs) stream may hold for a client
-  // that reads too slowly (past the current state or stored lines sent
-  // first); beyond, it ends ABORTED and the client watches again.
+  // that reads too slowly (past the size of the current state or stored
+  // lines it sent first), and of the changes held while those are built
+  // (past what is built); beyond, it ends ABORTED and the client watches
+  // again.
   int max_watch_buffer_bytes = 4 << 20;
   // Page size of ListNodes: default and maximum.
   int default_page_size = 500;

@@ -136,9 +136,12 @@ void LogStore::DeliverOrHold(Follower& follower, const LogLine& line) {
     follower.Deliver(line);
   } else if (!it->second.Hold(line, line.text.size(), max_held_bytes_)) {
     follower.End(absl::AbortedError(absl::StrCat(
-        "this stream fell behind: more than ", max_held_bytes_,
-        " bytes of lines came while its stored lines were sent; open it "
-        "again")));
+        "this stream fell behind: more than ",
+        max_held_bytes_ + it->second.allowed(),
+        " bytes of lines came while its stored lines were sent "
+        "(--max_watch_buffer_bytes, ",
+        max_held_bytes_,
+        ", plus what had been sent of those lines); open it again")));
   }
 }
 
@@ -182,9 +185,18 @@ void LogStore::Read(const std::vector<std::string>& node_ids,
     }
   }
   std::sort(out.begin(), out.end(), before);
+  // What is emitted raises the bound on the lines held meanwhile.
+  SentInSteps sent(max_held_bytes_);
   for (auto& [line, order] : out) {
     emit(line);
+    const size_t allow = sent.Sent(line.text.size());
     line = LogLine();  // what was emitted is held by the stream now
+    if (allow > 0 && follower != nullptr) {
+      absl::MutexLock lock(&mu_);
+      if (auto it = held_.find(follower); it != held_.end()) {
+        it->second.Allow(allow);
+      }
+    }
   }
   if (follower == nullptr) return;
   absl::MutexLock lock(&mu_);

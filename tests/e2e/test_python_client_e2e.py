@@ -1005,6 +1005,31 @@ class PythonClientEndToEnd(unittest.TestCase):
         self.assertEqual(err.exception.code(), grpc.StatusCode.ABORTED)
         self.assertIn("this stream fell behind", err.exception.details())
 
+    def test_a_watch_opened_over_a_large_state_takes_the_changes_behind_it(self):
+        # The current state (150 groups of 64 bundles, ~300 KB) is far more
+        # than the stream's 64 KiB and the channel's window: most of it
+        # still waits on the daemon when ~100 KB of changes commit behind
+        # it. They may pile up by as much as the client has read (ended
+        # ABORTED before, past 64 KiB); the stream never holds more than
+        # the state did, plus 64 KiB.
+        _, ch = self.start_with_a_small_stream_buffer()
+        pl = sliced_pb2_grpc.PlacementStub(ch)
+        wide = [P.Bundle(resources={"CPU": 0.001})] * 64
+        state = {pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=wide, job_id="state"), timeout=10).placement_group_id
+                 for _ in range(150)}
+        raw = pl.WatchPlacementGroups(P.WatchPlacementGroupsRequest(), timeout=60)
+        seen = {next(raw).placement_group.placement_group_id}
+        burst = {pl.CreatePlacementGroup(P.CreatePlacementGroupRequest(
+            bundles=wide[:32], job_id="burst"), timeout=10).placement_group_id
+                 for _ in range(100)}
+        for event in raw:
+            seen.add(event.placement_group.placement_group_id)
+            if seen >= state | burst:
+                break
+        raw.cancel()
+        self.assertEqual(seen, state | burst)
+
     def test_a_watch_that_falls_behind_ends_aborted_and_is_opened_again(self):
         d, ch = self.start_with_a_small_stream_buffer()
         pl = sliced_pb2_grpc.PlacementStub(ch)

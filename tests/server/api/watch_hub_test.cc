@@ -35,13 +35,25 @@ PgSpec Cpus(double cpu, std::string job_id = "") {
   return *spec;
 }
 
+// One group of `n` bundles of `cpu` CPUs each.
+PgSpec Bundles(int n, double cpu) {
+  scheduler::PlacementRequest r;
+  for (int i = 0; i < n; ++i) {
+    r.bundles.push_back(scheduler::Bundle{{{"CPU", Units(cpu)}}, {}, ""});
+  }
+  auto spec = NewPgSpec(std::move(r), PgOwner(), Limits());
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
 // Records what the hub hands it, as "send|queue id:STATE", "flush" and
-// "end CODE". Its first Send() waits until release() (at most 30 s; a
-// timeout is recorded as "send timed out").
+// "end CODE". Its `waiting`-th Send() (the first unless told) waits until
+// release() (at most 30 s; a timeout is recorded as "send timed out").
 class RecordingStream : public WatchHub::Stream {
  public:
+  explicit RecordingStream(int waiting = 1) : waiting_(waiting) {}
   void Send(const grpc::ByteBuffer& event) override {
-    if (!first_send_.HasBeenNotified()) {
+    if (--waiting_ == 0) {
       first_send_.Notify();
       if (!release_.WaitForNotificationWithTimeout(absl::Seconds(30))) {
         Add("send timed out");
@@ -57,7 +69,8 @@ class RecordingStream : public WatchHub::Stream {
     Add("end " + absl::StatusCodeToString(status.code()));
   }
 
-  void WaitForFirstSend() { first_send_.WaitForNotification(); }
+  // Until the waiting Send() waits.
+  void WaitForTheSend() { first_send_.WaitForNotification(); }
   void release() { release_.Notify(); }
   std::vector<std::string> log() {
     absl::MutexLock lock(&mu_);
@@ -82,6 +95,7 @@ class RecordingStream : public WatchHub::Stream {
     log_.push_back(std::move(entry));
   }
 
+  int waiting_;  // Send() runs on Add()'s thread only
   absl::Notification first_send_, release_;
   absl::Mutex mu_;
   std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
@@ -113,7 +127,7 @@ TEST_F(WatchHubTest, CommitsGoOnWhileACurrentStateIsSent) {
   WatchHub hub(&core_->placement(), 1 << 20);
   RecordingStream stream;
   std::thread add([&] { hub.Add(&stream, "", ""); });
-  stream.WaitForFirstSend();
+  stream.WaitForTheSend();
   const std::string b = Create(1);  // waits for the send with the old hub
   stream.release();
   add.join();
@@ -130,7 +144,7 @@ TEST_F(WatchHubTest, ChangesHeldPastTheBoundEndTheStream) {
   WatchHub hub(&core_->placement(), 1);  // less than any event
   RecordingStream stream;
   std::thread add([&] { hub.Add(&stream, "", ""); });
-  stream.WaitForFirstSend();
+  stream.WaitForTheSend();
   Create(1);
   Create(1);
   stream.release();
@@ -140,13 +154,45 @@ TEST_F(WatchHubTest, ChangesHeldPastTheBoundEndTheStream) {
                                                     "send " + a + ":CREATED"}));
 }
 
+// What was sent of the current state raises the bound: a group of six
+// bundles sent, the creates of one-bundle groups held behind the second
+// group's send pass a bound of 1 byte, up to as many bytes as were sent.
+TEST_F(WatchHubTest, TheBoundGrowsWithTheStateSent) {
+  auto six = core_->Create(Bundles(6, 0.5));
+  ASSERT_TRUE(six.ok()) << six.status();
+  std::vector<std::string> state = {six->group.id, Create(0.5)};
+  for (int changes : {1, 12}) {
+    WatchHub hub(&core_->placement(), 1);
+    RecordingStream stream(/*waiting=*/2);
+    std::thread add([&] { hub.Add(&stream, "", ""); });
+    stream.WaitForTheSend();
+    std::vector<std::string> created;
+    for (int i = 0; i < changes; ++i) created.push_back(Create(0.01));
+    stream.release();
+    add.join();
+    hub.Remove(&stream);
+    std::vector<std::string> expected;
+    for (const std::string& id : state) {
+      expected.push_back("send " + id + ":CREATED");
+    }
+    if (changes == 1) {
+      expected.push_back("queue " + created[0] + ":CREATED");
+      expected.push_back("flush");
+    } else {  // ended while the second group's send waited
+      expected.insert(expected.begin() + 1, "end ABORTED");
+    }
+    EXPECT_EQ(stream.log(), expected) << changes << " changes";
+    state.insert(state.end(), created.begin(), created.end());
+  }
+}
+
 // A stream removed while its current state is sent gets nothing after it.
 TEST_F(WatchHubTest, AStreamRemovedWhileItsStateIsSentGetsNoChanges) {
   const std::string a = Create(1);
   WatchHub hub(&core_->placement(), 1 << 20);
   RecordingStream stream;
   std::thread add([&] { hub.Add(&stream, "", ""); });
-  stream.WaitForFirstSend();
+  stream.WaitForTheSend();
   Create(1);
   hub.Remove(&stream);
   Create(1);

@@ -161,19 +161,31 @@ std::vector<LogLine> Lines(const std::string& node_id, int n) {
 
 // Lines are installed while a follower's stored lines are emitted (the
 // writer waits for no reader); those it wants follow the stored ones.
-// `new_lines` of "a" (and one of "b") come while it emits; past the hold
-// bound (100 bytes here) it ends ABORTED instead.
-std::vector<std::string> FollowWhileInstalling(int new_lines) {
+// `new_lines` of "a" (and one of "b") come while it emits "a-0"; past the
+// hold bound (100 bytes here, plus what it was sent before "a-0") it ends
+// ABORTED instead. With `sent_before` > 0 a stored line of that many bytes
+// ("long") is emitted before "a-0".
+std::vector<std::string> FollowWhileInstalling(int new_lines,
+                                               size_t sent_before = 0) {
   LogStore logs(10, /*max_held_bytes=*/100);
   storage::Mutation repair;
+  std::vector<std::pair<std::string, LogLine>> stored;
+  if (sent_before > 0) {
+    stored.push_back(Stored(Key("a", 0), std::string(sent_before, 'x')));
+  }
+  stored.push_back(Stored(Key("a", stored.size()), "a-0"));
   logs.Restore(
-      {Stored("a", 0)}, [](const std::string&) { return true; }, repair);
+      stored, [](const std::string&) { return true; }, repair);
   Recorder follower;
   absl::Notification emitting, installed;
   std::thread reader([&] {
     logs.Read(
         {"a"}, [](const LogLine&) { return true; },
         [&](const LogLine& line) {
+          if (line.text != "a-0") {
+            follower.Add("long");
+            return;
+          }
           emitting.Notify();
           const bool in_time =
               installed.WaitForNotificationWithTimeout(absl::Seconds(30));
@@ -200,6 +212,17 @@ TEST(LogStoreTest, LinesInstalledWhileAFollowerReadsFollowTheStoredOnes) {
 TEST(LogStoreTest, AFollowerHeldPastTheBoundEnds) {
   EXPECT_EQ(FollowWhileInstalling(20),  // 7-8 bytes each
             (std::vector<std::string>{"end ABORTED", "a-0"}));
+}
+
+// What was sent of the stored lines raises the bound: 20 new lines (150
+// bytes) pass 100 bytes, not 100 plus the 200 bytes sent before them; 60
+// (470 bytes) pass that too.
+TEST(LogStoreTest, TheBoundGrowsWithTheStoredLinesSent) {
+  std::vector<std::string> kept = {"long", "a-0"};
+  for (int i = 0; i < 20; ++i) kept.push_back(absl::StrFormat("a-new-%d", i));
+  EXPECT_EQ(FollowWhileInstalling(20, /*sent_before=*/200), kept);
+  EXPECT_EQ(FollowWhileInstalling(60, /*sent_before=*/200),
+            (std::vector<std::string>{"long", "end ABORTED", "a-0"}));
 }
 
 }  // namespace
