@@ -17,9 +17,14 @@ current state (at least --groups events) and closing it.
       --baseline OLD_SLICED --go_client build-bench/bench/sliced_goload \\
       --out_dir bench/results
 
+A stream the daemon ends before its current state is read (ABORTED: it
+fell behind) is counted and opened again. --daemon_flag passes a flag to
+the daemons, e.g. a small --max_watch_buffer_bytes, which shows how a watch
+opened during the creates fares against the stream's bound.
+
 Writes watch_open.json and watch_open.md to --out_dir. With --check, exits 1
-unless every phase completed creates without errors and the watcher read
-at least one current state.
+unless every phase completed creates without errors, the watcher read
+at least one current state and no stream ended early.
 """
 
 import argparse
@@ -50,24 +55,26 @@ class Watcher(threading.Thread):
         self.least = least
         self.halt = threading.Event()
         self.seconds = []  # per current state read
-        self.error = None
+        self.ended = 0  # streams the daemon ended before their state was read
+        self.error = None  # the first such end
 
     def run(self):
-        try:
-            while not self.halt.is_set():
-                t0 = time.monotonic()
-                stream = self.watch(b"")  # an empty request: every group
-                count = 0
+        while not self.halt.is_set():
+            t0 = time.monotonic()
+            stream = self.watch(b"")  # an empty request: every group
+            count = 0
+            try:
                 for _ in stream:
                     count += 1
                     if count >= self.least or self.halt.is_set():
                         break
-                stream.cancel()
-                if count >= self.least:
-                    self.seconds.append(time.monotonic() - t0)
-        except grpc.RpcError as e:
-            if not self.halt.is_set():
-                self.error = f"{e.code()}: {e.details()}"
+            except grpc.RpcError as e:
+                if not self.halt.is_set():
+                    self.ended += 1
+                    self.error = self.error or f"{e.code()}: {e.details()}"
+            stream.cancel()
+            if count >= self.least:
+                self.seconds.append(time.monotonic() - t0)
 
     def stop(self):
         self.halt.set()
@@ -77,7 +84,8 @@ class Watcher(threading.Thread):
 
 def one_daemon(args, binary):
     """A fresh daemon: fleet, fill, then the quiet and the watched phase."""
-    daemon = go_ratio.Daemon(binary, args.work_dir)
+    daemon = go_ratio.Daemon(binary, args.work_dir,
+                             go_ratio.SLICED_FLAGS + args.daemon_flag)
     try:
         go_ratio.register_fleet(args, daemon.target)
         r = go_ratio.goload(args, daemon.target,
@@ -95,6 +103,7 @@ def one_daemon(args, binary):
             watcher.stop()
         return {"quiet": quiet, "watched": watched,
                 "opens": len(watcher.seconds),
+                "ended": watcher.ended,
                 "open_s": (statistics.median(watcher.seconds)
                            if watcher.seconds else None),
                 "watch_error": watcher.error}
@@ -115,15 +124,16 @@ def render(args, runs, load_start, load_end, started):
         f"closing it. A commit held up by the watch's current state holds "
         f"up the creates in flight (one per client), so it shows in the "
         f"slowest create, not in the percentiles. A fresh daemon per "
-        f"repetition and binary, "
+        f"repetition and binary"
+        f"{' (' + ' '.join(args.daemon_flag) + ')' if args.daemon_flag else ''}, "
         f"{args.reps} repetition(s), the binaries alternating; cells are "
         f"medians (each repetition in brackets). Run {started}; load "
         f"average {load_start} at the start, {load_end} at the end.",
         "",
         "| daemon | quiet: creates/s, p99 / slowest ms | watched: creates/s, "
         "p99 / slowest ms | ratio watched / quiet: creates/s, p99 | "
-        "current states read (median s each) |",
-        "| --- | --- | --- | --- | --- |",
+        "current states read (median s each) | streams ended early |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for key, binary in binaries:
         rs = [r for r in runs if r["binary"] == key]
@@ -144,7 +154,8 @@ def render(args, runs, load_start, load_end, started):
             f"{med(lambda r: r['watched']['max_ms']):.1f} | "
             f"{med(rps_ratio):.2f} ({each(rps_ratio)}), "
             f"{med(p99_ratio):.2f} ({each(p99_ratio)}) | {opens} "
-            f"({statistics.median(open_s) if open_s else 0:.2f} s) |")
+            f"({statistics.median(open_s) if open_s else 0:.2f} s) | "
+            f"{sum(r['ended'] for r in rs)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +168,8 @@ def main():
     p.add_argument("--duration", type=float, default=10)
     p.add_argument("--warmup", type=float, default=1)
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--daemon_flag", action="append", default=[],
+                   help="a flag for the daemons (repeatable)")
     args = p.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_start = go_ratio.load_average()
@@ -173,7 +186,8 @@ def main():
                   f"{r['quiet']['rps']:.0f}/s p99 {r['quiet']['p99_ms']:.1f} "
                   f"ms; watched {r['watched']['rps']:.0f}/s p99 "
                   f"{r['watched']['p99_ms']:.1f} ms, slowest "
-                  f"{r['watched']['max_ms']:.0f} ms; {r['opens']} opens",
+                  f"{r['watched']['max_ms']:.0f} ms; {r['opens']} opens, "
+                  f"{r['ended']} ended early",
                   file=sys.stderr)
     load_end = go_ratio.load_average()
     go_ratio.write_results(args.out_dir, "watch_open",
