@@ -14,6 +14,7 @@
 
 #include "absl/base/const_init.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -106,12 +107,14 @@ struct Box {
 
 class Carver {
  public:
+  // Carves from parents in `zone` only, when not null.
   Carver(const SnapshotState& snap, const Released& released,
-         const SliceRequest& request)
+         const SliceRequest& request, const std::string* zone = nullptr)
       : snap_(snap),
         request_(request),
         overlay_(snap, &released),
-        box_(GridOf(request.shape().host_grid)) {}
+        box_(GridOf(request.shape().host_grid)),
+        zone_(zone) {}
 
   Attempt Run(absl::string_view label) {
     std::vector<Box> chosen;
@@ -159,6 +162,7 @@ class Carver {
         continue;
       }
       big_enough_ += static_cast<int64_t>(it->second.size());
+      if (zone_ != nullptr && it->first.zone != *zone_) continue;
       if (!request_.KeyMatches(it->first)) {
         rejected_["tier or zone excluded by selector"] += it->second.size();
         considered_ += it->second.size();
@@ -329,7 +333,23 @@ class Carver {
   absl::btree_map<std::string, int64_t> rejected_;
   int64_t considered_ = 0;
   int64_t big_enough_ = 0;
+  const std::string* const zone_;
 };
+
+// The zones of the slices `placed` took, in the order first taken.
+std::vector<std::string> ZonesOf(const SnapshotState& snap,
+                                 const Attempt& placed) {
+  std::vector<std::string> zones;
+  for (uint32_t h : placed.nodes) {
+    const int32_t s = snap.SliceOf(snap.node(h));
+    if (s < 0) continue;
+    const std::string& zone = snap.slice(s).zone;
+    if (std::find(zones.begin(), zones.end(), zone) == zones.end()) {
+      zones.push_back(zone);
+    }
+  }
+  return zones;
+}
 
 }  // namespace
 
@@ -396,7 +416,27 @@ bool CanCarve(const TpuShape& parent, const TpuShape& request) {
 
 Attempt CarveSlices(const SnapshotState& snap, const Released& released,
                     const SliceRequest& request, absl::string_view label) {
-  return Carver(snap, released, request).Run(label);
+  Attempt any = Carver(snap, released, request).Run(label);
+  if (!any.placed || request.needed() < 2) return any;
+  // A multi-slice job's slices talk over the data-center network: all in
+  // one zone when one zone holds them (as whole slices are chosen), tried
+  // in the order the zones were taken above, then the others by name.
+  std::vector<std::string> zones = ZonesOf(snap, any);
+  if (zones.size() < 2) return any;
+  const TpuGeneration gen = request.requirement().generation;
+  absl::btree_set<std::string> others;
+  for (auto it = snap.slices_by_key().lower_bound(SliceKey{gen, "", "", ""});
+       it != snap.slices_by_key().end() && it->first.generation == gen; ++it) {
+    if (std::find(zones.begin(), zones.end(), it->first.zone) == zones.end()) {
+      others.insert(it->first.zone);
+    }
+  }
+  zones.insert(zones.end(), others.begin(), others.end());
+  for (const std::string& zone : zones) {
+    Attempt one = Carver(snap, released, request, &zone).Run(label);
+    if (one.placed) return one;
+  }
+  return any;
 }
 
 }  // namespace sliced::scheduler::internal

@@ -53,6 +53,10 @@ bool CanCarve(const TpuShape& parent, const TpuShape& request);
 //      carving thus fills holes next to work first and leaves the largest
 //      free aligned boxes whole;
 //   4. the slice index (name order), then the box origin (x fastest).
+// A multi-slice request whose boxes so chosen span zones is carved again
+// within each of those zones (in the order taken), then within each other
+// zone (by name); the first that places every slice wins, else the boxes
+// across zones stand.
 // Bundle k * hosts + i lands on the box's i-th host in physical order (x
 // fastest), and the sub-slice is named FormatSubsliceName(parent,
 // topology, origin) (the parent's own name for a whole slice).

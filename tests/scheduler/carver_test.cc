@@ -197,6 +197,51 @@ TEST(CarverTest, MultiSliceIsAllOrNothing) {
   EXPECT_NE(nine.outcome, Decision::kPlaced);
 }
 
+// A multi-slice job's sub-slices talk over the data-center network: they
+// come from one zone when one zone holds them all, even when the best
+// single box (in a parent already carved) is in another; else across zones.
+TEST(CarverTest, MultiSliceSubSlicesComeFromOneZoneWhenOneHoldsThem) {
+  std::vector<Node> nodes = Slice("a", "TPU-V5P", "4x4x4", "z-a");
+  for (const Node& n : Slice("b", "TPU-V5P", "4x4x4", "z-b")) {
+    nodes.push_back(n);
+  }
+  // Pod a is carved but for one 2x2x2 (hosts w0 and w4, cells (0,0,0) and
+  // (0,0,1)); pod b is untouched, or carved the same way.
+  auto carved = [&](bool b_too) {
+    std::vector<Allocation> held;
+    for (const char* pod : {"a", "b"}) {
+      if (pod == std::string("b") && !b_too) continue;
+      for (int w = 0; w < 16; ++w) {
+        if (w == 0 || w == 4) continue;
+        held.push_back({absl::StrCat("pg-", pod),
+                        static_cast<int>(held.size()),
+                        absl::StrCat(pod, "-w", w),
+                        {{"TPU", Units(4)}}});
+      }
+    }
+    return Snap(nodes, held);
+  };
+  const auto parents = [](const Decision& d) {
+    std::vector<std::string> out;
+    for (const std::string& name : d.slice_names) {
+      out.emplace_back(ParentSliceName(name));
+    }
+    return out;
+  };
+  // Alone, the box of pod a is the best one.
+  const Decision one = Solve(*carved(false), Carve("2x2x2"));
+  ASSERT_EQ(one.outcome, Decision::kPlaced) << one.diagnosis.summary;
+  EXPECT_EQ(parents(one), std::vector<std::string>{"a"});
+  // Two: both from pod b, in z-b.
+  const Decision two = Solve(*carved(false), Carve("2x2x2", 2));
+  ASSERT_EQ(two.outcome, Decision::kPlaced) << two.diagnosis.summary;
+  EXPECT_EQ(parents(two), (std::vector<std::string>{"b", "b"}));
+  // Pod b carved too: no zone holds both, so they come from both.
+  const Decision across = Solve(*carved(true), Carve("2x2x2", 2));
+  ASSERT_EQ(across.outcome, Decision::kPlaced) << across.diagnosis.summary;
+  EXPECT_EQ(parents(across), (std::vector<std::string>{"a", "b"}));
+}
+
 TEST(CarverTest, ExplainsWithRaysMessageAndCountsParents) {
   std::vector<Node> nodes = Pod("pod");
   nodes[5].state = NodeState::kDead;
