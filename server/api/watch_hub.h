@@ -46,8 +46,8 @@ class WatchHub : public PlacementManager::Watcher {
 
   // REQUIRES: `placement` outlives the hub. `max_held_bytes`, plus what has
   // been sent of its current state, bounds the changes held for a stream
-  // while that state is sent (past it,
-  // the stream ends ABORTED, saying it fell behind).
+  // while that state is sent (past it, the stream ends ABORTED, saying it
+  // fell behind).
   WatchHub(PlacementManager* placement, size_t max_held_bytes);
   ~WatchHub() override;
 
