@@ -6,6 +6,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -318,10 +319,14 @@ bool IsCarvedSubsliceName(absl::string_view name) {
       at < slash) {
     return false;
   }
-  // The origin, "x-y-z": a host's place in the parent's grid.
+  // The origin, "x-y-z": a host's place in the parent's grid. Digits are
+  // checked first, so a stitched name's cubes build no error text.
   const absl::string_view origin = name.substr(at + 1);
   const int any = std::numeric_limits<int>::max();
   return std::count(origin.begin(), origin.end(), '-') == 2 &&
+         std::all_of(
+             origin.begin(), origin.end(),
+             [](char c) { return absl::ascii_isdigit(c) || c == '-'; }) &&
          ParseHostCoords(origin, {any, any, any}).ok();
 }
 

@@ -173,17 +173,16 @@ PlacementGroupView ViewOf(const PlacementGroup& group,
     const scheduler::Node* node = snapshot.FindNode(b.node_id);
     placed.push_back(PlacedNode{b.node_id, node ? node->address : ""});
   }
-  // The slices the group's sub-slices were carved from: their wrap-around.
+  // The slices the group's sub-slices were carved from: their wrap-around
+  // (none for whole or stitched slices: `parents` stays empty).
   std::vector<const scheduler::TpuShape*> parents;
-  for (const std::string& name : group.slice_names) {
-    const scheduler::TpuShape* parent = nullptr;
-    if (scheduler::IsCarvedSubsliceName(name)) {
-      const int64_t s = snapshot.SliceIndex(scheduler::ParentSliceName(name));
-      if (s >= 0 && snapshot.slice(s).shape_known) {
-        parent = &snapshot.slice(s).shape;
-      }
-    }
-    parents.push_back(parent);
+  for (size_t i = 0; i < group.slice_names.size(); ++i) {
+    const std::string& name = group.slice_names[i];
+    if (!scheduler::IsCarvedSubsliceName(name)) continue;
+    const int64_t s = snapshot.SliceIndex(scheduler::ParentSliceName(name));
+    if (s < 0 || !snapshot.slice(s).shape_known) continue;
+    parents.resize(group.slice_names.size(), nullptr);
+    parents[i] = &snapshot.slice(s).shape;
   }
   view.workers = BuildWorkers(plan, placed, group.slice_names, parents);
   return view;
