@@ -24,6 +24,11 @@ constexpr int kMaxRedirects = 3;
 // The longest wait between calls to a standby that knows no leader yet: the
 // new leader is found soon after it leads.
 constexpr absl::Duration kFailoverPoll = absl::Milliseconds(500);
+// A failover's wait ends this much, plus the slowest of the call's failover
+// refusals so far, before the call's deadline, or is not begun: the attempt
+// after it has room to get an answer. A standby's refusal says that nothing was
+// done and why; an attempt the deadline cuts short says neither.
+constexpr absl::Duration kFailoverAttemptRoom = absl::Milliseconds(50);
 // How often a watch the daemon ended as fallen behind is opened again (as
 // the Python client's watch()).
 constexpr int kWatchReopenings = 3;
@@ -49,6 +54,8 @@ class Retries {
     ++redirects_;
     backoff_ = options_.initial_backoff;
   }
+  // An attempt starts now (a failover's refusal times it).
+  void Starting() { attempt_started_ = absl::Now(); }
 
   // After a failed attempt: sleeps before the next one (while `channel`, the
   // next attempt's, connects) and returns true, or returns false at once
@@ -57,16 +64,21 @@ class Retries {
   // attempt is not spent, unless retries are off (max_attempts 1: a caller
   // with its own backoff), and the wait is at most kFailoverPoll, random in
   // its upper half, so that the clients that lost the leader together do not
-  // call the standby in step.
+  // call the standby in step. A failover's wait also leaves the next attempt
+  // room before the deadline (kFailoverAttemptRoom).
   bool WaitForNext(bool failover, grpc::Channel& channel) {
     failover = failover && options_.max_attempts > 1;
     if (!failover && --attempts_left_ <= 0) return false;
     absl::Duration wait = backoff_;
+    absl::Duration room;
     if (failover) {
       absl::BitGen gen;
       wait = std::min(backoff_, kFailoverPoll) * absl::Uniform(gen, 0.5, 1.0);
+      slowest_refusal_ =
+          std::max(slowest_refusal_, absl::Now() - attempt_started_);
+      room = slowest_refusal_ + kFailoverAttemptRoom;
     }
-    if (absl::Now() + wait >= deadline_) return false;
+    if (absl::Now() + wait + room >= deadline_) return false;
     // Meanwhile the channel of the next attempt connects: one whose
     // connection failed connects again only while something polls it,
     // which a call failing at once does not. Without this a daemon back
@@ -86,6 +98,8 @@ class Retries {
   int attempts_left_;
   absl::Duration backoff_;
   int redirects_ = 0;
+  absl::Time attempt_started_ = absl::Now();
+  absl::Duration slowest_refusal_;  // of the failover's refusals so far
 };
 
 absl::StatusOr<std::string> ReadPem(absl::string_view what,
@@ -297,6 +311,7 @@ absl::Status SlicedClient::Call(
   for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);
+    retries.Starting();
     const grpc::Status status = attempt(&context);
     if (repeat == Repeat::kRemove && may_have_landed &&
         status.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -551,6 +566,7 @@ absl::Status SlicedClient::WatchPlacementGroups(
   for (;;) {
     grpc::ClientContext context;
     Prepare(&context, deadline);
+    retries.Starting();
     std::unique_ptr<grpc::ClientReader<v1::PlacementGroupEvent>> reader =
         Current()->placement->WatchPlacementGroups(&context, request);
     v1::PlacementGroupEvent event;

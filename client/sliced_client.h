@@ -26,10 +26,13 @@
 // is in progress a standby knows no leader (`sliced-leader` is empty): any
 // call then waits for the new leader, backing off (at most 0.5 s apart,
 // jittered) until the call's deadline, without spending its attempts —
-// unless max_attempts is 1 (retries off). Calls on a target listing several
-// daemons ("ipv4:...,..." or "ipv6:...,...") go to each connected one in
-// turn (round robin), so such waits ask every daemon, and one that can't
-// reach etcd does not hold the client.
+// unless max_attempts is 1 (retries off). The last try goes early enough to
+// be answered (the slowest refusal's time plus 50 ms before the deadline),
+// so a failover that outlasts the deadline ends in the standby's
+// UNAVAILABLE, which says nothing was done, not in DEADLINE_EXCEEDED. Calls on
+// a target listing several daemons ("ipv4:...,..." or "ipv6:...,...") go to
+// each connected one in turn (round robin), so such waits ask every daemon, and
+// one that can't reach etcd does not hold the client.
 //
 // Example:
 //   sliced::client::ClientOptions options;

@@ -187,6 +187,7 @@ class FakeStandby : public grpc::CallbackGenericService {
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
     const int n = calls++;
+    absl::SleepFor(delay);
     context->AddTrailingMetadata("sliced-leader",
                                  n < failover_calls_ ? "" : leader_);
     class Finished : public grpc::ServerGenericBidiReactor {
@@ -199,6 +200,7 @@ class FakeStandby : public grpc::CallbackGenericService {
     return new Finished();
   }
   std::atomic<int> calls{0};
+  absl::Duration delay;  // before each refusal; set before the first call
 
  private:
   const std::string leader_;
@@ -673,6 +675,22 @@ TEST_F(SlicedClientTest, AFailoverLongerThanTheDeadlineIsUnavailable) {
   EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_LT(absl::Now() - unreachable, absl::Seconds(5));
+}
+
+// The last try of a failover's waits leaves itself room to be answered: a
+// standby 100 ms slow to refuse, a 350 ms deadline. Without that room the
+// fourth try, begun at ~0.3 s, is cut short: DEADLINE_EXCEEDED, which says
+// neither that nothing was done nor why.
+TEST_F(SlicedClientTest, TheLastTryOfAFailoverHasRoomToBeAnswered) {
+  FakeStandby standby(options_.server, /*failover_calls=*/1000000);
+  standby.delay = absl::Milliseconds(100);
+  auto server = ServeStandby(standby);
+  ASSERT_NE(server, nullptr);
+  options_.timeout = absl::Milliseconds(350);
+  EXPECT_EQ(Client()->GetPlacementGroup("pg-1").status(),
+            absl::UnavailableError("not the leader"));
+  EXPECT_GE(standby.calls.load(), 1);
+  server->Shutdown();
 }
 
 // A daemon that knows no leader for good (cut off from etcd while another

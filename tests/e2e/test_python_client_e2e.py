@@ -974,6 +974,31 @@ class PythonClientEndToEnd(unittest.TestCase):
             self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertEqual(calls, ["get"])
 
+    def test_the_last_try_of_a_failover_has_room_to_be_answered(self):
+        # A standby 0.3 s slow to refuse, a 0.5 s timeout: a second try,
+        # begun at ~0.35 s, would be cut short by the deadline
+        # (DEADLINE_EXCEEDED: neither "nothing was done" nor why). The
+        # client does not begin a try without room to be answered: the
+        # standby's refusal comes back.
+        calls = []
+
+        class SlowStandby(sliced_pb2_grpc.PlacementServicer):
+            def GetPlacementGroup(self, request, context):
+                calls.append("get")
+                time.sleep(0.3)
+                context.set_trailing_metadata((("sliced-leader", ""),))
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "not the leader: no leader is known; retry")
+
+        port = self.serve_placement(SlowStandby())
+        with Client("127.0.0.1:%d" % port, timeout=0.5, max_attempts=2) as client:
+            with self.assertRaises(SlicedError) as err:
+                client.get("pg-1")
+        self.assertEqual(err.exception.code, grpc.StatusCode.UNAVAILABLE,
+                         err.exception.message)
+        self.assertIn("no leader is known", err.exception.message)
+        self.assertGreaterEqual(len(calls), 1)
+
     # No flow-control window growth (BDP): what a stream's reader does not
     # read backs up on the daemon, as it would behind a slow reader.
     FIXED_WINDOW = [("grpc.http2.bdp_probe", 0)]

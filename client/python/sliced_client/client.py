@@ -66,6 +66,11 @@ _INITIAL_BACKOFF, _MAX_BACKOFF = 0.1, 2.0
 # Redirects followed in a row; the longest wait on a standby that knows no
 # leader yet (seconds), as the C++ client's kMaxRedirects and kFailoverPoll.
 _MAX_REDIRECTS, _FAILOVER_POLL = 3, 0.5
+# A failover's wait ends this much (s), plus the slowest of the call's
+# failover refusals so far, before the call's deadline, or is not begun: the attempt after it
+# has room to be answered (a standby's refusal says nothing was done and why;
+# an attempt the deadline cuts short says neither). As the C++ client.
+_FAILOVER_ATTEMPT_ROOM = 0.05
 # The channel reconnects on the same schedule: gRPC's own backoff starts at
 # 1 s and grows to 120 s, and until it passes every call fails at once, so a
 # daemon back (or a failover's port reopened) 0.1 s after a refused
@@ -393,6 +398,11 @@ class _Retries:
         self.deadline = time.monotonic() + timeout
         self._max_attempts, self._left = max_attempts, attempts
         self._backoff, self._redirects = _INITIAL_BACKOFF, 0
+        self._attempt_started, self._slowest_refusal = time.monotonic(), 0.0
+
+    def starting(self) -> None:
+        """An attempt starts now (a failover's refusal times it)."""
+        self._attempt_started = time.monotonic()
 
     def may_follow(self) -> bool:
         """Whether a standby's redirect may be followed now: up to 3 in a row
@@ -411,15 +421,20 @@ class _Retries:
         leader yet, which did nothing): no attempt is spent, unless retries
         are off (max_attempts=1: the node agent, with its own backoff), and
         the wait is at most 0.5 s, random in its upper half (the clients that
-        lost the leader together do not call in step)."""
+        lost the leader together do not call in step), ending early enough
+        for the next attempt to be answered (_FAILOVER_ATTEMPT_ROOM)."""
         failover = failover and self._max_attempts > 1
         if not failover:
             self._left -= 1
             if self._left <= 0:
                 return False
-        wait = (min(self._backoff, _FAILOVER_POLL) * random.uniform(0.5, 1.0) if failover
-                else self._backoff)
-        if time.monotonic() + wait >= self.deadline:
+        wait, room = self._backoff, 0.0
+        if failover:
+            wait = min(self._backoff, _FAILOVER_POLL) * random.uniform(0.5, 1.0)
+            self._slowest_refusal = max(self._slowest_refusal,
+                                        time.monotonic() - self._attempt_started)
+            room = self._slowest_refusal + _FAILOVER_ATTEMPT_ROOM
+        if time.monotonic() + wait + room >= self.deadline:
             return False
         time.sleep(wait)
         self._backoff, self._redirects = min(self._backoff * 2, _MAX_BACKOFF), 0
@@ -809,6 +824,7 @@ class Client:
         while True:
             delivered = False  # by this stream
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            retries.starting()
             stream = _invoke(self, method, request, timeout=left,
                              metadata=self._metadata)
             if opened is not None:
@@ -973,6 +989,7 @@ class Client:
                            self._max_attempts if retry else 1)
         may_have_landed = False
         while True:
+            retries.starting()
             try:
                 return _invoke(self, method, request,
                                timeout=max(0.001, retries.deadline - time.monotonic()),
