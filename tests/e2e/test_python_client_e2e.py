@@ -257,9 +257,13 @@ class PythonClientEndToEnd(unittest.TestCase):
         d, client = self.start()
         client.submit(SEED, request_id="holder")  # the only v6e slice
         # If the client is still running 45 s on, it writes every thread's
-        # stack to stderr and exits, so that a hang shows where it is.
+        # stack to stderr and exits, so that a hang shows where it is. Ctrl-C
+        # is Python's own handler, as in a terminal: a runner started in the
+        # background (`ctest ... &`) hands its children SIGINT ignored, and
+        # Python then keeps it ignored.
         script = (
             "import faulthandler; faulthandler.dump_traceback_later(45, exit=True)\n"
+            "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "import sys; sys.path.insert(0, %r)\n"
             "from sliced_client import Client, ScalingConfig\n"
             "client = Client('127.0.0.1:%d')\n"
