@@ -67,9 +67,10 @@ _INITIAL_BACKOFF, _MAX_BACKOFF = 0.1, 2.0
 # leader yet (seconds), as the C++ client's kMaxRedirects and kFailoverPoll.
 _MAX_REDIRECTS, _FAILOVER_POLL = 3, 0.5
 # A failover's wait ends this much (s), plus the slowest of the call's
-# failover refusals so far, before the call's deadline, or is not begun: the attempt after it
-# has room to be answered (a standby's refusal says nothing was done and why;
-# an attempt the deadline cuts short says neither). As the C++ client.
+# failover refusals so far, before the call's deadline, or is not begun: the
+# attempt after it has room to be answered (a standby's refusal says nothing
+# was done and why; an attempt the deadline cuts short says neither). As the
+# C++ client.
 _FAILOVER_ATTEMPT_ROOM = 0.05
 # The channel reconnects on the same schedule: gRPC's own backoff starts at
 # 1 s and grows to 120 s, and until it passes every call fails at once, so a
