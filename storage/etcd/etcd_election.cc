@@ -91,6 +91,7 @@ void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
       };
       if (mu_.AwaitWithTimeout(absl::Condition(&done),
                                std::min(every, left()))) {
+        EndCampaign();
         return;
       }
       if (left() <= absl::ZeroDuration()) {
@@ -99,6 +100,7 @@ void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
             absl::FormatDuration(absl::FromChrono(
                 std::chrono::steady_clock::now() - renewed)),
             ": ", failure);
+        EndCampaign();
         return;
       }
     }
@@ -117,6 +119,13 @@ void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
       failure = std::string(ttl.status().message());
     }
   }
+}
+
+void EtcdElection::EndCampaign() {
+  // etcd ends a waiting campaign only when the keys before its own go, not
+  // when its own lease does: a campaign on a lost lease would win on a dead
+  // key when the leader goes. Ended here, Campaign starts over at once.
+  if (campaign_context_ != nullptr) campaign_context_->TryCancel();
 }
 
 std::string EtcdElection::KeyGone() {
@@ -190,6 +199,10 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
       }
       if (key.ok()) {
         absl::MutexLock lock(&mu_);
+        // Won on a lease found lost meanwhile (etcd's campaign waits only
+        // for the keys before this one, not for this one's lease): the key
+        // is gone, or goes within a TTL. Start over instead of leading on it.
+        if (!lost_.empty()) break;
         leading_ = Leadership{key->key(), key->rev(), key->lease()};
         return leading_;
       }

@@ -13,7 +13,9 @@
 // not write notices within TTL/3), or the store's fence failed (MarkLost),
 // leadership is lost: AwaitLost() returns why. A process that was paused
 // past its TTL therefore wakes up deposed, and its first commit fails the
-// fence before it notices.
+// fence before it notices. A lease lost while Campaign waits ends that
+// campaign (etcd's would go on, and be won on a dead key): Campaign starts
+// over on a new lease.
 //
 // Thread-safe. Campaign and AwaitLost block; Stop() ends both from another
 // thread.
@@ -94,6 +96,8 @@ class EtcdElection {
   // Renews `lease`, granted by a request sent at `granted`, every TTL/3
   // until leadership is lost or Stop().
   void KeepAliveLoop(int64_t lease, SteadyTime granted);
+  // The lease is lost: cancels the campaign in flight, if any.
+  void EndCampaign() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // While leading: why the election key is not ours any more (deleted, or
   // deleted and made again), read from etcd; "" while it is, or when etcd
   // does not answer.

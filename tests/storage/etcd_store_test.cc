@@ -428,6 +428,66 @@ TEST_F(EtcdStoreTest, ADeletedLeaderKeyIsLostLeadershipWithoutACommit) {
   EXPECT_NE(why.find("was deleted"), std::string::npos) << why;
 }
 
+// A standby whose lease is lost while it waits behind the leader (paused
+// past its TTL, say, so that etcd let the lease go): etcd's campaign waits
+// only for the keys before its own, so it would win on its dead key when the
+// leader goes, and its store's first write would fail the fence. It starts
+// over on a new lease instead, and wins on a key that exists.
+TEST_F(EtcdStoreTest, AStandbyWhoseLeaseIsLostWhileItWaitsCampaignsAnew) {
+  EtcdElectionOptions options{
+      .name = prefix_ + "leader", .value = "a:1", .ttl = absl::Seconds(2)};
+  EtcdElection first(client_, options);
+  auto led = first.Campaign();
+  ASSERT_TRUE(led.ok()) << led.status();
+  options.value = "b:2";
+  EtcdElection second(client_, options);
+  absl::StatusOr<Leadership> won;
+  std::thread standby([&] { won = second.Campaign(); });
+  // The election's keys (name/<lease>); the standby's is the one on
+  // another lease than the leader's.
+  auto standby_lease = [&](int64_t other_than) -> int64_t {
+    etcdserverpb::RangeRequest keys;
+    keys.set_key(options.name + "/");
+    keys.set_range_end(options.name + "0");  // '/' + 1
+    absl::StatusOr<etcdserverpb::RangeResponse> found = client_->Range(keys);
+    if (!found.ok()) return 0;
+    for (const auto& kv : found->kvs()) {
+      if (kv.lease() != led->lease && kv.lease() != other_than) {
+        return kv.lease();
+      }
+    }
+    return 0;
+  };
+  auto wait_for_standby = [&](int64_t other_than) -> int64_t {
+    const absl::Time until = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < until) {
+      if (int64_t lease = standby_lease(other_than); lease != 0) return lease;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return 0;
+  };
+  // No ASSERT until the standby's thread is joined.
+  const int64_t lost = wait_for_standby(0);
+  EXPECT_NE(lost, 0) << "the standby made no key";
+  if (lost != 0) {
+    EXPECT_TRUE(client_->RevokeLease(lost).ok());  // as if it expired
+    // Its next renewal (TTL/3) finds the lease gone; it campaigns anew.
+    EXPECT_NE(wait_for_standby(lost), 0) << "no new campaign within 5 s";
+  }
+  first.Stop();
+  EXPECT_EQ(first.AwaitLost(), "");  // stopped; its lease is revoked
+  standby.join();
+  ASSERT_TRUE(won.ok()) << won.status();
+  EXPECT_NE(won->lease, lost);
+  etcdserverpb::RangeRequest key;
+  key.set_key(won->key);
+  absl::StatusOr<etcdserverpb::RangeResponse> found = client_->Range(key);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_EQ(found->kvs_size(), 1) << "won on a key that is gone: " << won->key;
+  EXPECT_EQ(found->kvs(0).create_revision(), won->revision);
+  second.Stop();
+}
+
 // Leadership lost while etcd can't be reached (so the lease can't be
 // revoked): the next campaign revokes it first, and wins at once instead of
 // waiting behind its own old key for the rest of that lease's TTL.
