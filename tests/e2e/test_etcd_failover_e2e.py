@@ -445,12 +445,14 @@ class EtcdFailover(unittest.TestCase):
                 self.assertLess(time.monotonic(), deadline, "no progress")
                 time.sleep(0.02)
 
-        # A standby exports /metrics: its role and its watched copy.
+        # A standby exports /metrics: its role and its watched copy. (Its
+        # copy is read before its watch's first answer: both, then.)
         standby = self.daemons[1]
         deadline = time.monotonic() + 20
         while True:
             m = standby.metrics()
-            if m.get("sliced_ha_standby_records", 0) >= len(nodes):
+            if (m.get("sliced_ha_standby_records", 0) >= len(nodes)
+                    and m.get("sliced_ha_standby_watching") == 1):
                 break
             self.assertLess(time.monotonic(), deadline, m)
             time.sleep(0.1)
