@@ -37,7 +37,7 @@ EtcdElection::~EtcdElection() {
 void EtcdElection::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;
-  if (campaign_context_ != nullptr) campaign_context_->TryCancel();
+  CancelCampaign();
 }
 
 void EtcdElection::StopKeepAlive() {
@@ -89,9 +89,13 @@ void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
       auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         return stopped_ || !lost_.empty();
       };
+      // Lost (or stopped): a campaign waiting on this lease is ended, for
+      // etcd's would go on. It waits only for the keys before its own, not
+      // for its own lease, and would be won on a dead key when the leader
+      // goes. Campaign then starts over on a new lease.
       if (mu_.AwaitWithTimeout(absl::Condition(&done),
                                std::min(every, left()))) {
-        EndCampaign();
+        CancelCampaign();
         return;
       }
       if (left() <= absl::ZeroDuration()) {
@@ -100,7 +104,7 @@ void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
             absl::FormatDuration(absl::FromChrono(
                 std::chrono::steady_clock::now() - renewed)),
             ": ", failure);
-        EndCampaign();
+        CancelCampaign();
         return;
       }
     }
@@ -121,10 +125,7 @@ void EtcdElection::KeepAliveLoop(int64_t lease, SteadyTime granted) {
   }
 }
 
-void EtcdElection::EndCampaign() {
-  // etcd ends a waiting campaign only when the keys before its own go, not
-  // when its own lease does: a campaign on a lost lease would win on a dead
-  // key when the leader goes. Ended here, Campaign starts over at once.
+void EtcdElection::CancelCampaign() {
   if (campaign_context_ != nullptr) campaign_context_->TryCancel();
 }
 
@@ -196,15 +197,14 @@ absl::StatusOr<Leadership> EtcdElection::Campaign() {
       {
         absl::MutexLock lock(&mu_);
         campaign_context_ = nullptr;
-      }
-      if (key.ok()) {
-        absl::MutexLock lock(&mu_);
-        // Won on a lease found lost meanwhile (etcd's campaign waits only
-        // for the keys before this one, not for this one's lease): the key
-        // is gone, or goes within a TTL. Start over instead of leading on it.
+        // The lease was found lost meanwhile: the campaign was cancelled,
+        // or won on a key that is gone or goes within a TTL. Start over at
+        // once, not leading on it.
         if (!lost_.empty()) break;
-        leading_ = Leadership{key->key(), key->rev(), key->lease()};
-        return leading_;
+        if (key.ok()) {
+          leading_ = Leadership{key->key(), key->rev(), key->lease()};
+          return leading_;
+        }
       }
       // A member went away mid-campaign: campaign again on the same lease
       // (etcd finds the key this lease already made).

@@ -96,8 +96,8 @@ class EtcdElection {
   // Renews `lease`, granted by a request sent at `granted`, every TTL/3
   // until leadership is lost or Stop().
   void KeepAliveLoop(int64_t lease, SteadyTime granted);
-  // The lease is lost: cancels the campaign in flight, if any.
-  void EndCampaign() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels the campaign in flight, if any.
+  void CancelCampaign() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // While leading: why the election key is not ours any more (deleted, or
   // deleted and made again), read from etcd; "" while it is, or when etcd
   // does not answer.
