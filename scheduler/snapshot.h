@@ -174,6 +174,10 @@ class InventorySnapshot {
     // need not read. Slices with equal minima mostly share one set, so the
     // diagnosis checks a request against each set once. Never null.
     std::shared_ptr<const ResourceSet> host_min;
+    // The most TPU any host has (0 without any). With host_min it bounds
+    // how each host counts its chips, which a v7x request (1 or 2 TPU per
+    // chip) must know of every host.
+    int64_t host_most_tpu = 0;
     std::string tier;
     std::string zone;
     int64_t allocated_hosts = 0;  // hosts holding any allocation

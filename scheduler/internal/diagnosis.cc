@@ -175,9 +175,11 @@ SliceCounts CountSlices(const SnapshotState& snap,
       counts.excluded_in_zone[it->first.zone] += in_key;
       continue;
     }
-    // Every host of the key fits: the per-key sets count its slices.
-    const ResourceSet* key_least = snap.key_least().Find(it->first);
-    if (key_least != nullptr && request.FitsEveryHostOf(*key_least)) {
+    // Every host of the key fits, and counts its chips as the request
+    // does: the per-key sets count its slices.
+    const KeyHosts* hosts = snap.key_hosts().Find(it->first);
+    if (hosts != nullptr && request.FitsEveryHostOf(*hosts->least) &&
+        request.CountsChipsAsEvery(*hosts)) {
       CountKey(snap, it->first, in_key, counts);
       continue;
     }

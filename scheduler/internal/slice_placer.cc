@@ -91,15 +91,21 @@ SliceRequest::SliceRequest(const SliceRequirement& req,
 
 bool SliceRequest::CountsChipsAs(const Node& host) const {
   if (MaxTpuResourcePerChip(req_.generation) == 1) return true;
-  return Amount(host.resources, TpuName()) ==
-         shape_.chips_per_host * req_.tpu_resource_per_chip * kResourceScale;
+  return Amount(host.resources, TpuName()) == TpuPerHost();
+}
+
+bool SliceRequest::CountsChipsAsEvery(const KeyHosts& hosts) const {
+  if (MaxTpuResourcePerChip(req_.generation) == 1) return true;
+  return Amount(*hosts.least, TpuName()) == TpuPerHost() &&
+         hosts.most_tpu == TpuPerHost();
+}
+
+int64_t SliceRequest::TpuPerHost() const {
+  return shape_.chips_per_host * req_.tpu_resource_per_chip * kResourceScale;
 }
 
 bool SliceRequest::FitsEveryHostOf(const ResourceSet& least) const {
-  // (Where chips may be counted twice, the hosts decide: CountsChipsAs.)
-  if (any_residual_ || MaxTpuResourcePerChip(req_.generation) > 1) {
-    return false;
-  }
+  if (any_residual_) return false;
   for (const auto& [name, amount] : most_) {
     if (amount > 0 && Amount(least, name) < amount) return false;
   }

@@ -66,13 +66,20 @@ class SliceRequest {
   // host's TPU, and leave the other half, on the same chips, to the next
   // group. Always true where one count per chip is all there is.
   bool CountsChipsAs(const Node& host) const;
+  // Whether every host of a key (`hosts`) counts its chips as this request
+  // does.
+  bool CountsChipsAsEvery(const KeyHosts& hosts) const;
   // Whether every host whose resources are at least `least` (a slice's
   // host_min, or a lower bound of several slices') matches the residual
   // terms and holds (in total) what any worker of any row asks. False says
-  // nothing: then the hosts decide.
+  // nothing: then the hosts decide. Says nothing of how the hosts count
+  // their chips (CountsChipsAs).
   bool FitsEveryHostOf(const ResourceSet& least) const;
 
  private:
+  // The TPU a host of the shape counts (fixed point) the way this request
+  // counts chips.
+  int64_t TpuPerHost() const;
   // The kind of bundle worker w of row k takes.
   size_t At(int64_t k, int64_t w) const {
     return kind_of_.empty() ? 0

@@ -138,6 +138,19 @@ class SliceKeyMap {
 // the free intact ones.
 using SliceSets = SliceKeyMap<std::shared_ptr<const CowBitset>>;
 
+// What the hosts of a key's slices have. A request that asks no more of a
+// host than `least` fits every host of the key, and one counting
+// `least TPU == most_tpu` per host counts its chips as every host does
+// (v7x), which the diagnosis then learns without reading a slice.
+struct KeyHosts {
+  // The least of the slices' host_min: per resource, what the least host
+  // has (a resource some host lacks is left out). Never null; shared with
+  // the slices when they all have one set.
+  std::shared_ptr<const ResourceSet> least;
+  // The most of the slices' host_most_tpu.
+  int64_t most_tpu = 0;
+};
+
 // How a generic bundle should rank a node (lower = try first; solver.h
 // explains the order). kNumRanks means "never" (node not ALIVE, or no TPU for
 // a TPU bundle).
@@ -240,12 +253,9 @@ class SnapshotState {
   const SliceSets& free_slices() const { return free_slices_; }
   // Slices not intact per key (any allocations).
   const SliceSets& broken_slices() const { return broken_slices_; }
-  // Per key, the least of its slices' host_min: per resource, what the
-  // least host of the key has (a resource some host lacks is left out). A
-  // request that asks no more of a host fits every host of the key, which
-  // the diagnosis then learns without reading a slice.
-  const SliceKeyMap<std::shared_ptr<const ResourceSet>>& key_least() const {
-    return key_least_;
+  // Per key, what its hosts have (KeyHosts), for the diagnosis.
+  const SliceKeyMap<std::shared_ptr<const KeyHosts>>& key_hosts() const {
+    return key_hosts_;
   }
   const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
   // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
@@ -279,7 +289,7 @@ class SnapshotState {
   std::shared_ptr<const LabelIndex> label_index_;
   SliceSets free_slices_;
   SliceSets broken_slices_;
-  SliceKeyMap<std::shared_ptr<const ResourceSet>> key_least_;
+  SliceKeyMap<std::shared_ptr<const KeyHosts>> key_hosts_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
   // PG id -> its allocations, sharded by hash; see PgShard.
   CowArray<std::shared_ptr<const PgShard>, 6> pgs_;

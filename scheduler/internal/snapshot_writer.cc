@@ -36,6 +36,7 @@ using internal::Amount;
 using internal::BundleKind;
 using internal::CowArray;
 using internal::CowBitset;
+using internal::KeyHosts;
 using internal::kNumRanks;
 using internal::SliceSets;
 using internal::SnapshotState;
@@ -115,7 +116,7 @@ class SnapshotWriter {
       const InventorySnapshot::SliceEntry& se = st_.slice(si);
       if (se.shape_known) (*by_key)[KeyOf(se)].push_back(si);
     }
-    for (const auto& [key, list] : *by_key) RefreshKeyLeast(key, *by_key);
+    for (const auto& [key, list] : *by_key) RefreshKeyHosts(key, *by_key);
     st_.slices_by_key_ = std::move(by_key);
     for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
     building_ = false;
@@ -676,6 +677,7 @@ class SnapshotWriter {
       }
       se->host_min = Shared(LeastOf(hosts), src >= 0 ? &st_.slice(src) : nullptr,
                             q > 0 ? table[q - 1].get() : nullptr);
+      se->host_most_tpu = MostTpuOf(hosts);
       table.Mutable(q) = std::move(se);
       owned_slices_.insert(q);
     }
@@ -872,6 +874,7 @@ class SnapshotWriter {
           hosts.push_back(&entries[h]->node.resources);
         }
         least[si] = LeastOf(hosts);
+        se->host_most_tpu = MostTpuOf(hosts);
         slices[si] = std::move(se);
       }
     });
@@ -973,7 +976,17 @@ class SnapshotWriter {
     }
     st_.free_slices_ = SliceSets();
     st_.broken_slices_ = SliceSets();
-    st_.key_least_ = {};
+    st_.key_hosts_ = {};
+  }
+
+  // The most TPU of `sets` (0 without any).
+  static int64_t MostTpuOf(const std::vector<const ResourceSet*>& sets) {
+    int64_t most = 0;
+    for (const ResourceSet* set : sets) {
+      auto it = set->find(kResourceTpu);
+      if (it != set->end()) most = std::max(most, it->second);
+    }
+    return most;
   }
 
   // Per resource, the least amount of `sets`; a resource some set lacks is
@@ -1227,15 +1240,20 @@ class SnapshotWriter {
     }
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     ResourceSet least = LeastOf(resources);
-    const bool same_least = least == *old.host_min;
-    if (infos.size() == 1 && infos[0] == old.info && same_least) return;
+    const int64_t most_tpu = MostTpuOf(resources);
+    const bool same_hosts =
+        least == *old.host_min && most_tpu == old.host_most_tpu;
+    if (infos.size() == 1 && infos[0] == old.info && same_hosts) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     if (infos.size() == 1) se.info = std::move(infos[0]);
-    if (same_least) return;
+    if (same_hosts) return;
     const size_t n = st_.slices_.size();
-    se.host_min =
-        Shared(std::move(least), si > 0 ? &st_.slice(si - 1) : nullptr,
-               si + 1 < n ? &st_.slice(si + 1) : nullptr);
+    if (least != *se.host_min) {
+      se.host_min =
+          Shared(std::move(least), si > 0 ? &st_.slice(si - 1) : nullptr,
+                 si + 1 < n ? &st_.slice(si + 1) : nullptr);
+    }
+    se.host_most_tpu = most_tpu;
     if (se.shape_known) changed_keys_.insert(KeyOf(se));
   }
 
@@ -1302,40 +1320,48 @@ class SnapshotWriter {
     sets.Put(key, std::move(copy));
   }
 
-  // RefreshKeyLeast() for each key in changed_keys_, once however many of
+  // RefreshKeyHosts() for each key in changed_keys_, once however many of
   // its slices changed; then forgets them.
   void RefreshChangedKeys(const InventorySnapshot::SliceKeyIndex& by_key) {
-    for (const SliceKey& key : changed_keys_) RefreshKeyLeast(key, by_key);
+    for (const SliceKey& key : changed_keys_) RefreshKeyHosts(key, by_key);
     changed_keys_.clear();
   }
 
-  // Sets the least host of `key` (SnapshotState::key_least()) from the
-  // host_min of its slices in `by_key`: O(slices of the key), run when one
-  // of them changes or the key gains or loses a slice.
-  void RefreshKeyLeast(const SliceKey& key,
+  // Sets what the hosts of `key` have (SnapshotState::key_hosts()) from its
+  // slices in `by_key`: O(slices of the key), run when one of them changes
+  // or the key gains or loses a slice.
+  void RefreshKeyHosts(const SliceKey& key,
                        const InventorySnapshot::SliceKeyIndex& by_key) {
     auto it = by_key.find(key);
     if (it == by_key.end() || it->second.empty()) {
-      st_.key_least_.Put(key, nullptr);
+      st_.key_hosts_.Put(key, nullptr);
       return;
     }
     // Neighbours mostly share their set: each run of one set counts once.
     std::vector<const ResourceSet*> sets;
+    int64_t most_tpu = 0;
     for (uint32_t si : it->second) {
-      const ResourceSet* set = st_.slice(si).host_min.get();
+      const SliceEntry& se = st_.slice(si);
+      const ResourceSet* set = se.host_min.get();
       if (sets.empty() || sets.back() != set) sets.push_back(set);
+      most_tpu = std::max(most_tpu, se.host_most_tpu);
     }
-    const ResourceSet* current = st_.key_least_.Find(key);
+    const KeyHosts* current = st_.key_hosts_.Find(key);
+    KeyHosts hosts;
+    hosts.most_tpu = most_tpu;
     if (sets.size() == 1) {  // every slice shares one set
-      if (current != sets[0]) {
-        st_.key_least_.Put(key, st_.slice(it->second[0]).host_min);
-      }
+      hosts.least = st_.slice(it->second[0]).host_min;
+    } else if (ResourceSet least = LeastOf(sets);
+               current != nullptr && *current->least == least) {
+      hosts.least = current->least;
+    } else {
+      hosts.least = std::make_shared<const ResourceSet>(std::move(least));
+    }
+    if (current != nullptr && current->least == hosts.least &&
+        current->most_tpu == most_tpu) {
       return;
     }
-    ResourceSet least = LeastOf(sets);
-    if (current != nullptr && *current == least) return;
-    st_.key_least_.Put(key,
-                       std::make_shared<const ResourceSet>(std::move(least)));
+    st_.key_hosts_.Put(key, std::make_shared<const KeyHosts>(std::move(hosts)));
   }
 
   void IndexNode(uint32_t i, bool present) {
@@ -1355,8 +1381,8 @@ class SnapshotWriter {
   bool building_ = false;
   // Inside ChangeNodeSet(): the slice key index being rebuilt.
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
-  // Keys whose least host must be derived again (a slice joined or left, or
-  // its least host changed); see RefreshChangedKeys().
+  // Keys whose hosts (KeyHosts) must be derived again (a slice joined or
+  // left, or its hosts' least or most changed); see RefreshChangedKeys().
   absl::btree_set<SliceKey> changed_keys_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;

@@ -22,6 +22,7 @@ namespace sliced::scheduler {
 namespace {
 
 using ::sliced::scheduler::internal::BundleKind;
+using ::sliced::scheduler::internal::KeyHosts;
 using ::sliced::scheduler::internal::kNumRanks;
 using ::sliced::scheduler::internal::StateOf;
 using ::sliced::scheduler::testing::CpuNode;
@@ -141,7 +142,7 @@ std::string Observe(const InventorySnapshot& s,
     for (const auto& [k, v] : *se.host_min) {
       absl::StrAppend(&out, k, ":", v, ",");
     }
-    out += "\n";
+    absl::StrAppend(&out, " host_most_tpu=", se.host_most_tpu, "\n");
     auto got = s.GetSlice(se.info.name);
     EXPECT_TRUE(got.ok());
   }
@@ -163,11 +164,14 @@ std::string Observe(const InventorySnapshot& s,
                     key.topology, " ", key.tier, " ", key.zone, ":");
     for (uint32_t q : list) absl::StrAppend(&out, " ", s.slice(q).info.name);
     out += "\n";
-    const ResourceSet* least = st.key_least().Find(key);
-    EXPECT_NE(least, nullptr) << key.topology << " " << key.zone;
-    if (least == nullptr) continue;
+    const KeyHosts* hosts = st.key_hosts().Find(key);
+    EXPECT_NE(hosts, nullptr) << key.topology << " " << key.zone;
+    if (hosts == nullptr) continue;
     absl::StrAppend(&out, "key least=");
-    for (const auto& [k, v] : *least) absl::StrAppend(&out, k, ":", v, ",");
+    for (const auto& [k, v] : *hosts->least) {
+      absl::StrAppend(&out, k, ":", v, ",");
+    }
+    absl::StrAppend(&out, " most_tpu=", hosts->most_tpu);
     out += "\n";
   }
   for (const auto& [k, values] : st.label_index()) {
@@ -235,16 +239,19 @@ class ChurnGenerator {
     static const Shape kShapes[] = {
         {"TPU-V6E", "4x4", 4, 4, true},  {"TPU-V6E", "2x4", 1, 8, false},
         {"TPU-V4", "2x2x2", 2, 4, true}, {"TPU-V5P", "2x2x1", 1, 4, true},
-        {"TPU-V6E", "4x8", 8, 4, true},
+        {"TPU-V6E", "4x8", 8, 4, true},  {"TPU-V7X", "2x2x2", 2, 4, true},
     };
-    const Shape& shape = kShapes[Int(5)];
+    const Shape& shape = kShapes[Int(6)];
+    // v7x hosts count 1 or 2 TPU per chip.
+    const int chips =
+        shape.chips * (shape.accelerator[5] == '7' ? 1 + Int(2) : 1);
     const std::string slice =
         shape.labelled ? absl::StrCat("s", Int(100), "-", next_++) : "";
     const std::string zone = Zone(), tier = Tier();
     std::vector<Node> hosts;
     for (int w = 0; w < shape.hosts; ++w) {
       hosts.push_back(TpuHost(Id("h"), slice, shape.accelerator, shape.topology,
-                              w, shape.chips, zone, tier));
+                              w, chips, zone, tier));
     }
     return hosts;
   }
@@ -335,6 +342,12 @@ class ChurnGenerator {
         if (slice.generation == TpuGeneration::kV6e && Coin()) {
           slice.subslicing = Subslicing::kAllowed;
           slice.topology = "2x2";
+        }
+        if (Int(4) == 0) {
+          slice.generation = TpuGeneration::kV7x;
+          slice.topology = "2x2x2";
+          slice.subslicing = Subslicing::kNever;
+          slice.tpu_resource_per_chip = 1 + Int(2);
         }
         r.slice = slice;
         break;

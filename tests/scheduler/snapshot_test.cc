@@ -214,7 +214,7 @@ TEST(SnapshotTest, KeysKnowTheirBrokenSlicesAndTheirLeastHost) {
   ASSERT_EQ((*built)->slices_by_key().size(), 1u);
   const SliceKey key = (*built)->slices_by_key().begin()->first;
   auto least_cpu = [&](const InventorySnapshot& snap) {
-    return StateOf(snap).key_least().Find(key)->at("CPU");
+    return StateOf(snap).key_hosts().Find(key)->least->at("CPU");
   };
   auto broken = [&](const InventorySnapshot& snap) {
     std::vector<std::string> names;
@@ -250,7 +250,7 @@ TEST(SnapshotTest, KeysKnowTheirBrokenSlicesAndTheirLeastHost) {
   EXPECT_EQ(least_cpu(**mended), cpus);
   EXPECT_TRUE(broken(**mended).empty());
   // Shared with the slices when they all have one set.
-  EXPECT_EQ(StateOf(**mended).key_least().Find(key),
+  EXPECT_EQ(StateOf(**mended).key_hosts().Find(key)->least.get(),
             (*mended)->slice(0).host_min.get());
 
   // A removed slice takes its hosts out of the key's least; a new one

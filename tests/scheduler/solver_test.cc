@@ -327,6 +327,36 @@ TEST(SolverSliceTest, TwoTpuDevicesPerChipOnV7x) {
             std::string::npos);
 }
 
+// The diagnosis counts a key's slices from its per-key sets only when every
+// host of the key counts its chips as the request does; in a key whose
+// hosts count them both ways, slice by slice.
+TEST(SolverSliceTest, AV7xKeyWhoseHostsCountChipsBothWaysIsToldSliceBySlice) {
+  std::vector<Node> nodes = Slice("x", "TPU-V7X", "2x2x2");
+  for (Node& h : nodes) h.resources["TPU"] = Units(8);  // 2 per chip
+  for (Node& h : Slice("y", "TPU-V7X", "2x2x2")) nodes.push_back(h);
+  auto snap = Snap(nodes, {Allocation{"held", 0, "y-w0", Tpu(4)}});
+  const PlacementRequest one = SliceRequest(TpuGeneration::kV7x, "2x2x2");
+  Decision d = Solve(*snap, one);
+  EXPECT_EQ(d.outcome, Decision::kUnschedulable) << d.diagnosis.summary;
+  EXPECT_EQ(d.diagnosis.summary,
+            "0/2 v7x-16 slices free: 1 held, 1 whose hosts count TPU per "
+            "chip otherwise (the request counts 1: tpu_resource_per_chip)");
+  PlacementRequest two = one;
+  two.slice->tpu_resource_per_chip = 2;
+  d = Solve(*snap, two);
+  EXPECT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(Nodes(d), "x-w0,x-w1");
+  // Every host counting 1 per chip: the key's sets tell the same.
+  std::vector<Node> ones = Slice("y", "TPU-V7X", "2x2x2");
+  d = Solve(*Snap(ones, {Allocation{"held", 0, "y-w0", Tpu(4)}}), one);
+  EXPECT_EQ(d.diagnosis.summary, "0/1 v7x-16 slices free: 1 held");
+  d = Solve(*Snap(ones), two);
+  EXPECT_EQ(d.outcome, Decision::kInfeasible);
+  EXPECT_EQ(d.diagnosis.summary,
+            "0/1 v7x-16 slices free: 1 whose hosts count TPU per chip "
+            "otherwise (the request counts 2: tpu_resource_per_chip)");
+}
+
 TEST(SolverSliceTest, AV7xShapeWithNoCubesToStitchIsCarvedWhenAllowed) {
   // One intact v7x 8x8x8 (a fixed pool: no partitions to stitch). A 4x4x8
   // is stitched from 4x4x4 cubes where there are some, and else carved
