@@ -139,9 +139,10 @@ class SliceKeyMap {
 using SliceSets = SliceKeyMap<std::shared_ptr<const CowBitset>>;
 
 // What the hosts of a key's slices have. A request that asks no more of a
-// host than `least` fits every host of the key, and one counting
-// `least TPU == most_tpu` per host counts its chips as every host does
-// (v7x), which the diagnosis then learns without reading a slice.
+// host than `least` fits every host of the key; one whose TPU per host is
+// both the least's TPU and `most_tpu` counts its chips as every host does
+// (v7x hosts count 1 or 2 per chip). The diagnosis then learns both without
+// reading a slice.
 struct KeyHosts {
   // The least of the slices' host_min: per resource, what the least host
   // has (a resource some host lacks is left out). Never null; shared with

@@ -12,6 +12,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/snapshot.h"
@@ -243,8 +244,8 @@ class ChurnGenerator {
     };
     const Shape& shape = kShapes[Int(6)];
     // v7x hosts count 1 or 2 TPU per chip.
-    const int chips =
-        shape.chips * (shape.accelerator[5] == '7' ? 1 + Int(2) : 1);
+    const bool v7x = absl::string_view(shape.accelerator) == "TPU-V7X";
+    const int chips = shape.chips * (v7x ? 1 + Int(2) : 1);
     const std::string slice =
         shape.labelled ? absl::StrCat("s", Int(100), "-", next_++) : "";
     const std::string zone = Zone(), tier = Tier();
