@@ -983,8 +983,7 @@ class SnapshotWriter {
   static int64_t MostTpuOf(const std::vector<const ResourceSet*>& sets) {
     int64_t most = 0;
     for (const ResourceSet* set : sets) {
-      auto it = set->find(kResourceTpu);
-      if (it != set->end()) most = std::max(most, it->second);
+      most = std::max(most, Amount(*set, std::string(kResourceTpu)));
     }
     return most;
   }
@@ -1241,14 +1240,14 @@ class SnapshotWriter {
     std::vector<SliceInfo> infos = DeriveSlices(hosts);
     ResourceSet least = LeastOf(resources);
     const int64_t most_tpu = MostTpuOf(resources);
-    const bool same_hosts =
-        least == *old.host_min && most_tpu == old.host_most_tpu;
+    const bool same_least = least == *old.host_min;
+    const bool same_hosts = same_least && most_tpu == old.host_most_tpu;
     if (infos.size() == 1 && infos[0] == old.info && same_hosts) return;
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     if (infos.size() == 1) se.info = std::move(infos[0]);
     if (same_hosts) return;
     const size_t n = st_.slices_.size();
-    if (least != *se.host_min) {
+    if (!same_least) {
       se.host_min =
           Shared(std::move(least), si > 0 ? &st_.slice(si - 1) : nullptr,
                  si + 1 < n ? &st_.slice(si + 1) : nullptr);
