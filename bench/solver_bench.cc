@@ -290,6 +290,26 @@ void BM_GenericPg1000Unschedulable(benchmark::State& state) {
 }
 BENCHMARK(BM_GenericPg1000Unschedulable)->Apply(ClusterSizes);
 
+// A small SPREAD gang of CPU bundles, no selector: its cluster-wide placement
+// lands on fresh nodes of several zones, so the gang is also tried in each
+// zone alone (docs/engine.md, "Domains"). The size rotates over 2-4 bundles.
+void BM_SmallSpreadGangAcrossZones(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  std::vector<PlacementRequest> requests;
+  for (int size = 2; size <= 4; ++size) {
+    PlacementRequest r;
+    r.strategy = Strategy::kSpread;
+    for (int b = 0; b < size; ++b) {
+      r.bundles.push_back(Bundle{{{"CPU", 2 * kResourceScale}}, {}, ""});
+    }
+    requests.push_back(std::move(r));
+  }
+  TimeDecisions(state, [&](int64_t i) {
+    return Solve(snap, requests[i % requests.size()]);
+  });
+}
+BENCHMARK(BM_SmallSpreadGangAcrossZones)->Apply(ClusterSizes);
+
 // Plain TPU bundles: 8 x {TPU: 1} PACK, no selector (single-host nodes first).
 void BM_PlainTpuPg(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;

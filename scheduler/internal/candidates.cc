@@ -20,8 +20,14 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
   Bits term_bits(words);
   for (const SelectorTerm& term : selector.terms) {
     std::fill(term_bits.begin(), term_bits.end(), 0);
-    auto key = snap.label_index().find(term.key);
-    if (key != snap.label_index().end()) {
+    if (term.key == kLabelZone) {
+      for (const std::string& v : term.values) {
+        auto it = snap.zone_sets().find(v);
+        if (it == snap.zone_sets().end()) continue;
+        for (size_t w = 0; w < words; ++w) term_bits[w] |= it->second.word(w);
+      }
+    } else if (auto key = snap.label_index().find(term.key);
+               key != snap.label_index().end()) {
       for (const std::string& v : term.values) {
         auto it = key->second->find(v);
         if (it == key->second->end()) continue;

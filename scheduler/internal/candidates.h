@@ -31,7 +31,8 @@ inline bool TestBit(const Bits& bits, uint32_t i) {
   return (bits[i >> 6] >> (i & 63)) & 1;
 }
 
-// Nodes whose labels satisfy `selector` (any state), from the label index.
+// Nodes whose labels satisfy `selector` (any state), from the label index;
+// a zone term ORs the zone bitsets instead, O(n/64) whatever the zone's size.
 Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector);
 
 // A position in a group's rank-ordered walk: rank, then node index.

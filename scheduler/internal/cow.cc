@@ -30,18 +30,31 @@ void CowBitset::Set(size_t i, bool value) {
 CowBitset CowBitset::Renumbered(const std::vector<int32_t>& old_to_new,
                                 size_t bits, size_t first_moved) const {
   CowBitset out(*this);
-  // Clear every word from the first moved index's on, then set the moved
-  // bits again at their new places.
+  // The words from the first moved index's on are laid out anew in a plain
+  // array (a moved bit lands at or after that word: indexes below
+  // first_moved keep theirs and the order is kept), then written back where
+  // they differ; the words before stay shared.
   const size_t from_word = first_moved >> 6;
+  const size_t words = (bits + 63) / 64;
+  std::vector<uint64_t> fresh(words > from_word ? words - from_word : 0, 0);
   for (size_t w = from_word; w < words_.size(); ++w) {
-    if (words_[w] == 0) continue;
-    out.count_ -= std::popcount(words_[w]);
-    out.words_.Mutable(w) = 0;
+    uint64_t word = words_[w];
+    out.count_ -= std::popcount(word);
+    while (word != 0) {
+      const size_t i = (w << 6) + static_cast<size_t>(std::countr_zero(word));
+      word &= word - 1;
+      if (i >= bits_ || old_to_new[i] < 0) continue;
+      const size_t to = static_cast<size_t>(old_to_new[i]);
+      fresh[(to >> 6) - from_word] |= uint64_t{1} << (to & 63);
+    }
   }
-  out.words_.Resize((bits + 63) / 64);
+  out.words_.Resize(words);
   out.bits_ = bits;
-  for (size_t i = NextSet(from_word << 6); i < bits_; i = NextSet(i + 1)) {
-    if (old_to_new[i] >= 0) out.Set(static_cast<size_t>(old_to_new[i]), true);
+  for (size_t w = 0; w < fresh.size(); ++w) {
+    out.count_ += std::popcount(fresh[w]);
+    if (out.words_[from_word + w] != fresh[w]) {
+      out.words_.Mutable(from_word + w) = fresh[w];
+    }
   }
   return out;
 }

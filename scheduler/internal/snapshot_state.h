@@ -1,8 +1,9 @@
 // The state behind an InventorySnapshot: the copy-on-write node and slice
-// tables, the label index, the per-key slice indexes and the rank bitsets the
-// solver reads. InventorySnapshot (snapshot.h) shows users the queries they
-// need; the solver and the snapshot writer reach this state through
-// StateOf(). Engine-internal: include only from scheduler/ (and its tests).
+// tables, the label index, the per-key slice indexes and the rank and zone
+// bitsets the solver reads. InventorySnapshot (snapshot.h) shows users the
+// queries they need; the solver and the snapshot writer reach this state
+// through StateOf(). Engine-internal: include only from scheduler/ (and its
+// tests).
 //
 // Thread-safety: immutable once its snapshot is published (Build()/Apply()
 // returned); share freely. Only SnapshotWriter (snapshot.cc) writes it, while
@@ -220,6 +221,8 @@ class SnapshotState {
   static constexpr int kPgShards = 1 << kPgShardBits;
   // Node id -> slot, one shard.
   using IdShard = absl::flat_hash_map<std::string, uint32_t>;
+  // Zone (ray.io/availability-zone value) -> its nodes, by index.
+  using ZoneSets = absl::btree_map<std::string, CowBitset>;
   static constexpr int kIdShards = 4096;
   static constexpr uint32_t kNoIndex = ~uint32_t{0};
 
@@ -250,6 +253,11 @@ class SnapshotState {
   uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
   // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
+  // The label index's zone values again, as bitsets over node indexes (any
+  // state; no empty set). A small gang is tried in each zone alone, and
+  // this makes each try's candidates O(n/64) words instead of a walk of the
+  // zone's posting list.
+  const ZoneSets& zone_sets() const { return *zone_sets_; }
   // Free intact slices per key.
   const SliceSets& free_slices() const { return free_slices_; }
   // Slices not intact per key (any allocations).
@@ -288,6 +296,7 @@ class SnapshotState {
   CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
+  std::shared_ptr<const ZoneSets> zone_sets_ = std::make_shared<ZoneSets>();
   SliceSets free_slices_;
   SliceSets broken_slices_;
   SliceKeyMap<std::shared_ptr<const KeyHosts>> key_hosts_;

@@ -119,6 +119,7 @@ class SnapshotWriter {
     for (const auto& [key, list] : *by_key) RefreshKeyHosts(key, *by_key);
     st_.slices_by_key_ = std::move(by_key);
     for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
+    st_.zone_sets_ = ZoneSetsOfLabels();
     building_ = false;
     return absl::OkStatus();
   }
@@ -429,22 +430,25 @@ class SnapshotWriter {
     InstallSlices(slices);
     RenumberSliceIndexes(slices);
     RenumberRankSets(nodes);
+    // The replaced and added nodes, by new index.
+    std::vector<uint32_t> changed;
+    for (const auto& [i, node] : nodes.replaced) {
+      changed.push_back(static_cast<uint32_t>(nodes.old_to_new[i]));
+    }
+    for (uint32_t p = 0; p < nodes.source.size(); ++p) {
+      if (nodes.source[p] < 0) changed.push_back(p);
+    }
+    EditZoneSets(nodes, changed);
 
     // Re-index what changed: the re-derived slices and every host of them,
     // and the changed nodes.
-    absl::btree_set<uint32_t> touched;
+    absl::btree_set<uint32_t> touched(changed.begin(), changed.end());
     for (uint32_t q = 0; q < slices.source.size(); ++q) {
       if (!slices.rederived[q]) continue;
       RecountSlice(q);
       IndexSlice(q, true);
       AddSliceKey(q);
       for (uint32_t h : HostIndexes(st_.slice(q))) touched.insert(h);
-    }
-    for (const auto& [i, node] : nodes.replaced) {
-      touched.insert(static_cast<uint32_t>(nodes.old_to_new[i]));
-    }
-    for (uint32_t p = 0; p < nodes.source.size(); ++p) {
-      if (nodes.source[p] < 0) touched.insert(p);
     }
     for (uint32_t p : touched) {
       IndexNode(p, false);
@@ -580,6 +584,56 @@ class SnapshotWriter {
                              plan.first_moved);
       }
     }
+  }
+
+  // The zone bitsets from the label index (a full build).
+  std::shared_ptr<const SnapshotState::ZoneSets> ZoneSetsOfLabels() const {
+    auto sets = std::make_shared<SnapshotState::ZoneSets>();
+    auto zones = st_.label_index().find(kLabelZone);
+    if (zones == st_.label_index().end()) return sets;
+    for (const auto& [zone, slots] : *zones->second) {
+      CowBitset& set =
+          sets->emplace(zone, CowBitset(st_.num_nodes())).first->second;
+      for (uint32_t slot : *slots) set.Set(st_.IndexOfSlot(slot), true);
+    }
+    return sets;
+  }
+
+  // The zone bitsets after nodes were added, removed or replaced: renumbered
+  // as the rank bitsets are, then each `changed` node (the replaced and
+  // added ones, by new index) set in its zone's set alone. Reads the new
+  // node table. (A change of a node's zone always comes here: the zone is
+  // one of SameSliceLabels()' labels, so an in-place upsert keeps it.)
+  void EditZoneSets(const NodePlan& plan,
+                    const std::vector<uint32_t>& changed) {
+    const uint32_t n = static_cast<uint32_t>(plan.old_to_new.size());
+    const size_t n2 = plan.source.size();
+    const bool moved = plan.first_moved < n || n2 != n;
+    if (!moved && changed.empty()) return;
+    auto sets = std::make_shared<SnapshotState::ZoneSets>();
+    for (const auto& [zone, set] : st_.zone_sets()) {
+      sets->emplace(
+          zone,
+          moved ? set.Renumbered(plan.old_to_new, n2, plan.first_moved) : set);
+    }
+    for (uint32_t p : changed) PutInZone(*sets, p);
+    st_.zone_sets_ = std::move(sets);
+  }
+
+  // Node i (of the new node table) in the set of its zone and in no other;
+  // a set left empty is dropped.
+  void PutInZone(SnapshotState::ZoneSets& sets, uint32_t i) const {
+    const Labels& labels = st_.node(i).node.labels;
+    auto zone = labels.find(kLabelZone);
+    for (auto it = sets.begin(); it != sets.end();) {
+      if (zone == labels.end() || it->first != zone->second) {
+        it->second.Set(i, false);
+      }
+      it = it->second.count() == 0 ? sets.erase(it) : std::next(it);
+    }
+    if (zone == labels.end()) return;
+    sets.try_emplace(zone->second, CowBitset(st_.num_nodes()))
+        .first->second.Set(i, true);
   }
 
   // The new node table: shared entries for unchanged nodes (and shared

@@ -5,6 +5,7 @@
 // slices with their intact and free state, the free-slice and slice-key
 // indexes, ranks, and the solver's decisions on random requests.
 #include <algorithm>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -185,6 +186,37 @@ std::string Observe(const InventorySnapshot& s,
       for (uint32_t i : indexes) absl::StrAppend(&out, " ", id(i));
       out += "\n";
     }
+  }
+  // The zone bitsets hold what the label index holds for the zone key.
+  const auto zone_postings = st.label_index().find(kLabelZone);
+  const size_t zones_in_index =
+      zone_postings == st.label_index().end()
+          ? 0
+          : std::distance(zone_postings->second->begin(),
+                          zone_postings->second->end());
+  EXPECT_EQ(st.zone_sets().size(), zones_in_index);
+  for (const auto& [zone, set] : st.zone_sets()) {
+    EXPECT_EQ(set.bits(), s.num_nodes());
+    EXPECT_GT(set.count(), 0) << zone;
+    absl::StrAppend(&out, "zone set ", zone, ":");
+    std::vector<uint32_t> from_index;
+    if (zone_postings != st.label_index().end()) {
+      auto it = zone_postings->second->find(zone);
+      if (it != zone_postings->second->end()) {
+        for (uint32_t slot : *it->second) {
+          from_index.push_back(st.IndexOfSlot(slot));
+        }
+      }
+    }
+    std::sort(from_index.begin(), from_index.end());
+    std::vector<uint32_t> from_set;
+    for (size_t i = set.NextSet(0); i < set.bits(); i = set.NextSet(i + 1)) {
+      from_set.push_back(static_cast<uint32_t>(i));
+      absl::StrAppend(&out, " ", id(static_cast<uint32_t>(i)));
+    }
+    EXPECT_EQ(from_set, from_index) << "zone " << zone;
+    EXPECT_EQ(static_cast<int64_t>(from_set.size()), set.count());
+    out += "\n";
   }
   for (const LabelSelector& sel : Selectors()) {
     absl::StrAppend(&out, "match ", SelectorText(sel), ":");
