@@ -310,6 +310,30 @@ void BM_SmallSpreadGangAcrossZones(benchmark::State& state) {
 }
 BENCHMARK(BM_SmallSpreadGangAcrossZones)->Apply(ClusterSizes);
 
+// Generic TPU bundles behind compute-class priorities, as a Ray user asks
+// for them: 4 or 8 x {CPU: 1, TPU: 4} PACK, tiers spot, then on-demand, then
+// reserved. Each priority is a tier term, and the gang is also tried zone
+// by zone.
+void BM_TpuBundlesWithPriorities(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  std::vector<PlacementRequest> requests;
+  for (int size : {4, 8}) {
+    PlacementRequest r;
+    for (int b = 0; b < size; ++b) {
+      r.bundles.push_back(Bundle{
+          {{"CPU", kResourceScale}, {"TPU", 4 * kResourceScale}}, {}, ""});
+    }
+    for (const char* tier : kTiers) {
+      r.priorities.push_back(Sel({{std::string(kLabelCapacityTier), tier}}));
+    }
+    requests.push_back(std::move(r));
+  }
+  TimeDecisions(state, [&](int64_t i) {
+    return Solve(snap, requests[i % requests.size()]);
+  });
+}
+BENCHMARK(BM_TpuBundlesWithPriorities)->Apply(ClusterSizes);
+
 // Plain TPU bundles: 8 x {TPU: 1} PACK, no selector (single-host nodes first).
 void BM_PlainTpuPg(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;

@@ -20,10 +20,10 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
   Bits term_bits(words);
   for (const SelectorTerm& term : selector.terms) {
     std::fill(term_bits.begin(), term_bits.end(), 0);
-    if (term.key == kLabelZone) {
+    if (const SnapshotState::ValueBits* values = snap.value_bits(term.key)) {
       for (const std::string& v : term.values) {
-        auto it = snap.zone_sets().find(v);
-        if (it == snap.zone_sets().end()) continue;
+        auto it = values->find(v);
+        if (it == values->end()) continue;
         for (size_t w = 0; w < words; ++w) term_bits[w] |= it->second.word(w);
       }
     } else if (auto key = snap.label_index().find(term.key);

@@ -32,7 +32,8 @@ inline bool TestBit(const Bits& bits, uint32_t i) {
 }
 
 // Nodes whose labels satisfy `selector` (any state), from the label index;
-// a zone term ORs the zone bitsets instead, O(n/64) whatever the zone's size.
+// a term on a key of kBitsetLabelKeys (zone, tier, accelerator type) ORs its
+// values' bitsets instead, O(n/64) whatever the values' sizes.
 Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector);
 
 // A position in a group's rank-ordered walk: rank, then node index.

@@ -348,6 +348,10 @@ int64_t GangPlacement::OneNodeFor(const std::vector<Bundle>& bundles,
       all = And(all, &b.selector);
     }
   }
+  // A sum larger than every node's total fits no node: no scan.
+  for (const auto& [name, amount] : sum) {
+    if (amount > 0 && amount > snap_.MostOnANode(name)) return -1;
+  }
   return BestFit(candidates_.GroupFor(all, KindOf(sum), sum), sum,
                  /*fresh_only=*/false, kPackOneNodeScan);
 }

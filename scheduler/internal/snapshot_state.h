@@ -1,7 +1,7 @@
 // The state behind an InventorySnapshot: the copy-on-write node and slice
-// tables, the label index, the per-key slice indexes and the rank and zone
-// bitsets the solver reads. InventorySnapshot (snapshot.h) shows users the
-// queries they need; the solver and the snapshot writer reach this state
+// tables, the label index, the per-key slice indexes and the rank and label
+// value bitsets the solver reads. InventorySnapshot (snapshot.h) shows users
+// the queries they need; the solver and the snapshot writer reach this state
 // through StateOf(). Engine-internal: include only from scheduler/ (and its
 // tests).
 //
@@ -207,6 +207,14 @@ class PgShard {
   size_t size_ = 0;                                     // groups
 };
 
+// Label keys whose values are held as bitsets over node indexes too
+// (SnapshotState::value_bits()): each has few values, each value is on many
+// nodes, and the solver asks for them on every zone try and compute-class
+// priority. Each is one of the labels a node changes only through a
+// node-set change (SameSliceLabels() in the writer), never in place.
+inline constexpr std::array<absl::string_view, 3> kBitsetLabelKeys = {
+    kLabelZone, kLabelCapacityTier, kLabelAcceleratorType};
+
 class SnapshotState {
  public:
   using NodeEntry = InventorySnapshot::NodeEntry;
@@ -221,8 +229,13 @@ class SnapshotState {
   static constexpr int kPgShards = 1 << kPgShardBits;
   // Node id -> slot, one shard.
   using IdShard = absl::flat_hash_map<std::string, uint32_t>;
-  // Zone (ray.io/availability-zone value) -> its nodes, by index.
-  using ZoneSets = absl::btree_map<std::string, CowBitset>;
+  // Resource name -> total amount a node has -> how many nodes have it.
+  using AmountCounts =
+      absl::btree_map<std::string, absl::btree_map<int64_t, int64_t>>;
+  // A label value -> its nodes, by index.
+  using ValueBits = absl::btree_map<std::string, CowBitset>;
+  // By key of kBitsetLabelKeys, in that order.
+  using LabelBits = std::array<ValueBits, kBitsetLabelKeys.size()>;
   static constexpr int kIdShards = 4096;
   static constexpr uint32_t kNoIndex = ~uint32_t{0};
 
@@ -253,11 +266,26 @@ class SnapshotState {
   uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
   // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
-  // The label index's zone values again, as bitsets over node indexes (any
-  // state; no empty set). A small gang is tried in each zone alone, and
-  // this makes each try's candidates O(n/64) words instead of a walk of the
-  // zone's posting list.
-  const ZoneSets& zone_sets() const { return *zone_sets_; }
+  // For a key of kBitsetLabelKeys, the label index's values again, as
+  // bitsets over node indexes (any state; no empty set); null for any other
+  // key. A term on such a key then costs O(n/64) words instead of a walk of
+  // its values' posting lists, which hold a large part of the nodes each.
+  const ValueBits* value_bits(absl::string_view key) const {
+    for (size_t k = 0; k < kBitsetLabelKeys.size(); ++k) {
+      if (kBitsetLabelKeys[k] == key) return &(*label_bits_)[k];
+    }
+    return nullptr;
+  }
+  // The most of resource `name` any node has in total (any state); 0 when
+  // no node has it. A request for more fits no node, now or later.
+  int64_t MostOnANode(const std::string& name) const {
+    auto it = node_totals_->find(name);
+    return it == node_totals_->end() || it->second.empty()
+               ? 0
+               : it->second.rbegin()->first;
+  }
+  // Per resource, the nodes' totals (what MostOnANode() reads).
+  const AmountCounts& node_totals() const { return *node_totals_; }
   // Free intact slices per key.
   const SliceSets& free_slices() const { return free_slices_; }
   // Slices not intact per key (any allocations).
@@ -296,7 +324,9 @@ class SnapshotState {
   CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
-  std::shared_ptr<const ZoneSets> zone_sets_ = std::make_shared<ZoneSets>();
+  std::shared_ptr<const LabelBits> label_bits_ = std::make_shared<LabelBits>();
+  std::shared_ptr<const AmountCounts> node_totals_ =
+      std::make_shared<AmountCounts>();
   SliceSets free_slices_;
   SliceSets broken_slices_;
   SliceKeyMap<std::shared_ptr<const KeyHosts>> key_hosts_;

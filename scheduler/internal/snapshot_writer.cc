@@ -36,6 +36,7 @@ using internal::Amount;
 using internal::BundleKind;
 using internal::CowArray;
 using internal::CowBitset;
+using internal::kBitsetLabelKeys;
 using internal::KeyHosts;
 using internal::kNumRanks;
 using internal::SliceSets;
@@ -45,6 +46,9 @@ namespace {
 
 using ::sliced::scheduler::internal::PgShard;
 
+// True when a and b have the same labels of those a slice derives from.
+// These include kBitsetLabelKeys, whose value bitsets are edited only when
+// the node set changes.
 bool SameSliceLabels(const Node& a, const Node& b) {
   for (absl::string_view key :
        {kLabelTpuSliceName, kLabelAcceleratorType, kLabelTpuTopology,
@@ -119,7 +123,12 @@ class SnapshotWriter {
     for (const auto& [key, list] : *by_key) RefreshKeyHosts(key, *by_key);
     st_.slices_by_key_ = std::move(by_key);
     for (uint32_t i = 0; i < n; ++i) IndexNode(i, true);
-    st_.zone_sets_ = ZoneSetsOfLabels();
+    st_.label_bits_ = LabelBitsOfIndex();
+    auto totals = std::make_shared<SnapshotState::AmountCounts>();
+    for (uint32_t i = 0; i < n; ++i) {
+      CountTotals(*totals, st_.node(i).node.resources, 1);
+    }
+    st_.node_totals_ = std::move(totals);
     building_ = false;
     return absl::OkStatus();
   }
@@ -426,6 +435,7 @@ class SnapshotWriter {
     const uint32_t first_new_slot =
         static_cast<uint32_t>(st_.index_of_slot_.size());
     st_.label_index_ = EditLabels(nodes, first_new_slot);
+    EditTotals(nodes);
     InstallNodes(nodes, first_new_slot);
     InstallSlices(slices);
     RenumberSliceIndexes(slices);
@@ -438,7 +448,7 @@ class SnapshotWriter {
     for (uint32_t p = 0; p < nodes.source.size(); ++p) {
       if (nodes.source[p] < 0) changed.push_back(p);
     }
-    EditZoneSets(nodes, changed);
+    EditLabelBits(nodes, changed);
 
     // Re-index what changed: the re-derived slices and every host of them,
     // and the changed nodes.
@@ -586,53 +596,97 @@ class SnapshotWriter {
     }
   }
 
-  // The zone bitsets from the label index (a full build).
-  std::shared_ptr<const SnapshotState::ZoneSets> ZoneSetsOfLabels() const {
-    auto sets = std::make_shared<SnapshotState::ZoneSets>();
-    auto zones = st_.label_index().find(kLabelZone);
-    if (zones == st_.label_index().end()) return sets;
-    for (const auto& [zone, slots] : *zones->second) {
-      CowBitset& set =
-          sets->emplace(zone, CowBitset(st_.num_nodes())).first->second;
-      for (uint32_t slot : *slots) set.Set(st_.IndexOfSlot(slot), true);
+  // Adds `delta` (1 or -1) to the count of each of `resources`' amounts.
+  static void CountTotals(SnapshotState::AmountCounts& totals,
+                          const ResourceSet& resources, int64_t delta) {
+    for (const auto& [name, amount] : resources) {
+      auto& counts = totals[name];
+      if ((counts[amount] += delta) == 0) counts.erase(amount);
+      if (counts.empty()) totals.erase(name);
     }
-    return sets;
   }
 
-  // The zone bitsets after nodes were added, removed or replaced: renumbered
-  // as the rank bitsets are, then each `changed` node (the replaced and
-  // added ones, by new index) set in its zone's set alone. Reads the new
-  // node table. (A change of a node's zone always comes here: the zone is
-  // one of SameSliceLabels()' labels, so an in-place upsert keeps it.)
-  void EditZoneSets(const NodePlan& plan,
-                    const std::vector<uint32_t>& changed) {
+  // The nodes' totals after a node-set change: the removed and replaced
+  // nodes' resources out, the replaced and added nodes' in. Reads the old
+  // node table.
+  void EditTotals(const NodePlan& plan) {
+    auto totals =
+        std::make_shared<SnapshotState::AmountCounts>(st_.node_totals());
+    for (uint32_t i : plan.removed) {
+      CountTotals(*totals, st_.node(i).node.resources, -1);
+    }
+    for (const auto& [i, node] : plan.replaced) {
+      CountTotals(*totals, st_.node(i).node.resources, -1);
+      CountTotals(*totals, node->resources, 1);
+    }
+    for (const Node* node : plan.added) {
+      CountTotals(*totals, node->resources, 1);
+    }
+    st_.node_totals_ = std::move(totals);
+  }
+
+  // The value bitsets of kBitsetLabelKeys from the label index (a full
+  // build).
+  std::shared_ptr<const SnapshotState::LabelBits> LabelBitsOfIndex() const {
+    auto bits = std::make_shared<SnapshotState::LabelBits>();
+    for (size_t k = 0; k < kBitsetLabelKeys.size(); ++k) {
+      auto values = st_.label_index().find(kBitsetLabelKeys[k]);
+      if (values == st_.label_index().end()) continue;
+      for (const auto& [value, slots] : *values->second) {
+        CowBitset& set =
+            (*bits)[k].emplace(value, CowBitset(st_.num_nodes())).first->second;
+        for (uint32_t slot : *slots) set.Set(st_.IndexOfSlot(slot), true);
+      }
+    }
+    return bits;
+  }
+
+  // The value bitsets after nodes were added, removed or replaced:
+  // renumbered as the rank bitsets are, then each `changed` node (the
+  // replaced and added ones, by new index) put in its values' sets alone.
+  // Reads the new node table. (A node's values of these keys change only
+  // here: they are among SameSliceLabels()' labels, so an in-place upsert
+  // keeps them.)
+  void EditLabelBits(const NodePlan& plan,
+                     const std::vector<uint32_t>& changed) {
     const uint32_t n = static_cast<uint32_t>(plan.old_to_new.size());
     const size_t n2 = plan.source.size();
     const bool moved = plan.first_moved < n || n2 != n;
     if (!moved && changed.empty()) return;
-    auto sets = std::make_shared<SnapshotState::ZoneSets>();
-    for (const auto& [zone, set] : st_.zone_sets()) {
-      sets->emplace(
-          zone,
-          moved ? set.Renumbered(plan.old_to_new, n2, plan.first_moved) : set);
+    auto bits = std::make_shared<SnapshotState::LabelBits>();
+    for (size_t k = 0; k < kBitsetLabelKeys.size(); ++k) {
+      SnapshotState::ValueBits& values = (*bits)[k];
+      for (const auto& [value, set] : (*st_.label_bits_)[k]) {
+        if (!moved) {
+          values.emplace(value, set);
+          continue;
+        }
+        // The value's last node may have been removed.
+        CowBitset renumbered =
+            set.Renumbered(plan.old_to_new, n2, plan.first_moved);
+        if (renumbered.count() > 0) {
+          values.emplace(value, std::move(renumbered));
+        }
+      }
+      for (uint32_t p : changed) PutInValueSet(kBitsetLabelKeys[k], values, p);
     }
-    for (uint32_t p : changed) PutInZone(*sets, p);
-    st_.zone_sets_ = std::move(sets);
+    st_.label_bits_ = std::move(bits);
   }
 
-  // Node i (of the new node table) in the set of its zone and in no other;
-  // a set left empty is dropped.
-  void PutInZone(SnapshotState::ZoneSets& sets, uint32_t i) const {
+  // Node i (of the new node table) in the set of its value of `key` and in
+  // no other of `values`; a set left empty is dropped.
+  void PutInValueSet(absl::string_view key, SnapshotState::ValueBits& values,
+                     uint32_t i) const {
     const Labels& labels = st_.node(i).node.labels;
-    auto zone = labels.find(kLabelZone);
-    for (auto it = sets.begin(); it != sets.end();) {
-      if (zone == labels.end() || it->first != zone->second) {
+    auto value = labels.find(key);
+    for (auto it = values.begin(); it != values.end();) {
+      if (value == labels.end() || it->first != value->second) {
         it->second.Set(i, false);
       }
-      it = it->second.count() == 0 ? sets.erase(it) : std::next(it);
+      it = it->second.count() == 0 ? values.erase(it) : std::next(it);
     }
-    if (zone == labels.end()) return;
-    sets.try_emplace(zone->second, CowBitset(st_.num_nodes()))
+    if (value == labels.end()) return;
+    values.try_emplace(value->second, CowBitset(st_.num_nodes()))
         .first->second.Set(i, true);
   }
 
@@ -1231,6 +1285,13 @@ class SnapshotWriter {
   void UpsertInPlace(uint32_t i, const Node& node) {
     InventorySnapshot::NodeEntry& e = MutableNode(i);
     UpdateLabelIndex(st_.SlotOf(i), e.node.labels, node.labels);
+    if (e.node.resources != node.resources) {
+      auto totals =
+          std::make_shared<SnapshotState::AmountCounts>(st_.node_totals());
+      CountTotals(*totals, e.node.resources, -1);
+      CountTotals(*totals, node.resources, 1);
+      st_.node_totals_ = std::move(totals);
+    }
     e.node = node;
     e.free = node.resources;
     for (const Allocation& a : e.allocations) {

@@ -187,36 +187,56 @@ std::string Observe(const InventorySnapshot& s,
       out += "\n";
     }
   }
-  // The zone bitsets hold what the label index holds for the zone key.
-  const auto zone_postings = st.label_index().find(kLabelZone);
-  const size_t zones_in_index =
-      zone_postings == st.label_index().end()
-          ? 0
-          : std::distance(zone_postings->second->begin(),
-                          zone_postings->second->end());
-  EXPECT_EQ(st.zone_sets().size(), zones_in_index);
-  for (const auto& [zone, set] : st.zone_sets()) {
-    EXPECT_EQ(set.bits(), s.num_nodes());
-    EXPECT_GT(set.count(), 0) << zone;
-    absl::StrAppend(&out, "zone set ", zone, ":");
-    std::vector<uint32_t> from_index;
-    if (zone_postings != st.label_index().end()) {
-      auto it = zone_postings->second->find(zone);
-      if (it != zone_postings->second->end()) {
-        for (uint32_t slot : *it->second) {
-          from_index.push_back(st.IndexOfSlot(slot));
+  // The value bitsets hold what the label index holds for their keys.
+  for (absl::string_view key : internal::kBitsetLabelKeys) {
+    const auto* bits = st.value_bits(key);
+    EXPECT_NE(bits, nullptr) << key;
+    if (bits == nullptr) continue;
+    const auto postings = st.label_index().find(key);
+    const size_t values_in_index =
+        postings == st.label_index().end()
+            ? 0
+            : std::distance(postings->second->begin(), postings->second->end());
+    EXPECT_EQ(bits->size(), values_in_index) << key;
+    for (const auto& [value, set] : *bits) {
+      EXPECT_EQ(set.bits(), s.num_nodes());
+      EXPECT_GT(set.count(), 0) << key << "=" << value;
+      absl::StrAppend(&out, "bits ", key, "=", value, ":");
+      std::vector<uint32_t> from_index;
+      if (postings != st.label_index().end()) {
+        auto it = postings->second->find(value);
+        if (it != postings->second->end()) {
+          for (uint32_t slot : *it->second) {
+            from_index.push_back(st.IndexOfSlot(slot));
+          }
         }
       }
+      std::sort(from_index.begin(), from_index.end());
+      std::vector<uint32_t> from_set;
+      for (size_t i = set.NextSet(0); i < set.bits(); i = set.NextSet(i + 1)) {
+        from_set.push_back(static_cast<uint32_t>(i));
+        absl::StrAppend(&out, " ", id(static_cast<uint32_t>(i)));
+      }
+      EXPECT_EQ(from_set, from_index) << key << "=" << value;
+      EXPECT_EQ(static_cast<int64_t>(from_set.size()), set.count());
+      out += "\n";
     }
-    std::sort(from_index.begin(), from_index.end());
-    std::vector<uint32_t> from_set;
-    for (size_t i = set.NextSet(0); i < set.bits(); i = set.NextSet(i + 1)) {
-      from_set.push_back(static_cast<uint32_t>(i));
-      absl::StrAppend(&out, " ", id(static_cast<uint32_t>(i)));
+  }
+  EXPECT_EQ(st.value_bits(kLabelTpuSliceName), nullptr);
+  // The nodes' totals per resource, counted again from the nodes.
+  absl::btree_map<std::string, absl::btree_map<int64_t, int64_t>> totals;
+  for (uint32_t i = 0; i < s.num_nodes(); ++i) {
+    for (const auto& [name, amount] : s.node(i).node.resources) {
+      ++totals[name][amount];
     }
-    EXPECT_EQ(from_set, from_index) << "zone " << zone;
-    EXPECT_EQ(static_cast<int64_t>(from_set.size()), set.count());
-    out += "\n";
+  }
+  EXPECT_EQ(st.node_totals(), totals);
+  for (const auto& [name, counts] : st.node_totals()) {
+    absl::StrAppend(&out, "totals ", name, ":");
+    for (const auto& [amount, count] : counts) {
+      absl::StrAppend(&out, " ", amount, "x", count);
+    }
+    absl::StrAppend(&out, " most=", st.MostOnANode(name), "\n");
   }
   for (const LabelSelector& sel : Selectors()) {
     absl::StrAppend(&out, "match ", SelectorText(sel), ":");
