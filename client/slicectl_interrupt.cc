@@ -28,8 +28,14 @@ InterruptHandler::InterruptHandler(std::function<void(int)> on_interrupt)
   struct sigaction action = {};
   action.sa_handler = ForwardSignal;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &old_int_);
-  sigaction(SIGTERM, &action, &old_term_);
+  // A signal the parent left ignored stays ignored, as a shell leaves
+  // SIGINT ignored for a job it starts in the background (and Python keeps
+  // it so): that Ctrl-C was not meant for this process.
+  for (auto [signal_number, old] :
+       {std::pair{SIGINT, &old_int_}, std::pair{SIGTERM, &old_term_}}) {
+    sigaction(signal_number, nullptr, old);
+    if (old->sa_handler != SIG_IGN) sigaction(signal_number, &action, nullptr);
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 

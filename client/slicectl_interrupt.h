@@ -2,7 +2,8 @@
 // alive, SIGINT or SIGTERM runs its callback on a thread of its own (so the
 // callback may make gRPC calls while the main thread is blocked in a watch),
 // then ends the process with exit code 128 + the signal number. A second
-// signal during the callback is ignored.
+// signal during the callback is ignored, and so is a signal that was ignored
+// when the handler was created (a background job's SIGINT).
 //
 // Not thread-safe: create and destroy it on one thread, one at a time. The
 // callback runs on the handler's thread.

@@ -28,6 +28,13 @@ SEED = ["submit", "--num-workers", "4", "--use-tpu", "--topology", "4x4",
         "--accelerator-type", "TPU-V6E", "--placement-strategy", "SPREAD"]
 
 
+def sigint_as(disposition):
+    """A preexec_fn that starts the child with SIGINT at `disposition`: SIG_DFL as
+    a shell starts a foreground job (whatever this runner inherited; a runner
+    started in the background has SIGINT ignored), SIG_IGN as a background one."""
+    return lambda: signal.signal(signal.SIGINT, disposition)
+
+
 def closed_port():
     """A loopback port nobody listens on."""
     with socket.socket() as s:
@@ -392,21 +399,27 @@ class SlicectlEndToEnd(unittest.TestCase):
         r = self.ctl("pg", "list", "--state", "removed", code=2)
         self.assertIn("REMOVED groups are not kept", r.stderr)
 
+    def start_waiting(self, sigint, *flags):
+        """Starts `submit … --wait` with SIGINT at `sigint`, for a seed that stays
+        PENDING; returns the process once it waits, and its group's id."""
+        proc = subprocess.Popen(
+            [SLICECTL, "--server", self.server, *SEED, "--wait", *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=sigint_as(sigint))
+        self.addCleanup(proc.kill)
+        line = proc.stdout.readline()
+        waiting = re.match(r"submitted (pg-\w+) \(PENDING\); waiting", line)
+        if not waiting:
+            proc.kill()
+            self.fail(line + "".join(proc.communicate(timeout=60)))
+        return proc, waiting.group(1)
+
     def test_ctrl_c_during_wait_removes_the_group_unless_kept(self):
         self.start()
         self.register_fleet()
         self.ctl(*SEED, "--request-id", "holder")  # the only v6e slice
         for keep in ([], ["--keep"]):
-            proc = subprocess.Popen(
-                [SLICECTL, "--server", self.server, *SEED, "--wait", *keep],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            self.addCleanup(proc.kill)
-            line = proc.stdout.readline()
-            waiting = re.match(r"submitted (pg-\w+) \(PENDING\); waiting", line)
-            if not waiting:
-                proc.kill()
-                self.fail(line + "".join(proc.communicate(timeout=60)))
-            pg_id = waiting.group(1)
+            proc, pg_id = self.start_waiting(signal.SIG_DFL, *keep)
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=60)
             self.assertEqual(proc.returncode, 130, err)
@@ -419,6 +432,25 @@ class SlicectlEndToEnd(unittest.TestCase):
                 self.assertIn("slicectl: interrupted; removed placement group %s "
                               "(--keep keeps it)" % pg_id, err)
                 self.ctl("pg", "get", pg_id, code=3)
+
+    def test_a_background_waits_ignored_sigint_stays_ignored(self):
+        # Started as a shell starts a background job (SIGINT ignored): a
+        # SIGINT changes nothing; SIGTERM still removes the group.
+        self.start()
+        self.register_fleet()
+        self.ctl(*SEED, "--request-id", "holder")  # the only v6e slice
+        proc, pg_id = self.start_waiting(signal.SIG_IGN)
+        proc.send_signal(signal.SIGINT)
+        with self.assertRaises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+        self.assertEqual(self.json_of(P.PlacementGroup, "pg", "get", pg_id).state,
+                         P.PENDING)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 143, err)
+        self.assertIn("slicectl: interrupted; removed placement group %s "
+                      "(--keep keeps it)" % pg_id, err)
+        self.ctl("pg", "get", pg_id, code=3)
 
     def test_ctrl_c_before_the_answer_names_the_request_id(self):
         # The daemon holds the create: Ctrl-C cannot know whether the group
@@ -444,7 +476,7 @@ class SlicectlEndToEnd(unittest.TestCase):
             arrived.clear()
             proc = subprocess.Popen([SLICECTL, "--server", address, *SEED, *wait],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+                                    text=True, preexec_fn=sigint_as(signal.SIG_DFL))
             self.addCleanup(proc.kill)
             self.assertTrue(arrived.wait(30), wait)
             proc.send_signal(signal.SIGINT)
