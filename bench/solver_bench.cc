@@ -310,6 +310,28 @@ void BM_SmallSpreadGangAcrossZones(benchmark::State& state) {
 }
 BENCHMARK(BM_SmallSpreadGangAcrossZones)->Apply(ClusterSizes);
 
+// A sub-slice: a v6e 2x2 (one 4-chip host) carved out of a 4x4, as no 2x2
+// slice exists; with a zone selector, and without (every parent of the
+// generation is a candidate).
+void BM_CarveSubslice(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  std::vector<PlacementRequest> requests;
+  for (bool zoned : {false, true}) {
+    PlacementRequest r;
+    SliceRequirement s;
+    s.generation = TpuGeneration::kV6e;
+    s.topology = "2x2";
+    s.subslicing = Subslicing::kIfNoExactShape;
+    if (zoned) s.selector = Sel({{std::string(kLabelZone), kZones[1]}});
+    r.slice = s;
+    requests.push_back(std::move(r));
+  }
+  TimeDecisions(state, [&](int64_t i) {
+    return Solve(snap, requests[i % requests.size()]);
+  });
+}
+BENCHMARK(BM_CarveSubslice)->Apply(ClusterSizes);
+
 // Generic TPU bundles behind compute-class priorities, as a Ray user asks
 // for them: 4 or 8 x {CPU: 1, TPU: 4} PACK, tiers spot, then on-demand, then
 // reserved. Each priority is a tier term, and the gang is also tried zone

@@ -185,6 +185,9 @@ class InventorySnapshot {
     // that asks none (CPU-only work); a host may count in both.
     int64_t tpu_held_hosts = 0;
     int64_t cpu_held_hosts = 0;
+    // Hosts with less TPU free than they have: what a carved sub-slice must
+    // leave out (internal/carver.h).
+    int64_t tpu_busy_hosts = 0;
     bool free() const { return allocated_hosts == 0; }
   };
   // Slice indexes (ascending) per (generation, topology, tier, zone).

@@ -109,23 +109,30 @@ class Carver {
  public:
   // Carves from parents in `zone` only, when not null.
   Carver(const SnapshotState& snap, const Released& released,
-         const SliceRequest& request, const std::string* zone = nullptr)
+         const SliceRequest& request, CarveScan scan,
+         const std::string* zone = nullptr)
       : snap_(snap),
         request_(request),
         overlay_(snap, &released),
         box_(GridOf(request.shape().host_grid)),
-        zone_(zone) {}
+        zone_(zone),
+        // The indexes know the snapshot's TPU work, not what is released.
+        indexed_(scan == CarveScan::kIndexed && released.empty()) {}
 
   Attempt Run(absl::string_view label) {
     std::vector<Box> chosen;
     for (int64_t k = 0; k < request_.needed(); ++k) {
       rejected_.clear();
       considered_ = 0;
-      std::optional<Box> best = Best(k);
+      std::optional<Box> best;
+      if (indexed_) best = BestIndexed(k);
+      // The full scan also counts what it rules out, for Failed().
+      if (!best.has_value()) best = Best(k);
       if (!best.has_value()) return Failed(label);
       for (size_t w = 0; w < best->nodes.size(); ++w) {
         overlay_.Take(best->nodes[w], request_.resources(k, w));
       }
+      carved_.push_back(best->slice);
       chosen.push_back(std::move(*best));
     }
     Attempt out;
@@ -176,6 +183,53 @@ class Carver {
           continue;
         }
         if (!BestIn(s, k, best)) ++rejected_["no free aligned box"];
+      }
+    }
+    return best;
+  }
+
+  // Best() without the slices that cannot hold a box, from the snapshot's
+  // indexes: per admitted key, the slices this request carved already, the
+  // partly busy ones, and the first idle one that holds a box. Idle slices
+  // of one key tie on every part of the box's key but the slice index, so
+  // that first one is the key's best idle one; a slice every host of which
+  // has TPU work, or not intact, holds none. So the box is Best()'s, at the
+  // cost of the slices that are partly busy rather than all. REQUIRES:
+  // nothing released (the overlay is the snapshot plus this request).
+  std::optional<Box> BestIndexed(int64_t k) {
+    std::optional<Box> best;
+    const TpuGeneration gen = request_.requirement().generation;
+    auto carved = [&](size_t s) {
+      return std::find(carved_.begin(), carved_.end(), s) != carved_.end();
+    };
+    for (auto it = snap_.slices_by_key().lower_bound(SliceKey{gen, "", "", ""});
+         it != snap_.slices_by_key().end() && it->first.generation == gen;
+         ++it) {
+      const SliceKey& key = it->first;
+      auto parent = ResolveTpuShape(gen, key.topology);
+      if (!parent.ok() || !CanCarve(*parent, request_.shape()) ||
+          (zone_ != nullptr && key.zone != *zone_) ||
+          !request_.KeyMatches(key)) {
+        continue;
+      }
+      for (uint32_t s : carved_) {
+        const InventorySnapshot::SliceEntry& se = snap_.slice(s);
+        if (se.shape.topology == key.topology && se.tier == key.tier &&
+            se.zone == key.zone) {
+          BestIn(s, k, best);
+        }
+      }
+      if (const CowBitset* busy = snap_.partly_busy_slices().Find(key)) {
+        for (size_t s = busy->NextSet(0); s < busy->bits();
+             s = busy->NextSet(s + 1)) {
+          if (!carved(s)) BestIn(static_cast<uint32_t>(s), k, best);
+        }
+      }
+      if (const CowBitset* idle = snap_.idle_slices().Find(key)) {
+        for (size_t s = idle->NextSet(0); s < idle->bits();
+             s = idle->NextSet(s + 1)) {
+          if (!carved(s) && BestIn(static_cast<uint32_t>(s), k, best)) break;
+        }
       }
     }
     return best;
@@ -334,6 +388,8 @@ class Carver {
   int64_t considered_ = 0;
   int64_t big_enough_ = 0;
   const std::string* const zone_;
+  const bool indexed_;
+  std::vector<uint32_t> carved_;  // the parents of the boxes chosen so far
 };
 
 // The zones of the slices `placed` took, in the order first taken.
@@ -415,8 +471,9 @@ bool CanCarve(const TpuShape& parent, const TpuShape& request) {
 }
 
 Attempt CarveSlices(const SnapshotState& snap, const Released& released,
-                    const SliceRequest& request, absl::string_view label) {
-  Attempt any = Carver(snap, released, request).Run(label);
+                    const SliceRequest& request, absl::string_view label,
+                    CarveScan scan) {
+  Attempt any = Carver(snap, released, request, scan).Run(label);
   if (!any.placed || request.needed() < 2) return any;
   // A multi-slice job's slices talk over the data-center network: all in
   // one zone when one zone holds them (as whole slices are chosen), tried
@@ -433,7 +490,7 @@ Attempt CarveSlices(const SnapshotState& snap, const Released& released,
   }
   zones.insert(zones.end(), others.begin(), others.end());
   for (const std::string& zone : zones) {
-    Attempt one = Carver(snap, released, request, &zone).Run(label);
+    Attempt one = Carver(snap, released, request, scan, &zone).Run(label);
     if (one.placed) return one;
   }
   return any;

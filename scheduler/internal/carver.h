@@ -64,8 +64,16 @@ bool CanCarve(const TpuShape& parent, const TpuShape& request);
 // across any of the candidate parent topologies") with the parents counted
 // per reason, how many are carved, and the largest free aligned box among
 // them; infeasible when no slice of the generation could ever hold it.
+//
+// Cost: the admitted keys, the slices this request carved, the partly busy
+// slices (some hosts have TPU work) and, per key, the idle ones up to the
+// first that holds a box (SnapshotState::idle_slices()); every intact slice
+// of the generation only when nothing was found (to explain why) or
+// something is released (`scan` kFull: always, as tests compare).
+enum class CarveScan { kIndexed, kFull };
 Attempt CarveSlices(const SnapshotState& snap, const Released& released,
-                    const SliceRequest& request, absl::string_view label);
+                    const SliceRequest& request, absl::string_view label,
+                    CarveScan scan = CarveScan::kIndexed);
 
 }  // namespace sliced::scheduler::internal
 

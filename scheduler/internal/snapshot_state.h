@@ -290,6 +290,12 @@ class SnapshotState {
   const SliceSets& free_slices() const { return free_slices_; }
   // Slices not intact per key (any allocations).
   const SliceSets& broken_slices() const { return broken_slices_; }
+  // Intact slices per key that a sub-slice may be carved from: those no host
+  // of which has TPU work (SliceEntry::tpu_busy_hosts), and those some but
+  // not all hosts of which have it. A slice every host of which has TPU
+  // work is in neither: no box of it is free.
+  const SliceSets& idle_slices() const { return idle_slices_; }
+  const SliceSets& partly_busy_slices() const { return partly_busy_slices_; }
   // Per key, what its hosts have (KeyHosts), for the diagnosis.
   const SliceKeyMap<std::shared_ptr<const KeyHosts>>& key_hosts() const {
     return key_hosts_;
@@ -329,6 +335,8 @@ class SnapshotState {
       std::make_shared<AmountCounts>();
   SliceSets free_slices_;
   SliceSets broken_slices_;
+  SliceSets idle_slices_;
+  SliceSets partly_busy_slices_;
   SliceKeyMap<std::shared_ptr<const KeyHosts>> key_hosts_;
   std::array<std::array<CowBitset, kNumRanks>, 2> rank_sets_;
   // PG id -> its allocations, sharded by hash; see PgShard.

@@ -556,7 +556,8 @@ class SnapshotWriter {
   void RenumberSliceIndexes(const SlicePlan& plan) {
     const size_t count = plan.source.size();
     if (plan.moved) {
-      for (SliceSets* sets : {&st_.free_slices_, &st_.broken_slices_}) {
+      for (SliceSets* sets : {&st_.free_slices_, &st_.broken_slices_,
+                              &st_.idle_slices_, &st_.partly_busy_slices_}) {
         sets->ForEachMutable([&](std::shared_ptr<const CowBitset>& set) {
           set = std::make_shared<const CowBitset>(
               set->Renumbered(plan.old_to_new, count, plan.first_moved));
@@ -1084,6 +1085,8 @@ class SnapshotWriter {
     }
     st_.free_slices_ = SliceSets();
     st_.broken_slices_ = SliceSets();
+    st_.idle_slices_ = SliceSets();
+    st_.partly_busy_slices_ = SliceSets();
     st_.key_hosts_ = {};
   }
 
@@ -1373,10 +1376,15 @@ class SnapshotWriter {
 
   void RecountSlice(uint32_t si) {
     const InventorySnapshot::SliceEntry& old = st_.slice(si);
-    int64_t allocated = 0, tpu_held = 0, cpu_held = 0;
+    int64_t allocated = 0, tpu_held = 0, cpu_held = 0, tpu_busy = 0;
     for (uint32_t h : HostIndexes(old)) {
-      const AllocationList& held = st_.node(h).allocations;
+      const InventorySnapshot::NodeEntry& e = st_.node(h);
+      const AllocationList& held = e.allocations;
       if (!held.empty()) ++allocated;
+      if (Amount(e.free, std::string(kResourceTpu)) <
+          Amount(e.node.resources, std::string(kResourceTpu))) {
+        ++tpu_busy;
+      }
       bool tpu = false, cpu = false;
       for (const Allocation& a : held) {
         (a.resources.contains(kResourceTpu) ? tpu : cpu) = true;
@@ -1393,14 +1401,15 @@ class SnapshotWriter {
     std::string tier = label(kLabelCapacityTier);
     std::string zone = label(kLabelZone);
     if (allocated == old.allocated_hosts && tpu_held == old.tpu_held_hosts &&
-        cpu_held == old.cpu_held_hosts && tier == old.tier &&
-        zone == old.zone) {
+        cpu_held == old.cpu_held_hosts && tpu_busy == old.tpu_busy_hosts &&
+        tier == old.tier && zone == old.zone) {
       return;
     }
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     se.allocated_hosts = allocated;
     se.tpu_held_hosts = tpu_held;
     se.cpu_held_hosts = cpu_held;
+    se.tpu_busy_hosts = tpu_busy;
     se.tier = std::move(tier);
     se.zone = std::move(zone);
   }
@@ -1410,16 +1419,25 @@ class SnapshotWriter {
   }
 
   // Adds slice si to the per-key sets it belongs in (free and intact, or
-  // not intact), or takes it out of both.
+  // not intact; idle or partly busy), or takes it out of all of them.
   void IndexSlice(uint32_t si, bool present) {
     const InventorySnapshot::SliceEntry& se = st_.slice(si);
     if (!se.shape_known) return;
     const SliceKey key = KeyOf(se);
-    if (!present || (se.info.intact && se.free())) {
+    const bool intact = se.info.intact;
+    const int64_t hosts = static_cast<int64_t>(se.host_slots.size());
+    if (!present || (intact && se.free())) {
       SetMember(st_.free_slices_, key, si, present);
     }
-    if (!present || !se.info.intact) {
+    if (!present || !intact) {
       SetMember(st_.broken_slices_, key, si, present);
+    }
+    if (!present || (intact && se.tpu_busy_hosts == 0)) {
+      SetMember(st_.idle_slices_, key, si, present);
+    }
+    if (!present ||
+        (intact && se.tpu_busy_hosts > 0 && se.tpu_busy_hosts < hosts)) {
+      SetMember(st_.partly_busy_slices_, key, si, present);
     }
   }
 
@@ -1427,10 +1445,20 @@ class SnapshotWriter {
                  bool present) {
     const CowBitset* current = sets.Find(key);
     if (current == nullptr ? !present : current->Test(si) == present) return;
+    if (current != nullptr && owned_sets_.contains(current)) {
+      // This writer made it: no snapshot shares it yet.
+      const_cast<CowBitset*>(current)->Set(si, present);
+      if (current->count() == 0) {
+        owned_sets_.erase(current);
+        sets.Put(key, nullptr);
+      }
+      return;
+    }
     auto copy = current == nullptr
                     ? std::make_shared<CowBitset>(st_.slices_.size())
                     : std::make_shared<CowBitset>(*current);
     copy->Set(si, present);
+    if (copy->count() > 0) owned_sets_.insert(copy.get());
     sets.Put(key, std::move(copy));
   }
 
@@ -1498,6 +1526,8 @@ class SnapshotWriter {
   // Keys whose hosts (KeyHosts) must be derived again (a slice joined or
   // left, or its hosts' least or most changed); see RefreshChangedKeys().
   absl::btree_set<SliceKey> changed_keys_;
+  // Per-key slice bitsets this writer made (SetMember()).
+  absl::flat_hash_set<const CowBitset*> owned_sets_;
   absl::flat_hash_set<uint32_t> owned_nodes_;
   absl::flat_hash_set<uint32_t> owned_slices_;
   absl::flat_hash_set<size_t> owned_id_shards_;

@@ -1,6 +1,8 @@
 // Sub-slices (SliceRequirement::subslicing): aligned boxes of larger intact
 // slices, physical worker order, the carving preference order, the
 // subslicing modes, diagnosis, and a property test over carving sequences.
+#include "scheduler/internal/carver.h"
+
 #include <array>
 #include <random>
 #include <string>
@@ -8,8 +10,11 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "scheduler/internal/slice_placer.h"
+#include "scheduler/internal/snapshot_state.h"
 #include "scheduler/slices.h"
 #include "scheduler/solver.h"
 #include "scheduler/subslices.h"
@@ -18,6 +23,7 @@
 namespace sliced::scheduler {
 namespace {
 
+using ::sliced::scheduler::testing::Cpu;
 using ::sliced::scheduler::testing::Slice;
 using ::sliced::scheduler::testing::Snap;
 using ::sliced::scheduler::testing::Units;
@@ -337,6 +343,118 @@ TEST(CarverPropertyTest, RandomCarvingSequences) {
       }
     }
   }
+}
+
+// A key's idle parents are read in slice order up to the first that holds
+// a box: one without room (CPU work on every host, and a request for every
+// CPU) must not hide the next one, which beats a bigger parent.
+TEST(CarverTest, AnIdleParentWithoutRoomDoesNotHideTheNextOne) {
+  std::vector<Node> nodes = Slice("a", "TPU-V5P", "2x2x2");
+  for (Node& n : Slice("b", "TPU-V5P", "2x2x2")) nodes.push_back(n);
+  for (Node& n : Pod("p")) nodes.push_back(n);
+  auto snap =
+      Snap(nodes, {{"cpu", 0, "a-w0", Cpu(1)}, {"cpu", 1, "a-w1", Cpu(1)}});
+  PlacementRequest r = Carve("2x2x1");
+  r.slice->resources_per_host = {{"TPU", Units(4)}, {"CPU", Units(96)}};
+  const Decision d = Solve(*snap, r);
+  ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+  EXPECT_EQ(d.slice_names, std::vector<std::string>{"b/2x2x1@0-0-0"});
+}
+
+// Everything an attempt says, as text.
+std::string AttemptText(const internal::Attempt& a) {
+  std::string out = absl::StrCat(a.placed, " ", a.infeasible, " ",
+                                 absl::StrJoin(a.nodes, ","), " ",
+                                 absl::StrJoin(a.slices, ","), " ", a.summary);
+  for (const DiagnosisStep& step : a.steps) {
+    absl::StrAppend(&out, " | ", step.step, " ", step.considered);
+    for (const Rejection& r : step.rejected) {
+      absl::StrAppend(&out, " ", r.reason, "=", r.count);
+    }
+  }
+  return out;
+}
+
+// The carver's indexes (idle and partly busy slices per key) change what it
+// reads, never what it chooses or says: random v5p pods and 2x2x2 slices in
+// two zones and two tiers, partly held by carved groups, CPU work and dead
+// hosts, against random requests, decided both ways.
+TEST(CarverPropertyTest, TheIndexedScanChoosesWhatTheFullScanChooses) {
+  const std::vector<std::string> shapes = {"2x2x1", "2x2x2", "2x2x4", "2x4x4",
+                                           "4x4x4"};
+  int placed = 0, failed = 0;
+  for (int seed = 1; seed <= 40; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<Node> nodes;
+    // Several slices per key, some with a dead host: a key's first idle
+    // slice may hold no box where a later one does.
+    for (int p = 0; p < 8; ++p) {
+      const std::string zone = rng() % 2 ? "z1" : "z2";
+      const std::string tier = rng() % 4 == 0 ? "spot" : "on-demand";
+      const bool pod = rng() % 3 != 0;
+      for (Node& n : Slice(absl::StrCat("s", p), "TPU-V5P",
+                           pod ? "4x4x4" : "2x2x2", zone, tier)) {
+        if (rng() % 12 == 0) n.state = NodeState::kDead;
+        nodes.push_back(std::move(n));
+      }
+    }
+    std::vector<Allocation> held;
+    for (int step = 0; step < 10; ++step) {  // carve and hold a few boxes
+      auto snap = Snap(nodes, held);
+      const Decision d = Solve(*snap, Carve(shapes[rng() % 3]));
+      if (d.outcome != Decision::kPlaced) continue;
+      for (const Allocation& a : Hold(d, absl::StrCat("pg-", step))) {
+        held.push_back(a);
+      }
+    }
+    for (int c = 0; c < 6; ++c) {  // CPU work beside
+      held.push_back({absl::StrCat("cpu-", c), 0,
+                      nodes[rng() % nodes.size()].node_id, Cpu(1)});
+    }
+    auto snap = Snap(nodes, held);
+    const internal::SnapshotState& st = internal::StateOf(*snap);
+    for (int r = 0; r < 12; ++r) {
+      SliceRequirement req;
+      req.generation = TpuGeneration::kV5p;
+      req.topology = shapes[rng() % shapes.size()];
+      req.num_slices = 1 + static_cast<int>(rng() % 3);
+      req.subslicing = Subslicing::kAllowed;
+      if (rng() % 3 == 0) {
+        // Every CPU of each host: a host with CPU work beside takes no
+        // worker, so an idle slice may hold no box.
+        req.resources_per_host = {{"TPU", Units(4)}, {"CPU", Units(96)}};
+      }
+      switch (rng() % 4) {
+        case 0:
+          req.selector =
+              *ParseLabelSelector({{"ray.io/availability-zone", "z2"}});
+          break;
+        case 1:
+          req.selector =
+              *ParseLabelSelector({{"sliced.io/capacity-tier", "spot"}});
+          break;
+        case 2:  // a host-level term
+          req.selector =
+              *ParseLabelSelector({{"ray.io/tpu-worker-id", "!in(3,7)"}});
+          break;
+        default:
+          break;
+      }
+      const internal::SliceRequest request(req, {}, nullptr);
+      const internal::Released none;
+      const internal::Attempt indexed = internal::CarveSlices(
+          st, none, request, "", internal::CarveScan::kIndexed);
+      const internal::Attempt full = internal::CarveSlices(
+          st, none, request, "", internal::CarveScan::kFull);
+      ASSERT_EQ(AttemptText(indexed), AttemptText(full))
+          << "seed " << seed << " request " << r << " " << req.topology << " x"
+          << req.num_slices;
+      (indexed.placed ? placed : failed) += 1;
+    }
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(placed, 50);
+  EXPECT_GT(failed, 50);
 }
 
 }  // namespace

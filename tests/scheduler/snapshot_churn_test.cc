@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -137,7 +138,7 @@ std::string Observe(const InventorySnapshot& s,
     absl::StrAppend(&out, "slice ", se.info.name, " intact=", se.info.intact,
                     " free=", se.free(), " tier=", se.tier, " zone=", se.zone,
                     " held=", se.allocated_hosts, "/", se.tpu_held_hosts, "/",
-                    se.cpu_held_hosts, " hosts=");
+                    se.cpu_held_hosts, " busy=", se.tpu_busy_hosts, " hosts=");
     for (uint32_t h : s.HostIndexes(se)) absl::StrAppend(&out, id(h), ",");
     absl::StrAppend(&out, " ids=", absl::StrJoin(se.info.node_ids, ","),
                     " reason=", se.info.reason, " host_min=");
@@ -148,12 +149,16 @@ std::string Observe(const InventorySnapshot& s,
     auto got = s.GetSlice(se.info.name);
     EXPECT_TRUE(got.ok());
   }
-  for (const auto* sets : {&st.free_slices(), &st.broken_slices()}) {
+  const std::pair<const internal::SliceSets*, const char*> kSliceSets[] = {
+      {&st.free_slices(), "free"},
+      {&st.broken_slices(), "broken"},
+      {&st.idle_slices(), "idle"},
+      {&st.partly_busy_slices(), "partly busy"}};
+  for (const auto& [sets, name] : kSliceSets) {
     for (const auto& [key, set] : *sets) {
       EXPECT_EQ(set->bits(), s.num_slices());
-      absl::StrAppend(&out, sets == &st.free_slices() ? "free " : "broken ",
-                      TpuGenerationName(key.generation), " ", key.topology, " ",
-                      key.tier, " ", key.zone, ":");
+      absl::StrAppend(&out, name, " ", TpuGenerationName(key.generation), " ",
+                      key.topology, " ", key.tier, " ", key.zone, ":");
       for (size_t i = set->NextSet(0); i < set->bits();
            i = set->NextSet(i + 1)) {
         absl::StrAppend(&out, " ", s.slice(i).info.name);
