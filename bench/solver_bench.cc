@@ -165,6 +165,14 @@ void TimeDecisions(benchmark::State& state, F solve) {
       benchmark::Counter(static_cast<double>(i), benchmark::Counter::kIsRate);
 }
 
+// TimeDecisions() over `requests` in turn.
+void TimeRotating(benchmark::State& state, const InventorySnapshot& snap,
+                  const std::vector<PlacementRequest>& requests) {
+  TimeDecisions(state, [&](int64_t i) {
+    return Solve(snap, requests[i % requests.size()]);
+  });
+}
+
 // One free v6e 4x4 slice; the selector rotates over zones and tiers so the
 // index is probed at different keys.
 void BM_SliceRequest(benchmark::State& state) {
@@ -182,9 +190,7 @@ void BM_SliceRequest(benchmark::State& state) {
       requests.push_back(r);
     }
   }
-  TimeDecisions(state, [&](int64_t i) {
-    return Solve(snap, requests[i % requests.size()]);
-  });
+  TimeRotating(state, snap, requests);
 }
 BENCHMARK(BM_SliceRequest)->Apply(ClusterSizes);
 
@@ -262,9 +268,7 @@ void BM_GenericPg1000(benchmark::State& state) {
     requests.push_back(std::move(r));
   }
   state.SetLabel(std::string(StrategyName(strategy)));
-  TimeDecisions(state, [&](int64_t i) {
-    return Solve(snap, requests[i % requests.size()]);
-  });
+  TimeRotating(state, snap, requests);
 }
 BENCHMARK(BM_GenericPg1000)
     ->ArgsProduct({{1'000, 10'000, 100'000},
@@ -304,9 +308,7 @@ void BM_SmallSpreadGangAcrossZones(benchmark::State& state) {
     }
     requests.push_back(std::move(r));
   }
-  TimeDecisions(state, [&](int64_t i) {
-    return Solve(snap, requests[i % requests.size()]);
-  });
+  TimeRotating(state, snap, requests);
 }
 BENCHMARK(BM_SmallSpreadGangAcrossZones)->Apply(ClusterSizes);
 
@@ -326,9 +328,7 @@ void BM_CarveSubslice(benchmark::State& state) {
     r.slice = s;
     requests.push_back(std::move(r));
   }
-  TimeDecisions(state, [&](int64_t i) {
-    return Solve(snap, requests[i % requests.size()]);
-  });
+  TimeRotating(state, snap, requests);
 }
 BENCHMARK(BM_CarveSubslice)->Apply(ClusterSizes);
 
@@ -350,9 +350,7 @@ void BM_TpuBundlesWithPriorities(benchmark::State& state) {
     }
     requests.push_back(std::move(r));
   }
-  TimeDecisions(state, [&](int64_t i) {
-    return Solve(snap, requests[i % requests.size()]);
-  });
+  TimeRotating(state, snap, requests);
 }
 BENCHMARK(BM_TpuBundlesWithPriorities)->Apply(ClusterSizes);
 
