@@ -377,8 +377,8 @@ std::string AttemptText(const internal::Attempt& a) {
 
 // The carver's indexes (idle and partly busy slices per key) change what it
 // reads, never what it chooses or says: random v5p pods and 2x2x2 slices in
-// two zones and two tiers, partly held by carved groups, CPU work and dead
-// hosts, against random requests, decided both ways.
+// two zones and two tiers, partly held by carved groups and CPU work, some
+// not intact (a dead host), against random requests, decided both ways.
 TEST(CarverPropertyTest, TheIndexedScanChoosesWhatTheFullScanChooses) {
   const std::vector<std::string> shapes = {"2x2x1", "2x2x2", "2x2x4", "2x4x4",
                                            "4x4x4"};
@@ -386,8 +386,9 @@ TEST(CarverPropertyTest, TheIndexedScanChoosesWhatTheFullScanChooses) {
   for (int seed = 1; seed <= 40; ++seed) {
     std::mt19937 rng(seed);
     std::vector<Node> nodes;
-    // Several slices per key, some with a dead host: a key's first idle
-    // slice may hold no box where a later one does.
+    // Several slices per key. A dead host makes its slice not intact (in
+    // neither index); a request for every CPU of a host makes an idle slice
+    // with CPU work beside hold no box, where a later one of its key may.
     for (int p = 0; p < 8; ++p) {
       const std::string zone = rng() % 2 ? "z1" : "z2";
       const std::string tier = rng() % 4 == 0 ? "spot" : "on-demand";
