@@ -138,6 +138,31 @@ class CowArray {
   size_t size_ = 0;
 };
 
+// How indexes move when nodes (or slices) are added and removed in order:
+// old index i goes to old_to_new[i] (-1: dropped), ascending where kept, and
+// indexes below `first_moved` keep theirs. Held as runs of consecutive
+// indexes that move together, so that a bitset moves a run's bits a word at
+// a time; one Renumbering serves every bitset over the same indexes.
+class Renumbering {
+ public:
+  Renumbering(const std::vector<int32_t>& old_to_new, size_t bits,
+              size_t first_moved);
+
+  // Indexes after the renumbering.
+  size_t bits() const { return bits_; }
+  size_t first_moved() const { return first_moved_; }
+
+ private:
+  friend class CowBitset;
+  struct Run {
+    size_t from, to, len;  // old [from, from + len) -> new [to, to + len)
+  };
+  size_t bits_, first_moved_;
+  // The kept indexes from first_moved's word on (those below first_moved
+  // in it keep their place).
+  std::vector<Run> runs_;
+};
+
 // A copy-on-write bitset over node (or slice) indexes.
 class CowBitset {
  public:
@@ -152,12 +177,10 @@ class CowBitset {
   int64_t count() const { return count_; }
   // Index of the first set bit >= from, or bits() when there is none.
   size_t NextSet(size_t from) const;
-  // This bitset over `bits` indexes after a renumbering: bit i moves to
-  // old_to_new[i] (dropped when -1). Indexes below `first_moved` keep their
-  // place (REQUIRES: old_to_new[i] == i there; old_to_new ascending where
-  // >= 0), so the chunks before it stay shared; costs O(bits - first_moved).
-  CowBitset Renumbered(const std::vector<int32_t>& old_to_new, size_t bits,
-                       size_t first_moved) const;
+  // This bitset after `r` (over r.bits() indexes). The chunks before the
+  // first moved index stay shared; costs O((bits - first_moved) / 64 + the
+  // runs), not a step per bit.
+  CowBitset Renumbered(const Renumbering& r) const;
 
  private:
   CowArray<uint64_t, 6> words_;  // 64 words = 4096 bits per chunk

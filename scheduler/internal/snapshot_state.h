@@ -239,9 +239,9 @@ class SnapshotState {
   static constexpr int kIdShards = 4096;
   static constexpr uint32_t kNoIndex = ~uint32_t{0};
 
-  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_nodes() const { return slot_of_index_.size(); }
   size_t num_slices() const { return slices_.size(); }
-  const NodeEntry& node(uint32_t i) const { return *nodes_[i]; }
+  const NodeEntry& node(uint32_t i) const { return *nodes_[slot_of_index_[i]]; }
   const SliceEntry& slice(uint32_t i) const { return *slices_[i]; }
   // -1 when unknown.
   int64_t NodeIndex(absl::string_view node_id) const;
@@ -249,9 +249,12 @@ class SnapshotState {
   // Nodes have a slot besides their index. The index is the node's place in
   // id order (what bitsets and the solver use) and moves when nodes are
   // added or removed before it; the slot never changes while the node
-  // lives. Posting lists and slice hosts hold slots, so adding a node does
-  // not renumber them. After a full build, slot == index.
+  // lives. The node table, posting lists and slice hosts hold slots, so
+  // adding a node does not renumber them. After a full build, slot ==
+  // index; a removed node's slot is taken again by a later added node.
   uint32_t IndexOfSlot(uint32_t slot) const { return index_of_slot_[slot]; }
+  // Slots in use or free (the node table's size).
+  size_t num_node_slots() const { return index_of_slot_.size(); }
   uint32_t SlotOf(uint32_t i) const { return slot_of_index_[i]; }
   uint32_t HostIndex(const SliceEntry& se, size_t w) const {
     return index_of_slot_[se.host_slots[w]];
@@ -320,11 +323,15 @@ class SnapshotState {
   // True when slice s exists, is intact and free.
   bool SliceFreeIntact(int32_t s) const;
 
+  // By slot; null for a free slot.
   CowArray<std::shared_ptr<const NodeEntry>, 8> nodes_;
   CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;
   CowArray<std::shared_ptr<const IdShard>, 6> node_ids_;  // by IdShardOf()
   CowArray<uint32_t, 10> slot_of_index_;
   CowArray<uint32_t, 10> index_of_slot_;  // kNoIndex for a free slot
+  // The free slots, ascending: an added node takes the lowest.
+  std::shared_ptr<const std::vector<uint32_t>> free_node_slots_ =
+      std::make_shared<const std::vector<uint32_t>>();
   CowArray<std::shared_ptr<const IdShard>, 6> slice_ids_;  // name -> slot
   CowArray<uint32_t, 10> slice_slot_of_index_;
   CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free

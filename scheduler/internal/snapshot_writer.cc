@@ -39,6 +39,7 @@ using internal::CowBitset;
 using internal::kBitsetLabelKeys;
 using internal::KeyHosts;
 using internal::kNumRanks;
+using internal::Renumbering;
 using internal::SliceSets;
 using internal::SnapshotState;
 
@@ -420,10 +421,10 @@ class SnapshotWriter {
 
   // Adds, removes and re-labels nodes without a rebuild: only the changed
   // nodes' entries and labels and the slices they leave or join are made
-  // anew; other entries are shared. Posting lists and slice hosts name nodes
-  // by slot, so only what names nodes by index is renumbered when indexes
-  // move: the node table (pointers), the slot <-> index arrays and the rank
-  // bitsets (integers). Errors as InventorySnapshot::Apply().
+  // anew; other entries are shared. The node table, posting lists and slice
+  // hosts name nodes by slot, so only what names nodes by index is
+  // renumbered when indexes move: the slot <-> index arrays and the rank and
+  // value bitsets (integers and words). Errors as InventorySnapshot::Apply().
   absl::Status ChangeNodeSet(const std::vector<Node>& upserts,
                              const std::vector<std::string>& removals) {
     ASSIGN_OR_RETURN(NodePlan nodes, PlanNodes(upserts, removals));
@@ -432,14 +433,15 @@ class SnapshotWriter {
       const int64_t s = st_.SliceIndex(name);
       if (s >= 0) IndexSlice(static_cast<uint32_t>(s), false);
     }
-    const uint32_t first_new_slot =
-        static_cast<uint32_t>(st_.index_of_slot_.size());
-    st_.label_index_ = EditLabels(nodes, first_new_slot);
+    const std::vector<uint32_t> new_slots = NewNodeSlots(nodes.added.size());
+    st_.label_index_ = EditLabels(nodes, new_slots);
     EditTotals(nodes);
-    InstallNodes(nodes, first_new_slot);
+    InstallNodes(nodes, new_slots);
     InstallSlices(slices);
     RenumberSliceIndexes(slices);
-    RenumberRankSets(nodes);
+    const Renumbering moves(nodes.old_to_new, nodes.source.size(),
+                            nodes.first_moved);
+    RenumberRankSets(nodes, moves);
     // The replaced and added nodes, by new index.
     std::vector<uint32_t> changed;
     for (const auto& [i, node] : nodes.replaced) {
@@ -448,7 +450,7 @@ class SnapshotWriter {
     for (uint32_t p = 0; p < nodes.source.size(); ++p) {
       if (nodes.source[p] < 0) changed.push_back(p);
     }
-    EditLabelBits(nodes, changed);
+    EditLabelBits(nodes, moves, changed);
 
     // Re-index what changed: the re-derived slices and every host of them,
     // and the changed nodes.
@@ -474,10 +476,10 @@ class SnapshotWriter {
 
   // The label index after the change: removed nodes' postings dropped,
   // replaced nodes' changed labels moved, added nodes' labels added (added
-  // node a gets slot first_new_slot + a). Each touched posting list and
-  // value map is copied once; the rest is shared. Reads the old entries.
+  // node a gets slot new_slots[a]). Each touched posting list and value map
+  // is copied once; the rest is shared. Reads the old entries.
   std::shared_ptr<const SnapshotState::LabelIndex> EditLabels(
-      const NodePlan& plan, uint32_t first_new_slot) {
+      const NodePlan& plan, const std::vector<uint32_t>& new_slots) {
     struct Edit {
       std::vector<uint32_t> add, drop;  // slots
     };
@@ -506,7 +508,7 @@ class SnapshotWriter {
     }
     for (uint32_t a = 0; a < plan.added.size(); ++a) {
       for (const auto& [k, v] : plan.added[a]->labels) {
-        edits[k][v].add.push_back(first_new_slot + a);
+        edits[k][v].add.push_back(new_slots[a]);
       }
     }
     auto edited = [](const SnapshotState::PostingList* old, Edit& edit) {
@@ -556,11 +558,11 @@ class SnapshotWriter {
   void RenumberSliceIndexes(const SlicePlan& plan) {
     const size_t count = plan.source.size();
     if (plan.moved) {
+      const Renumbering moves(plan.old_to_new, count, plan.first_moved);
       for (SliceSets* sets : {&st_.free_slices_, &st_.broken_slices_,
                               &st_.idle_slices_, &st_.partly_busy_slices_}) {
         sets->ForEachMutable([&](std::shared_ptr<const CowBitset>& set) {
-          set = std::make_shared<const CowBitset>(
-              set->Renumbered(plan.old_to_new, count, plan.first_moved));
+          set = std::make_shared<const CowBitset>(set->Renumbered(moves));
         });
       }
     }
@@ -585,15 +587,17 @@ class SnapshotWriter {
     changed_keys_.insert(key);
   }
 
-  // Renumbers the rank bitsets after nodes moved.
-  void RenumberRankSets(const NodePlan& plan) {
-    const uint32_t n = static_cast<uint32_t>(plan.old_to_new.size());
-    if (plan.first_moved == n && plan.source.size() == n) return;
+  // True when a node's index moves, or the number of nodes changes.
+  static bool NodesMoved(const NodePlan& plan) {
+    return plan.first_moved < plan.old_to_new.size() ||
+           plan.source.size() != plan.old_to_new.size();
+  }
+
+  // Renumbers the rank bitsets after nodes moved (`moves`: the plan's).
+  void RenumberRankSets(const NodePlan& plan, const Renumbering& moves) {
+    if (!NodesMoved(plan)) return;
     for (auto& per_kind : st_.rank_sets_) {
-      for (CowBitset& set : per_kind) {
-        set = set.Renumbered(plan.old_to_new, plan.source.size(),
-                             plan.first_moved);
-      }
+      for (CowBitset& set : per_kind) set = set.Renumbered(moves);
     }
   }
 
@@ -648,11 +652,9 @@ class SnapshotWriter {
   // Reads the new node table. (A node's values of these keys change only
   // here: they are among SameSliceLabels()' labels, so an in-place upsert
   // keeps them.)
-  void EditLabelBits(const NodePlan& plan,
+  void EditLabelBits(const NodePlan& plan, const Renumbering& moves,
                      const std::vector<uint32_t>& changed) {
-    const uint32_t n = static_cast<uint32_t>(plan.old_to_new.size());
-    const size_t n2 = plan.source.size();
-    const bool moved = plan.first_moved < n || n2 != n;
+    const bool moved = NodesMoved(plan);
     if (!moved && changed.empty()) return;
     auto bits = std::make_shared<SnapshotState::LabelBits>();
     for (size_t k = 0; k < kBitsetLabelKeys.size(); ++k) {
@@ -663,8 +665,7 @@ class SnapshotWriter {
           continue;
         }
         // The value's last node may have been removed.
-        CowBitset renumbered =
-            set.Renumbered(plan.old_to_new, n2, plan.first_moved);
+        CowBitset renumbered = set.Renumbered(moves);
         if (renumbered.count() > 0) {
           values.emplace(value, std::move(renumbered));
         }
@@ -691,29 +692,37 @@ class SnapshotWriter {
         .first->second.Set(i, true);
   }
 
-  // The new node table: shared entries for unchanged nodes (and shared
-  // chunks before the first index that moved), new ones for replaced and
-  // added nodes; then the slot <-> index arrays and the id shards.
-  void InstallNodes(const NodePlan& plan, uint32_t first_new_slot) {
-    const size_t n2 = plan.source.size();
-    owned_nodes_.clear();
-    absl::flat_hash_map<uint32_t, const Node*> replaced(plan.replaced.begin(),
-                                                        plan.replaced.end());
-    CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
-    table.Resize(n2);
-    CowArray<uint32_t, 10> slots = st_.slot_of_index_;
-    slots.Resize(n2);
-    const uint32_t from = std::min<uint32_t>(plan.first_moved, n2);
-    for (uint32_t p = from; p < n2; ++p) {
-      const int64_t src = plan.source[p];
-      table.Mutable(p) = src >= 0 ? st_.nodes_[src] : nullptr;
-      slots.Mutable(p) = src >= 0 ? st_.slot_of_index_[src]
-                                  : first_new_slot + uint32_t(-1 - src);
+  // The slots of `count` added nodes: the lowest free ones, then new ones
+  // past the table's end.
+  std::vector<uint32_t> NewNodeSlots(size_t count) const {
+    const std::vector<uint32_t>& free = *st_.free_node_slots_;
+    std::vector<uint32_t> slots(free.begin(),
+                                free.begin() + std::min(count, free.size()));
+    for (uint32_t next = static_cast<uint32_t>(st_.num_node_slots());
+         slots.size() < count; ++next) {
+      slots.push_back(next);
     }
+    return slots;
+  }
+
+  // The new node table, which is by slot: removed nodes' slots emptied (and
+  // free from now on), new entries for replaced nodes in their slots and for
+  // added ones in `new_slots` (NewNodeSlots()); then the slot <-> index
+  // arrays from the first index that moved, and the id shards. Reads the old
+  // slot arrays.
+  void InstallNodes(const NodePlan& plan,
+                    const std::vector<uint32_t>& new_slots) {
+    const size_t n2 = plan.source.size();
+    const size_t num_slots = std::max<size_t>(
+        st_.num_node_slots(), new_slots.empty() ? 0 : new_slots.back() + 1);
+    owned_nodes_.clear();
+    CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
+    table.Resize(num_slots);
+    for (uint32_t i : plan.removed) table.Mutable(st_.SlotOf(i)) = nullptr;
     for (const auto& [i, node] : plan.replaced) {
-      std::shared_ptr<const NodeEntry>& slot =
-          table.Mutable(plan.old_to_new[i]);
-      auto e = std::make_shared<NodeEntry>(*slot);
+      const uint32_t slot = st_.SlotOf(i);
+      std::shared_ptr<const NodeEntry>& p = table.Mutable(slot);
+      auto e = std::make_shared<NodeEntry>(*p);
       e->node = *node;
       e->slice_slot = -1;  // set again from the slice it is a host of
       e->single_host = false;
@@ -722,33 +731,51 @@ class SnapshotWriter {
         for (const auto& [name, amount] : a.resources) e->free[name] -= amount;
       }
       e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
-      slot = std::move(e);
-      owned_nodes_.insert(plan.old_to_new[i]);
+      p = std::move(e);
+      owned_nodes_.insert(slot);
     }
-    for (uint32_t p = from; p < n2; ++p) {
-      if (plan.source[p] >= 0) continue;
+    for (uint32_t a = 0; a < plan.added.size(); ++a) {
       auto e = std::make_shared<NodeEntry>();
-      e->node = *plan.added[-1 - plan.source[p]];
+      e->node = *plan.added[a];
       e->free = e->node.resources;
       e->tpu = Amount(e->node.resources, std::string(kResourceTpu)) > 0;
-      table.Mutable(p) = std::move(e);
-      owned_nodes_.insert(p);
+      table.Mutable(new_slots[a]) = std::move(e);
+      owned_nodes_.insert(new_slots[a]);
     }
-    // Slots: removed nodes free theirs, added nodes take new ones, and every
-    // node from the first moved index on learns its new index.
+    // Every node from the first moved index on learns its new index.
+    CowArray<uint32_t, 10> slots = st_.slot_of_index_;
+    slots.Resize(n2);
+    const uint32_t from = std::min<uint32_t>(plan.first_moved, n2);
+    for (uint32_t p = from; p < n2; ++p) {
+      const int64_t src = plan.source[p];
+      slots.Mutable(p) =
+          src >= 0 ? st_.slot_of_index_[src] : new_slots[-1 - src];
+    }
     CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
-    indexes.Resize(first_new_slot + plan.added.size(), SnapshotState::kNoIndex);
+    indexes.Resize(num_slots, SnapshotState::kNoIndex);
+    std::vector<uint32_t> freed;
     for (uint32_t i : plan.removed) {
       const uint32_t slot = st_.SlotOf(i);
       indexes.Mutable(slot) = SnapshotState::kNoIndex;
+      freed.push_back(slot);
       const std::string& id = st_.node(i).node.node_id;
       MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
     }
     for (uint32_t a = 0; a < plan.added.size(); ++a) {
       const std::string& id = plan.added[a]->node_id;
-      MutableIdShard(SnapshotState::IdShardOf(id))[id] = first_new_slot + a;
+      MutableIdShard(SnapshotState::IdShardOf(id))[id] = new_slots[a];
     }
     for (uint32_t p = from; p < n2; ++p) indexes.Mutable(slots[p]) = p;
+    // The free slots: those not taken now, and the removed nodes'.
+    const std::vector<uint32_t>& free = *st_.free_node_slots_;
+    if (!freed.empty() || !new_slots.empty()) {
+      const size_t taken = std::min(new_slots.size(), free.size());
+      std::sort(freed.begin(), freed.end());
+      auto left = std::make_shared<std::vector<uint32_t>>();
+      std::merge(free.begin() + taken, free.end(), freed.begin(), freed.end(),
+                 std::back_inserter(*left));
+      st_.free_node_slots_ = std::move(left);
+    }
     st_.nodes_ = std::move(table);
     st_.slot_of_index_ = std::move(slots);
     st_.index_of_slot_ = std::move(indexes);
@@ -1161,8 +1188,9 @@ class SnapshotWriter {
     return const_cast<Entry&>(*p);
   }
 
+  // Node i (by index), writable.
   InventorySnapshot::NodeEntry& MutableNode(uint32_t i) {
-    return MutableEntry(st_.nodes_, owned_nodes_, i);
+    return MutableEntry(st_.nodes_, owned_nodes_, st_.SlotOf(i));
   }
 
   InventorySnapshot::SliceEntry& MutableSlice(uint32_t si) {
@@ -1528,7 +1556,7 @@ class SnapshotWriter {
   absl::btree_set<SliceKey> changed_keys_;
   // Per-key slice bitsets this writer made (SetMember()).
   absl::flat_hash_set<const CowBitset*> owned_sets_;
-  absl::flat_hash_set<uint32_t> owned_nodes_;
+  absl::flat_hash_set<uint32_t> owned_nodes_;  // by slot
   absl::flat_hash_set<uint32_t> owned_slices_;
   absl::flat_hash_set<size_t> owned_id_shards_;
   absl::flat_hash_set<size_t> owned_slice_id_shards_;

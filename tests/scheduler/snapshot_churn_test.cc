@@ -544,14 +544,37 @@ Mirror StartingFleet(ChurnGenerator& g) {
   return mirror;
 }
 
+// Node slots and indexes name each other, and removed nodes' slots are
+// taken again: there are never more slots than the most nodes held at once
+// (`peak`), however many were added over time.
+void ExpectSlotsConsistent(const InventorySnapshot& s, size_t peak) {
+  const auto& st = StateOf(s);
+  size_t used = 0;
+  for (uint32_t slot = 0; slot < st.num_node_slots(); ++slot) {
+    const uint32_t i = st.IndexOfSlot(slot);
+    if (i == internal::SnapshotState::kNoIndex) continue;
+    ++used;
+    ASSERT_LT(i, s.num_nodes()) << "slot " << slot;
+    ASSERT_EQ(st.SlotOf(i), slot) << "index " << i;
+  }
+  EXPECT_EQ(used, s.num_nodes());
+  EXPECT_LE(st.num_node_slots(), peak);
+}
+
 TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     ChurnGenerator g(seed);
     Mirror mirror = StartingFleet(g);
     std::shared_ptr<const InventorySnapshot> snap = mirror.Build();
     std::vector<std::string> pgs;
+    size_t peak = mirror.nodes.size();  // the most nodes held during a step
     for (int step = 0; step < 120; ++step) {
       SnapshotDelta delta = RandomDelta(g, *snap, mirror);
+      size_t added = 0;
+      for (const Node& n : delta.upsert_nodes) {
+        added += mirror.nodes.contains(n.node_id) ? 0 : 1;
+      }
+      peak = std::max(peak, mirror.nodes.size() + added);
       auto next = snap->Apply(delta);
       ASSERT_TRUE(next.ok())
           << "seed " << seed << " step " << step << ": " << next.status();
@@ -564,6 +587,7 @@ TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
       ids.push_back("ghost");
       ASSERT_EQ(Observe(*snap, ids, pgs), Observe(*rebuilt, ids, pgs))
           << "seed " << seed << " step " << step;
+      ExpectSlotsConsistent(*snap, peak);
       for (int r = 0; r < 6; ++r) {
         const PlacementRequest request = g.Request();
         const Decision got = Solve(*snap, request);
