@@ -46,6 +46,26 @@ struct Cluster {
   std::vector<Allocation> allocations;
 };
 
+// The 4 hosts of v6e 4x4 slice `name`.
+std::vector<Node> SliceHosts(const std::string& name, const char* zone,
+                             const char* tier) {
+  std::vector<Node> hosts;
+  for (int w = 0; w < 4; ++w) {
+    Node n = MakeNode(absl::StrCat(name, "-w", w), zone, tier);
+    n.labels[std::string(kLabelAcceleratorType)] = "TPU-V6E";
+    n.labels[std::string(kLabelTpuTopology)] = "4x4";
+    n.labels[std::string(kLabelTpuSliceName)] = name;
+    n.labels[std::string(kLabelTpuWorkerId)] = absl::StrCat(w);
+    n.labels[std::string(kLabelTpuPodType)] = "v6e-16";
+    n.resources = {{"CPU", 180 * kResourceScale},
+                   {"TPU", 4 * kResourceScale},
+                   {"memory", int64_t{64'000'000'000} * kResourceScale}};
+    if (w == 0) n.resources["TPU-v6e-16-head"] = kResourceScale;
+    hosts.push_back(std::move(n));
+  }
+  return hosts;
+}
+
 Cluster MakeCluster(int64_t nodes) {
   std::mt19937 rng(42);
   std::vector<Node> list;
@@ -56,24 +76,15 @@ Cluster MakeCluster(int64_t nodes) {
     const char* zone = kZones[rng() % 4];
     const char* tier = kTiers[rng() % 3];
     const bool held = rng() % 2 == 0;
+    std::vector<Node> hosts = SliceHosts(name, zone, tier);
     for (int w = 0; w < 4; ++w) {
-      Node n = MakeNode(absl::StrCat(name, "-w", w), zone, tier);
-      n.labels[std::string(kLabelAcceleratorType)] = "TPU-V6E";
-      n.labels[std::string(kLabelTpuTopology)] = "4x4";
-      n.labels[std::string(kLabelTpuSliceName)] = name;
-      n.labels[std::string(kLabelTpuWorkerId)] = absl::StrCat(w);
-      n.labels[std::string(kLabelTpuPodType)] = "v6e-16";
-      n.resources = {{"CPU", 180 * kResourceScale},
-                     {"TPU", 4 * kResourceScale},
-                     {"memory", int64_t{64'000'000'000} * kResourceScale}};
-      if (w == 0) n.resources["TPU-v6e-16-head"] = kResourceScale;
       if (held) {
         allocations.push_back({absl::StrCat("pg-", name),
                                w,
-                               n.node_id,
+                               hosts[w].node_id,
                                {{"TPU", 4 * kResourceScale}}});
       }
-      list.push_back(std::move(n));
+      list.push_back(std::move(hosts[w]));
     }
   }
   for (int64_t i = 0; i < nodes * 5 / 100; ++i) {
@@ -556,6 +567,21 @@ void BM_ApplyRemoveNode(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ApplyRemoveNode)->Apply(ClusterSizes);
+
+// A new v6e 4x4 slice (4 hosts) whose name and host ids sort in the middle
+// of the slices' and nodes' order: half of the indexes move.
+void BM_ApplyAddSlice(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  int64_t i = 0;
+  for (auto _ : state) {
+    SnapshotDelta delta;
+    delta.upsert_nodes =
+        SliceHosts(absl::StrCat("slice-5-new-", i++), kZones[0], kTiers[0]);
+    auto next = snap.Apply(delta);
+    benchmark::DoNotOptimize(next);
+  }
+}
+BENCHMARK(BM_ApplyAddSlice)->Apply(ClusterSizes);
 
 // Full build (restart and load).
 void BM_Build(benchmark::State& state) {

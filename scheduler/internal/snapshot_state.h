@@ -240,9 +240,11 @@ class SnapshotState {
   static constexpr uint32_t kNoIndex = ~uint32_t{0};
 
   size_t num_nodes() const { return slot_of_index_.size(); }
-  size_t num_slices() const { return slices_.size(); }
+  size_t num_slices() const { return slice_slot_of_index_.size(); }
   const NodeEntry& node(uint32_t i) const { return *nodes_[slot_of_index_[i]]; }
-  const SliceEntry& slice(uint32_t i) const { return *slices_[i]; }
+  const SliceEntry& slice(uint32_t i) const {
+    return *slices_[slice_slot_of_index_[i]];
+  }
   // -1 when unknown.
   int64_t NodeIndex(absl::string_view node_id) const;
   int64_t SliceIndex(absl::string_view name) const;
@@ -259,14 +261,19 @@ class SnapshotState {
   uint32_t HostIndex(const SliceEntry& se, size_t w) const {
     return index_of_slot_[se.host_slots[w]];
   }
-  // Slices have slots too (NodeEntry::slice_slot); their index is their
-  // place in name order. -1 when the node is in no slice.
+  // Slices have slots too (NodeEntry::slice_slot, the slice table), taken
+  // again as node slots are; their index is their place in name order. -1
+  // when the node is in no slice.
   int32_t SliceOf(const NodeEntry& e) const {
     return e.slice_slot < 0
                ? -1
                : static_cast<int32_t>(slice_index_of_slot_[e.slice_slot]);
   }
   uint32_t SliceSlotOf(uint32_t s) const { return slice_slot_of_index_[s]; }
+  uint32_t IndexOfSliceSlot(uint32_t slot) const {
+    return slice_index_of_slot_[slot];
+  }
+  size_t num_slice_slots() const { return slice_index_of_slot_.size(); }
   // Label key -> value -> the slots of the nodes carrying it (any state).
   const LabelIndex& label_index() const { return *label_index_; }
   // For a key of kBitsetLabelKeys, the label index's values again, as
@@ -325,7 +332,7 @@ class SnapshotState {
 
   // By slot; null for a free slot.
   CowArray<std::shared_ptr<const NodeEntry>, 8> nodes_;
-  CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;
+  CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;  // by slot
   CowArray<std::shared_ptr<const IdShard>, 6> node_ids_;  // by IdShardOf()
   CowArray<uint32_t, 10> slot_of_index_;
   CowArray<uint32_t, 10> index_of_slot_;  // kNoIndex for a free slot
@@ -335,6 +342,8 @@ class SnapshotState {
   CowArray<std::shared_ptr<const IdShard>, 6> slice_ids_;  // name -> slot
   CowArray<uint32_t, 10> slice_slot_of_index_;
   CowArray<uint32_t, 10> slice_index_of_slot_;  // kNoIndex when free
+  std::shared_ptr<const std::vector<uint32_t>> free_slice_slots_ =
+      std::make_shared<const std::vector<uint32_t>>();  // ascending
   std::shared_ptr<const SliceKeyIndex> slices_by_key_;
   std::shared_ptr<const LabelIndex> label_index_;
   std::shared_ptr<const LabelBits> label_bits_ = std::make_shared<LabelBits>();

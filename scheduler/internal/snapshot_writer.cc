@@ -115,7 +115,7 @@ class SnapshotWriter {
       RETURN_IF_ERROR(AddAllocation(std::move(a), /*check_fit=*/false));
     }
     auto by_key = std::make_shared<InventorySnapshot::SliceKeyIndex>();
-    for (uint32_t si = 0; si < st_.slices_.size(); ++si) {
+    for (uint32_t si = 0; si < st_.num_slices(); ++si) {
       RecountSlice(si);
       IndexSlice(si, true);
       const InventorySnapshot::SliceEntry& se = st_.slice(si);
@@ -433,7 +433,8 @@ class SnapshotWriter {
       const int64_t s = st_.SliceIndex(name);
       if (s >= 0) IndexSlice(static_cast<uint32_t>(s), false);
     }
-    const std::vector<uint32_t> new_slots = NewNodeSlots(nodes.added.size());
+    const std::vector<uint32_t> new_slots = NewSlots(
+        *st_.free_node_slots_, st_.num_node_slots(), nodes.added.size());
     st_.label_index_ = EditLabels(nodes, new_slots);
     EditTotals(nodes);
     InstallNodes(nodes, new_slots);
@@ -692,29 +693,49 @@ class SnapshotWriter {
         .first->second.Set(i, true);
   }
 
-  // The slots of `count` added nodes: the lowest free ones, then new ones
-  // past the table's end.
-  std::vector<uint32_t> NewNodeSlots(size_t count) const {
-    const std::vector<uint32_t>& free = *st_.free_node_slots_;
+  // The slots of `count` added nodes or slices: the lowest `free` ones,
+  // then new ones past the table's end (`num_slots`).
+  static std::vector<uint32_t> NewSlots(const std::vector<uint32_t>& free,
+                                        size_t num_slots, size_t count) {
     std::vector<uint32_t> slots(free.begin(),
                                 free.begin() + std::min(count, free.size()));
-    for (uint32_t next = static_cast<uint32_t>(st_.num_node_slots());
-         slots.size() < count; ++next) {
+    for (auto next = static_cast<uint32_t>(num_slots); slots.size() < count;
+         ++next) {
       slots.push_back(next);
     }
     return slots;
   }
 
+  // The free slots after `new_slots` (NewSlots()) were taken from `free`
+  // and `freed` ones were given up; `free` itself when neither happened.
+  static std::shared_ptr<const std::vector<uint32_t>> FreeSlotsAfter(
+      const std::shared_ptr<const std::vector<uint32_t>>& free,
+      const std::vector<uint32_t>& new_slots, std::vector<uint32_t> freed) {
+    if (new_slots.empty() && freed.empty()) return free;
+    const size_t taken = std::min(new_slots.size(), free->size());
+    std::sort(freed.begin(), freed.end());
+    auto left = std::make_shared<std::vector<uint32_t>>();
+    std::merge(free->begin() + taken, free->end(), freed.begin(), freed.end(),
+               std::back_inserter(*left));
+    return left;
+  }
+
+  // The table size after taking `new_slots`.
+  static size_t SlotsAfter(size_t num_slots,
+                           const std::vector<uint32_t>& new_slots) {
+    return std::max<size_t>(num_slots,
+                            new_slots.empty() ? 0 : new_slots.back() + 1);
+  }
+
   // The new node table, which is by slot: removed nodes' slots emptied (and
   // free from now on), new entries for replaced nodes in their slots and for
-  // added ones in `new_slots` (NewNodeSlots()); then the slot <-> index
+  // added ones in `new_slots` (NewSlots()); then the slot <-> index
   // arrays from the first index that moved, and the id shards. Reads the old
   // slot arrays.
   void InstallNodes(const NodePlan& plan,
                     const std::vector<uint32_t>& new_slots) {
     const size_t n2 = plan.source.size();
-    const size_t num_slots = std::max<size_t>(
-        st_.num_node_slots(), new_slots.empty() ? 0 : new_slots.back() + 1);
+    const size_t num_slots = SlotsAfter(st_.num_node_slots(), new_slots);
     owned_nodes_.clear();
     CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
     table.Resize(num_slots);
@@ -766,36 +787,40 @@ class SnapshotWriter {
       MutableIdShard(SnapshotState::IdShardOf(id))[id] = new_slots[a];
     }
     for (uint32_t p = from; p < n2; ++p) indexes.Mutable(slots[p]) = p;
-    // The free slots: those not taken now, and the removed nodes'.
-    const std::vector<uint32_t>& free = *st_.free_node_slots_;
-    if (!freed.empty() || !new_slots.empty()) {
-      const size_t taken = std::min(new_slots.size(), free.size());
-      std::sort(freed.begin(), freed.end());
-      auto left = std::make_shared<std::vector<uint32_t>>();
-      std::merge(free.begin() + taken, free.end(), freed.begin(), freed.end(),
-                 std::back_inserter(*left));
-      st_.free_node_slots_ = std::move(left);
-    }
+    st_.free_node_slots_ =
+        FreeSlotsAfter(st_.free_node_slots_, new_slots, std::move(freed));
     st_.nodes_ = std::move(table);
     st_.slot_of_index_ = std::move(slots);
     st_.index_of_slot_ = std::move(indexes);
   }
 
-  // The new slice table: new entries for re-derived slices, shared ones for
-  // the others, and every node's slice index.
+  // The new slice table, which is by slot: gone slices' slots emptied (and
+  // free from now on), new entries for re-derived slices (in their slots, or
+  // for new slices in the lowest free ones); then the slot <-> index arrays
+  // and every host's slice slot.
   void InstallSlices(const SlicePlan& plan) {
     const size_t count = plan.source.size();
     owned_slices_.clear();
-    CowArray<std::shared_ptr<const SliceEntry>, 8> table = st_.slices_;
-    table.Resize(count);
-    const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
-    for (uint32_t q = 0; q < count; ++q) {
-      if (q < from && !plan.rederived[q]) continue;
+    const std::vector<uint32_t> new_slots = NewSlots(
+        *st_.free_slice_slots_, st_.num_slice_slots(), plan.added.size());
+    // The slot of new index q (reads the old slot arrays).
+    auto slot_of = [&](uint32_t q) {
       const int64_t src = plan.source[q];
-      if (!plan.rederived[q]) {
-        table.Mutable(q) = st_.slices_[src];
-        continue;
-      }
+      return src >= 0 ? st_.SliceSlotOf(static_cast<uint32_t>(src))
+                      : new_slots[-1 - src];
+    };
+    CowArray<std::shared_ptr<const SliceEntry>, 8> table = st_.slices_;
+    table.Resize(SlotsAfter(st_.num_slice_slots(), new_slots));
+    std::vector<uint32_t> freed;
+    for (const auto& [name, info] : plan.derived) {
+      const int64_t s = st_.SliceIndex(name);
+      if (info.has_value() || s < 0) continue;
+      freed.push_back(st_.SliceSlotOf(static_cast<uint32_t>(s)));
+      table.Mutable(freed.back()) = nullptr;
+    }
+    for (uint32_t q = 0; q < count; ++q) {
+      if (!plan.rederived[q]) continue;
+      const int64_t src = plan.source[q];
       const std::string& name =
           src >= 0 ? st_.slice(src).info.name : plan.added[-1 - src]->name;
       auto se = std::make_shared<SliceEntry>();
@@ -811,13 +836,14 @@ class SnapshotWriter {
       for (uint32_t h : HostIndexes(*se)) {
         hosts.push_back(&st_.node(h).node.resources);
       }
-      se->host_min = Shared(LeastOf(hosts), src >= 0 ? &st_.slice(src) : nullptr,
-                            q > 0 ? table[q - 1].get() : nullptr);
+      se->host_min =
+          Shared(LeastOf(hosts), src >= 0 ? &st_.slice(src) : nullptr,
+                 q > 0 ? table[slot_of(q - 1)].get() : nullptr);
       se->host_most_tpu = MostTpuOf(hosts);
-      table.Mutable(q) = std::move(se);
-      owned_slices_.insert(q);
+      table.Mutable(slot_of(q)) = std::move(se);
+      owned_slices_.insert(slot_of(q));
     }
-    InstallSliceSlots(plan);
+    InstallSliceSlots(plan, new_slots, std::move(freed));
     st_.slices_ = std::move(table);
     // Hosts of re-derived slices name them by slot (replaced nodes start
     // with none); other nodes keep theirs, whatever index it has now.
@@ -836,18 +862,19 @@ class SnapshotWriter {
     }
   }
 
-  // Slice slots after a change: slices that are gone free theirs, new ones
-  // take new slots, and every slice from the first moved index on learns
-  // its new index. Reads the old slot arrays; runs before the new slice
-  // table is installed.
-  void InstallSliceSlots(const SlicePlan& plan) {
+  // Slice slots after a change: slices that are gone give theirs up
+  // (`freed`), new ones take `new_slots`, and every slice from the first
+  // moved index on learns its new index. Reads the old slot arrays; runs
+  // before the new slice table is installed.
+  void InstallSliceSlots(const SlicePlan& plan,
+                         const std::vector<uint32_t>& new_slots,
+                         std::vector<uint32_t> freed) {
     const size_t count = plan.source.size();
-    const uint32_t first_new =
-        static_cast<uint32_t>(st_.slice_index_of_slot_.size());
     CowArray<uint32_t, 10> slots = st_.slice_slot_of_index_;
     slots.Resize(count);
     CowArray<uint32_t, 10> indexes = st_.slice_index_of_slot_;
-    indexes.Resize(first_new + plan.added.size(), SnapshotState::kNoIndex);
+    indexes.Resize(SlotsAfter(st_.num_slice_slots(), new_slots),
+                   SnapshotState::kNoIndex);
     for (const auto& [name, info] : plan.derived) {
       const int64_t s = st_.SliceIndex(name);
       if (info.has_value() || s < 0) continue;
@@ -860,16 +887,18 @@ class SnapshotWriter {
     for (uint32_t a = 0; a < plan.added.size(); ++a) {
       const std::string& name = plan.added[a]->name;
       MutableShard(st_.slice_ids_, owned_slice_id_shards_,
-                   SnapshotState::IdShardOf(name))[name] = first_new + a;
+                   SnapshotState::IdShardOf(name))[name] = new_slots[a];
     }
     const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
     for (uint32_t q = from; q < count; ++q) {
       const int64_t src = plan.source[q];
       const uint32_t slot =
-          src >= 0 ? st_.SliceSlotOf(src) : first_new + uint32_t(-1 - src);
+          src >= 0 ? st_.SliceSlotOf(src) : new_slots[-1 - src];
       slots.Mutable(q) = slot;
       indexes.Mutable(slot) = q;
     }
+    st_.free_slice_slots_ =
+        FreeSlotsAfter(st_.free_slice_slots_, new_slots, std::move(freed));
     st_.slice_slot_of_index_ = std::move(slots);
     st_.slice_index_of_slot_ = std::move(indexes);
   }
@@ -1193,8 +1222,9 @@ class SnapshotWriter {
     return MutableEntry(st_.nodes_, owned_nodes_, st_.SlotOf(i));
   }
 
+  // Slice si (by index), writable.
   InventorySnapshot::SliceEntry& MutableSlice(uint32_t si) {
-    return MutableEntry(st_.slices_, owned_slices_, si);
+    return MutableEntry(st_.slices_, owned_slices_, st_.SliceSlotOf(si));
   }
 
   // The shard of a PG id whose hash is `hash`, writable: copied (its bucket
@@ -1392,7 +1422,7 @@ class SnapshotWriter {
     InventorySnapshot::SliceEntry& se = MutableSlice(si);
     if (infos.size() == 1) se.info = std::move(infos[0]);
     if (same_hosts) return;
-    const size_t n = st_.slices_.size();
+    const size_t n = st_.num_slices();
     if (!same_least) {
       se.host_min =
           Shared(std::move(least), si > 0 ? &st_.slice(si - 1) : nullptr,
@@ -1483,7 +1513,7 @@ class SnapshotWriter {
       return;
     }
     auto copy = current == nullptr
-                    ? std::make_shared<CowBitset>(st_.slices_.size())
+                    ? std::make_shared<CowBitset>(st_.num_slices())
                     : std::make_shared<CowBitset>(*current);
     copy->Set(si, present);
     if (copy->count() > 0) owned_sets_.insert(copy.get());
@@ -1557,7 +1587,7 @@ class SnapshotWriter {
   // Per-key slice bitsets this writer made (SetMember()).
   absl::flat_hash_set<const CowBitset*> owned_sets_;
   absl::flat_hash_set<uint32_t> owned_nodes_;  // by slot
-  absl::flat_hash_set<uint32_t> owned_slices_;
+  absl::flat_hash_set<uint32_t> owned_slices_;  // by slot
   absl::flat_hash_set<size_t> owned_id_shards_;
   absl::flat_hash_set<size_t> owned_slice_id_shards_;
   absl::flat_hash_set<size_t> owned_shards_;

@@ -5,6 +5,7 @@
 // slices with their intact and free state, the free-slice and slice-key
 // indexes, ranks, and the solver's decisions on random requests.
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -544,21 +546,46 @@ Mirror StartingFleet(ChurnGenerator& g) {
   return mirror;
 }
 
-// Node slots and indexes name each other, and removed nodes' slots are
-// taken again: there are never more slots than the most nodes held at once
-// (`peak`), however many were added over time.
-void ExpectSlotsConsistent(const InventorySnapshot& s, size_t peak) {
-  const auto& st = StateOf(s);
+// Slots and indexes name each other (`index_of(slot)`, `slot_of(index)`),
+// `count` of the slots are used, and there are no more than `peak`.
+void ExpectSlots(const std::string& what, size_t num_slots, size_t count,
+                 size_t peak, const std::function<uint32_t(uint32_t)>& index_of,
+                 const std::function<uint32_t(uint32_t)>& slot_of) {
   size_t used = 0;
-  for (uint32_t slot = 0; slot < st.num_node_slots(); ++slot) {
-    const uint32_t i = st.IndexOfSlot(slot);
+  for (uint32_t slot = 0; slot < num_slots; ++slot) {
+    const uint32_t i = index_of(slot);
     if (i == internal::SnapshotState::kNoIndex) continue;
     ++used;
-    ASSERT_LT(i, s.num_nodes()) << "slot " << slot;
-    ASSERT_EQ(st.SlotOf(i), slot) << "index " << i;
+    ASSERT_LT(i, count) << what << " slot " << slot;
+    ASSERT_EQ(slot_of(i), slot) << what << " index " << i;
   }
-  EXPECT_EQ(used, s.num_nodes());
-  EXPECT_LE(st.num_node_slots(), peak);
+  EXPECT_EQ(used, count) << what;
+  EXPECT_LE(num_slots, peak) << what;
+}
+
+// Removed nodes' slots are taken again: there are never more slots than the
+// most nodes held at once (`peak`), however many were added over time. The
+// same for slices.
+void ExpectSlotsConsistent(const InventorySnapshot& s, size_t peak,
+                           size_t peak_slices) {
+  const auto& st = StateOf(s);
+  ExpectSlots(
+      "node", st.num_node_slots(), s.num_nodes(), peak,
+      [&](uint32_t slot) { return st.IndexOfSlot(slot); },
+      [&](uint32_t i) { return st.SlotOf(i); });
+  ExpectSlots(
+      "slice", st.num_slice_slots(), s.num_slices(), peak_slices,
+      [&](uint32_t slot) { return st.IndexOfSliceSlot(slot); },
+      [&](uint32_t q) { return st.SliceSlotOf(q); });
+}
+
+// The names of a snapshot's slices.
+absl::btree_set<std::string> SliceNames(const InventorySnapshot& s) {
+  absl::btree_set<std::string> names;
+  for (uint32_t q = 0; q < s.num_slices(); ++q) {
+    names.insert(s.slice(q).info.name);
+  }
+  return names;
 }
 
 TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
@@ -568,6 +595,8 @@ TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
     std::shared_ptr<const InventorySnapshot> snap = mirror.Build();
     std::vector<std::string> pgs;
     size_t peak = mirror.nodes.size();  // the most nodes held during a step
+    absl::btree_set<std::string> slices = SliceNames(*snap);
+    size_t peak_slices = slices.size();  // the same for slices
     for (int step = 0; step < 120; ++step) {
       SnapshotDelta delta = RandomDelta(g, *snap, mirror);
       size_t added = 0;
@@ -587,7 +616,14 @@ TEST(SnapshotChurnTest, IncrementalNodeChangesMatchFullRebuild) {
       ids.push_back("ghost");
       ASSERT_EQ(Observe(*snap, ids, pgs), Observe(*rebuilt, ids, pgs))
           << "seed " << seed << " step " << step;
-      ExpectSlotsConsistent(*snap, peak);
+      absl::btree_set<std::string> now = SliceNames(*rebuilt);
+      size_t new_slices = 0;
+      for (const std::string& name : now) {
+        new_slices += slices.contains(name) ? 0 : 1;
+      }
+      peak_slices = std::max(peak_slices, slices.size() + new_slices);
+      slices = std::move(now);
+      ExpectSlotsConsistent(*snap, peak, peak_slices);
       for (int r = 0; r < 6; ++r) {
         const PlacementRequest request = g.Request();
         const Decision got = Solve(*snap, request);
