@@ -78,12 +78,9 @@ CowBitset CowBitset::Renumbered(const Renumbering& r) const {
   }
   out.words_.Resize(words);
   out.bits_ = r.bits();
-  for (size_t w = 0; w < fresh.size(); ++w) {
-    out.count_ += std::popcount(fresh[w]);
-    if (out.words_[from_word + w] != fresh[w]) {
-      out.words_.Mutable(from_word + w) = fresh[w];
-    }
-  }
+  for (uint64_t word : fresh) out.count_ += std::popcount(word);
+  out.words_.MutableRange(from_word, from_word + fresh.size(),
+                          [&](size_t w) { return fresh[w - from_word]; });
   return out;
 }
 

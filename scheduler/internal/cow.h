@@ -89,6 +89,32 @@ class CowArray {
     }
     return chunk->items[i & (kChunkSize - 1)];
   }
+  // Sets items [from, to) to fn(i), as Mutable(i) = fn(i) would, a chunk
+  // at a time; a chunk none of whose items changes stays shared.
+  template <typename Fn>
+  void MutableRange(size_t from, size_t to, const Fn& fn) {
+    if (from >= to) return;
+    Table& table = MutableTable();
+    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
+    std::array<T, kChunkSize> items;
+    for (size_t c = from >> kChunkShift; c <= (to - 1) >> kChunkShift; ++c) {
+      std::shared_ptr<Chunk>& chunk = table.chunks[c];
+      const size_t lo = std::max(from, c << kChunkShift) & (kChunkSize - 1);
+      const size_t hi = std::min(to - (c << kChunkShift), kChunkSize);
+      bool same = true;
+      for (size_t k = lo; k < hi; ++k) {
+        items[k] = fn((c << kChunkShift) + k);
+        same = same && items[k] == chunk->items[k];
+      }
+      if (same) continue;
+      if (chunk->epoch != epoch) {
+        chunk = std::make_shared<Chunk>(*chunk);
+        chunk->epoch = epoch;
+      }
+      std::copy(items.begin() + lo, items.begin() + hi,
+                chunk->items.begin() + lo);
+    }
+  }
   void Resize(size_t n, const T& fill = T()) {
     std::vector<std::shared_ptr<Chunk>>& chunks = MutableTable().chunks;
     size_ = n;

@@ -767,11 +767,10 @@ class SnapshotWriter {
     CowArray<uint32_t, 10> slots = st_.slot_of_index_;
     slots.Resize(n2);
     const uint32_t from = std::min<uint32_t>(plan.first_moved, n2);
-    for (uint32_t p = from; p < n2; ++p) {
+    slots.MutableRange(from, n2, [&](size_t p) {
       const int64_t src = plan.source[p];
-      slots.Mutable(p) =
-          src >= 0 ? st_.slot_of_index_[src] : new_slots[-1 - src];
-    }
+      return src >= 0 ? st_.slot_of_index_[src] : new_slots[-1 - src];
+    });
     CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
     indexes.Resize(num_slots, SnapshotState::kNoIndex);
     std::vector<uint32_t> freed;
@@ -890,13 +889,11 @@ class SnapshotWriter {
                    SnapshotState::IdShardOf(name))[name] = new_slots[a];
     }
     const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
-    for (uint32_t q = from; q < count; ++q) {
+    slots.MutableRange(from, count, [&](size_t q) {
       const int64_t src = plan.source[q];
-      const uint32_t slot =
-          src >= 0 ? st_.SliceSlotOf(src) : new_slots[-1 - src];
-      slots.Mutable(q) = slot;
-      indexes.Mutable(slot) = q;
-    }
+      return src >= 0 ? st_.SliceSlotOf(src) : new_slots[-1 - src];
+    });
+    for (uint32_t q = from; q < count; ++q) indexes.Mutable(slots[q]) = q;
     st_.free_slice_slots_ =
         FreeSlotsAfter(st_.free_slice_slots_, new_slots, std::move(freed));
     st_.slice_slot_of_index_ = std::move(slots);

@@ -192,6 +192,13 @@ TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
       for (size_t i = old; i < n; ++i) {
         if ((i >> 4) <= ((old - 1) >> 4)) want[i] = a[i];
       }
+    } else if (step % 5 == 0) {
+      // A range, often across chunks; some items keep their value.
+      const size_t from = rng() % want.size();
+      const size_t to = from + rng() % std::min<size_t>(40, want.size() - from);
+      auto value = [&](size_t i) { return i % 3 == 0 ? want[i] : step; };
+      a.MutableRange(from, to, value);
+      for (size_t i = from; i < to; ++i) want[i] = value(i);
     } else {
       const size_t i = rng() % want.size();
       a.Mutable(i) = step;
