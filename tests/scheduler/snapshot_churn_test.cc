@@ -5,6 +5,7 @@
 // slices with their intact and free state, the free-slice and slice-key
 // indexes, ranks, and the solver's decisions on random requests.
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <random>
@@ -768,6 +769,7 @@ TEST(SnapshotChurnTest, EditorMatchesRebuildAcrossRollBacks) {
       ASSERT_EQ(Observe(editor.current(), ids, pgs),
                 Observe(*rebuilt, ids, pgs))
           << where << "action " << action;
+      ExpectSlotsConsistent(editor.current(), SIZE_MAX, SIZE_MAX);
       for (int r = 0; r < 3; ++r) {
         const PlacementRequest request = g.Request();
         ASSERT_TRUE(Solve(editor.current(), request) ==
