@@ -189,8 +189,8 @@ class Carver {
   }
 
   // Best() without the slices that cannot hold a box, from the snapshot's
-  // indexes: per admitted key, the slices this request carved already, the
-  // partly busy ones, and the first idle one that holds a box. Idle slices
+  // indexes: the slices this request carved already, and per admitted key
+  // the partly busy ones and the first idle one that holds a box. Idle slices
   // of one key tie on every part of the box's key but the slice index, so
   // that first one is the key's best idle one; a slice every host of which
   // has TPU work, or not intact, holds none. So the box is Best()'s, at the
@@ -198,6 +198,10 @@ class Carver {
   // nothing released (the overlay is the snapshot plus this request).
   std::optional<Box> BestIndexed(int64_t k) {
     std::optional<Box> best;
+    // Parents carved before passed the keys' filter below. Boxes are
+    // ordered by a key that ends in the slice and the cell, so the order
+    // of the offers does not matter.
+    for (uint32_t s : carved_) BestIn(s, k, best);
     const TpuGeneration gen = request_.requirement().generation;
     auto carved = [&](size_t s) {
       return std::find(carved_.begin(), carved_.end(), s) != carved_.end();
@@ -211,13 +215,6 @@ class Carver {
           (zone_ != nullptr && key.zone != *zone_) ||
           !request_.KeyMatches(key)) {
         continue;
-      }
-      for (uint32_t s : carved_) {
-        const InventorySnapshot::SliceEntry& se = snap_.slice(s);
-        if (se.shape.topology == key.topology && se.tier == key.tier &&
-            se.zone == key.zone) {
-          BestIn(s, k, best);
-        }
       }
       if (const CowBitset* busy = snap_.partly_busy_slices().Find(key)) {
         for (size_t s = busy->NextSet(0); s < busy->bits();

@@ -727,11 +727,11 @@ class SnapshotWriter {
                             new_slots.empty() ? 0 : new_slots.back() + 1);
   }
 
-  // The new node table, which is by slot: removed nodes' slots emptied (and
-  // free from now on), new entries for replaced nodes in their slots and for
-  // added ones in `new_slots` (NewSlots()); then the slot <-> index
-  // arrays from the first index that moved, and the id shards. Reads the old
-  // slot arrays.
+  // The new node table, which is by slot: new entries for replaced nodes in
+  // their slots and for added ones in `new_slots` (NewSlots()); the slot <->
+  // index arrays from the first index that moved; removed nodes' slots
+  // emptied (and free from now on), and the id shards. Reads the old slot
+  // arrays.
   void InstallNodes(const NodePlan& plan,
                     const std::vector<uint32_t>& new_slots) {
     const size_t n2 = plan.source.size();
@@ -739,7 +739,6 @@ class SnapshotWriter {
     owned_nodes_.clear();
     CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
     table.Resize(num_slots);
-    for (uint32_t i : plan.removed) table.Mutable(st_.SlotOf(i)) = nullptr;
     for (const auto& [i, node] : plan.replaced) {
       const uint32_t slot = st_.SlotOf(i);
       std::shared_ptr<const NodeEntry>& p = table.Mutable(slot);
@@ -776,6 +775,7 @@ class SnapshotWriter {
     std::vector<uint32_t> freed;
     for (uint32_t i : plan.removed) {
       const uint32_t slot = st_.SlotOf(i);
+      table.Mutable(slot) = nullptr;
       indexes.Mutable(slot) = SnapshotState::kNoIndex;
       freed.push_back(slot);
       const std::string& id = st_.node(i).node.node_id;
