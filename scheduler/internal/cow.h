@@ -93,26 +93,37 @@ class CowArray {
   // at a time; a chunk none of whose items changes stays shared.
   template <typename Fn>
   void MutableRange(size_t from, size_t to, const Fn& fn) {
-    if (from >= to) return;
+    Rewrite(from, to, [&](size_t i, const T&) { return fn(i); });
+  }
+  // Sets items [from, to) to fn(item), as MutableRange() does.
+  template <typename Fn>
+  void MutableTransform(size_t from, size_t to, const Fn& fn) {
+    Rewrite(from, to, [&](size_t, const T& item) { return fn(item); });
+  }
+  // Sets items [to, to + n) to `src`'s [from, from + n), a span of a chunk
+  // at a time; a span already equal leaves its chunk shared. `src` may be
+  // a copy of this array, not the array itself.
+  void CopyRange(size_t to, const CowArray& src, size_t from, size_t n) {
+    if (n == 0) return;
     Table& table = MutableTable();
     const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
-    std::array<T, kChunkSize> items;
-    for (size_t c = from >> kChunkShift; c <= (to - 1) >> kChunkShift; ++c) {
-      std::shared_ptr<Chunk>& chunk = table.chunks[c];
-      const size_t lo = std::max(from, c << kChunkShift) & (kChunkSize - 1);
-      const size_t hi = std::min(to - (c << kChunkShift), kChunkSize);
-      bool same = true;
-      for (size_t k = lo; k < hi; ++k) {
-        items[k] = fn((c << kChunkShift) + k);
-        same = same && items[k] == chunk->items[k];
+    while (n > 0) {
+      const size_t at = to & (kChunkSize - 1), src_at = from & (kChunkSize - 1);
+      const size_t take = std::min({n, kChunkSize - at, kChunkSize - src_at});
+      const T* items = src.table_->chunks[from >> kChunkShift]->items.data();
+      std::shared_ptr<Chunk>& chunk = table.chunks[to >> kChunkShift];
+      if (!std::equal(items + src_at, items + src_at + take,
+                      chunk->items.begin() + at)) {
+        if (chunk->epoch != epoch) {
+          chunk = std::make_shared<Chunk>(*chunk);
+          chunk->epoch = epoch;
+        }
+        std::copy(items + src_at, items + src_at + take,
+                  chunk->items.begin() + at);
       }
-      if (same) continue;
-      if (chunk->epoch != epoch) {
-        chunk = std::make_shared<Chunk>(*chunk);
-        chunk->epoch = epoch;
-      }
-      std::copy(items.begin() + lo, items.begin() + hi,
-                chunk->items.begin() + lo);
+      to += take;
+      from += take;
+      n -= take;
     }
   }
   void Resize(size_t n, const T& fill = T()) {
@@ -137,6 +148,32 @@ class CowArray {
     uint64_t epoch = 0;
     std::vector<std::shared_ptr<Chunk>> chunks;
   };
+
+  // Items [from, to) set to fn(i, item), a chunk at a time.
+  template <typename Fn>
+  void Rewrite(size_t from, size_t to, const Fn& fn) {
+    if (from >= to) return;
+    Table& table = MutableTable();
+    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
+    std::array<T, kChunkSize> items;
+    for (size_t c = from >> kChunkShift; c <= (to - 1) >> kChunkShift; ++c) {
+      std::shared_ptr<Chunk>& chunk = table.chunks[c];
+      const size_t lo = std::max(from, c << kChunkShift) & (kChunkSize - 1);
+      const size_t hi = std::min(to - (c << kChunkShift), kChunkSize);
+      bool same = true;
+      for (size_t k = lo; k < hi; ++k) {
+        items[k] = fn((c << kChunkShift) + k, chunk->items[k]);
+        same = same && items[k] == chunk->items[k];
+      }
+      if (same) continue;
+      if (chunk->epoch != epoch) {
+        chunk = std::make_shared<Chunk>(*chunk);
+        chunk->epoch = epoch;
+      }
+      std::copy(items.begin() + lo, items.begin() + hi,
+                chunk->items.begin() + lo);
+    }
+  }
 
   Table& MutableTable() {
     const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
@@ -164,29 +201,73 @@ class CowArray {
   size_t size_ = 0;
 };
 
-// How indexes move when nodes (or slices) are added and removed in order:
-// old index i goes to old_to_new[i] (-1: dropped), ascending where kept, and
-// indexes below `first_moved` keep theirs. Held as runs of consecutive
-// indexes that move together, so that a bitset moves a run's bits a word at
+// How dense indexes 0..old_size move when items (nodes or slices) are
+// removed and inserted in order: the `removed` old indexes leave, and each
+// inserted item goes in before an old index (old_size: at the end); the
+// others keep their order. Held as the runs of old indexes that move
+// together, so that it is built in O(k) for k removed and inserted items,
+// maps an old index in O(log k), and a bitset moves a run's bits a word at
 // a time; one Renumbering serves every bitset over the same indexes.
 class Renumbering {
  public:
-  Renumbering(const std::vector<int32_t>& old_to_new, size_t bits,
-              size_t first_moved);
+  // REQUIRES: `removed` ascending, distinct, each < old_size;
+  // `insert_before` ascending, each <= old_size, one per inserted item.
+  Renumbering(size_t old_size, std::vector<uint32_t> removed,
+              const std::vector<uint32_t>& insert_before);
 
+  size_t old_size() const { return old_size_; }
   // Indexes after the renumbering.
   size_t bits() const { return bits_; }
+  // Old indexes below keep theirs.
   size_t first_moved() const { return first_moved_; }
+  // True when an old index moves or goes, or items are added.
+  bool changed() const {
+    return first_moved_ < old_size_ || bits_ != old_size_;
+  }
+  // The new index of old index `i`; -1 when it was removed.
+  int64_t NewIndex(size_t i) const;
+  // Where new index `p` comes from: its old index, or -1 - a for the a-th
+  // inserted item. O(log k).
+  int64_t SourceOf(size_t p) const;
+  // The new indexes of the inserted items, ascending (in their order).
+  const std::vector<uint32_t>& inserted() const { return inserted_; }
+  const std::vector<uint32_t>& removed() const { return removed_; }
 
- private:
-  friend class CowBitset;
+  // The kept old indexes, ascending, as runs that move together.
   struct Run {
     size_t from, to, len;  // old [from, from + len) -> new [to, to + len)
   };
-  size_t bits_, first_moved_;
-  // The kept indexes from first_moved's word on (those below first_moved
-  // in it keep their place).
-  std::vector<Run> runs_;
+  const std::vector<Run>& runs() const { return runs_; }
+
+  // NewIndex() for many indexes: O(1) for one in the run of the one
+  // before (runs are long: k changes make k + 1 of them).
+  class Mapper {
+   public:
+    explicit Mapper(const Renumbering& r) : r_(r) {}
+    int64_t NewIndex(size_t i) {
+      if (run_ < r_.runs_.size()) {
+        const Run& run = r_.runs_[run_];
+        if (i - run.from < run.len) {
+          return static_cast<int64_t>(run.to + (i - run.from));
+        }
+      }
+      run_ = r_.RunOf(i);
+      return r_.NewIndex(i);
+    }
+
+   private:
+    const Renumbering& r_;
+    size_t run_ = 0;
+  };
+
+ private:
+  // The run old index i would be in: the last one starting at or before
+  // it (runs_.size() when none).
+  size_t RunOf(size_t i) const;
+
+  size_t old_size_, bits_, first_moved_;
+  std::vector<Run> runs_;  // every kept index, ascending
+  std::vector<uint32_t> removed_, inserted_;
 };
 
 // A copy-on-write bitset over node (or slice) indexes.

@@ -243,10 +243,8 @@ class SnapshotWriter {
     absl::btree_set<uint32_t> removed;                       // old indexes
     std::vector<std::pair<uint32_t, const Node*>> replaced;  // old index
     std::vector<const Node*> added;                          // sorted by id
-    // New index -> old index, or -1 - i for added[i].
-    std::vector<int64_t> source;
-    std::vector<int32_t> old_to_new;  // -1 when removed
-    uint32_t first_moved = 0;         // old indexes below keep their index
+    // The removed nodes leave, added[a] goes to moves.inserted()[a].
+    Renumbering moves{0, {}, {}};
   };
 
   // Slices whose members change, re-derived, and the new slice order.
@@ -256,10 +254,14 @@ class SnapshotWriter {
     absl::btree_map<std::string, std::optional<SliceInfo>> derived;
     std::vector<int64_t> source;          // new index -> old index or -1 - i
     std::vector<const SliceInfo*> added;  // new names, sorted
-    std::vector<int32_t> old_to_new;      // -1 when gone
-    std::vector<bool> rederived;          // by new index
-    uint32_t first_moved = 0;             // old indexes below keep their index
-    bool moved = false;                   // any index changes
+    // Gone slices leave, added[a] goes to moves.inserted()[a].
+    Renumbering moves{0, {}, {}};
+    std::vector<uint32_t> rederived;  // new indexes, ascending
+    // The keys of the re-derived slices that were there before.
+    absl::btree_set<SliceKey> old_keys;
+    bool Rederived(uint32_t q) const {
+      return std::binary_search(rederived.begin(), rederived.end(), q);
+    }
   };
 
   // Checks upserts and removals, and lays out the new node order. Errors as
@@ -313,27 +315,9 @@ class SnapshotWriter {
       }
       insert_at.push_back(lo);
     }
-    plan.old_to_new.assign(n, -1);
-    plan.source.reserve(n - plan.removed.size() + plan.added.size());
-    plan.first_moved = n;
-    size_t a = 0;
-    auto rm = plan.removed.begin();
-    for (uint32_t i = 0; i <= n; ++i) {
-      while (a < plan.added.size() && insert_at[a] == i) {
-        plan.source.push_back(-1 - static_cast<int64_t>(a++));
-      }
-      if (i == n) break;
-      if (rm != plan.removed.end() && *rm == i) {
-        ++rm;
-      } else {
-        plan.old_to_new[i] = static_cast<int32_t>(plan.source.size());
-        plan.source.push_back(i);
-      }
-      if (plan.first_moved == n &&
-          plan.old_to_new[i] != static_cast<int32_t>(i)) {
-        plan.first_moved = i;
-      }
-    }
+    plan.moves = Renumbering(
+        n, std::vector<uint32_t>(plan.removed.begin(), plan.removed.end()),
+        insert_at);
     return plan;
   }
 
@@ -380,11 +364,19 @@ class SnapshotWriter {
       if (!infos.empty()) info = std::move(infos[0]);
     }
 
-    // The new order: old slices that stay, in place, and new names merged in.
+    // The new order: old slices that stay, in place, and new names merged
+    // in (a binary search each); gone slices leave.
     const uint32_t count = static_cast<uint32_t>(st_.num_slices());
-    std::vector<uint32_t> insert_at;
+    std::vector<uint32_t> gone, insert_at, kept;
     for (const auto& [name, info] : plan.derived) {
-      if (!info.has_value() || st_.SliceIndex(name) >= 0) continue;
+      const int64_t s = st_.SliceIndex(name);
+      if (s >= 0) {
+        const SliceEntry& se = st_.slice(s);
+        if (se.shape_known) plan.old_keys.insert(KeyOf(se));
+        (info.has_value() ? kept : gone).push_back(static_cast<uint32_t>(s));
+        continue;
+      }
+      if (!info.has_value()) continue;
       uint32_t lo = 0, hi = count;
       while (lo < hi) {
         const uint32_t mid = lo + (hi - lo) / 2;
@@ -397,25 +389,12 @@ class SnapshotWriter {
       insert_at.push_back(lo);
       plan.added.push_back(&*info);
     }
-    plan.old_to_new.assign(count, -1);
-    size_t a = 0;
-    for (uint32_t s = 0; s <= count; ++s) {
-      while (a < plan.added.size() && insert_at[a] == s) {
-        plan.source.push_back(-1 - static_cast<int64_t>(a++));
-        plan.rederived.push_back(true);
-      }
-      if (s == count) break;
-      auto it = plan.derived.find(st_.slice(s).info.name);
-      if (it != plan.derived.end() && !it->second.has_value()) continue;
-      plan.old_to_new[s] = static_cast<int32_t>(plan.source.size());
-      plan.source.push_back(s);
-      plan.rederived.push_back(it != plan.derived.end());
+    plan.moves = Renumbering(count, std::move(gone), insert_at);
+    plan.rederived = plan.moves.inserted();
+    for (uint32_t s : kept) {
+      plan.rederived.push_back(static_cast<uint32_t>(plan.moves.NewIndex(s)));
     }
-    plan.first_moved = count;
-    for (uint32_t s = 0; s < count && plan.first_moved == count; ++s) {
-      if (plan.old_to_new[s] != static_cast<int32_t>(s)) plan.first_moved = s;
-    }
-    plan.moved = plan.first_moved < count || plan.source.size() != count;
+    std::sort(plan.rederived.begin(), plan.rederived.end());
     return plan;
   }
 
@@ -440,24 +419,19 @@ class SnapshotWriter {
     InstallNodes(nodes, new_slots);
     InstallSlices(slices);
     RenumberSliceIndexes(slices);
-    const Renumbering moves(nodes.old_to_new, nodes.source.size(),
-                            nodes.first_moved);
-    RenumberRankSets(nodes, moves);
+    const Renumbering& moves = nodes.moves;
+    RenumberRankSets(moves);
     // The replaced and added nodes, by new index.
-    std::vector<uint32_t> changed;
+    std::vector<uint32_t> changed = moves.inserted();
     for (const auto& [i, node] : nodes.replaced) {
-      changed.push_back(static_cast<uint32_t>(nodes.old_to_new[i]));
+      changed.push_back(static_cast<uint32_t>(moves.NewIndex(i)));
     }
-    for (uint32_t p = 0; p < nodes.source.size(); ++p) {
-      if (nodes.source[p] < 0) changed.push_back(p);
-    }
-    EditLabelBits(nodes, moves, changed);
+    EditLabelBits(moves, changed);
 
     // Re-index what changed: the re-derived slices and every host of them,
     // and the changed nodes.
     absl::btree_set<uint32_t> touched(changed.begin(), changed.end());
-    for (uint32_t q = 0; q < slices.source.size(); ++q) {
-      if (!slices.rederived[q]) continue;
+    for (uint32_t q : slices.rederived) {
       RecountSlice(q);
       IndexSlice(q, true);
       AddSliceKey(q);
@@ -467,11 +441,14 @@ class SnapshotWriter {
       IndexNode(p, false);
       IndexNode(p, true);
     }
-    for (auto it = by_key_->begin(); it != by_key_->end();) {
-      it = it->second.empty() ? by_key_->erase(it) : std::next(it);
+    if (by_key_ != nullptr) {
+      for (auto it = by_key_->begin(); it != by_key_->end();) {
+        it = it->second.empty() ? by_key_->erase(it) : std::next(it);
+      }
+      st_.slices_by_key_ = std::move(by_key_);
+      by_key_ = nullptr;
     }
-    RefreshChangedKeys(*by_key_);
-    st_.slices_by_key_ = std::move(by_key_);
+    RefreshChangedKeys(*st_.slices_by_key_);
     return absl::OkStatus();
   }
 
@@ -555,11 +532,11 @@ class SnapshotWriter {
   // Renumbers the per-key slice bitsets and the slice key index after slices
   // moved; re-derived slices leave the key index here and come back in
   // AddSliceKey(). Keys that lose or gain a slice are noted in
-  // changed_keys_.
+  // changed_keys_. When no slice moves or goes, only the re-derived slices'
+  // keys are edited.
   void RenumberSliceIndexes(const SlicePlan& plan) {
-    const size_t count = plan.source.size();
-    if (plan.moved) {
-      const Renumbering moves(plan.old_to_new, count, plan.first_moved);
+    const Renumbering& moves = plan.moves;
+    if (moves.changed()) {
       for (SliceSets* sets : {&st_.free_slices_, &st_.broken_slices_,
                               &st_.idle_slices_, &st_.partly_busy_slices_}) {
         sets->ForEachMutable([&](std::shared_ptr<const CowBitset>& set) {
@@ -567,36 +544,50 @@ class SnapshotWriter {
         });
       }
     }
+    if (moves.first_moved() >= moves.old_size()) {
+      for (const SliceKey& key : plan.old_keys) {
+        std::vector<uint32_t>& list = MutableByKey()[key];
+        std::erase_if(list, [&](uint32_t s) { return plan.Rederived(s); });
+        changed_keys_.insert(key);
+      }
+      return;
+    }
     by_key_ = std::make_shared<InventorySnapshot::SliceKeyIndex>();
     for (const auto& [key, list] : *st_.slices_by_key_) {
       std::vector<uint32_t>& out = (*by_key_)[key];
       out.reserve(list.size());
       for (uint32_t s : list) {
-        const int32_t to = plan.old_to_new[s];
-        if (to >= 0 && !plan.rederived[to]) out.push_back(to);
+        const int64_t to = moves.NewIndex(s);
+        if (to >= 0 && !plan.Rederived(static_cast<uint32_t>(to))) {
+          out.push_back(static_cast<uint32_t>(to));
+        }
       }
       if (out.size() != list.size()) changed_keys_.insert(key);
     }
+  }
+
+  // The slice key index being edited by ChangeNodeSet(), copied from the
+  // snapshot's on the first edit.
+  InventorySnapshot::SliceKeyIndex& MutableByKey() {
+    if (by_key_ == nullptr) {
+      by_key_ = std::make_shared<InventorySnapshot::SliceKeyIndex>(
+          *st_.slices_by_key_);
+    }
+    return *by_key_;
   }
 
   void AddSliceKey(uint32_t q) {
     const SliceEntry& se = st_.slice(q);
     if (!se.shape_known) return;
     const SliceKey key = KeyOf(se);
-    std::vector<uint32_t>& list = (*by_key_)[key];
+    std::vector<uint32_t>& list = MutableByKey()[key];
     list.insert(std::lower_bound(list.begin(), list.end(), q), q);
     changed_keys_.insert(key);
   }
 
-  // True when a node's index moves, or the number of nodes changes.
-  static bool NodesMoved(const NodePlan& plan) {
-    return plan.first_moved < plan.old_to_new.size() ||
-           plan.source.size() != plan.old_to_new.size();
-  }
-
   // Renumbers the rank bitsets after nodes moved (`moves`: the plan's).
-  void RenumberRankSets(const NodePlan& plan, const Renumbering& moves) {
-    if (!NodesMoved(plan)) return;
+  void RenumberRankSets(const Renumbering& moves) {
+    if (!moves.changed()) return;
     for (auto& per_kind : st_.rank_sets_) {
       for (CowBitset& set : per_kind) set = set.Renumbered(moves);
     }
@@ -653,9 +644,9 @@ class SnapshotWriter {
   // Reads the new node table. (A node's values of these keys change only
   // here: they are among SameSliceLabels()' labels, so an in-place upsert
   // keeps them.)
-  void EditLabelBits(const NodePlan& plan, const Renumbering& moves,
+  void EditLabelBits(const Renumbering& moves,
                      const std::vector<uint32_t>& changed) {
-    const bool moved = NodesMoved(plan);
+    const bool moved = moves.changed();
     if (!moved && changed.empty()) return;
     auto bits = std::make_shared<SnapshotState::LabelBits>();
     for (size_t k = 0; k < kBitsetLabelKeys.size(); ++k) {
@@ -727,6 +718,43 @@ class SnapshotWriter {
                             new_slots.empty() ? 0 : new_slots.back() + 1);
   }
 
+  // `slots` (index -> slot; a copy of `old`, resized) after `moves`: from
+  // the first moved index on, the runs of old indexes copied over and the
+  // inserted items' `new_slots` between them.
+  static void MoveSlots(CowArray<uint32_t, 10>& slots,
+                        const CowArray<uint32_t, 10>& old,
+                        const Renumbering& moves,
+                        const std::vector<uint32_t>& new_slots) {
+    const size_t from = moves.first_moved();
+    for (const Renumbering::Run& run : moves.runs()) {
+      if (run.to + run.len <= from) continue;
+      const size_t skip = run.to < from ? from - run.to : 0;
+      slots.CopyRange(run.to + skip, old, run.from + skip, run.len - skip);
+    }
+    for (size_t a = 0; a < new_slots.size(); ++a) {
+      slots.Mutable(moves.inserted()[a]) = new_slots[a];
+    }
+  }
+
+  // `indexes` (slot -> index; a copy of the old array, resized with
+  // kNoIndex) after `moves`: every slot learns its item's new index, in
+  // slot order (the moved items' slots are anywhere); removed items' slots
+  // are free, and the inserted items' `new_slots` take theirs.
+  static void MoveIndexes(CowArray<uint32_t, 10>& indexes,
+                          const Renumbering& moves,
+                          const std::vector<uint32_t>& new_slots) {
+    if (moves.first_moved() < moves.old_size()) {
+      Renumbering::Mapper map(moves);
+      indexes.MutableTransform(0, indexes.size(), [&](uint32_t i) {
+        const int64_t to = i == SnapshotState::kNoIndex ? -1 : map.NewIndex(i);
+        return to < 0 ? SnapshotState::kNoIndex : static_cast<uint32_t>(to);
+      });
+    }
+    for (size_t a = 0; a < new_slots.size(); ++a) {
+      indexes.Mutable(new_slots[a]) = moves.inserted()[a];
+    }
+  }
+
   // The new node table, which is by slot: new entries for replaced nodes in
   // their slots and for added ones in `new_slots` (NewSlots()); the slot <->
   // index arrays from the first index that moved; removed nodes' slots
@@ -734,7 +762,8 @@ class SnapshotWriter {
   // arrays.
   void InstallNodes(const NodePlan& plan,
                     const std::vector<uint32_t>& new_slots) {
-    const size_t n2 = plan.source.size();
+    const Renumbering& moves = plan.moves;
+    const size_t n2 = moves.bits();
     const size_t num_slots = SlotsAfter(st_.num_node_slots(), new_slots);
     owned_nodes_.clear();
     CowArray<std::shared_ptr<const NodeEntry>, 8> table = st_.nodes_;
@@ -765,18 +794,14 @@ class SnapshotWriter {
     // Every node from the first moved index on learns its new index.
     CowArray<uint32_t, 10> slots = st_.slot_of_index_;
     slots.Resize(n2);
-    const uint32_t from = std::min<uint32_t>(plan.first_moved, n2);
-    slots.MutableRange(from, n2, [&](size_t p) {
-      const int64_t src = plan.source[p];
-      return src >= 0 ? st_.slot_of_index_[src] : new_slots[-1 - src];
-    });
+    MoveSlots(slots, st_.slot_of_index_, moves, new_slots);
     CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
     indexes.Resize(num_slots, SnapshotState::kNoIndex);
+    MoveIndexes(indexes, moves, new_slots);
     std::vector<uint32_t> freed;
     for (uint32_t i : plan.removed) {
       const uint32_t slot = st_.SlotOf(i);
       table.Mutable(slot) = nullptr;
-      indexes.Mutable(slot) = SnapshotState::kNoIndex;
       freed.push_back(slot);
       const std::string& id = st_.node(i).node.node_id;
       MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
@@ -785,7 +810,6 @@ class SnapshotWriter {
       const std::string& id = plan.added[a]->node_id;
       MutableIdShard(SnapshotState::IdShardOf(id))[id] = new_slots[a];
     }
-    for (uint32_t p = from; p < n2; ++p) indexes.Mutable(slots[p]) = p;
     st_.free_node_slots_ =
         FreeSlotsAfter(st_.free_node_slots_, new_slots, std::move(freed));
     st_.nodes_ = std::move(table);
@@ -798,13 +822,12 @@ class SnapshotWriter {
   // for new slices in the lowest free ones); then the slot <-> index arrays
   // and every host's slice slot.
   void InstallSlices(const SlicePlan& plan) {
-    const size_t count = plan.source.size();
     owned_slices_.clear();
     const std::vector<uint32_t> new_slots = NewSlots(
         *st_.free_slice_slots_, st_.num_slice_slots(), plan.added.size());
     // The slot of new index q (reads the old slot arrays).
     auto slot_of = [&](uint32_t q) {
-      const int64_t src = plan.source[q];
+      const int64_t src = plan.moves.SourceOf(q);
       return src >= 0 ? st_.SliceSlotOf(static_cast<uint32_t>(src))
                       : new_slots[-1 - src];
     };
@@ -817,9 +840,8 @@ class SnapshotWriter {
       freed.push_back(st_.SliceSlotOf(static_cast<uint32_t>(s)));
       table.Mutable(freed.back()) = nullptr;
     }
-    for (uint32_t q = 0; q < count; ++q) {
-      if (!plan.rederived[q]) continue;
-      const int64_t src = plan.source[q];
+    for (uint32_t q : plan.rederived) {
+      const int64_t src = plan.moves.SourceOf(q);
       const std::string& name =
           src >= 0 ? st_.slice(src).info.name : plan.added[-1 - src]->name;
       auto se = std::make_shared<SliceEntry>();
@@ -846,8 +868,7 @@ class SnapshotWriter {
     st_.slices_ = std::move(table);
     // Hosts of re-derived slices name them by slot (replaced nodes start
     // with none); other nodes keep theirs, whatever index it has now.
-    for (uint32_t q = 0; q < count; ++q) {
-      if (!plan.rederived[q]) continue;
+    for (uint32_t q : plan.rederived) {
       const SliceEntry& se = st_.slice(q);
       const bool single = se.shape_known && se.shape.hosts == 1;
       const int32_t slot = static_cast<int32_t>(st_.SliceSlotOf(q));
@@ -868,7 +889,7 @@ class SnapshotWriter {
   void InstallSliceSlots(const SlicePlan& plan,
                          const std::vector<uint32_t>& new_slots,
                          std::vector<uint32_t> freed) {
-    const size_t count = plan.source.size();
+    const size_t count = plan.moves.bits();
     CowArray<uint32_t, 10> slots = st_.slice_slot_of_index_;
     slots.Resize(count);
     CowArray<uint32_t, 10> indexes = st_.slice_index_of_slot_;
@@ -877,8 +898,6 @@ class SnapshotWriter {
     for (const auto& [name, info] : plan.derived) {
       const int64_t s = st_.SliceIndex(name);
       if (info.has_value() || s < 0) continue;
-      indexes.Mutable(st_.SliceSlotOf(static_cast<uint32_t>(s))) =
-          SnapshotState::kNoIndex;
       MutableShard(st_.slice_ids_, owned_slice_id_shards_,
                    SnapshotState::IdShardOf(name))
           .erase(name);
@@ -888,12 +907,8 @@ class SnapshotWriter {
       MutableShard(st_.slice_ids_, owned_slice_id_shards_,
                    SnapshotState::IdShardOf(name))[name] = new_slots[a];
     }
-    const uint32_t from = std::min<uint32_t>(plan.first_moved, count);
-    slots.MutableRange(from, count, [&](size_t q) {
-      const int64_t src = plan.source[q];
-      return src >= 0 ? st_.SliceSlotOf(src) : new_slots[-1 - src];
-    });
-    for (uint32_t q = from; q < count; ++q) indexes.Mutable(slots[q]) = q;
+    MoveSlots(slots, st_.slice_slot_of_index_, plan.moves, new_slots);
+    MoveIndexes(indexes, plan.moves, new_slots);
     st_.free_slice_slots_ =
         FreeSlotsAfter(st_.free_slice_slots_, new_slots, std::move(freed));
     st_.slice_slot_of_index_ = std::move(slots);

@@ -135,26 +135,50 @@ TEST(CowBitsetTest, RenumberedMatchesAPlainRenumbering) {
         plain[i] = true;
       }
     }
-    // Remove some indexes and insert some, keeping order; indexes below
-    // first_moved keep their place. Every other round moves rarely, so
-    // that runs of moved bits span many words.
+    // Remove some indexes and insert some items, keeping order. Every other
+    // round moves rarely, so that runs of moved bits span many words; some
+    // rounds insert at the end.
     const uint32_t every = round % 2 == 0 ? 50 : 3000;
-    std::vector<int32_t> old_to_new(n, -1);
-    size_t next = 0, first_moved = n;
-    for (size_t i = 0; i < n; ++i) {
-      if (rng() % every == 0) next += 1 + rng() % 3;  // inserted before i
-      if (rng() % every == 0) continue;               // i removed
-      old_to_new[i] = static_cast<int32_t>(next++);
-      if (first_moved == n && old_to_new[i] != static_cast<int32_t>(i)) {
-        first_moved = i;
+    std::vector<uint32_t> removed, insert_before;
+    std::vector<int64_t> old_to_new(n, -1), source;  // plain
+    for (size_t i = 0; i <= n; ++i) {
+      if (rng() % every == 0 || (i == n && round % 3 == 0)) {
+        for (uint32_t k = 1 + rng() % 3; k > 0; --k) {
+          source.push_back(-1 - static_cast<int64_t>(insert_before.size()));
+          insert_before.push_back(static_cast<uint32_t>(i));
+        }
+      }
+      if (i == n) break;
+      if (rng() % every == 0) {
+        removed.push_back(static_cast<uint32_t>(i));
+        continue;
+      }
+      old_to_new[i] = static_cast<int64_t>(source.size());
+      source.push_back(static_cast<int64_t>(i));
+    }
+    const Renumbering r(n, removed, insert_before);
+    const size_t bits2 = source.size();
+    ASSERT_EQ(r.bits(), bits2);
+    ASSERT_EQ(r.changed(), !removed.empty() || !insert_before.empty());
+    size_t first_moved = n;
+    for (size_t i = 0; i < n && first_moved == n; ++i) {
+      if (old_to_new[i] != static_cast<int64_t>(i)) first_moved = i;
+    }
+    ASSERT_EQ(r.first_moved(), first_moved) << "round " << round;
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(r.NewIndex(i), old_to_new[i]);
+    for (size_t p = 0; p < bits2; ++p) {
+      ASSERT_EQ(r.SourceOf(p), source[p]) << "round " << round << " p " << p;
+      if (source[p] < 0) {
+        ASSERT_EQ(r.inserted()[-1 - source[p]], p);
       }
     }
-    for (size_t i = 0; i < n && first_moved == n; ++i) {
-      if (old_to_new[i] < 0) first_moved = i;
+    // A Mapper gives what NewIndex() gives, in any order.
+    Renumbering::Mapper map(r);
+    for (int k = 0; k < 2000; ++k) {
+      const size_t i = k % 2 == 0 ? rng() % n : k / 2 % n;
+      ASSERT_EQ(map.NewIndex(i), old_to_new[i]) << "round " << round;
     }
-    const size_t bits2 = next + rng() % 3;
-    CowBitset out =
-        bits.Renumbered(Renumbering(old_to_new, bits2, first_moved));
+    CowBitset out = bits.Renumbered(r);
     std::vector<bool> want(bits2);
     int64_t count = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -199,6 +223,23 @@ TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
       auto value = [&](size_t i) { return i % 3 == 0 ? want[i] : step; };
       a.MutableRange(from, to, value);
       for (size_t i = from; i < to; ++i) want[i] = value(i);
+    } else if (step % 5 == 1) {
+      // The same by the items' values.
+      const size_t from = rng() % want.size();
+      const size_t to = from + rng() % std::min<size_t>(40, want.size() - from);
+      auto value = [&](int v) { return v % 3 == 0 ? v : v + step; };
+      a.MutableTransform(from, to, value);
+      for (size_t i = from; i < to; ++i) want[i] = value(want[i]);
+    } else if (step % 5 == 2 && !copies.empty()) {
+      // A range of a published copy, shifted; spans cross chunks on both
+      // sides, and some are equal already.
+      const auto& [src, then] = copies[rng() % copies.size()];
+      const size_t n =
+          rng() % std::min<size_t>(40, std::min(src.size(), want.size()));
+      const size_t from = rng() % (src.size() - n + 1);
+      const size_t to = rng() % (want.size() - n + 1);
+      a.CopyRange(to, src, from, n);
+      for (size_t k = 0; k < n; ++k) want[to + k] = then[from + k];
     } else {
       const size_t i = rng() % want.size();
       a.Mutable(i) = step;
