@@ -489,17 +489,43 @@ class SnapshotWriter {
         edits[k][v].add.push_back(new_slots[a]);
       }
     }
+    // One pass over the old list (a value such as a zone is on most
+    // nodes): its slots copied, the dropped ones skipped and the added
+    // ones merged in.
     auto edited = [](const SnapshotState::PostingList* old, Edit& edit) {
       std::sort(edit.drop.begin(), edit.drop.end());
       std::sort(edit.add.begin(), edit.add.end());
-      SnapshotState::PostingList kept, out;
-      if (old != nullptr) {
-        std::set_difference(old->begin(), old->end(), edit.drop.begin(),
-                            edit.drop.end(), std::back_inserter(kept));
+      SnapshotState::PostingList out;
+      const size_t size = old == nullptr ? 0 : old->size();
+      out.reserve(size + edit.add.size());
+      auto add = edit.add.begin();
+      auto drop = edit.drop.begin();
+      for (size_t k = 0; k < size;) {
+        const uint32_t slot = (*old)[k];
+        if (add != edit.add.end() && *add <= slot) {
+          out.push_back(*add++);
+          continue;
+        }
+        while (drop != edit.drop.end() && *drop < slot) ++drop;
+        if (drop != edit.drop.end() && *drop == slot) {
+          ++k;
+          continue;
+        }
+        // A run of kept slots, up to the next added or dropped one.
+        size_t end = size;
+        if (add != edit.add.end()) {
+          end = std::lower_bound(old->begin() + k, old->end(), *add) -
+                old->begin();
+        }
+        if (drop != edit.drop.end()) {
+          end = std::min<size_t>(
+              end, std::lower_bound(old->begin() + k, old->end(), *drop) -
+                       old->begin());
+        }
+        out.insert(out.end(), old->begin() + k, old->begin() + end);
+        k = end;
       }
-      out.reserve(kept.size() + edit.add.size());
-      std::merge(kept.begin(), kept.end(), edit.add.begin(), edit.add.end(),
-                 std::back_inserter(out));
+      out.insert(out.end(), add, edit.add.end());
       return out;
     };
     auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
