@@ -90,46 +90,53 @@ int64_t Renumbering::SourceOf(size_t p) const {
 
 CowBitset CowBitset::Renumbered(const Renumbering& r) const {
   CowBitset out(*this);
-  // The words from the first moved index's on are laid out anew in a plain
-  // array (a moved bit lands at or after that word: indexes below
-  // first_moved keep theirs and the order is kept), a run's bits 64 at a
-  // time, then written back where they differ; the words before stay
-  // shared. Only the removed indexes' bits leave the count.
   const size_t from_word = r.first_moved() >> 6;
-  const size_t from = from_word << 6;
   const size_t words = (r.bits() + 63) / 64;
+  const size_t old_words = words_.size();
+  out.bits_ = r.bits();
+  if (count_ == 0) {
+    // Nothing moves: only the size changes (new words are zero).
+    out.words_.Resize(words);
+    if (words > old_words) {
+      out.words_.MutableRange(old_words, words, [](size_t) { return 0; });
+    }
+    return out;
+  }
+  // The words from the first moved index's on are read out to a plain
+  // array and laid out anew in another (a moved bit lands at or after that
+  // word: indexes below first_moved keep theirs and the order is kept), a
+  // run's bits 64 at a time, then written back where they differ; the
+  // words before stay shared. Only the removed indexes' bits leave the
+  // count.
+  std::vector<uint64_t> old(
+      old_words > from_word ? old_words - from_word + 1 : 1, 0);
+  words_.Read(std::min(from_word, old_words), old_words, old.data());
   std::vector<uint64_t> fresh(words > from_word ? words - from_word : 0, 0);
-  // The 64 bits from old index i on (zeros past the end).
-  auto bits_at = [&](size_t i) {
-    const size_t w = i >> 6, shift = i & 63;
-    uint64_t v = w < words_.size() ? words_[w] >> shift : 0;
-    if (shift != 0 && w + 1 < words_.size()) v |= words_[w + 1] << (64 - shift);
-    return v;
-  };
+  const size_t from = from_word << 6;
   for (const Renumbering::Run& run : r.runs()) {
     if (run.from + run.len <= from) continue;
     // Below first_moved a run keeps its place (from == to).
-    const size_t skip = run.from < from ? from - run.from : 0;
-    const size_t begin = run.from + skip;
+    const size_t begin = std::max(run.from, from);
     const size_t end = std::min(run.from + run.len, bits_);
     for (size_t k = begin; k < end; k += 64) {
       const size_t n = std::min<size_t>(64, end - k);
-      uint64_t v = bits_at(k);
+      // The 64 bits from old index k on (the array ends in a zero word).
+      const size_t w = (k >> 6) - from_word, shift = k & 63;
+      uint64_t v = old[w] >> shift;
+      if (shift != 0) v |= old[w + 1] << (64 - shift);
       if (n < 64) v &= (uint64_t{1} << n) - 1;
       if (v == 0) continue;
       const size_t to = run.to + (k - run.from);
-      const size_t w = (to >> 6) - from_word, shift = to & 63;
-      fresh[w] |= v << shift;
-      if (shift != 0 && shift + n > 64) fresh[w + 1] |= v >> (64 - shift);
+      const size_t fw = (to >> 6) - from_word, fshift = to & 63;
+      fresh[fw] |= v << fshift;
+      if (fshift != 0 && fshift + n > 64) fresh[fw + 1] |= v >> (64 - fshift);
     }
   }
   for (uint32_t i : r.removed()) {
     if (i < bits_ && Test(i)) --out.count_;
   }
   out.words_.Resize(words);
-  out.bits_ = r.bits();
-  out.words_.MutableRange(from_word, from_word + fresh.size(),
-                          [&](size_t w) { return fresh[w - from_word]; });
+  out.words_.Assign(from_word, fresh.data(), fresh.size());
   return out;
 }
 

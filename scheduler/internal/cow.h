@@ -104,26 +104,45 @@ class CowArray {
   // at a time; a span already equal leaves its chunk shared. `src` may be
   // a copy of this array, not the array itself.
   void CopyRange(size_t to, const CowArray& src, size_t from, size_t n) {
+    while (n > 0) {
+      const size_t src_at = from & (kChunkSize - 1);
+      const size_t take = std::min(n, kChunkSize - src_at);
+      Assign(to, src.table_->chunks[from >> kChunkShift]->items.data() + src_at,
+             take);
+      to += take;
+      from += take;
+      n -= take;
+    }
+  }
+  // Sets items [to, to + n) to items[0, n), as CopyRange() does.
+  void Assign(size_t to, const T* items, size_t n) {
     if (n == 0) return;
     Table& table = MutableTable();
     const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     while (n > 0) {
-      const size_t at = to & (kChunkSize - 1), src_at = from & (kChunkSize - 1);
-      const size_t take = std::min({n, kChunkSize - at, kChunkSize - src_at});
-      const T* items = src.table_->chunks[from >> kChunkShift]->items.data();
+      const size_t at = to & (kChunkSize - 1);
+      const size_t take = std::min(n, kChunkSize - at);
       std::shared_ptr<Chunk>& chunk = table.chunks[to >> kChunkShift];
-      if (!std::equal(items + src_at, items + src_at + take,
-                      chunk->items.begin() + at)) {
+      if (!std::equal(items, items + take, chunk->items.begin() + at)) {
         if (chunk->epoch != epoch) {
           chunk = std::make_shared<Chunk>(*chunk);
           chunk->epoch = epoch;
         }
-        std::copy(items + src_at, items + src_at + take,
-                  chunk->items.begin() + at);
+        std::copy(items, items + take, chunk->items.begin() + at);
       }
+      items += take;
       to += take;
-      from += take;
       n -= take;
+    }
+  }
+  // Copies items [from, to) out to `out`, a chunk at a time.
+  void Read(size_t from, size_t to, T* out) const {
+    while (from < to) {
+      const size_t at = from & (kChunkSize - 1);
+      const size_t take = std::min(to - from, kChunkSize - at);
+      const T* items = table_->chunks[from >> kChunkShift]->items.data() + at;
+      out = std::copy(items, items + take, out);
+      from += take;
     }
   }
   void Resize(size_t n, const T& fill = T()) {
@@ -245,19 +264,19 @@ class Renumbering {
    public:
     explicit Mapper(const Renumbering& r) : r_(r) {}
     int64_t NewIndex(size_t i) {
-      if (run_ < r_.runs_.size()) {
-        const Run& run = r_.runs_[run_];
-        if (i - run.from < run.len) {
-          return static_cast<int64_t>(run.to + (i - run.from));
-        }
+      if (i - from_ < len_) return static_cast<int64_t>(to_ + (i - from_));
+      const size_t run = r_.RunOf(i);
+      if (run < r_.runs_.size()) {
+        from_ = r_.runs_[run].from;
+        to_ = r_.runs_[run].to;
+        len_ = r_.runs_[run].len;
       }
-      run_ = r_.RunOf(i);
       return r_.NewIndex(i);
     }
 
    private:
     const Renumbering& r_;
-    size_t run_ = 0;
+    size_t from_ = 0, to_ = 0, len_ = 0;  // the run of the last hit
   };
 
  private:

@@ -126,75 +126,102 @@ TEST(CowMapTest, EmptiedAndRefilled) {
 TEST(CowBitsetTest, RenumberedMatchesAPlainRenumbering) {
   std::mt19937 rng(5);
   for (int round = 0; round < 50; ++round) {
-    const size_t n = 1 + rng() % 10000;
+    size_t n = 1 + rng() % 10000;
     CowBitset bits(n);
     std::vector<bool> plain(n);
-    for (size_t i = 0; i < n; ++i) {
+    // Every fifth round starts empty (the bitset only changes size).
+    for (size_t i = 0; i < n && round % 5 != 4; ++i) {
       if (rng() % 3 == 0) {
         bits.Set(i, true);
         plain[i] = true;
       }
     }
-    // Remove some indexes and insert some items, keeping order. Every other
-    // round moves rarely, so that runs of moved bits span many words; some
-    // rounds insert at the end.
-    const uint32_t every = round % 2 == 0 ? 50 : 3000;
-    std::vector<uint32_t> removed, insert_before;
-    std::vector<int64_t> old_to_new(n, -1), source;  // plain
-    for (size_t i = 0; i <= n; ++i) {
-      if (rng() % every == 0 || (i == n && round % 3 == 0)) {
-        for (uint32_t k = 1 + rng() % 3; k > 0; --k) {
-          source.push_back(-1 - static_cast<int64_t>(insert_before.size()));
-          insert_before.push_back(static_cast<uint32_t>(i));
+    // Twice: the second renumbers the first's result, which may have
+    // shrunk (stale words past its end must not come back).
+    for (int stage = 0; stage < 2; ++stage) {
+      // Remove some indexes and insert some items, keeping order. Every
+      // other round moves rarely, so that runs of moved bits span many
+      // words; some rounds insert at the end.
+      const uint32_t every = round % 2 == 0 ? 50 : 3000;
+      std::vector<uint32_t> removed, insert_before;
+      std::vector<int64_t> old_to_new(n, -1), source;  // plain
+      for (size_t i = 0; i <= n; ++i) {
+        if (rng() % every == 0 || (i == n && round % 3 == stage)) {
+          for (uint32_t k = 1 + rng() % (stage == 0 ? 3 : 200); k > 0; --k) {
+            source.push_back(-1 - static_cast<int64_t>(insert_before.size()));
+            insert_before.push_back(static_cast<uint32_t>(i));
+          }
+        }
+        if (i == n) break;
+        if (rng() % every == 0 || (stage == 0 && i > n / 2 && round % 4 == 0)) {
+          removed.push_back(static_cast<uint32_t>(i));
+          continue;
+        }
+        old_to_new[i] = static_cast<int64_t>(source.size());
+        source.push_back(static_cast<int64_t>(i));
+      }
+      const Renumbering r(n, removed, insert_before);
+      const size_t bits2 = source.size();
+      ASSERT_EQ(r.bits(), bits2);
+      ASSERT_EQ(r.changed(), !removed.empty() || !insert_before.empty());
+      size_t first_moved = n;
+      for (size_t i = 0; i < n && first_moved == n; ++i) {
+        if (old_to_new[i] != static_cast<int64_t>(i)) first_moved = i;
+      }
+      ASSERT_EQ(r.first_moved(), first_moved) << "round " << round;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(r.NewIndex(i), old_to_new[i]);
+      for (size_t p = 0; p < bits2; ++p) {
+        ASSERT_EQ(r.SourceOf(p), source[p]) << "round " << round << " p " << p;
+        if (source[p] < 0) {
+          ASSERT_EQ(r.inserted()[-1 - source[p]], p);
         }
       }
-      if (i == n) break;
-      if (rng() % every == 0) {
-        removed.push_back(static_cast<uint32_t>(i));
-        continue;
+      // A Mapper gives what NewIndex() gives, in any order.
+      Renumbering::Mapper map(r);
+      for (int k = 0; k < 2000; ++k) {
+        const size_t i = k % 2 == 0 ? rng() % n : k / 2 % n;
+        ASSERT_EQ(map.NewIndex(i), old_to_new[i]) << "round " << round;
       }
-      old_to_new[i] = static_cast<int64_t>(source.size());
-      source.push_back(static_cast<int64_t>(i));
-    }
-    const Renumbering r(n, removed, insert_before);
-    const size_t bits2 = source.size();
-    ASSERT_EQ(r.bits(), bits2);
-    ASSERT_EQ(r.changed(), !removed.empty() || !insert_before.empty());
-    size_t first_moved = n;
-    for (size_t i = 0; i < n && first_moved == n; ++i) {
-      if (old_to_new[i] != static_cast<int64_t>(i)) first_moved = i;
-    }
-    ASSERT_EQ(r.first_moved(), first_moved) << "round " << round;
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(r.NewIndex(i), old_to_new[i]);
-    for (size_t p = 0; p < bits2; ++p) {
-      ASSERT_EQ(r.SourceOf(p), source[p]) << "round " << round << " p " << p;
-      if (source[p] < 0) {
-        ASSERT_EQ(r.inserted()[-1 - source[p]], p);
+      CowBitset out = bits.Renumbered(r);
+      std::vector<bool> want(bits2);
+      int64_t count = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (plain[i] && old_to_new[i] >= 0) {
+          want[old_to_new[i]] = true;
+          ++count;
+        }
       }
-    }
-    // A Mapper gives what NewIndex() gives, in any order.
-    Renumbering::Mapper map(r);
-    for (int k = 0; k < 2000; ++k) {
-      const size_t i = k % 2 == 0 ? rng() % n : k / 2 % n;
-      ASSERT_EQ(map.NewIndex(i), old_to_new[i]) << "round " << round;
-    }
-    CowBitset out = bits.Renumbered(r);
-    std::vector<bool> want(bits2);
-    int64_t count = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (plain[i] && old_to_new[i] >= 0) {
-        want[old_to_new[i]] = true;
-        ++count;
+      ASSERT_EQ(out.bits(), bits2);
+      EXPECT_EQ(out.count(), count);
+      for (size_t i = 0; i < bits2; ++i) {
+        ASSERT_EQ(out.Test(i), want[i])
+            << "round " << round << " stage " << stage << " bit " << i;
       }
+      // The source is untouched.
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits.Test(i), plain[i]);
+      bits = out;
+      plain = want;
+      n = bits2;
+      if (n == 0) break;
     }
-    ASSERT_EQ(out.bits(), bits2);
-    EXPECT_EQ(out.count(), count);
-    for (size_t i = 0; i < bits2; ++i) {
-      ASSERT_EQ(out.Test(i), want[i]) << "round " << round << " bit " << i;
-    }
-    // The source is untouched.
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits.Test(i), plain[i]);
   }
+}
+
+TEST(CowBitsetTest, AnEmptiedBitsetGrowsWithoutItsOldBits) {
+  CowBitset bits(200);
+  bits.Set(150, true);
+  // Indexes 100..199 go: 100 bits in two words, none set (the words past
+  // them may still hold the old ones).
+  std::vector<uint32_t> removed;
+  for (uint32_t i = 100; i < 200; ++i) removed.push_back(i);
+  CowBitset shrunk = bits.Renumbered(Renumbering(200, removed, {}));
+  ASSERT_EQ(shrunk.bits(), 100u);
+  ASSERT_EQ(shrunk.count(), 0);
+  CowBitset grown =
+      shrunk.Renumbered(Renumbering(100, {}, std::vector<uint32_t>(100, 100)));
+  ASSERT_EQ(grown.bits(), 200u);
+  EXPECT_EQ(grown.count(), 0);
+  EXPECT_EQ(grown.NextSet(0), 200u);
 }
 
 TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
