@@ -179,10 +179,11 @@ class CowArray {
       std::shared_ptr<Chunk>& chunk = table.chunks[c];
       const size_t lo = std::max(from, c << kChunkShift) & (kChunkSize - 1);
       const size_t hi = std::min(to - (c << kChunkShift), kChunkSize);
+      const T* old = chunk->items.data();
       bool same = true;
       for (size_t k = lo; k < hi; ++k) {
-        items[k] = fn((c << kChunkShift) + k, chunk->items[k]);
-        same = same && items[k] == chunk->items[k];
+        items[k] = fn((c << kChunkShift) + k, old[k]);
+        same = same && items[k] == old[k];
       }
       if (same) continue;
       if (chunk->epoch != epoch) {
