@@ -252,7 +252,6 @@ class SnapshotWriter {
     // Affected names -> the slice derived from their new members (nullopt
     // when no member is left).
     absl::btree_map<std::string, std::optional<SliceInfo>> derived;
-    std::vector<int64_t> source;          // new index -> old index or -1 - i
     std::vector<const SliceInfo*> added;  // new names, sorted
     // Gone slices leave, added[a] goes to moves.inserted()[a].
     Renumbering moves{0, {}, {}};
@@ -1617,7 +1616,8 @@ class SnapshotWriter {
   SnapshotState& st_;  // *s_->state_
   // True inside BuildFrom(): every entry was created by this writer.
   bool building_ = false;
-  // Inside ChangeNodeSet(): the slice key index being rebuilt.
+  // Inside ChangeNodeSet(): the slice key index being edited or rebuilt;
+  // null while it is the snapshot's (MutableByKey()).
   std::shared_ptr<InventorySnapshot::SliceKeyIndex> by_key_;
   // Keys whose hosts (KeyHosts) must be derived again (a slice joined or
   // left, or its hosts' least or most changed); see RefreshChangedKeys().
