@@ -240,11 +240,12 @@ class SnapshotWriter {
 
   // What a node-set change does, by old and new index.
   struct NodePlan {
-    absl::btree_set<uint32_t> removed;                       // old indexes
     std::vector<std::pair<uint32_t, const Node*>> replaced;  // old index
     std::vector<const Node*> added;                          // sorted by id
-    // The removed nodes leave, added[a] goes to moves.inserted()[a].
+    // The removed nodes (moves.removed(), old indexes) leave, added[a]
+    // goes to moves.inserted()[a].
     Renumbering moves{0, {}, {}};
+    const std::vector<uint32_t>& removed() const { return moves.removed(); }
   };
 
   // Slices whose members change, re-derived, and the new slice order.
@@ -268,6 +269,7 @@ class SnapshotWriter {
   absl::StatusOr<NodePlan> PlanNodes(const std::vector<Node>& upserts,
                                      const std::vector<std::string>& removals) {
     NodePlan plan;
+    absl::btree_set<uint32_t> removed;                   // old indexes
     absl::btree_map<std::string, const Node*> upserted;  // the last one wins
     for (const Node& n : upserts) {
       if (n.node_id.empty()) {
@@ -287,7 +289,7 @@ class SnapshotWriter {
         return absl::FailedPreconditionError(absl::StrCat(
             "cannot remove node ", id, ": it still holds bundles"));
       }
-      plan.removed.insert(static_cast<uint32_t>(i));
+      removed.insert(static_cast<uint32_t>(i));
     }
     for (const auto& [id, node] : upserted) {
       const int64_t i = st_.NodeIndex(id);
@@ -315,8 +317,7 @@ class SnapshotWriter {
       insert_at.push_back(lo);
     }
     plan.moves = Renumbering(
-        n, std::vector<uint32_t>(plan.removed.begin(), plan.removed.end()),
-        insert_at);
+        n, std::vector<uint32_t>(removed.begin(), removed.end()), insert_at);
     return plan;
   }
 
@@ -332,9 +333,9 @@ class SnapshotWriter {
       std::string name = SliceNameOf(node);
       if (!name.empty()) plan.derived[std::move(name)];
     };
-    absl::flat_hash_set<uint32_t> changed(nodes.removed.begin(),
-                                          nodes.removed.end());
-    for (uint32_t i : nodes.removed) note_old(i);
+    absl::flat_hash_set<uint32_t> changed(nodes.removed().begin(),
+                                          nodes.removed().end());
+    for (uint32_t i : nodes.removed()) note_old(i);
     for (const auto& [i, node] : nodes.replaced) {
       note_old(i);
       note_new(*node);
@@ -461,7 +462,7 @@ class SnapshotWriter {
       std::vector<uint32_t> add, drop;  // slots
     };
     absl::btree_map<std::string, absl::btree_map<std::string, Edit>> edits;
-    for (uint32_t i : plan.removed) {
+    for (uint32_t i : plan.removed()) {
       for (const auto& [k, v] : st_.node(i).node.labels) {
         edits[k][v].drop.push_back(st_.SlotOf(i));
       }
@@ -634,7 +635,7 @@ class SnapshotWriter {
   void EditTotals(const NodePlan& plan) {
     auto totals =
         std::make_shared<SnapshotState::AmountCounts>(st_.node_totals());
-    for (uint32_t i : plan.removed) {
+    for (uint32_t i : plan.removed()) {
       CountTotals(*totals, st_.node(i).node.resources, -1);
     }
     for (const auto& [i, node] : plan.replaced) {
@@ -824,7 +825,7 @@ class SnapshotWriter {
     indexes.Resize(num_slots, SnapshotState::kNoIndex);
     MoveIndexes(indexes, moves, new_slots);
     std::vector<uint32_t> freed;
-    for (uint32_t i : plan.removed) {
+    for (uint32_t i : plan.removed()) {
       const uint32_t slot = st_.SlotOf(i);
       table.Mutable(slot) = nullptr;
       freed.push_back(slot);
@@ -858,12 +859,8 @@ class SnapshotWriter {
     };
     CowArray<std::shared_ptr<const SliceEntry>, 8> table = st_.slices_;
     table.Resize(SlotsAfter(st_.num_slice_slots(), new_slots));
-    std::vector<uint32_t> freed;
-    for (const auto& [name, info] : plan.derived) {
-      const int64_t s = st_.SliceIndex(name);
-      if (info.has_value() || s < 0) continue;
-      freed.push_back(st_.SliceSlotOf(static_cast<uint32_t>(s)));
-      table.Mutable(freed.back()) = nullptr;
+    for (uint32_t s : plan.moves.removed()) {  // gone
+      table.Mutable(st_.SliceSlotOf(s)) = nullptr;
     }
     for (uint32_t q : plan.rederived) {
       const int64_t src = plan.moves.SourceOf(q);
@@ -889,7 +886,7 @@ class SnapshotWriter {
       table.Mutable(slot_of(q)) = std::move(se);
       owned_slices_.insert(slot_of(q));
     }
-    InstallSliceSlots(plan, new_slots, std::move(freed));
+    InstallSliceSlots(plan, new_slots);
     st_.slices_ = std::move(table);
     // Hosts of re-derived slices name them by slot (replaced nodes start
     // with none); other nodes keep theirs, whatever index it has now.
@@ -907,22 +904,22 @@ class SnapshotWriter {
     }
   }
 
-  // Slice slots after a change: slices that are gone give theirs up
-  // (`freed`), new ones take `new_slots`, and every slice from the first
-  // moved index on learns its new index. Reads the old slot arrays; runs
-  // before the new slice table is installed.
+  // Slice slots after a change: slices that are gone give theirs up, new
+  // ones take `new_slots`, and every slice from the first moved index on
+  // learns its new index. Reads the old slot arrays; runs before the new
+  // slice table is installed.
   void InstallSliceSlots(const SlicePlan& plan,
-                         const std::vector<uint32_t>& new_slots,
-                         std::vector<uint32_t> freed) {
+                         const std::vector<uint32_t>& new_slots) {
     const size_t count = plan.moves.bits();
     CowArray<uint32_t, 10> slots = st_.slice_slot_of_index_;
     slots.Resize(count);
     CowArray<uint32_t, 10> indexes = st_.slice_index_of_slot_;
     indexes.Resize(SlotsAfter(st_.num_slice_slots(), new_slots),
                    SnapshotState::kNoIndex);
-    for (const auto& [name, info] : plan.derived) {
-      const int64_t s = st_.SliceIndex(name);
-      if (info.has_value() || s < 0) continue;
+    std::vector<uint32_t> freed;
+    for (uint32_t s : plan.moves.removed()) {  // gone
+      freed.push_back(st_.SliceSlotOf(s));
+      const std::string& name = st_.slice(s).info.name;
       MutableShard(st_.slice_ids_, owned_slice_id_shards_,
                    SnapshotState::IdShardOf(name))
           .erase(name);
