@@ -21,6 +21,7 @@ from sliced_agent.host import DetectOptions, HostError, detect
 from sliced_agent.logtail import LogTailer
 from sliced_agent.metadata import find_metadata
 from sliced_agent.runner import Runner
+from sliced_agent.signals import Signals
 from sliced_agent.tpu_metrics import DEVICES_PER_CHIP, DevicePluginSource, LibtpuSource
 from sliced_client import DEFAULT_ADDRESS, Client
 
@@ -158,13 +159,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name, task in agent.tasks():
         runner.add(task, 0.0, name)
 
-    def drain_on_signal(*_):
+    def drain_on_signal():
         # Until the daemon takes it: a failed try returns the pause to the
         # next (it used to return False, which the Runner ran again at once).
         runner.add(lambda: agent.drain_until_taken("SIGUSR1"), 0.0, "drain")
-    signal.signal(signal.SIGUSR1, drain_on_signal)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signals = Signals(deferred={signal.SIGUSR1: drain_on_signal})
     _log.info("%s: agent for %s on %s%s", agent.node_id, agent.facts.pod_type or "a CPU host",
               args.server, "; GCE metadata at " + metadata.host if metadata else
               "; not on GCE: no metadata server")
@@ -172,8 +171,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if metadata is not None:
         threading.Thread(target=agent.watch_maintenance, args=(metadata, stop.is_set),
                          name="maintenance", daemon=True).start()
-    while not stop.wait(1.0):
-        pass
+    signals.wait()
+    stop.set()
     _log.info("%s: stopping", agent.node_id)
     runner.stop(timeout=5.0)
     return 0

@@ -18,7 +18,6 @@ import argparse
 import logging
 import os
 import random
-import signal
 import socket
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from sliced_agent.agent import AgentMetrics
 from sliced_agent.host import LITE, GENERATIONS
 from sliced_agent.main import build, parser as agent_parser
 from sliced_agent.runner import Runner
+from sliced_agent.signals import Signals
 from sliced_agent.sim_fakes import ChipWaves, FakeDevicePlugin, FakeLibtpu
 
 _log = logging.getLogger("sliced_agent.sim")
@@ -260,12 +260,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     writer = LogWriter(hosts, args.log_rate)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signals = Signals()
     print("fleet: %d agents for %s on %s (roots in %s)" % (
         len(hosts), args.server, args.slices, base), flush=True)
-    stop.wait(args.duration or None)
+    signals.wait(args.duration or None)
     writer.stop.set()
     fleet.stop()
     for h in hosts:
