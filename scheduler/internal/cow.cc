@@ -97,9 +97,6 @@ CowBitset CowBitset::Renumbered(const Renumbering& r) const {
   if (count_ == 0) {
     // Nothing moves: only the size changes (new words are zero).
     out.words_.Resize(words);
-    if (words > old_words) {
-      out.words_.MutableRange(old_words, words, [](size_t) { return 0; });
-    }
     return out;
   }
   // The words from the first moved index's on are read out to a plain

@@ -145,7 +145,11 @@ class CowArray {
       from += take;
     }
   }
+  // Items past the old size are `fill`: new chunks are filled, and the
+  // old last chunk's tail (which may hold items from before a shrink) is
+  // rewritten, copied first if a published copy shares it.
   void Resize(size_t n, const T& fill = T()) {
+    const size_t old = size_;
     std::vector<std::shared_ptr<Chunk>>& chunks = MutableTable().chunks;
     size_ = n;
     chunks.resize((n + kChunkSize - 1) >> kChunkShift);
@@ -156,6 +160,9 @@ class CowArray {
         chunk->items.fill(fill);
       }
     }
+    const size_t old_chunk_end = (old + kChunkSize - 1) & ~(kChunkSize - 1);
+    Rewrite(old, std::min(n, old_chunk_end),
+            [&](size_t, const T&) { return fill; });
   }
 
  private:
@@ -265,14 +272,15 @@ class Renumbering {
    public:
     explicit Mapper(const Renumbering& r) : r_(r) {}
     int64_t NewIndex(size_t i) {
-      if (i - from_ < len_) return static_cast<int64_t>(to_ + (i - from_));
-      const size_t run = r_.RunOf(i);
-      if (run < r_.runs_.size()) {
+      if (i - from_ >= len_) {
+        const size_t run = r_.RunOf(i);
+        if (run == r_.runs_.size()) return -1;
         from_ = r_.runs_[run].from;
         to_ = r_.runs_[run].to;
         len_ = r_.runs_[run].len;
+        if (i - from_ >= len_) return -1;  // removed
       }
-      return r_.NewIndex(i);
+      return static_cast<int64_t>(to_ + (i - from_));
     }
 
    private:

@@ -67,6 +67,23 @@ bool AllocationLess(const Allocation& a, const Allocation& b) {
   return std::tie(a.pg_id, a.bundle_index) < std::tie(b.pg_id, b.bundle_index);
 }
 
+// The first index in [0, n) for which `before(i)` is false, where it is
+// true on a prefix (a lower bound over indexes; std::ranges::partition_point
+// over std::views::iota does not build with this clang and libstdc++).
+template <typename Before>
+uint32_t FirstNotBefore(uint32_t n, const Before& before) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (before(mid)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 }  // namespace
 
 // Builds or edits an unpublished snapshot. Owns it exclusively until
@@ -299,22 +316,14 @@ class SnapshotWriter {
         plan.added.push_back(node);
       }
     }
-    // Where each new id goes among the old ones: a binary search each, so
-    // only the merge below is linear, and it moves integers.
+    // Where each new id goes among the old ones: a binary search each.
     const uint32_t n = static_cast<uint32_t>(st_.num_nodes());
     std::vector<uint32_t> insert_at;
     insert_at.reserve(plan.added.size());
     for (const Node* node : plan.added) {
-      uint32_t lo = 0, hi = n;
-      while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo) / 2;
-        if (st_.node(mid).node.node_id < node->node_id) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      insert_at.push_back(lo);
+      insert_at.push_back(FirstNotBefore(n, [&](uint32_t i) {
+        return st_.node(i).node.node_id < node->node_id;
+      }));
     }
     plan.moves = Renumbering(
         n, std::vector<uint32_t>(removed.begin(), removed.end()), insert_at);
@@ -377,16 +386,11 @@ class SnapshotWriter {
         continue;
       }
       if (!info.has_value()) continue;
-      uint32_t lo = 0, hi = count;
-      while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo) / 2;
-        if (st_.slice(mid).info.name < name) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      insert_at.push_back(lo);
+      // (This clang's lambdas cannot capture a structured binding.)
+      const std::string& new_name = name;
+      insert_at.push_back(FirstNotBefore(count, [&](uint32_t s) {
+        return st_.slice(s).info.name < new_name;
+      }));
       plan.added.push_back(&*info);
     }
     plan.moves = Renumbering(count, std::move(gone), insert_at);
