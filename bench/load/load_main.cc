@@ -98,6 +98,9 @@ ABSL_FLAG(std::string, churn_nodes, "",
           "fleet sizes for the churn runs (default 10000,100000; quick 1000)");
 ABSL_FLAG(double, churn_interval, 0.5, "seconds between churn registrations");
 ABSL_FLAG(int, churn_clients, 16, "closed-loop clients in the churn phases");
+ABSL_FLAG(int, churn_alone, 0,
+          "RegisterNodes(1) calls timed at each end of the node order with "
+          "nothing else running, per churn fleet size (default 200; quick 20)");
 ABSL_FLAG(bool, check, false, "exit 1 unless every phase made sane progress");
 ABSL_FLAG(std::string, watch_phases, "",
           "the watch part's phases besides \"none\" (default all: \"1000 "
@@ -282,14 +285,20 @@ struct ChurnPoint {
   int64_t nodes = 0;
   double register_s = 0;
   std::string load_register;
+  // One node registered at a time with nothing else running, right after
+  // the fleet: at the front of the node order, where every index moves, and
+  // at its end, where none does (each call's latency in ms).
+  std::vector<double> alone_front_ms, alone_back_ms;
   std::vector<ChurnPair> pairs;
 };
 
 // A CPU node like the fleet's; "churn-" sorts before "cpu-" and "s...", so
 // every one lands at the front of the node-id order (the most index shift).
-scheduler::Node ChurnNode(int64_t nodes, int64_t i) {
+// Another `prefix` puts it elsewhere: "zz-…" after every other node.
+scheduler::Node ChurnNode(int64_t nodes, int64_t i,
+                          absl::string_view prefix = "churn") {
   scheduler::Node n;
-  n.node_id = absl::StrFormat("churn-%d-%06d", nodes, i);
+  n.node_id = absl::StrFormat("%s-%d-%06d", prefix, nodes, i);
   n.address = n.node_id + ".bench.internal";
   n.labels = {{"ray.io/node-id", n.node_id},
               {"ray.io/availability-zone", "us-central2-b"},
@@ -325,6 +334,33 @@ std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
   return ms;
 }
 
+// Times `calls` RegisterNodes calls of one new node each, back to back,
+// alternating between the front of the node order ("aa-…", before every
+// node the harness registers) and its end ("zz-…"); nothing else runs.
+absl::Status RegisterAlone(const std::shared_ptr<grpc::Channel>& channel,
+                           int64_t nodes, int calls, ChurnPoint& p) {
+  auto stub = v1::Inventory::NewStub(channel);
+  for (int i = 0; i < 2 * calls; ++i) {
+    const bool front = i % 2 == 0;
+    v1::RegisterNodesRequest req;
+    *req.add_nodes() = ToProto(ChurnNode(nodes, i / 2, front ? "aa" : "zz"));
+    v1::RegisterNodesResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(60));
+    const auto t = Clock::now();
+    const grpc::Status s = stub->RegisterNodes(&ctx, req, &resp);
+    if (!s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("RegisterNodes alone: ", s.error_message()));
+    }
+    (front ? p.alone_front_ms : p.alone_back_ms)
+        .push_back(std::chrono::duration<double, std::milli>(Clock::now() - t)
+                       .count());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes,
                                         int reps, double duration) {
   ChurnPoint p;
@@ -339,6 +375,12 @@ absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes
   const auto t0 = Clock::now();
   if (absl::Status s = Register(channels[0], fleet); !s.ok()) return s;
   p.register_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  Progress("churn at %d nodes: one node at a time, alone", nodes);
+  if (absl::Status s =
+          RegisterAlone(side, nodes, absl::GetFlag(FLAGS_churn_alone), p);
+      !s.ok()) {
+    return s;
+  }
   DaemonProcess* d = daemon->get();
   const DaemonProbe probe{[d] { return d->CpuSeconds(); }, nullptr};
   int64_t next = 0;
@@ -682,6 +724,22 @@ std::string ChurnMarkdown(const std::vector<ChurnPoint>& points, double duration
   md += "\nTargets (issue 17, DESIGN §7): registering 100k nodes ≤ 15 s; with churn, "
         "creates at 100k nodes keep ≥ 90 % of the quiet throughput (ops ratio ≥ 0.90) "
         "and p99 ≤ 2× quiet (p99 ratio ≤ 2).\n";
+  md +=
+      "\n**One node at a time, alone.** Right after the fleet registered and "
+      "before the phases above, one new CPU node per RegisterNodes call, back "
+      "to back on one connection with nothing else running, alternating "
+      "between the front of the node order (ids `aa-…`: every node's index "
+      "moves) and its end (`zz-…`: none moves). Issue 17, item 1: the cost of "
+      "one node's change is independent of the inventory size.\n\n"
+      "| nodes | calls per end | front p50 / p90 ms | end p50 / p90 ms |\n"
+      "| --- | --- | --- | --- |\n";
+  for (const ChurnPoint& p : points) {
+    std::vector<double> front = p.alone_front_ms, back = p.alone_back_ms;
+    absl::StrAppendFormat(&md, "| %d | %d | %.2f / %.2f | %.2f / %.2f |\n",
+                          p.nodes, static_cast<int>(front.size()),
+                          Median(front), Percentile(front, 0.9), Median(back),
+                          Percentile(back, 0.9));
+  }
   return md;
 }
 
@@ -713,6 +771,8 @@ int Main() {
   int reps = absl::GetFlag(FLAGS_reps);
   if (reps <= 0) reps = quick ? 1 : 3;
   if (absl::GetFlag(FLAGS_restarts) <= 0) absl::SetFlag(&FLAGS_restarts, quick ? 1 : 3);
+  if (absl::GetFlag(FLAGS_churn_alone) <= 0)
+    absl::SetFlag(&FLAGS_churn_alone, quick ? 20 : 200);
   std::string scale_flag = absl::GetFlag(FLAGS_scale_nodes);
   if (scale_flag.empty()) scale_flag = quick ? "1000,10000" : "1000,10000,100000";
   const std::vector<int64_t> scale_sizes = ParseList(scale_flag == "none" ? "" : scale_flag);
@@ -918,8 +978,19 @@ int Main() {
   }
   j.EndArray().Key("churn").BeginArray();
   for (const ChurnPoint& p : churn) {
-    j.BeginObject().Key("nodes").Number(p.nodes).Key("register_s").Number(p.register_s)
-        .Key("load_register").String(p.load_register).Key("pairs").BeginArray();
+    j.BeginObject()
+        .Key("nodes")
+        .Number(p.nodes)
+        .Key("register_s")
+        .Number(p.register_s)
+        .Key("load_register")
+        .String(p.load_register)
+        .Key("alone_front_ms")
+        .BeginArray();
+    for (double ms : p.alone_front_ms) j.Number(ms);
+    j.EndArray().Key("alone_back_ms").BeginArray();
+    for (double ms : p.alone_back_ms) j.Number(ms);
+    j.EndArray().Key("pairs").BeginArray();
     for (const ChurnPair& c : p.pairs) {
       j.BeginObject().Key("load_quiet").String(c.load_quiet)
           .Key("load_churn").String(c.load_churn).Key("register_ms").BeginArray();
