@@ -324,11 +324,12 @@ class CowBitset {
 };
 
 // An ordered map from string to V kept in copy-on-write chunks of a few
-// hundred entries: copying the map copies one pointer per chunk, and a
-// write copies one chunk. The label index uses it for a key's values, where
-// one key (ray.io/node-id) has a value per node: adding a node must not
-// copy them all. As with CowArray, a copy owns none of its chunks, and a map
-// that has been copied (a published one) is not written again.
+// hundred entries: copying the map copies one pointer per chunk (no key: a
+// chunk's first key is read from the chunk), and a write copies one chunk. The
+// label index uses it for a key's values, where one key (ray.io/node-id) has a
+// value per node: adding a node must not copy them all. As with CowArray, a
+// copy owns none of its chunks, and a map that has been copied (a published
+// one) is not written again.
 template <typename V>
 class CowMap {
  public:
@@ -347,9 +348,9 @@ class CowMap {
     reference operator*() const { return *inner_; }
     pointer operator->() const { return &*inner_; }
     const_iterator& operator++() {
-      if (++inner_ == outer_->second->end()) {
+      if (++inner_ == (*outer_)->end()) {
         ++outer_;
-        if (outer_ != outer_end_) inner_ = outer_->second->begin();
+        if (outer_ != outer_end_) inner_ = (*outer_)->begin();
       }
       return *this;
     }
@@ -361,8 +362,7 @@ class CowMap {
    private:
     friend class CowMap;
     using Outer =
-        typename absl::btree_map<std::string,
-                                 std::shared_ptr<const Chunk>>::const_iterator;
+        typename std::vector<std::shared_ptr<const Chunk>>::const_iterator;
     const_iterator(Outer outer, Outer outer_end,
                    typename Chunk::const_iterator inner)
         : outer_(outer), outer_end_(outer_end), inner_(inner) {}
@@ -383,9 +383,7 @@ class CowMap {
           std::make_move_iterator(items.begin() + at),
           std::make_move_iterator(items.begin() + end));
       m.owned_.insert(chunk.get());
-      std::string first = chunk->begin()->first;
-      m.chunks_.emplace_hint(m.chunks_.end(), std::move(first),
-                             std::move(chunk));
+      m.chunks_.push_back(std::move(chunk));
     }
     return m;
   }
@@ -405,16 +403,16 @@ class CowMap {
   const_iterator begin() const {
     return chunks_.empty() ? end()
                            : const_iterator(chunks_.begin(), chunks_.end(),
-                                            chunks_.begin()->second->begin());
+                                            chunks_.front()->begin());
   }
   const_iterator end() const {
     return const_iterator(chunks_.end(), chunks_.end(), {});
   }
   const_iterator find(absl::string_view key) const {
-    auto outer = ChunkFor(key);
-    if (outer == chunks_.end()) return end();
-    auto inner = outer->second->find(key);
-    if (inner == outer->second->end()) return end();
+    if (chunks_.empty()) return end();
+    auto outer = chunks_.begin() + static_cast<ptrdiff_t>(ChunkFor(key));
+    auto inner = (*outer)->find(key);
+    if (inner == (*outer)->end()) return end();
     return const_iterator(outer, chunks_.end(), inner);
   }
   bool contains(absl::string_view key) const { return find(key) != end(); }
@@ -422,77 +420,71 @@ class CowMap {
   // Inserts or replaces. Only the single writer of an unpublished snapshot
   // calls Set() and Erase().
   void Set(const std::string& key, V value) {
-    auto outer = ChunkFor(key);
-    if (outer == chunks_.end()) {
+    if (chunks_.empty()) {
       auto chunk = std::make_shared<Chunk>();
       chunk->emplace(key, std::move(value));
       owned_.insert(chunk.get());
-      chunks_.emplace(key, std::move(chunk));
+      chunks_.push_back(std::move(chunk));
       ++size_;
       return;
     }
-    Chunk& chunk = MutableChunk(outer);
+    const size_t at = ChunkFor(key);
+    Chunk& chunk = MutableChunk(at);
     auto [it, fresh] = chunk.insert_or_assign(key, std::move(value));
     size_ += fresh ? 1 : 0;
-    if (key < outer->first) outer = Rekey(outer);  // new first key
-    if (chunk.size() > 2 * kChunk) Split(outer);
+    if (chunk.size() > 2 * kChunk) Split(at);
   }
   void Erase(absl::string_view key) {
-    auto outer = ChunkFor(key);
-    if (outer == chunks_.end() || !outer->second->contains(key)) return;
-    Chunk& chunk = MutableChunk(outer);
+    if (chunks_.empty()) return;
+    const size_t at = ChunkFor(key);
+    if (!chunks_[at]->contains(key)) return;
+    Chunk& chunk = MutableChunk(at);
     chunk.erase(chunk.find(key));
     --size_;
     if (chunk.empty()) {
       owned_.erase(&chunk);
-      chunks_.erase(outer);
-    } else if (outer->first != chunk.begin()->first) {
-      Rekey(outer);
+      chunks_.erase(chunks_.begin() + static_cast<ptrdiff_t>(at));
     }
   }
 
  private:
   static constexpr size_t kChunk = 256;
-  using OuterMap = absl::btree_map<std::string, std::shared_ptr<const Chunk>>;
 
-  // The chunk that holds `key` or would: the last whose first key <= key,
-  // else the first.
-  typename OuterMap::const_iterator ChunkFor(absl::string_view key) const {
-    auto it = chunks_.upper_bound(key);
-    if (it != chunks_.begin()) --it;
-    return it;
+  // The index of the chunk that holds `key` or would: the last whose first
+  // key <= key, else the first. Not for an empty map.
+  size_t ChunkFor(absl::string_view key) const {
+    auto after = std::upper_bound(
+        chunks_.begin(), chunks_.end(), key,
+        [](absl::string_view k, const std::shared_ptr<const Chunk>& c) {
+          return k < absl::string_view(c->begin()->first);
+        });
+    return after == chunks_.begin()
+               ? 0
+               : static_cast<size_t>(after - chunks_.begin()) - 1;
   }
-  typename OuterMap::iterator Mut(typename OuterMap::const_iterator it) {
-    return chunks_.erase(it, it);  // const_iterator -> iterator
-  }
-  Chunk& MutableChunk(typename OuterMap::const_iterator outer) {
-    auto it = Mut(outer);
-    if (!owned_.contains(it->second.get())) {
-      auto copy = std::make_shared<Chunk>(*it->second);
+  Chunk& MutableChunk(size_t at) {
+    std::shared_ptr<const Chunk>& chunk = chunks_[at];
+    if (!owned_.contains(chunk.get())) {
+      auto copy = std::make_shared<Chunk>(*chunk);
       owned_.insert(copy.get());
-      it->second = std::move(copy);
+      chunk = std::move(copy);
     }
-    return const_cast<Chunk&>(*it->second);
+    return const_cast<Chunk&>(*chunk);
   }
-  // Files a chunk under its (new) first key.
-  typename OuterMap::const_iterator Rekey(
-      typename OuterMap::const_iterator outer) {
-    std::shared_ptr<const Chunk> chunk = outer->second;
-    chunks_.erase(outer);
-    std::string first = chunk->begin()->first;
-    return chunks_.emplace(std::move(first), std::move(chunk)).first;
-  }
-  void Split(typename OuterMap::const_iterator outer) {
-    Chunk& chunk = MutableChunk(outer);
+  void Split(size_t at) {
+    Chunk& chunk = MutableChunk(at);
     auto half = std::next(chunk.begin(), static_cast<ptrdiff_t>(kChunk));
     auto upper = std::make_shared<Chunk>(half, chunk.end());
     chunk.erase(half, chunk.end());
     owned_.insert(upper.get());
-    std::string first = upper->begin()->first;
-    chunks_.emplace(std::move(first), std::move(upper));
+    chunks_.insert(chunks_.begin() + static_cast<ptrdiff_t>(at) + 1,
+                   std::move(upper));
   }
 
-  OuterMap chunks_;  // by first key; never empty chunks
+  // In key order: every key of a chunk sorts before the next chunk's first
+  // (a key goes into the chunk ChunkFor names, so a chunk's first key can
+  // change in place and the order holds). Never empty chunks.
+  std::vector<std::shared_ptr<const Chunk>> chunks_;
   size_t size_ = 0;
   // Chunks this copy created or already copied: written in place.
   absl::flat_hash_set<const Chunk*> owned_;
