@@ -4,7 +4,8 @@
 # (4 hosts, metrics from a fake libtpu), a v4 2x2x2 slice (2 hosts, metrics
 # from a fake GKE device plugin) and 2 CPU nodes, all heartbeating, with
 # live TPU series and libtpu log lines. Everything on 127.0.0.1; Ctrl-C
-# stops both. Extra arguments go to the daemon.
+# stops both (what has not stopped 15 s later is killed, and the demo exits
+# 1). Extra arguments go to the daemon.
 #   SLICED_DEMO_SKIP_BUILD=1   don't install/build (already built)
 #   SLICED_LISTEN, SLICED_METRICS_LISTEN, SLICED_DEMO_DATA   where to serve/keep data
 #   SLICED_BIN, SLICECTL_BIN, SLICED_PY   another build's daemon, slicectl and stubs
@@ -24,8 +25,23 @@ PIDS=()
 BANNER=$(mktemp)
 stop() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # Up to 15 s to stop, then kill -9 what is left and exit 1: a part that
+  # hung on its way out would otherwise hold the terminal and its ports.
+  local tries=0
+  while [[ -n "$(jobs -pr)" && $tries -lt 75 ]]; do
+    sleep 0.2
+    tries=$((tries + 1))
+  done
+  local left
+  left=$(jobs -pr)
+  if [[ -n "$left" ]]; then
+    echo "demo: did not stop within 15 s of SIGTERM, killed:" >&2
+    ps -o pid,args -p "$(echo $left | tr ' ' ',')" >&2 || true
+    kill -9 $left 2>/dev/null || true
+  fi
   wait
   rm -f "$BANNER"
+  if [[ -n "$left" ]]; then exit 1; fi
 }
 trap stop EXIT
 trap 'exit 0' INT TERM
