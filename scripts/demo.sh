@@ -24,6 +24,9 @@ export SLICED_PY=${SLICED_PY:-build/python}
 PIDS=()
 BANNER=$(mktemp)
 stop() {
+  # A second Ctrl-C or SIGTERM while stopping would end this shell at once
+  # and leave the daemon and the fleet running: stopping is not interrupted.
+  trap '' INT TERM
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   # Up to 15 s to stop, then kill -9 what is left and exit 1: a part that
   # hung on its way out would otherwise hold the terminal and its ports.
@@ -36,7 +39,7 @@ stop() {
   left=$(jobs -pr)
   if [[ -n "$left" ]]; then
     echo "demo: did not stop within 15 s of SIGTERM, killed:" >&2
-    ps -o pid,args -p "$(echo $left | tr ' ' ',')" >&2 || true
+    ps -o pid,args -p "${left//$'\n'/,}" >&2 || true
     kill -9 $left 2>/dev/null || true
   fi
   wait

@@ -308,8 +308,25 @@ scheduler::Node ChurnNode(int64_t nodes, int64_t i,
   return n;
 }
 
+// Registers `node` alone in one call; the call's latency in ms.
+absl::StatusOr<double> TimedRegister(v1::Inventory::Stub& stub,
+                                     const scheduler::Node& node) {
+  v1::RegisterNodesRequest req;
+  *req.add_nodes() = ToProto(node);
+  v1::RegisterNodesResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  const auto t = Clock::now();
+  const grpc::Status s = stub.RegisterNodes(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("RegisterNodes(", node.node_id, "): ", s.error_message()));
+  }
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
 // Registers a new node every `interval` seconds until `stop`; returns each
-// call's latency in ms.
+// successful call's latency in ms.
 std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
                                   int64_t nodes, int64_t& next, double interval,
                                   const std::atomic<bool>& stop) {
@@ -317,14 +334,8 @@ std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
   std::vector<double> ms;
   auto tick = Clock::now();
   while (!stop.load()) {
-    v1::RegisterNodesRequest req;
-    *req.add_nodes() = ToProto(ChurnNode(nodes, next++));
-    v1::RegisterNodesResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    const auto t = Clock::now();
-    if (stub->RegisterNodes(&ctx, req, &resp).ok()) {
-      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t).count());
+    if (auto took = TimedRegister(*stub, ChurnNode(nodes, next++)); took.ok()) {
+      ms.push_back(*took);
     }
     tick += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
     while (!stop.load() && Clock::now() < tick) {
@@ -342,21 +353,10 @@ absl::Status RegisterAlone(const std::shared_ptr<grpc::Channel>& channel,
   auto stub = v1::Inventory::NewStub(channel);
   for (int i = 0; i < 2 * calls; ++i) {
     const bool front = i % 2 == 0;
-    v1::RegisterNodesRequest req;
-    *req.add_nodes() = ToProto(ChurnNode(nodes, i / 2, front ? "aa" : "zz"));
-    v1::RegisterNodesResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(60));
-    const auto t = Clock::now();
-    const grpc::Status s = stub->RegisterNodes(&ctx, req, &resp);
-    if (!s.ok()) {
-      return absl::InternalError(
-          absl::StrCat("RegisterNodes alone: ", s.error_message()));
-    }
-    (front ? p.alone_front_ms : p.alone_back_ms)
-        .push_back(std::chrono::duration<double, std::milli>(Clock::now() - t)
-                       .count());
+    auto took =
+        TimedRegister(*stub, ChurnNode(nodes, i / 2, front ? "aa" : "zz"));
+    if (!took.ok()) return took.status();
+    (front ? p.alone_front_ms : p.alone_back_ms).push_back(*took);
   }
   return absl::OkStatus();
 }
