@@ -81,13 +81,7 @@ class CowArray {
   }
   // Only the single writer building a new, unpublished snapshot calls this.
   T& Mutable(size_t i) {
-    std::shared_ptr<Chunk>& chunk = MutableTable().chunks[i >> kChunkShift];
-    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
-    if (chunk->epoch != epoch) {
-      chunk = std::make_shared<Chunk>(*chunk);
-      chunk->epoch = epoch;
-    }
-    return chunk->items[i & (kChunkSize - 1)];
+    return MutableChunk(i >> kChunkShift).items[i & (kChunkSize - 1)];
   }
   // Sets items [from, to) to fn(i), as Mutable(i) = fn(i) would, a chunk
   // at a time; a chunk none of whose items changes stays shared.
@@ -116,19 +110,13 @@ class CowArray {
   }
   // Sets items [to, to + n) to items[0, n), as CopyRange() does.
   void Assign(size_t to, const T* items, size_t n) {
-    if (n == 0) return;
-    Table& table = MutableTable();
-    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     while (n > 0) {
       const size_t at = to & (kChunkSize - 1);
       const size_t take = std::min(n, kChunkSize - at);
-      std::shared_ptr<Chunk>& chunk = table.chunks[to >> kChunkShift];
-      if (!std::equal(items, items + take, chunk->items.begin() + at)) {
-        if (chunk->epoch != epoch) {
-          chunk = std::make_shared<Chunk>(*chunk);
-          chunk->epoch = epoch;
-        }
-        std::copy(items, items + take, chunk->items.begin() + at);
+      const size_t c = to >> kChunkShift;
+      if (!std::equal(items, items + take,
+                      table_->chunks[c]->items.begin() + at)) {
+        std::copy(items, items + take, MutableChunk(c).items.begin() + at);
       }
       items += take;
       to += take;
@@ -148,16 +136,23 @@ class CowArray {
   // Items past the old size are `fill`: new chunks are filled, and the
   // old last chunk's tail (which may hold items from before a shrink) is
   // rewritten, copied first if a published copy shares it.
+  // The table is copied only when the number of chunks changes or an item
+  // does: growing within the last chunk, over items already `fill`, shares
+  // it (a bitset grows by a bit per added node, and most bitsets get no bit
+  // of it).
   void Resize(size_t n, const T& fill = T()) {
     const size_t old = size_;
-    std::vector<std::shared_ptr<Chunk>>& chunks = MutableTable().chunks;
+    const size_t num_chunks = (n + kChunkSize - 1) >> kChunkShift;
     size_ = n;
-    chunks.resize((n + kChunkSize - 1) >> kChunkShift);
-    for (std::shared_ptr<Chunk>& chunk : chunks) {
-      if (chunk == nullptr) {
-        chunk = std::make_shared<Chunk>();
-        chunk->epoch = epoch_.load(std::memory_order_relaxed);
-        chunk->items.fill(fill);
+    if (num_chunks != (table_ == nullptr ? 0 : table_->chunks.size())) {
+      std::vector<std::shared_ptr<Chunk>>& chunks = MutableTable().chunks;
+      chunks.resize(num_chunks);
+      for (std::shared_ptr<Chunk>& chunk : chunks) {
+        if (chunk == nullptr) {
+          chunk = std::make_shared<Chunk>();
+          chunk->epoch = epoch_.load(std::memory_order_relaxed);
+          chunk->items.fill(fill);
+        }
       }
     }
     const size_t old_chunk_end = (old + kChunkSize - 1) & ~(kChunkSize - 1);
@@ -179,27 +174,32 @@ class CowArray {
   template <typename Fn>
   void Rewrite(size_t from, size_t to, const Fn& fn) {
     if (from >= to) return;
-    Table& table = MutableTable();
-    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
     std::array<T, kChunkSize> items;
     for (size_t c = from >> kChunkShift; c <= (to - 1) >> kChunkShift; ++c) {
-      std::shared_ptr<Chunk>& chunk = table.chunks[c];
       const size_t lo = std::max(from, c << kChunkShift) & (kChunkSize - 1);
       const size_t hi = std::min(to - (c << kChunkShift), kChunkSize);
-      const T* old = chunk->items.data();
+      const T* old = table_->chunks[c]->items.data();
       bool same = true;
       for (size_t k = lo; k < hi; ++k) {
         items[k] = fn((c << kChunkShift) + k, old[k]);
         same = same && items[k] == old[k];
       }
       if (same) continue;
-      if (chunk->epoch != epoch) {
-        chunk = std::make_shared<Chunk>(*chunk);
-        chunk->epoch = epoch;
-      }
       std::copy(items.begin() + lo, items.begin() + hi,
-                chunk->items.begin() + lo);
+                MutableChunk(c).items.begin() + lo);
     }
+  }
+
+  // Chunk c, this array's own: the table and the chunk are copied first
+  // when shared.
+  Chunk& MutableChunk(size_t c) {
+    std::shared_ptr<Chunk>& chunk = MutableTable().chunks[c];
+    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
+    if (chunk->epoch != epoch) {
+      chunk = std::make_shared<Chunk>(*chunk);
+      chunk->epoch = epoch;
+    }
+    return *chunk;
   }
 
   Table& MutableTable() {

@@ -284,6 +284,28 @@ TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
   }
 }
 
+TEST(CowArrayTest, ResizingWithinTheLastChunkBesideACopy) {
+  CowArray<int, 2> a(6, 1);  // chunks of 4: [1 1 1 1] [1 1]
+  a.Mutable(5) = 2;
+  CowArray<int, 2> published = a;
+  // Shrinking within the last chunk changes no chunk; growing again must
+  // not bring back the 2 (the published copy still holds it).
+  a.Resize(5);
+  a.Resize(6, 3);
+  EXPECT_EQ(a[5], 3);
+  EXPECT_EQ(published[5], 2);
+  // Growing over items that already are the fill, then writing one.
+  CowArray<int, 2> b = published;
+  b.Resize(4);
+  b.Resize(5, 1);
+  b.Mutable(0) = 7;
+  EXPECT_EQ(b[4], 1);
+  EXPECT_EQ(b[0], 7);
+  EXPECT_EQ(published[0], 1);
+  EXPECT_EQ(published.size(), 6u);
+  EXPECT_EQ(published[5], 2);
+}
+
 TEST(CowArrayTest, WritingEitherSideOfACopyLeavesTheOtherAlone) {
   CowArray<int, 2> a(10, 1);
   CowArray<int, 2> published = a;
