@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,7 +101,11 @@ ABSL_FLAG(double, churn_interval, 0.5, "seconds between churn registrations");
 ABSL_FLAG(int, churn_clients, 16, "closed-loop clients in the churn phases");
 ABSL_FLAG(int, churn_alone, 0,
           "RegisterNodes(1) calls timed at each end of the node order with "
-          "nothing else running, per churn fleet size (default 200; quick 20)");
+          "nothing else running, per churn fleet size, over all rounds "
+          "(default 200; quick 20)");
+ABSL_FLAG(int, alone_rounds, 0,
+          "rounds those calls are split into, alternating between the sizes' "
+          "daemons (default 5; quick 2)");
 ABSL_FLAG(bool, check, false, "exit 1 unless every phase made sane progress");
 ABSL_FLAG(std::string, watch_phases, "",
           "the watch part's phases besides \"none\" (default all: \"1000 "
@@ -285,11 +290,22 @@ struct ChurnPoint {
   int64_t nodes = 0;
   double register_s = 0;
   std::string load_register;
-  // One node registered at a time with nothing else running, right after
-  // the fleet: at the front of the node order, where every index moves, and
-  // at its end, where none does (each call's latency in ms).
-  std::vector<double> alone_front_ms, alone_back_ms;
   std::vector<ChurnPair> pairs;
+};
+
+// One node registered at a time with nothing else running: at the front of
+// the node order, where every index moves, and at its end, where none does.
+// One daemon per fleet size, all of them up at once, and the rounds
+// alternate between them, so that the sizes' figures share the machine's
+// load of the moment and their ratio is measured in one window.
+struct AloneRound {
+  std::string load;
+  // By size, as AloneResult::nodes; each call's latency in ms.
+  std::vector<std::vector<double>> front_ms, back_ms;
+};
+struct AloneResult {
+  std::vector<int64_t> nodes;  // ascending
+  std::vector<AloneRound> rounds;
 };
 
 // A CPU node like the fleet's; "churn-" sorts before "cpu-" and "s...", so
@@ -348,17 +364,84 @@ std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
 // Times `calls` RegisterNodes calls of one new node each, back to back,
 // alternating between the front of the node order ("aa-…", before every
 // node the harness registers) and its end ("zz-…"); nothing else runs.
-absl::Status RegisterAlone(const std::shared_ptr<grpc::Channel>& channel,
-                           int64_t nodes, int calls, ChurnPoint& p) {
-  auto stub = v1::Inventory::NewStub(channel);
+// `next` numbers the new nodes (ids stay unique across rounds).
+absl::Status RegisterAlone(v1::Inventory::Stub& stub, int64_t nodes, int calls,
+                           int64_t& next, std::vector<double>& front_ms,
+                           std::vector<double>& back_ms) {
   for (int i = 0; i < 2 * calls; ++i) {
     const bool front = i % 2 == 0;
     auto took =
-        TimedRegister(*stub, ChurnNode(nodes, i / 2, front ? "aa" : "zz"));
+        TimedRegister(stub, ChurnNode(nodes, next, front ? "aa" : "zz"));
+    if (!front) ++next;
     if (!took.ok()) return took.status();
-    (front ? p.alone_front_ms : p.alone_back_ms).push_back(*took);
+    (front ? front_ms : back_ms).push_back(*took);
   }
   return absl::OkStatus();
+}
+
+// Per size a fresh daemon with the generated fleet registered, all up at
+// once; then `rounds` rounds, each timing `calls` registrations per end on
+// every daemon in turn (the order of the sizes reversed every other round).
+absl::StatusOr<AloneResult> MeasureAlone(const std::string& binary,
+                                         std::vector<int64_t> sizes, int rounds,
+                                         int calls) {
+  std::sort(sizes.begin(), sizes.end());
+  AloneResult result;
+  result.nodes = sizes;
+  struct Up {
+    std::unique_ptr<DaemonProcess> daemon;
+    std::string dir;
+    std::unique_ptr<v1::Inventory::Stub> stub;
+    int64_t next = 0;
+  };
+  std::vector<Up> ups;
+  auto stop_all = [&] {
+    for (Up& u : ups) {
+      u.daemon->Stop(SIGTERM);
+      RemoveTree(u.dir);
+      RemoveTree(u.dir + ".log");
+    }
+  };
+  for (int64_t n : sizes) {
+    Up u;
+    u.dir = TempDir("alone");
+    auto daemon =
+        DaemonProcess::Start(binary, u.dir, {"--heartbeat_timeout=0"});
+    if (!daemon.ok()) {
+      stop_all();
+      return daemon.status();
+    }
+    u.daemon = *std::move(daemon);
+    ups.push_back(std::move(u));
+    Progress("one node at a time, alone: registering %d nodes", n);
+    const Fleet fleet = GenerateFleet({n, absl::GetFlag(FLAGS_seed)});
+    auto channels = Channels(ups.back().daemon->target(), 2);
+    if (absl::Status s = Register(channels[0], fleet); !s.ok()) {
+      stop_all();
+      return s;
+    }
+    ups.back().stub = v1::Inventory::NewStub(channels[1]);
+  }
+  for (int r = 0; r < rounds; ++r) {
+    Progress("one node at a time, alone: round %d/%d", r + 1, rounds);
+    AloneRound round;
+    round.load = LoadAverage();
+    round.front_ms.resize(sizes.size());
+    round.back_ms.resize(sizes.size());
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const size_t i = r % 2 == 0 ? k : sizes.size() - 1 - k;
+      if (absl::Status s =
+              RegisterAlone(*ups[i].stub, sizes[i], calls, ups[i].next,
+                            round.front_ms[i], round.back_ms[i]);
+          !s.ok()) {
+        stop_all();
+        return s;
+      }
+    }
+    result.rounds.push_back(std::move(round));
+  }
+  stop_all();
+  return result;
 }
 
 absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes,
@@ -375,12 +458,6 @@ absl::StatusOr<ChurnPoint> MeasureChurn(const std::string& binary, int64_t nodes
   const auto t0 = Clock::now();
   if (absl::Status s = Register(channels[0], fleet); !s.ok()) return s;
   p.register_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  Progress("churn at %d nodes: one node at a time, alone", nodes);
-  if (absl::Status s =
-          RegisterAlone(side, nodes, absl::GetFlag(FLAGS_churn_alone), p);
-      !s.ok()) {
-    return s;
-  }
   DaemonProcess* d = daemon->get();
   const DaemonProbe probe{[d] { return d->CpuSeconds(); }, nullptr};
   int64_t next = 0;
@@ -724,22 +801,59 @@ std::string ChurnMarkdown(const std::vector<ChurnPoint>& points, double duration
   md += "\nTargets (issue 17, DESIGN §7): registering 100k nodes ≤ 15 s; with churn, "
         "creates at 100k nodes keep ≥ 90 % of the quiet throughput (ops ratio ≥ 0.90) "
         "and p99 ≤ 2× quiet (p99 ratio ≤ 2).\n";
-  md +=
-      "\n**One node at a time, alone.** Right after the fleet registered and "
-      "before the phases above, one new CPU node per RegisterNodes call, back "
-      "to back on one connection with nothing else running, alternating "
-      "between the front of the node order (ids `aa-…`: every node's index "
-      "moves) and its end (`zz-…`: none moves). Issue 17, item 1: the cost of "
-      "one node's change is independent of the inventory size.\n\n"
+  return md;
+}
+
+// The churn section's "one node at a time, alone" table: per size the
+// pooled p50 / p90, then per round the p50s and their ratio to the smallest
+// size's in that round.
+std::string AloneMarkdown(const AloneResult& a) {
+  std::string md =
+      "\n**One node at a time, alone.** Per fleet size a fresh daemon "
+      "(durable, `--heartbeat_timeout=0`) with the generated fleet "
+      "registered, all of them up at once; then rounds in which each daemon "
+      "in turn (the sizes' order reversed every other round) gets one new "
+      "CPU node per RegisterNodes call, back to back on one connection with "
+      "nothing else running, alternating between the front of the node "
+      "order (ids `aa-…`: every node's index moves) and its end (`zz-…`: "
+      "none moves). So every size's calls share the machine's load of the "
+      "moment, and the ratio to the smallest size is taken within a round; "
+      "the bold figure is the median over the rounds. Issue 17, item 1: the "
+      "cost of one node's change is independent of the inventory size.\n\n"
       "| nodes | calls per end | front p50 / p90 ms | end p50 / p90 ms |\n"
       "| --- | --- | --- | --- |\n";
-  for (const ChurnPoint& p : points) {
-    std::vector<double> front = p.alone_front_ms, back = p.alone_back_ms;
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    std::vector<double> front, back;
+    for (const AloneRound& r : a.rounds) {
+      front.insert(front.end(), r.front_ms[i].begin(), r.front_ms[i].end());
+      back.insert(back.end(), r.back_ms[i].begin(), r.back_ms[i].end());
+    }
     absl::StrAppendFormat(&md, "| %d | %d | %.2f / %.2f | %.2f / %.2f |\n",
-                          p.nodes, static_cast<int>(front.size()),
+                          a.nodes[i], static_cast<int>(front.size()),
                           Median(front), Percentile(front, 0.9), Median(back),
                           Percentile(back, 0.9));
   }
+  if (a.nodes.size() < 2) return md;
+  md += absl::StrFormat(
+      "\n| round | load | p50 front ms (%d → %d nodes) | ratio | p50 end ms | "
+      "ratio |\n"
+      "| --- | --- | --- | --- | --- | --- |\n",
+      a.nodes.front(), a.nodes.back());
+  std::vector<double> front_ratio, back_ratio;
+  for (size_t r = 0; r < a.rounds.size(); ++r) {
+    const AloneRound& round = a.rounds[r];
+    const double f0 = Median(round.front_ms.front());
+    const double f1 = Median(round.front_ms.back());
+    const double b0 = Median(round.back_ms.front());
+    const double b1 = Median(round.back_ms.back());
+    front_ratio.push_back(f1 / f0);
+    back_ratio.push_back(b1 / b0);
+    absl::StrAppendFormat(
+        &md, "| %d | %s | %.2f → %.2f | %.2f | %.2f → %.2f | %.2f |\n",
+        static_cast<int>(r + 1), round.load, f0, f1, f1 / f0, b0, b1, b1 / b0);
+  }
+  absl::StrAppendFormat(&md, "| **median** | | | **%.2f** | | **%.2f** |\n",
+                        Median(front_ratio), Median(back_ratio));
   return md;
 }
 
@@ -773,6 +887,8 @@ int Main() {
   if (absl::GetFlag(FLAGS_restarts) <= 0) absl::SetFlag(&FLAGS_restarts, quick ? 1 : 3);
   if (absl::GetFlag(FLAGS_churn_alone) <= 0)
     absl::SetFlag(&FLAGS_churn_alone, quick ? 20 : 200);
+  if (absl::GetFlag(FLAGS_alone_rounds) <= 0)
+    absl::SetFlag(&FLAGS_alone_rounds, quick ? 2 : 5);
   std::string scale_flag = absl::GetFlag(FLAGS_scale_nodes);
   if (scale_flag.empty()) scale_flag = quick ? "1000,10000" : "1000,10000,100000";
   const std::vector<int64_t> scale_sizes = ParseList(scale_flag == "none" ? "" : scale_flag);
@@ -896,6 +1012,18 @@ int Main() {
       churn.push_back(*std::move(p));
     }
   }
+  std::optional<AloneResult> alone;
+  if (!binary.empty() && part("churn") && !churn_sizes.empty()) {
+    const int rounds = absl::GetFlag(FLAGS_alone_rounds);
+    const int calls = std::max(1, absl::GetFlag(FLAGS_churn_alone) / rounds);
+    auto a = MeasureAlone(binary, churn_sizes, rounds, calls);
+    if (!a.ok()) {
+      std::fprintf(stderr, "sliced_load: one node at a time, alone: %s\n",
+                   a.status().ToString().c_str());
+      return 1;
+    }
+    alone = *std::move(a);
+  }
   // 5. Watchers.
   std::vector<WatchSetup> watch_setups;
   {
@@ -985,12 +1113,8 @@ int Main() {
         .Number(p.register_s)
         .Key("load_register")
         .String(p.load_register)
-        .Key("alone_front_ms")
+        .Key("pairs")
         .BeginArray();
-    for (double ms : p.alone_front_ms) j.Number(ms);
-    j.EndArray().Key("alone_back_ms").BeginArray();
-    for (double ms : p.alone_back_ms) j.Number(ms);
-    j.EndArray().Key("pairs").BeginArray();
     for (const ChurnPair& c : p.pairs) {
       j.BeginObject().Key("load_quiet").String(c.load_quiet)
           .Key("load_churn").String(c.load_churn).Key("register_ms").BeginArray();
@@ -1003,9 +1127,30 @@ int Main() {
     }
     j.EndArray().EndObject();
   }
+  j.EndArray();
+  if (alone) {
+    // By round, the calls' latencies per size (in the order of "nodes").
+    j.Key("alone").BeginObject().Key("nodes").BeginArray();
+    for (int64_t n : alone->nodes) j.Number(n);
+    j.EndArray().Key("rounds").BeginArray();
+    for (const AloneRound& r : alone->rounds) {
+      j.BeginObject().Key("load").String(r.load);
+      for (const char* end : {"front_ms", "back_ms"}) {
+        j.Key(end).BeginArray();
+        for (const auto& ms : end[0] == 'f' ? r.front_ms : r.back_ms) {
+          j.BeginArray();
+          for (double v : ms) j.Number(v);
+          j.EndArray();
+        }
+        j.EndArray();
+      }
+      j.EndObject();
+    }
+    j.EndArray().EndObject();
+  }
   // Heartbeats and watchers: each repetition's phases as measured, for
   // bench/run.sh's summary (which takes the medians of their ratios).
-  j.EndArray().Key("heartbeats").BeginArray();
+  j.Key("heartbeats").BeginArray();
   for (const BeatPoint& p : beats) {
     j.BeginObject().Key("nodes").Number(p.nodes).Key("reps").BeginArray();
     for (const BeatTriple& t : p.reps) {
@@ -1145,7 +1290,10 @@ int Main() {
   std::vector<std::pair<std::string, std::string>> files = {
       {"load.json", j.str() + "\n"}, {"load.md", md}};
   if (!scale.empty()) files.emplace_back("scale.md", sc);
-  const std::string ch = churn.empty() ? "" : ChurnMarkdown(churn, duration);
+  const std::string ch =
+      churn.empty() ? ""
+                    : ChurnMarkdown(churn, duration) +
+                          (alone ? AloneMarkdown(*alone) : std::string());
   if (!churn.empty()) files.emplace_back("churn.md", ch);
   if (!throughput) files.erase(files.begin(), files.begin() + 2);  // no load.*
   if (!throughput && !churn.empty()) files.emplace_back("churn.json", j.str() + "\n");
