@@ -235,10 +235,14 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
   std::vector<uint32_t> out;
   if (have_positive) {
     // Posting lists hold slots: the matches in index (id) order.
-    const std::vector<uint32_t>& candidates = best != nullptr ? *best : merged;
-    for (uint32_t slot : candidates) {
+    auto check = [&](uint32_t slot) {
       const uint32_t i = state_->IndexOfSlot(slot);
       if (Matches(selector, node(i).node.labels)) out.push_back(i);
+    };
+    if (best != nullptr) {
+      for (uint32_t slot : *best) check(slot);
+    } else {
+      for (uint32_t slot : merged) check(slot);
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());

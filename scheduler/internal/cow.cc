@@ -151,4 +151,129 @@ size_t CowBitset::NextSet(size_t from) const {
   }
 }
 
+namespace {
+
+// `old` (ascending) with `add` merged in and `drop` left out.
+std::vector<uint32_t> Merged(const uint32_t* old, const uint32_t* old_end,
+                             std::vector<uint32_t>::const_iterator add,
+                             std::vector<uint32_t>::const_iterator add_end,
+                             std::vector<uint32_t>::const_iterator drop,
+                             std::vector<uint32_t>::const_iterator drop_end) {
+  std::vector<uint32_t> out;
+  out.reserve(static_cast<size_t>(old_end - old) +
+              static_cast<size_t>(add_end - add));
+  while (old != old_end || add != add_end) {
+    uint32_t v;
+    if (add == add_end || (old != old_end && *old < *add)) {
+      v = *old++;
+    } else {
+      if (old != old_end && *old == *add) ++old;
+      v = *add++;
+    }
+    while (drop != drop_end && *drop < v) ++drop;
+    if (drop != drop_end && *drop == v) continue;
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+CowSortedSet CowSortedSet::FromSorted(std::vector<uint32_t> sorted) {
+  CowSortedSet s;
+  if (sorted.size() <= kChunk) {
+    s.flat_.assign(sorted.begin(), sorted.end());
+    s.size_ = sorted.size();
+  } else {
+    s.AppendChunks(std::move(sorted));
+  }
+  return s;
+}
+
+void CowSortedSet::AppendChunks(std::vector<uint32_t> values) {
+  if (values.empty()) return;
+  size_ += values.size();
+  if (values.size() <= kChunk) {
+    chunks_.push_back(std::make_shared<const Chunk>(std::move(values)));
+    return;
+  }
+  const size_t pieces = (values.size() + kChunk - 1) / kChunk;
+  for (size_t p = 0; p < pieces; ++p) {
+    const size_t from = values.size() * p / pieces;
+    const size_t to = values.size() * (p + 1) / pieces;
+    chunks_.push_back(std::make_shared<const Chunk>(values.begin() + from,
+                                                    values.begin() + to));
+  }
+}
+
+CowSortedSet::const_iterator CowSortedSet::begin() const {
+  if (chunks_.empty()) {
+    return const_iterator(flat_.data(), flat_.data() + flat_.size(), nullptr,
+                          nullptr);
+  }
+  const Chunk& first = *chunks_.front();
+  return const_iterator(first.data(), first.data() + first.size(),
+                        chunks_.data() + 1, chunks_.data() + chunks_.size());
+}
+
+CowSortedSet::const_iterator CowSortedSet::end() const {
+  if (chunks_.empty()) {
+    const uint32_t* end = flat_.data() + flat_.size();
+    return const_iterator(end, end, nullptr, nullptr);
+  }
+  const Chunk& last = *chunks_.back();
+  const uint32_t* end = last.data() + last.size();
+  const auto* past = chunks_.data() + chunks_.size();
+  return const_iterator(end, end, past, past);
+}
+
+CowSortedSet CowSortedSet::Edited(const std::vector<uint32_t>& add,
+                                  const std::vector<uint32_t>& drop) const {
+  if (chunks_.empty()) {
+    return FromSorted(Merged(flat_.data(), flat_.data() + flat_.size(),
+                             add.begin(), add.end(), drop.begin(), drop.end()));
+  }
+  // Each chunk takes the edits below the next chunk's first value (the
+  // first chunk those below its own too, the last the rest); a chunk no
+  // edit reaches stays shared.
+  CowSortedSet out;
+  out.chunks_.reserve(chunks_.size() + 1);
+  auto a = add.begin(), d = drop.begin();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    auto a_end = add.end(), d_end = drop.end();
+    if (c + 1 < chunks_.size()) {
+      const uint32_t next = chunks_[c + 1]->front();
+      a_end = std::lower_bound(a, add.end(), next);
+      d_end = std::lower_bound(d, drop.end(), next);
+    }
+    const Chunk& chunk = *chunks_[c];
+    if (a == a_end && d == d_end) {
+      out.chunks_.push_back(chunks_[c]);
+      out.size_ += chunk.size();
+      continue;
+    }
+    std::vector<uint32_t> merged =
+        Merged(chunk.data(), chunk.data() + chunk.size(), a, a_end, d, d_end);
+    a = a_end;
+    d = d_end;
+    // Drops would leave ever smaller chunks behind: a chunk edited below a
+    // quarter joins the one before it when both fit in one.
+    if (merged.size() < kChunk / 4 && !out.chunks_.empty() &&
+        out.chunks_.back()->size() + merged.size() <= kChunk) {
+      const Chunk& prev = *out.chunks_.back();
+      merged.insert(merged.begin(), prev.begin(), prev.end());
+      out.size_ -= prev.size();
+      out.chunks_.pop_back();
+    }
+    out.AppendChunks(std::move(merged));
+  }
+  // Shrunk well below a chunk: flat again (not at kChunk, so that a list
+  // near it does not flip at every edit).
+  if (out.size_ <= kChunk / 2) {
+    std::vector<uint32_t> all(out.begin(), out.end());
+    return FromSorted(std::move(all));
+  }
+  return out;
+}
+
 }  // namespace sliced::scheduler::internal

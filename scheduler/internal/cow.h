@@ -23,6 +23,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 
 namespace sliced::scheduler::internal {
@@ -296,6 +297,85 @@ class Renumbering {
   size_t old_size_, bits_, first_moved_;
   std::vector<Run> runs_;  // every kept index, ascending
   std::vector<uint32_t> removed_, inserted_;
+};
+
+// A sorted set of uint32_t (a label value's node slots) whose edits cost
+// what they touch: up to kChunk values it is one flat array; past that,
+// chunks of at most kChunk values, shared with the sets it was edited from.
+// Adding or dropping a few values copies the chunks they land in and the
+// table of chunk pointers, not every value: a zone's or a capacity tier's
+// list holds most nodes, and each node added or removed edits it.
+// Immutable: Edited() returns a new set.
+class CowSortedSet {
+ public:
+  static constexpr size_t kChunk = 512;
+  using Chunk = std::vector<uint32_t>;
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = uint32_t;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const uint32_t*;
+    using reference = const uint32_t&;
+
+    const_iterator() = default;
+    reference operator*() const { return *at_; }
+    const_iterator& operator++() {
+      if (++at_ == end_ && next_ != last_) {
+        at_ = (*next_)->data();
+        end_ = at_ + (*next_)->size();
+        ++next_;
+      }
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator old = *this;
+      ++*this;
+      return old;
+    }
+    // Each value has its own address, and end() is past the last one.
+    friend bool operator==(const const_iterator& a, const const_iterator& b) {
+      return a.at_ == b.at_;
+    }
+    friend bool operator!=(const const_iterator& a, const const_iterator& b) {
+      return a.at_ != b.at_;
+    }
+
+   private:
+    friend class CowSortedSet;
+    using Next = const std::shared_ptr<const Chunk>*;
+    const_iterator(const uint32_t* at, const uint32_t* end, Next next,
+                   Next last)
+        : at_(at), end_(end), next_(next), last_(last) {}
+    const uint32_t* at_ = nullptr;
+    const uint32_t* end_ = nullptr;         // of the current chunk
+    Next next_ = nullptr, last_ = nullptr;  // the chunks after it
+  };
+
+  CowSortedSet() = default;
+  // `sorted`: ascending, no duplicates.
+  static CowSortedSet FromSorted(std::vector<uint32_t> sorted);
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const_iterator begin() const;
+  const_iterator end() const;
+  // This set with `add` in it and `drop` out of it (each ascending; a value
+  // already in, or not in, is left as it is).
+  CowSortedSet Edited(const std::vector<uint32_t>& add,
+                      const std::vector<uint32_t>& drop) const;
+  // The chunks a large set is held in (0 while flat; for tests).
+  size_t num_chunks() const { return chunks_.size(); }
+
+ private:
+  // Appends `values` (past every value held) as chunks of at most kChunk,
+  // split evenly.
+  void AppendChunks(std::vector<uint32_t> values);
+
+  absl::InlinedVector<uint32_t, 4> flat_;  // while chunks_ is empty
+  std::vector<std::shared_ptr<const Chunk>> chunks_;
+  size_t size_ = 0;
 };
 
 // A copy-on-write bitset over node (or slice) indexes.

@@ -220,7 +220,7 @@ class SnapshotState {
   using NodeEntry = InventorySnapshot::NodeEntry;
   using SliceEntry = InventorySnapshot::SliceEntry;
   using SliceKeyIndex = InventorySnapshot::SliceKeyIndex;
-  using PostingList = std::vector<uint32_t>;  // sorted node slots
+  using PostingList = CowSortedSet;  // sorted node slots
   // A key's values, in copy-on-write chunks: ray.io/node-id alone has a
   // value per node.
   using ValueIndex = CowMap<std::shared_ptr<const PostingList>>;

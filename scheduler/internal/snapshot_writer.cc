@@ -493,45 +493,6 @@ class SnapshotWriter {
         edits[k][v].add.push_back(new_slots[a]);
       }
     }
-    // One pass over the old list (a value such as a zone is on most
-    // nodes): its slots copied, the dropped ones skipped and the added
-    // ones merged in.
-    auto edited = [](const SnapshotState::PostingList* old, Edit& edit) {
-      std::sort(edit.drop.begin(), edit.drop.end());
-      std::sort(edit.add.begin(), edit.add.end());
-      SnapshotState::PostingList out;
-      const size_t size = old == nullptr ? 0 : old->size();
-      out.reserve(size + edit.add.size());
-      auto add = edit.add.begin();
-      auto drop = edit.drop.begin();
-      for (size_t k = 0; k < size;) {
-        const uint32_t slot = (*old)[k];
-        if (add != edit.add.end() && *add <= slot) {
-          out.push_back(*add++);
-          continue;
-        }
-        while (drop != edit.drop.end() && *drop < slot) ++drop;
-        if (drop != edit.drop.end() && *drop == slot) {
-          ++k;
-          continue;
-        }
-        // A run of kept slots, up to the next added or dropped one.
-        size_t end = size;
-        if (add != edit.add.end()) {
-          end = std::lower_bound(old->begin() + k, old->end(), *add) -
-                old->begin();
-        }
-        if (drop != edit.drop.end()) {
-          end = std::min<size_t>(
-              end, std::lower_bound(old->begin() + k, old->end(), *drop) -
-                       old->begin());
-        }
-        out.insert(out.end(), old->begin() + k, old->begin() + end);
-        k = end;
-      }
-      out.insert(out.end(), add, edit.add.end());
-      return out;
-    };
     auto index = std::make_shared<SnapshotState::LabelIndex>(*st_.label_index_);
     for (auto& [key, key_edits] : edits) {
       auto old_key = index->find(key);
@@ -540,9 +501,15 @@ class SnapshotWriter {
               ? std::make_shared<SnapshotState::ValueIndex>()
               : std::make_shared<SnapshotState::ValueIndex>(*old_key->second);
       for (auto& [value, edit] : key_edits) {
+        // A value such as a zone is on most nodes: its list copies only
+        // the chunks the edit lands in (CowSortedSet).
+        std::sort(edit.drop.begin(), edit.drop.end());
+        std::sort(edit.add.begin(), edit.add.end());
         auto old_value = vi->find(value);
-        SnapshotState::PostingList out = edited(
-            old_value == vi->end() ? nullptr : old_value->second.get(), edit);
+        SnapshotState::PostingList out =
+            (old_value == vi->end() ? SnapshotState::PostingList()
+                                    : *old_value->second)
+                .Edited(edit.add, edit.drop);
         if (out.empty()) {
           vi->Erase(value);
         } else {
@@ -1001,7 +968,7 @@ class SnapshotWriter {
     struct Key {
       absl::string_view name;
       absl::flat_hash_map<absl::string_view, uint32_t> value_at;  // in lists
-      std::vector<std::pair<absl::string_view, PostingList>> lists;
+      std::vector<std::pair<absl::string_view, std::vector<uint32_t>>> lists;
       uint32_t last = 0;  // the list of the previous value
     };
     absl::flat_hash_map<absl::string_view, Key*> key_of;
@@ -1020,7 +987,7 @@ class SnapshotWriter {
         if (key->lists.empty() || key->lists[key->last].first != v) {
           auto [it, fresh] = key->value_at.try_emplace(
               v, static_cast<uint32_t>(key->lists.size()));
-          if (fresh) key->lists.emplace_back(v, PostingList());
+          if (fresh) key->lists.emplace_back(v, std::vector<uint32_t>());
           key->last = it->second;
         }
         key->lists[key->last].second.push_back(i);
@@ -1040,7 +1007,8 @@ class SnapshotWriter {
       items.reserve(key.lists.size());
       for (auto& [v, list] : key.lists) {
         items.emplace_back(std::string(v),
-                           std::make_shared<const PostingList>(std::move(list)));
+                           std::make_shared<const PostingList>(
+                               PostingList::FromSorted(std::move(list))));
       }
       label_index->emplace_hint(
           label_index->end(), std::string(key.name),
@@ -1411,13 +1379,11 @@ class SnapshotWriter {
               ? std::make_shared<SnapshotState::ValueIndex>(*old_key->second)
               : std::make_shared<SnapshotState::ValueIndex>();
       auto old_value = vi->find(value);
-      auto list =
-          old_value != vi->end()
-              ? std::make_shared<SnapshotState::PostingList>(*old_value->second)
-              : std::make_shared<SnapshotState::PostingList>();
-      auto pos = std::lower_bound(list->begin(), list->end(), i);
-      if (add && (pos == list->end() || *pos != i)) list->insert(pos, i);
-      if (!add && pos != list->end() && *pos == i) list->erase(pos);
+      const std::vector<uint32_t> slot = {i}, none;
+      auto list = std::make_shared<const SnapshotState::PostingList>(
+          (old_value != vi->end() ? *old_value->second
+                                  : SnapshotState::PostingList())
+              .Edited(add ? slot : none, add ? none : slot));
       if (list->empty()) {
         vi->Erase(value);
       } else {

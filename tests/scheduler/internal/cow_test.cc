@@ -2,11 +2,12 @@
 // with copies taken as a snapshot writer takes them; CowMap against std::map
 // under random edits (enough values to split chunks many times), with
 // copies that must not see later edits; CowBitset::Renumbered against a
-// plain renumbering.
+// plain renumbering; CowSortedSet against std::set, flat and in chunks.
 #include "scheduler/internal/cow.h"
 
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,83 @@ TEST(CowBitsetTest, AnEmptiedBitsetGrowsWithoutItsOldBits) {
   ASSERT_EQ(grown.bits(), 200u);
   EXPECT_EQ(grown.count(), 0);
   EXPECT_EQ(grown.NextSet(0), 200u);
+}
+
+std::vector<uint32_t> Values(const CowSortedSet& s) {
+  return std::vector<uint32_t>(s.begin(), s.end());
+}
+
+TEST(CowSortedSetTest, MatchesASetUnderRandomEditsAndOldSetsStayPut) {
+  std::mt19937 rng(11);
+  CowSortedSet set;
+  std::set<uint32_t> want;
+  std::vector<std::pair<CowSortedSet, std::vector<uint32_t>>> kept;
+  bool was_chunked = false, flat_again = false;
+  for (int step = 0; step < 3000; ++step) {
+    // Mostly growing past a chunk (a zone's list), then shrinking back;
+    // edits of 1 value (one node) and of hundreds (a batch).
+    const bool grow = (step / 600) % 2 == 0;
+    const size_t n = rng() % 8 == 0 ? 1 + rng() % 400 : 1 + rng() % 3;
+    std::set<uint32_t> add, drop;
+    for (size_t k = 0; k < n; ++k) {
+      const uint32_t v = rng() % 5000;
+      if (grow || want.empty()) {
+        add.insert(v);  // some are in already
+      } else {
+        auto it = want.lower_bound(v);
+        drop.insert(it == want.end() ? v : *it);  // some are not in
+      }
+    }
+    if (!grow && rng() % 4 == 0) drop.insert(rng() % 5000);
+    const CowSortedSet before = set;
+    const std::vector<uint32_t> before_values = Values(before);
+    set = set.Edited({add.begin(), add.end()}, {drop.begin(), drop.end()});
+    for (uint32_t v : add) want.insert(v);
+    for (uint32_t v : drop) want.erase(v);
+    ASSERT_EQ(Values(set), std::vector<uint32_t>(want.begin(), want.end()))
+        << "step " << step;
+    ASSERT_EQ(set.size(), want.size());
+    ASSERT_EQ(Values(before), before_values) << "step " << step;
+    if (set.num_chunks() > 0) {
+      was_chunked = true;
+      // Drops leave no trail of tiny chunks: a chunk edited below a
+      // quarter joins the one before it when they fit in one.
+      EXPECT_LE(set.num_chunks(), 8 * set.size() / CowSortedSet::kChunk + 2)
+          << "step " << step << ", " << set.size() << " values";
+    } else {
+      EXPECT_LE(set.size(), CowSortedSet::kChunk);
+      flat_again = flat_again || was_chunked;
+    }
+    if (step % 100 == 0) kept.emplace_back(set, Values(set));
+  }
+  EXPECT_TRUE(was_chunked);
+  EXPECT_TRUE(flat_again);
+  for (const auto& [s, values] : kept) EXPECT_EQ(Values(s), values);
+}
+
+TEST(CowSortedSetTest, FromSortedAndEmpty) {
+  const CowSortedSet empty;
+  EXPECT_TRUE(empty.empty());
+  EXPECT_EQ(empty.begin(), empty.end());
+  std::vector<uint32_t> big;
+  for (uint32_t v = 0; v < 3 * CowSortedSet::kChunk + 7; ++v)
+    big.push_back(2 * v);
+  const CowSortedSet set = CowSortedSet::FromSorted(big);
+  EXPECT_EQ(set.num_chunks(), 4u);
+  EXPECT_EQ(Values(set), big);
+  // Dropping every value leaves it empty, and flat.
+  const CowSortedSet none = set.Edited({}, big);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(none.num_chunks(), 0u);
+  EXPECT_EQ(none.begin(), none.end());
+  // A value added below the first chunk's first, and past the last.
+  const CowSortedSet ends =
+      CowSortedSet::FromSorted({10, 20, 30}).Edited({1, 40}, {20});
+  EXPECT_EQ(Values(ends), (std::vector<uint32_t>{1, 10, 30, 40}));
+  const CowSortedSet chunked_ends = set.Edited({1, 1u << 30}, {0});
+  EXPECT_EQ(*chunked_ends.begin(), 1u);
+  EXPECT_EQ(chunked_ends.size(), set.size() + 1);
+  EXPECT_EQ(Values(chunked_ends).back(), 1u << 30);
 }
 
 TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
