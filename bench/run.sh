@@ -332,9 +332,9 @@ if alone and len(alone["nodes"]) >= 2:
     cells = []
     for end in ("front", "back"):
         pooled = [[ms for r in alone["rounds"] for ms in r[f"{end}_ms"][k]] for k in (0, -1)]
-        ratio = median([median(r[f"{end}_ms"][-1]) / median(r[f"{end}_ms"][0]) for r in alone["rounds"]])
+        r_med = median([median(r[f"{end}_ms"][-1]) / median(r[f"{end}_ms"][0]) for r in alone["rounds"]])
         cells.append(f"{median(pooled[0]):.2f} → {median(pooled[1]):.2f} ms "
-                     f"({ratio:.2f}×){at_100k(hi, ratio <= 1.25)}")
+                     f"({r_med:.2f}×){at_100k(hi, r_med <= 1.25)}")
     rows.append(f"| one node's RegisterNodes alone, p50 at {lo:,} → {hi:,} nodes (ratio: median of "
                 f"{plural(len(alone['rounds']), 'round')}, the daemons up at once): at the front of the "
                 f"node order; at its end | ≤ 1.25× (issue 17: independent of the inventory size) | "
