@@ -257,8 +257,10 @@ CowSortedSet CowSortedSet::Edited(const std::vector<uint32_t>& add,
     a = a_end;
     d = d_end;
     // Drops would leave ever smaller chunks behind: a chunk edited below a
-    // quarter joins the one before it when both fit in one.
-    if (merged.size() < kChunk / 4 && !out.chunks_.empty() &&
+    // quarter joins the one before it when both fit in one (an emptied one
+    // just goes).
+    if (!merged.empty() && merged.size() < kChunk / 4 &&
+        !out.chunks_.empty() &&
         out.chunks_.back()->size() + merged.size() <= kChunk) {
       const Chunk& prev = *out.chunks_.back();
       merged.insert(merged.begin(), prev.begin(), prev.end());
