@@ -822,12 +822,18 @@ std::string AloneMarkdown(const AloneResult& a) {
       "cost of one node's change is independent of the inventory size.\n\n"
       "| nodes | calls per end | front p50 / p90 ms | end p50 / p90 ms |\n"
       "| --- | --- | --- | --- |\n";
-  for (size_t i = 0; i < a.nodes.size(); ++i) {
-    std::vector<double> front, back;
+  // Size i's calls at one end over every round.
+  auto pooled = [&](std::vector<std::vector<double>> AloneRound::*end,
+                    size_t i) {
+    std::vector<double> ms;
     for (const AloneRound& r : a.rounds) {
-      front.insert(front.end(), r.front_ms[i].begin(), r.front_ms[i].end());
-      back.insert(back.end(), r.back_ms[i].begin(), r.back_ms[i].end());
+      ms.insert(ms.end(), (r.*end)[i].begin(), (r.*end)[i].end());
     }
+    return ms;
+  };
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    std::vector<double> front = pooled(&AloneRound::front_ms, i);
+    std::vector<double> back = pooled(&AloneRound::back_ms, i);
     absl::StrAppendFormat(&md, "| %d | %d | %.2f / %.2f | %.2f / %.2f |\n",
                           a.nodes[i], static_cast<int>(front.size()),
                           Median(front), Percentile(front, 0.9), Median(back),
@@ -1134,16 +1140,19 @@ int Main() {
     for (int64_t n : alone->nodes) j.Number(n);
     j.EndArray().Key("rounds").BeginArray();
     for (const AloneRound& r : alone->rounds) {
-      j.BeginObject().Key("load").String(r.load);
-      for (const char* end : {"front_ms", "back_ms"}) {
-        j.Key(end).BeginArray();
-        for (const auto& ms : end[0] == 'f' ? r.front_ms : r.back_ms) {
+      auto by_size = [&](const char* key,
+                         const std::vector<std::vector<double>>& sizes) {
+        j.Key(key).BeginArray();
+        for (const std::vector<double>& ms : sizes) {
           j.BeginArray();
           for (double v : ms) j.Number(v);
           j.EndArray();
         }
         j.EndArray();
-      }
+      };
+      j.BeginObject().Key("load").String(r.load);
+      by_size("front_ms", r.front_ms);
+      by_size("back_ms", r.back_ms);
       j.EndObject();
     }
     j.EndArray().EndObject();
