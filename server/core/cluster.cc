@@ -295,7 +295,9 @@ void Cluster::Install() {
                                 : std::nullopt;
   };
   std::shared_ptr<const scheduler::InventorySnapshot> snapshot;
-  // Published before the lock; the one it replaces is freed after it.
+  // Published before the lock; the one it replaces is let go of after it,
+  // to the reaper: freeing it (the chunks this commit copied, the chunk
+  // pointers of every table it copied) holds up no answer.
   std::shared_ptr<const scheduler::InventorySnapshot> replaced;
   if (snapshot_) snapshot = snapshot_->Publish();
   auto install = [&] {
@@ -369,6 +371,7 @@ void Cluster::Install() {
       if (!changed.empty()) observer_->Published(changed, *snapshot);
     });
   }
+  reaper_.Drop(std::move(replaced));
   group_ = StateChanges();
   snapshot_.reset();
 }

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/core/coordinator.h"
+#include "server/core/reaper.h"
 #include "server/core/txn.h"
 
 namespace sliced::server {
@@ -120,6 +121,8 @@ class Cluster : public Coordinator::Machine {
   StateChanges group_;
   std::optional<scheduler::SnapshotEditor> snapshot_;
   absl::Time now_;
+  // Frees the snapshots Install() replaces, off the writer's path.
+  Reaper reaper_{"sliced-reaper"};
 };
 
 }  // namespace sliced::server
