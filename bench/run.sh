@@ -339,6 +339,19 @@ if alone and len(alone["nodes"]) >= 2:
                 f"{plural(len(alone['rounds']), 'round')}, the daemons up at once): at the front of the "
                 f"node order; at its end | ≤ 1.25× (issue 17: independent of the inventory size) | "
                 f"{cells[0]}; {cells[1]} |")
+    # The same calls' cost in the daemon's CPU (all its threads, per call),
+    # which the machine's other load does not add to as it does to latency.
+    if all("front_cpu_ms" in r for r in alone["rounds"]):
+        cells = []
+        for end in ("front", "back"):
+            per = [[r[f"{end}_cpu_ms"][k] for r in alone["rounds"]] for k in (0, -1)]
+            r_med = median([r[f"{end}_cpu_ms"][-1] / r[f"{end}_cpu_ms"][0] for r in alone["rounds"]])
+            cells.append(f"{median(per[0]):.2f} → {median(per[1]):.2f} ms "
+                         f"({r_med:.2f}×){at_100k(hi, r_med <= 1.25)}")
+        rows.append(f"| the same calls' daemon CPU per call (all threads) at {lo:,} → {hi:,} nodes "
+                    f"(ratio: median of {plural(len(alone['rounds']), 'round')}): at the front; at "
+                    f"the end | ≤ 1.25× (issue 17: independent of the inventory size) | "
+                    f"{cells[0]}; {cells[1]} |")
 beats = max(load.get("heartbeats", []), key=lambda p: p["nodes"], default=None)
 if beats:
     n = beats["nodes"]

@@ -42,7 +42,8 @@ class DaemonProcess {
   std::map<std::string, double> ScrapeMetrics() const;
   // VmRSS in bytes; 0 when unreadable.
   int64_t RssBytes() const;
-  // utime + stime in seconds; 0 when unreadable.
+  // CPU time of every thread in seconds (the process's CPU clock, to the
+  // nanosecond; else /proc's utime + stime); 0 when unreadable.
   double CpuSeconds() const;
   // Sends `signal` and reaps the process.
   void Stop(int signal);

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -302,6 +303,9 @@ struct AloneRound {
   std::string load;
   // By size, as AloneResult::nodes; each call's latency in ms.
   std::vector<std::vector<double>> front_ms, back_ms;
+  // By size: the daemon's CPU (all its threads) per call in ms, over the
+  // round's calls at that end.
+  std::vector<double> front_cpu_ms, back_cpu_ms;
 };
 struct AloneResult {
   std::vector<int64_t> nodes;  // ascending
@@ -361,21 +365,27 @@ std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
   return ms;
 }
 
-// Times `calls` RegisterNodes calls of one new node each, back to back,
-// alternating between the front of the node order ("aa-…", before every
-// node the harness registers) and its end ("zz-…"); nothing else runs.
+// Times `calls` RegisterNodes calls of one new node each, back to back, at
+// the front of the node order ("aa-…", before every node the harness
+// registers), then as many at its end ("zz-…"); nothing else runs. Reads the
+// daemon's CPU around each end's calls: its CPU per call at that end, in ms.
 // `next` numbers the new nodes (ids stay unique across rounds).
-absl::Status RegisterAlone(v1::Inventory::Stub& stub, int64_t nodes, int calls,
-                           int64_t& next, std::vector<double>& front_ms,
-                           std::vector<double>& back_ms) {
-  for (int i = 0; i < 2 * calls; ++i) {
-    const bool front = i % 2 == 0;
-    auto took =
-        TimedRegister(stub, ChurnNode(nodes, next, front ? "aa" : "zz"));
-    if (!front) ++next;
-    if (!took.ok()) return took.status();
-    (front ? front_ms : back_ms).push_back(*took);
+absl::Status RegisterAlone(v1::Inventory::Stub& stub, const DaemonProcess& d,
+                           int64_t nodes, int calls, int64_t& next,
+                           AloneRound& round, size_t size) {
+  for (const bool front : {true, false}) {
+    std::vector<double>& ms = (front ? round.front_ms : round.back_ms)[size];
+    const double cpu0 = d.CpuSeconds();
+    for (int i = 0; i < calls; ++i) {
+      auto took =
+          TimedRegister(stub, ChurnNode(nodes, next + i, front ? "aa" : "zz"));
+      if (!took.ok()) return took.status();
+      ms.push_back(*took);
+    }
+    (front ? round.front_cpu_ms : round.back_cpu_ms)[size] =
+        (d.CpuSeconds() - cpu0) * 1e3 / calls;
   }
+  next += calls;
   return absl::OkStatus();
 }
 
@@ -428,11 +438,12 @@ absl::StatusOr<AloneResult> MeasureAlone(const std::string& binary,
     round.load = LoadAverage();
     round.front_ms.resize(sizes.size());
     round.back_ms.resize(sizes.size());
+    round.front_cpu_ms.resize(sizes.size());
+    round.back_cpu_ms.resize(sizes.size());
     for (size_t k = 0; k < sizes.size(); ++k) {
       const size_t i = r % 2 == 0 ? k : sizes.size() - 1 - k;
-      if (absl::Status s =
-              RegisterAlone(*ups[i].stub, sizes[i], calls, ups[i].next,
-                            round.front_ms[i], round.back_ms[i]);
+      if (absl::Status s = RegisterAlone(*ups[i].stub, *ups[i].daemon, sizes[i],
+                                         calls, ups[i].next, round, i);
           !s.ok()) {
         stop_all();
         return s;
@@ -814,14 +825,19 @@ std::string AloneMarkdown(const AloneResult& a) {
       "registered, all of them up at once; then rounds in which each daemon "
       "in turn (the sizes' order reversed every other round) gets one new "
       "CPU node per RegisterNodes call, back to back on one connection with "
-      "nothing else running, alternating between the front of the node "
-      "order (ids `aa-…`: every node's index moves) and its end (`zz-…`: "
+      "nothing else running: first at the front of the node order (ids "
+      "`aa-…`: every node's index moves), then as many at its end (`zz-…`: "
       "none moves). So every size's calls share the machine's load of the "
       "moment, and the ratio to the smallest size is taken within a round; "
-      "the bold figure is the median over the rounds. Issue 17, item 1: the "
-      "cost of one node's change is independent of the inventory size.\n\n"
-      "| nodes | calls per end | front p50 / p90 ms | end p50 / p90 ms |\n"
-      "| --- | --- | --- | --- |\n";
+      "the bold figure is the median over the rounds. The daemon's CPU per "
+      "call (all its threads, read from its CPU clock around each end's "
+      "calls) is the work a change costs, whatever else the machine runs; "
+      "the latency adds the waits (the synced commit, the scheduler). Issue "
+      "17, item 1: the cost of one node's change is independent of the "
+      "inventory size.\n\n"
+      "| nodes | calls per end | front p50 / p90 ms | end p50 / p90 ms | "
+      "daemon CPU per call, front; end ms (median of rounds) |\n"
+      "| --- | --- | --- | --- | --- |\n";
   // Size i's calls at one end over every round.
   auto pooled = [&](std::vector<std::vector<double>> AloneRound::*end,
                     size_t i) {
@@ -831,35 +847,54 @@ std::string AloneMarkdown(const AloneResult& a) {
     }
     return ms;
   };
+  // Size i's CPU per call at one end, by round.
+  auto cpu = [&](std::vector<double> AloneRound::*end, size_t i) {
+    std::vector<double> ms;
+    for (const AloneRound& r : a.rounds) ms.push_back((r.*end)[i]);
+    return ms;
+  };
   for (size_t i = 0; i < a.nodes.size(); ++i) {
     std::vector<double> front = pooled(&AloneRound::front_ms, i);
     std::vector<double> back = pooled(&AloneRound::back_ms, i);
-    absl::StrAppendFormat(&md, "| %d | %d | %.2f / %.2f | %.2f / %.2f |\n",
-                          a.nodes[i], static_cast<int>(front.size()),
-                          Median(front), Percentile(front, 0.9), Median(back),
-                          Percentile(back, 0.9));
+    absl::StrAppendFormat(
+        &md, "| %d | %d | %.2f / %.2f | %.2f / %.2f | %.3f; %.3f |\n",
+        a.nodes[i], static_cast<int>(front.size()), Median(front),
+        Percentile(front, 0.9), Median(back), Percentile(back, 0.9),
+        Median(cpu(&AloneRound::front_cpu_ms, i)),
+        Median(cpu(&AloneRound::back_cpu_ms, i)));
   }
   if (a.nodes.size() < 2) return md;
   md += absl::StrFormat(
       "\n| round | load | p50 front ms (%d → %d nodes) | ratio | p50 end ms | "
-      "ratio |\n"
-      "| --- | --- | --- | --- | --- | --- |\n",
+      "ratio | CPU per call front ms | ratio | CPU per call end ms | ratio |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
       a.nodes.front(), a.nodes.back());
-  std::vector<double> front_ratio, back_ratio;
+  // The ratios by round: p50 front, p50 end, CPU front, CPU end.
+  std::array<std::vector<double>, 4> ratios;
   for (size_t r = 0; r < a.rounds.size(); ++r) {
     const AloneRound& round = a.rounds[r];
-    const double f0 = Median(round.front_ms.front());
-    const double f1 = Median(round.front_ms.back());
-    const double b0 = Median(round.back_ms.front());
-    const double b1 = Median(round.back_ms.back());
-    front_ratio.push_back(f1 / f0);
-    back_ratio.push_back(b1 / b0);
-    absl::StrAppendFormat(
-        &md, "| %d | %s | %.2f → %.2f | %.2f | %.2f → %.2f | %.2f |\n",
-        static_cast<int>(r + 1), round.load, f0, f1, f1 / f0, b0, b1, b1 / b0);
+    const std::array<std::pair<double, double>, 4> pairs = {{
+        {Median(round.front_ms.front()), Median(round.front_ms.back())},
+        {Median(round.back_ms.front()), Median(round.back_ms.back())},
+        {round.front_cpu_ms.front(), round.front_cpu_ms.back()},
+        {round.back_cpu_ms.front(), round.back_cpu_ms.back()},
+    }};
+    absl::StrAppendFormat(&md, "| %d | %s |", static_cast<int>(r + 1),
+                          round.load);
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      const auto [lo, hi] = pairs[k];
+      ratios[k].push_back(hi / lo);
+      absl::StrAppendFormat(
+          &md, k < 2 ? " %.2f → %.2f | %.2f |" : " %.3f → %.3f | %.2f |", lo,
+          hi, hi / lo);
+    }
+    md += "\n";
   }
-  absl::StrAppendFormat(&md, "| **median** | | | **%.2f** | | **%.2f** |\n",
-                        Median(front_ratio), Median(back_ratio));
+  absl::StrAppendFormat(
+      &md,
+      "| **median** | | | **%.2f** | | **%.2f** | | **%.2f** | | **%.2f** |\n",
+      Median(ratios[0]), Median(ratios[1]), Median(ratios[2]),
+      Median(ratios[3]));
   return md;
 }
 
@@ -1150,9 +1185,16 @@ int Main() {
         }
         j.EndArray();
       };
+      auto per_size = [&](const char* key, const std::vector<double>& v) {
+        j.Key(key).BeginArray();
+        for (double ms : v) j.Number(ms);
+        j.EndArray();
+      };
       j.BeginObject().Key("load").String(r.load);
       by_size("front_ms", r.front_ms);
       by_size("back_ms", r.back_ms);
+      per_size("front_cpu_ms", r.front_cpu_ms);
+      per_size("back_cpu_ms", r.back_cpu_ms);
       j.EndObject();
     }
     j.EndArray().EndObject();
