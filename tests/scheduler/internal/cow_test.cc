@@ -302,11 +302,14 @@ TEST(CowSortedSetTest, FromSortedAndEmpty) {
   EXPECT_EQ(Values(chunked_ends).back(), 1u << 30);
 }
 
-TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
+// Random writes, resizes and range copies against a vector, with copies
+// taken as a snapshot writer takes them, for chunks of 2^kChunkShift items.
+template <int kChunkShift>
+void MatchesAVectorUnderRandomWrites() {
   std::mt19937 rng(7);
-  CowArray<int, 4> a(100, -1);  // chunks of 16
+  CowArray<int, kChunkShift> a(100, -1);
   std::vector<int> want(100, -1);
-  std::vector<std::pair<CowArray<int, 4>, std::vector<int>>> copies;
+  std::vector<std::pair<CowArray<int, kChunkShift>, std::vector<int>>> copies;
   for (int step = 0; step < 20000; ++step) {
     if (rng() % 500 == 0) {
       const size_t n = 1 + rng() % 300;
@@ -360,6 +363,17 @@ TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
     ASSERT_EQ(copy.size(), then.size());
     for (size_t i = 0; i < then.size(); ++i) ASSERT_EQ(copy[i], then[i]) << i;
   }
+}
+
+TEST(CowArrayTest, MatchesAVectorUnderRandomWritesAndCopiesStayPut) {
+  MatchesAVectorUnderRandomWrites<4>();  // chunks of 16, up to 19 of them
+}
+
+// Chunks of 2: up to 150 chunks, so resizes cross, add and drop whole groups
+// of chunks (kGroupSize) and end inside one.
+TEST(CowArrayTest, ManyGroupsOfChunksUnderRandomWrites) {
+  static_assert(CowArray<int, 1>::kGroupSize * 2 * 4 < 300);
+  MatchesAVectorUnderRandomWrites<1>();
 }
 
 TEST(CowArrayTest, ResizingWithinTheLastChunkBesideACopy) {
