@@ -42,10 +42,10 @@ void Reaper::Loop(const std::string& name) {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !pending_.empty();
+        return stopping_ || pending_.size() >= kWakeAt;
       };
-      mu_.Await(absl::Condition(&ready));
-      if (pending_.empty()) return;  // stopping and drained
+      mu_.AwaitWithTimeout(absl::Condition(&ready), kTick);
+      if (stopping_ && pending_.empty()) return;  // drained
       batch.swap(pending_);
     }
     // Oldest first, outside the lock: Drop() never waits for a free.
