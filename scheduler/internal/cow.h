@@ -217,42 +217,32 @@ class CowArray {
   // when shared.
   Chunk& MutableChunk(size_t c) {
     Table& table = MutableTable();
-    std::shared_ptr<Chunk>& chunk =
-        MutableGroup(table, c).chunks[c & (kGroupSize - 1)];
-    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
-    if (chunk->epoch != epoch) {
-      chunk = std::make_shared<Chunk>(*chunk);
-      chunk->epoch = epoch;
-      table.chunks[c] = chunk.get();
-    }
-    return *chunk;
+    Chunk& chunk = Own(MutableGroup(table, c).chunks[c & (kGroupSize - 1)]);
+    table.chunks[c] = &chunk;
+    return chunk;
   }
 
   // The group owning chunk c in `table` (this array's own), copied first
   // when shared; a group past the old end is created.
   Group& MutableGroup(Table& table, size_t c) {
-    std::shared_ptr<Group>& group = table.groups[c >> kGroupShift];
-    const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
-    if (group == nullptr) {
-      group = std::make_shared<Group>();
-      group->epoch = epoch;
-    } else if (group->epoch != epoch) {
-      group = std::make_shared<Group>(*group);
-      group->epoch = epoch;
-    }
-    return *group;
+    return Own(table.groups[c >> kGroupShift]);
   }
 
-  Table& MutableTable() {
+  Table& MutableTable() { return Own(table_); }
+
+  // `*p` (a table, group or chunk) as this array's own: copied first when
+  // it carries another epoch, created when null.
+  template <typename X>
+  X& Own(std::shared_ptr<X>& p) {
     const uint64_t epoch = epoch_.load(std::memory_order_relaxed);
-    if (table_ == nullptr) {
-      table_ = std::make_shared<Table>();
-      table_->epoch = epoch;
-    } else if (table_->epoch != epoch) {
-      table_ = std::make_shared<Table>(*table_);
-      table_->epoch = epoch;
+    if (p == nullptr) {
+      p = std::make_shared<X>();
+      p->epoch = epoch;
+    } else if (p->epoch != epoch) {
+      p = std::make_shared<X>(*p);
+      p->epoch = epoch;
     }
-    return *table_;
+    return *p;
   }
   // From now on this array owns nothing it holds.
   void Disown() const {
