@@ -213,8 +213,8 @@ class CowArray {
     }
   }
 
-  // Chunk c, this array's own: the table and the chunk are copied first
-  // when shared.
+  // Chunk c, this array's own: the table, the chunk's group and the chunk
+  // are copied first when shared.
   Chunk& MutableChunk(size_t c) {
     Table& table = MutableTable();
     Chunk& chunk = Own(MutableGroup(table, c).chunks[c & (kGroupSize - 1)]);
