@@ -371,7 +371,9 @@ void Cluster::Install() {
       if (!changed.empty()) observer_->Published(changed, *snapshot);
     });
   }
-  reaper_.Drop(std::move(replaced));
+  // A group that changed no snapshot published the same one: nothing to
+  // free.
+  if (replaced != snapshot) reaper_.Drop(std::move(replaced));
   group_ = StateChanges();
   snapshot_.reset();
 }
