@@ -181,50 +181,64 @@ std::vector<uint32_t> Merged(const uint32_t* old, const uint32_t* old_end,
 
 CowSortedSet CowSortedSet::FromSorted(std::vector<uint32_t> sorted) {
   CowSortedSet s;
+  s.size_ = sorted.size();
   if (sorted.size() <= kChunk) {
     s.flat_.assign(sorted.begin(), sorted.end());
-    s.size_ = sorted.size();
   } else {
-    s.AppendChunks(std::move(sorted));
+    s.chunks_ = CowPtrArray<Chunk>(Pieces(std::move(sorted)));
   }
   return s;
 }
 
-void CowSortedSet::AppendChunks(std::vector<uint32_t> values) {
-  if (values.empty()) return;
-  size_ += values.size();
+std::vector<std::shared_ptr<const CowSortedSet::Chunk>> CowSortedSet::Pieces(
+    std::vector<uint32_t> values) {
+  std::vector<std::shared_ptr<const Chunk>> out;
+  if (values.empty()) return out;
   if (values.size() <= kChunk) {
-    chunks_.push_back(std::make_shared<const Chunk>(std::move(values)));
-    return;
+    out.push_back(std::make_shared<const Chunk>(std::move(values)));
+    return out;
   }
   const size_t pieces = (values.size() + kChunk - 1) / kChunk;
   for (size_t p = 0; p < pieces; ++p) {
     const size_t from = values.size() * p / pieces;
     const size_t to = values.size() * (p + 1) / pieces;
-    chunks_.push_back(std::make_shared<const Chunk>(values.begin() + from,
-                                                    values.begin() + to));
+    out.push_back(std::make_shared<const Chunk>(values.begin() + from,
+                                                values.begin() + to));
   }
+  return out;
+}
+
+size_t CowSortedSet::ChunkOf(uint32_t v) const {
+  size_t lo = 0, hi = chunks_.size();  // the answer is below hi
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (v < chunks_[mid].front()) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return lo;
 }
 
 CowSortedSet::const_iterator CowSortedSet::begin() const {
   if (chunks_.empty()) {
-    return const_iterator(flat_.data(), flat_.data() + flat_.size(), nullptr,
-                          nullptr);
+    return const_iterator(flat_.data(), flat_.data() + flat_.size(), nullptr, 0,
+                          0);
   }
-  const Chunk& first = *chunks_.front();
-  return const_iterator(first.data(), first.data() + first.size(),
-                        chunks_.data() + 1, chunks_.data() + chunks_.size());
+  const Chunk& first = chunks_[0];
+  return const_iterator(first.data(), first.data() + first.size(), &chunks_, 1,
+                        chunks_.size());
 }
 
 CowSortedSet::const_iterator CowSortedSet::end() const {
   if (chunks_.empty()) {
     const uint32_t* end = flat_.data() + flat_.size();
-    return const_iterator(end, end, nullptr, nullptr);
+    return const_iterator(end, end, nullptr, 0, 0);
   }
-  const Chunk& last = *chunks_.back();
+  const Chunk& last = chunks_.back();
   const uint32_t* end = last.data() + last.size();
-  const auto* past = chunks_.data() + chunks_.size();
-  return const_iterator(end, end, past, past);
+  return const_iterator(end, end, &chunks_, chunks_.size(), chunks_.size());
 }
 
 CowSortedSet CowSortedSet::Edited(const std::vector<uint32_t>& add,
@@ -233,41 +247,54 @@ CowSortedSet CowSortedSet::Edited(const std::vector<uint32_t>& add,
     return FromSorted(Merged(flat_.data(), flat_.data() + flat_.size(),
                              add.begin(), add.end(), drop.begin(), drop.end()));
   }
-  // Each chunk takes the edits below the next chunk's first value (the
-  // first chunk those below its own too, the last the rest); a chunk no
-  // edit reaches stays shared.
-  CowSortedSet out;
-  out.chunks_.reserve(chunks_.size() + 1);
-  auto a = add.begin(), d = drop.begin();
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    auto a_end = add.end(), d_end = drop.end();
+  // The edits by the chunk they land in: chunk c takes those below chunk
+  // c + 1's first value (the first chunk those below its own too, the last
+  // the rest). Found by binary search, so a chunk no edit reaches is not
+  // read, and stays shared.
+  using It = std::vector<uint32_t>::const_iterator;
+  struct ChunkEdit {
+    size_t chunk;
+    It add, add_end, drop, drop_end;
+  };
+  std::vector<ChunkEdit> edits;
+  for (It a = add.begin(), d = drop.begin();
+       a != add.end() || d != drop.end();) {
+    const uint32_t v = a == add.end()    ? *d
+                       : d == drop.end() ? *a
+                                         : std::min(*a, *d);
+    const size_t c = ChunkOf(v);
+    It a_end = add.end(), d_end = drop.end();
     if (c + 1 < chunks_.size()) {
-      const uint32_t next = chunks_[c + 1]->front();
+      const uint32_t next = chunks_[c + 1].front();
       a_end = std::lower_bound(a, add.end(), next);
       d_end = std::lower_bound(d, drop.end(), next);
     }
-    const Chunk& chunk = *chunks_[c];
-    if (a == a_end && d == d_end) {
-      out.chunks_.push_back(chunks_[c]);
-      out.size_ += chunk.size();
-      continue;
-    }
-    std::vector<uint32_t> merged =
-        Merged(chunk.data(), chunk.data() + chunk.size(), a, a_end, d, d_end);
+    edits.push_back({c, a, a_end, d, d_end});
     a = a_end;
     d = d_end;
+  }
+  // From the last edited chunk to the first, so that splicing one in moves
+  // none still to edit.
+  CowSortedSet out = *this;
+  for (auto e = edits.rbegin(); e != edits.rend(); ++e) {
+    const size_t c = e->chunk;
+    const Chunk& chunk = out.chunks_[c];
+    std::vector<uint32_t> merged =
+        Merged(chunk.data(), chunk.data() + chunk.size(), e->add, e->add_end,
+               e->drop, e->drop_end);
+    size_t from = c, replaced = chunk.size();
     // Drops would leave ever smaller chunks behind: a chunk edited below a
     // quarter joins the one before it when both fit in one (an emptied one
     // just goes).
-    if (!merged.empty() && merged.size() < kChunk / 4 &&
-        !out.chunks_.empty() &&
-        out.chunks_.back()->size() + merged.size() <= kChunk) {
-      const Chunk& prev = *out.chunks_.back();
+    if (!merged.empty() && merged.size() < kChunk / 4 && c > 0 &&
+        out.chunks_[c - 1].size() + merged.size() <= kChunk) {
+      const Chunk& prev = out.chunks_[c - 1];
       merged.insert(merged.begin(), prev.begin(), prev.end());
-      out.size_ -= prev.size();
-      out.chunks_.pop_back();
+      replaced += prev.size();
+      from = c - 1;
     }
-    out.AppendChunks(std::move(merged));
+    out.size_ = out.size_ - replaced + merged.size();
+    out.chunks_.Splice(from, c + 1, Pieces(std::move(merged)));
   }
   // Shrunk well below a chunk: flat again (not at kChunk, so that a list
   // near it does not flip at every edit).

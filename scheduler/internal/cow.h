@@ -259,6 +259,54 @@ class CowArray {
   size_t size_ = 0;
 };
 
+// A copy-on-write array of shared pointers to immutable items (a CowMap's
+// or a large CowSortedSet's chunks). Copying it is O(1), and changing one
+// entry copies the table and the group of its CowArray chunk and the chunk
+// of 16 pointers: ~40 references at 400 entries, where a vector of them
+// would take 400 when copied and drop 400 when freed, each on a cache line
+// of its own. Inserting or erasing moves the entries after it (a chunk of
+// them at a time); chunks split and empty rarely.
+template <typename T>
+class CowPtrArray {
+ public:
+  using Ptr = std::shared_ptr<const T>;
+
+  CowPtrArray() = default;
+  explicit CowPtrArray(const std::vector<Ptr>& items) {
+    items_.Resize(items.size());
+    items_.Assign(0, items.data(), items.size());
+  }
+
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.size() == 0; }
+  const T& operator[](size_t i) const { return *items_[i]; }
+  const Ptr& ptr(size_t i) const { return items_[i]; }
+  const T& back() const { return *items_[size() - 1]; }
+
+  void Set(size_t i, Ptr p) { items_.Mutable(i) = std::move(p); }
+  // Replaces entries [from, to) with `with`, moving those after.
+  void Splice(size_t from, size_t to, const std::vector<Ptr>& with) {
+    const size_t n = items_.size();
+    const size_t after = n - to;
+    const size_t at = from + with.size();
+    if (at != to && after > 0) {
+      const Items old = items_;  // the source of the moved entries
+      if (at > to) items_.Resize(at + after);
+      items_.CopyRange(at, old, to, after);
+    }
+    if (at + after < n) {  // let go of the entries past the new end now
+      const std::vector<Ptr> none(n - (at + after));
+      items_.Assign(at + after, none.data(), none.size());
+    }
+    items_.Resize(at + after);
+    items_.Assign(from, with.data(), with.size());
+  }
+
+ private:
+  using Items = CowArray<Ptr, 4>;
+  Items items_;
+};
+
 // How dense indexes 0..old_size move when items (nodes or slices) are
 // removed and inserted in order: the `removed` old indexes leave, and each
 // inserted item goes in before an old index (old_size: at the end); the
@@ -332,9 +380,10 @@ class Renumbering {
 // A sorted set of uint32_t (a label value's node slots) whose edits cost
 // what they touch: up to kChunk values it is one flat array; past that,
 // chunks of at most kChunk values, shared with the sets it was edited from.
-// Adding or dropping a few values copies the chunks they land in and the
-// table of chunk pointers, not every value: a zone's or a capacity tier's
-// list holds most nodes, and each node added or removed edits it.
+// Adding or dropping a few values copies the chunks they land in and a few
+// references of the chunk table (a CowPtrArray), not every value nor a
+// reference per chunk: a zone's or a capacity tier's list holds most nodes,
+// and each node added or removed edits it.
 // Immutable: Edited() returns a new set.
 class CowSortedSet {
  public:
@@ -353,9 +402,9 @@ class CowSortedSet {
     reference operator*() const { return *at_; }
     const_iterator& operator++() {
       if (++at_ == end_ && next_ != last_) {
-        at_ = (*next_)->data();
-        end_ = at_ + (*next_)->size();
-        ++next_;
+        const Chunk& chunk = (*chunks_)[next_++];
+        at_ = chunk.data();
+        end_ = at_ + chunk.size();
       }
       return *this;
     }
@@ -374,13 +423,13 @@ class CowSortedSet {
 
    private:
     friend class CowSortedSet;
-    using Next = const std::shared_ptr<const Chunk>*;
-    const_iterator(const uint32_t* at, const uint32_t* end, Next next,
-                   Next last)
-        : at_(at), end_(end), next_(next), last_(last) {}
+    const_iterator(const uint32_t* at, const uint32_t* end,
+                   const CowPtrArray<Chunk>* chunks, size_t next, size_t last)
+        : at_(at), end_(end), chunks_(chunks), next_(next), last_(last) {}
     const uint32_t* at_ = nullptr;
-    const uint32_t* end_ = nullptr;         // of the current chunk
-    Next next_ = nullptr, last_ = nullptr;  // the chunks after it
+    const uint32_t* end_ = nullptr;  // of the current chunk
+    const CowPtrArray<Chunk>* chunks_ = nullptr;
+    size_t next_ = 0, last_ = 0;  // the chunks after it: [next_, last_)
   };
 
   CowSortedSet() = default;
@@ -399,12 +448,16 @@ class CowSortedSet {
   size_t num_chunks() const { return chunks_.size(); }
 
  private:
-  // Appends `values` (past every value held) as chunks of at most kChunk,
-  // split evenly.
-  void AppendChunks(std::vector<uint32_t> values);
+  // `values` (ascending) as chunks of at most kChunk, split evenly; none
+  // when empty.
+  static std::vector<std::shared_ptr<const Chunk>> Pieces(
+      std::vector<uint32_t> values);
+  // The chunk that holds `v` or would: the last whose first value <= v,
+  // else the first. Not for a flat set.
+  size_t ChunkOf(uint32_t v) const;
 
   absl::InlinedVector<uint32_t, 4> flat_;  // while chunks_ is empty
-  std::vector<std::shared_ptr<const Chunk>> chunks_;
+  CowPtrArray<Chunk> chunks_;
   size_t size_ = 0;
 };
 
@@ -433,13 +486,14 @@ class CowBitset {
   int64_t count_ = 0;
 };
 
-// An ordered map from string to V kept in copy-on-write chunks of a few
-// hundred entries: copying the map copies one pointer per chunk (no key: a
-// chunk's first key is read from the chunk), and a write copies one chunk. The
-// label index uses it for a key's values, where one key (ray.io/node-id) has a
-// value per node: adding a node must not copy them all. As with CowArray, a
-// copy owns none of its chunks, and a map that has been copied (a published
-// one) is not written again.
+// An ordered map from string to V kept in copy-on-write chunks of 64-128
+// entries: copying the map is O(1), and a write copies one chunk and a few
+// references of the chunk table (a CowPtrArray; no key: a chunk's first key
+// is read from the chunk). The label index uses it for a key's values, where
+// one key (ray.io/node-id) has a value per node: adding a node must not copy
+// them all, nor take a reference per chunk. As with CowArray, a copy owns
+// none of its chunks, and a map that has been copied (a published one) is
+// not written again.
 template <typename V>
 class CowMap {
  public:
@@ -458,25 +512,24 @@ class CowMap {
     reference operator*() const { return *inner_; }
     pointer operator->() const { return &*inner_; }
     const_iterator& operator++() {
-      if (++inner_ == (*outer_)->end()) {
+      if (++inner_ == (*chunks_)[outer_].end()) {
         ++outer_;
-        if (outer_ != outer_end_) inner_ = (*outer_)->begin();
+        if (outer_ != chunks_->size()) inner_ = (*chunks_)[outer_].begin();
       }
       return *this;
     }
     friend bool operator==(const const_iterator& a, const const_iterator& b) {
       return a.outer_ == b.outer_ &&
-             (a.outer_ == a.outer_end_ || a.inner_ == b.inner_);
+             (a.outer_ == a.chunks_->size() || a.inner_ == b.inner_);
     }
 
    private:
     friend class CowMap;
-    using Outer =
-        typename std::vector<std::shared_ptr<const Chunk>>::const_iterator;
-    const_iterator(Outer outer, Outer outer_end,
+    const_iterator(const CowPtrArray<Chunk>* chunks, size_t outer,
                    typename Chunk::const_iterator inner)
-        : outer_(outer), outer_end_(outer_end), inner_(inner) {}
-    Outer outer_, outer_end_;
+        : chunks_(chunks), outer_(outer), inner_(inner) {}
+    const CowPtrArray<Chunk>* chunks_ = nullptr;
+    size_t outer_ = 0;
     typename Chunk::const_iterator inner_;
   };
 
@@ -487,14 +540,16 @@ class CowMap {
   static CowMap FromSorted(std::vector<std::pair<std::string, V>> items) {
     CowMap m;
     m.size_ = items.size();
+    std::vector<std::shared_ptr<const Chunk>> chunks;
     for (size_t at = 0; at < items.size(); at += kChunk) {
       const size_t end = std::min(items.size(), at + kChunk);
       auto chunk = std::make_shared<Chunk>(
           std::make_move_iterator(items.begin() + at),
           std::make_move_iterator(items.begin() + end));
       m.owned_.insert(chunk.get());
-      m.chunks_.push_back(std::move(chunk));
+      chunks.push_back(std::move(chunk));
     }
+    m.chunks_ = CowPtrArray<Chunk>(chunks);
     return m;
   }
   CowMap(const CowMap& other) : chunks_(other.chunks_), size_(other.size_) {}
@@ -512,18 +567,17 @@ class CowMap {
   bool empty() const { return size_ == 0; }
   const_iterator begin() const {
     return chunks_.empty() ? end()
-                           : const_iterator(chunks_.begin(), chunks_.end(),
-                                            chunks_.front()->begin());
+                           : const_iterator(&chunks_, 0, chunks_[0].begin());
   }
   const_iterator end() const {
-    return const_iterator(chunks_.end(), chunks_.end(), {});
+    return const_iterator(&chunks_, chunks_.size(), {});
   }
   const_iterator find(absl::string_view key) const {
     if (chunks_.empty()) return end();
-    auto outer = chunks_.begin() + static_cast<ptrdiff_t>(ChunkFor(key));
-    auto inner = (*outer)->find(key);
-    if (inner == (*outer)->end()) return end();
-    return const_iterator(outer, chunks_.end(), inner);
+    const size_t at = ChunkFor(key);
+    auto inner = chunks_[at].find(key);
+    if (inner == chunks_[at].end()) return end();
+    return const_iterator(&chunks_, at, inner);
   }
   bool contains(absl::string_view key) const { return find(key) != end(); }
 
@@ -534,7 +588,7 @@ class CowMap {
       auto chunk = std::make_shared<Chunk>();
       chunk->emplace(key, std::move(value));
       owned_.insert(chunk.get());
-      chunks_.push_back(std::move(chunk));
+      chunks_.Splice(0, 0, {std::move(chunk)});
       ++size_;
       return;
     }
@@ -547,37 +601,43 @@ class CowMap {
   void Erase(absl::string_view key) {
     if (chunks_.empty()) return;
     const size_t at = ChunkFor(key);
-    if (!chunks_[at]->contains(key)) return;
+    if (!chunks_[at].contains(key)) return;
     Chunk& chunk = MutableChunk(at);
     chunk.erase(chunk.find(key));
     --size_;
     if (chunk.empty()) {
       owned_.erase(&chunk);
-      chunks_.erase(chunks_.begin() + static_cast<ptrdiff_t>(at));
+      chunks_.Splice(at, at + 1, {});
     }
   }
 
  private:
-  static constexpr size_t kChunk = 256;
+  // Entries per chunk: kChunk to 2 * kChunk once split. A change copies
+  // one chunk (its keys and values) and ~2 references per 16 chunks of
+  // the table (CowPtrArray).
+  static constexpr size_t kChunk = 64;
 
   // The index of the chunk that holds `key` or would: the last whose first
   // key <= key, else the first. Not for an empty map.
   size_t ChunkFor(absl::string_view key) const {
-    auto after = std::upper_bound(
-        chunks_.begin(), chunks_.end(), key,
-        [](absl::string_view k, const std::shared_ptr<const Chunk>& c) {
-          return k < absl::string_view(c->begin()->first);
-        });
-    return after == chunks_.begin()
-               ? 0
-               : static_cast<size_t>(after - chunks_.begin()) - 1;
+    size_t lo = 0, hi = chunks_.size();  // the answer is below hi
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (key < absl::string_view(chunks_[mid].begin()->first)) {
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    return lo;
   }
   Chunk& MutableChunk(size_t at) {
-    std::shared_ptr<const Chunk>& chunk = chunks_[at];
-    if (!owned_.contains(chunk.get())) {
+    const Chunk* chunk = &chunks_[at];
+    if (!owned_.contains(chunk)) {
       auto copy = std::make_shared<Chunk>(*chunk);
-      owned_.insert(copy.get());
-      chunk = std::move(copy);
+      chunk = copy.get();
+      owned_.insert(chunk);
+      chunks_.Set(at, std::move(copy));
     }
     return const_cast<Chunk&>(*chunk);
   }
@@ -587,14 +647,13 @@ class CowMap {
     auto upper = std::make_shared<Chunk>(half, chunk.end());
     chunk.erase(half, chunk.end());
     owned_.insert(upper.get());
-    chunks_.insert(chunks_.begin() + static_cast<ptrdiff_t>(at) + 1,
-                   std::move(upper));
+    chunks_.Splice(at + 1, at + 1, {std::move(upper)});
   }
 
   // In key order: every key of a chunk sorts before the next chunk's first
   // (a key goes into the chunk ChunkFor names, so a chunk's first key can
   // change in place and the order holds). Never empty chunks.
-  std::vector<std::shared_ptr<const Chunk>> chunks_;
+  CowPtrArray<Chunk> chunks_;
   size_t size_ = 0;
   // Chunks this copy created or already copied: written in place.
   absl::flat_hash_set<const Chunk*> owned_;

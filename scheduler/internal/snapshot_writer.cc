@@ -47,6 +47,17 @@ namespace {
 
 using ::sliced::scheduler::internal::PgShard;
 
+// The posting list of `value` in `vi`, or an empty one. A reference: a
+// zone's list has hundreds of chunks, and copying it only to edit the copy
+// took a reference on each (and dropped them again).
+const SnapshotState::PostingList& PostingsOf(
+    const SnapshotState::ValueIndex& vi, absl::string_view value) {
+  static const SnapshotState::PostingList* const kNone =
+      new SnapshotState::PostingList();
+  auto it = vi.find(value);
+  return it == vi.end() ? *kNone : *it->second;
+}
+
 // True when a and b have the same labels of those a slice derives from.
 // These include kBitsetLabelKeys, whose value bitsets are edited only when
 // the node set changes.
@@ -505,11 +516,8 @@ class SnapshotWriter {
         // the chunks the edit lands in (CowSortedSet).
         std::sort(edit.drop.begin(), edit.drop.end());
         std::sort(edit.add.begin(), edit.add.end());
-        auto old_value = vi->find(value);
         SnapshotState::PostingList out =
-            (old_value == vi->end() ? SnapshotState::PostingList()
-                                    : *old_value->second)
-                .Edited(edit.add, edit.drop);
+            PostingsOf(*vi, value).Edited(edit.add, edit.drop);
         if (out.empty()) {
           vi->Erase(value);
         } else {
@@ -1378,12 +1386,9 @@ class SnapshotWriter {
           old_key != index->end()
               ? std::make_shared<SnapshotState::ValueIndex>(*old_key->second)
               : std::make_shared<SnapshotState::ValueIndex>();
-      auto old_value = vi->find(value);
       const std::vector<uint32_t> slot = {i}, none;
       auto list = std::make_shared<const SnapshotState::PostingList>(
-          (old_value != vi->end() ? *old_value->second
-                                  : SnapshotState::PostingList())
-              .Edited(add ? slot : none, add ? none : slot));
+          PostingsOf(*vi, value).Edited(add ? slot : none, add ? none : slot));
       if (list->empty()) {
         vi->Erase(value);
       } else {

@@ -2,7 +2,8 @@
 // with copies taken as a snapshot writer takes them; CowMap against std::map
 // under random edits (enough values to split chunks many times), with
 // copies that must not see later edits; CowBitset::Renumbered against a
-// plain renumbering; CowSortedSet against std::set, flat and in chunks.
+// plain renumbering; CowSortedSet against std::set, flat and in chunks;
+// CowPtrArray's splices against a vector.
 #include "scheduler/internal/cow.h"
 
 #include <map>
@@ -277,6 +278,45 @@ TEST(CowSortedSetTest, MatchesASetUnderRandomEditsAndOldSetsStayPut) {
   for (const auto& [s, values] : kept) EXPECT_EQ(Values(s), values);
 }
 
+// A zone's list at 100k nodes: hundreds of chunks (more than one group of
+// the chunk table), edited a node at a time and in batches, at either end
+// and inside; every set kept must still hold what it held.
+TEST(CowSortedSetTest, ManyChunksEditedOneValueAtATime) {
+  std::mt19937 rng(5);
+  std::vector<uint32_t> start;
+  for (uint32_t v = 0; v < 300000; v += 2) start.push_back(v);
+  CowSortedSet set = CowSortedSet::FromSorted(start);
+  std::set<uint32_t> want(start.begin(), start.end());
+  ASSERT_GT(set.num_chunks(), 256u);
+  std::vector<std::pair<CowSortedSet, size_t>> kept;  // with its size
+  std::vector<std::vector<uint32_t>> kept_values;
+  for (int step = 0; step < 2000; ++step) {
+    std::set<uint32_t> add, drop;
+    const int n = step % 50 == 0 ? 300 : 1;
+    for (int k = 0; k < n; ++k) {
+      const uint32_t v =
+          step % 7 == 0 ? (step % 2 == 0 ? 0 : 299999 + step) : rng() % 310000;
+      (rng() % 2 == 0 ? add : drop).insert(v);
+    }
+    for (uint32_t v : add) drop.erase(v);
+    set = set.Edited({add.begin(), add.end()}, {drop.begin(), drop.end()});
+    for (uint32_t v : add) want.insert(v);
+    for (uint32_t v : drop) want.erase(v);
+    ASSERT_EQ(set.size(), want.size()) << "step " << step;
+    if (step % 250 == 0) {
+      ASSERT_EQ(Values(set), std::vector<uint32_t>(want.begin(), want.end()))
+          << "step " << step;
+      kept.emplace_back(set, set.size());
+      kept_values.push_back(Values(set));
+    }
+  }
+  EXPECT_EQ(Values(set), std::vector<uint32_t>(want.begin(), want.end()));
+  for (size_t k = 0; k < kept.size(); ++k) {
+    EXPECT_EQ(kept[k].first.size(), kept[k].second);
+    EXPECT_EQ(Values(kept[k].first), kept_values[k]) << "kept " << k;
+  }
+}
+
 TEST(CowSortedSetTest, FromSortedAndEmpty) {
   const CowSortedSet empty;
   EXPECT_TRUE(empty.empty());
@@ -420,6 +460,55 @@ TEST(CowArrayTest, WritingEitherSideOfACopyLeavesTheOtherAlone) {
   published.Mutable(5) = 8;
   EXPECT_EQ(published[5], 8);
   EXPECT_EQ(c[5], 1);
+}
+
+std::vector<int> Contents(const CowPtrArray<int>& a) {
+  std::vector<int> out;
+  for (size_t i = 0; i < a.size(); ++i) out.push_back(a[i]);
+  return out;
+}
+
+// Random splices (inserting, erasing and replacing runs) into an array of
+// up to ~700 pointers (three groups of its chunk table), with copies taken
+// as a snapshot writer takes them; each copy keeps what it held, and a
+// pointer let go of is freed.
+TEST(CowPtrArrayTest, SplicesMatchAVectorAndCopiesStayPut) {
+  std::mt19937 rng(9);
+  CowPtrArray<int> a;
+  std::vector<int> want;
+  std::vector<std::pair<CowPtrArray<int>, std::vector<int>>> copies;
+  int next = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const size_t from = want.empty() ? 0 : rng() % (want.size() + 1);
+    const size_t len = std::min<size_t>(want.size() - from, rng() % 4);
+    const bool grow = want.size() < 700 && (step / 500) % 2 == 0;
+    const size_t put = grow ? rng() % 5 : rng() % 3;
+    std::vector<std::shared_ptr<const int>> with;
+    for (size_t k = 0; k < put; ++k) {
+      with.push_back(std::make_shared<const int>(next++));
+    }
+    std::vector<std::weak_ptr<const int>> gone;  // held by `a` alone
+    for (size_t k = 0; k < len && copies.empty(); ++k) {
+      gone.push_back(a.ptr(from + k));
+    }
+    a.Splice(from, from + len, with);
+    for (const auto& g : gone) EXPECT_TRUE(g.expired()) << "step " << step;
+    want.erase(want.begin() + static_cast<ptrdiff_t>(from),
+               want.begin() + static_cast<ptrdiff_t>(from + len));
+    std::vector<int> put_values;
+    for (const auto& p : with) put_values.push_back(*p);
+    want.insert(want.begin() + static_cast<ptrdiff_t>(from), put_values.begin(),
+                put_values.end());
+    ASSERT_EQ(Contents(a), want) << "step " << step;
+    if (step % 400 == 399) {
+      copies.emplace_back(a, want);
+      a = copies.back().first;
+      if (!want.empty()) a.Set(0, std::make_shared<const int>(-step));
+      want[0] = -step;
+    }
+  }
+  EXPECT_GT(copies.size(), 5u);
+  for (const auto& [copy, then] : copies) EXPECT_EQ(Contents(copy), then);
 }
 
 }  // namespace
