@@ -685,8 +685,13 @@ class SnapshotWriter {
       it = it->second.count() == 0 ? values.erase(it) : std::next(it);
     }
     if (value == labels.end()) return;
-    values.try_emplace(value->second, CowBitset(st_.num_nodes()))
-        .first->second.Set(i, true);
+    // A new value's set is made only when there is none: building one is
+    // O(nodes), and try_emplace would build it before looking.
+    auto set = values.find(value->second);
+    if (set == values.end()) {
+      set = values.emplace(value->second, CowBitset(st_.num_nodes())).first;
+    }
+    set->second.Set(i, true);
   }
 
   // The slots of `count` added nodes or slices: the lowest `free` ones,
