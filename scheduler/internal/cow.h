@@ -18,6 +18,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -144,7 +145,9 @@ class CowArray {
   }
   // Items past the old size are `fill`: new chunks are filled, and the
   // old last chunk's tail (which may hold items from before a shrink) is
-  // rewritten, copied first if a published copy shares it.
+  // rewritten, copied first if a published copy shares it. A shrink resets
+  // the items past the new end to T() when T owns something (a shared
+  // pointer), so that what they held is freed.
   // The table is copied only when the number of chunks changes or an item
   // does: growing within the last chunk, over items already `fill`, shares
   // it (a bitset grows by a bit per added node, and most bitsets get no bit
@@ -175,6 +178,13 @@ class CowArray {
     const size_t old_chunk_end = (old + kChunkSize - 1) & ~(kChunkSize - 1);
     Rewrite(old, std::min(n, old_chunk_end),
             [&](size_t, const T&) { return fill; });
+    if constexpr (!std::is_trivially_destructible_v<T>) {
+      // Items that own something (shared pointers) let go of it when they
+      // fall past a shrunk end, not when the chunk is next written.
+      const size_t chunk_end = (n + kChunkSize - 1) & ~(kChunkSize - 1);
+      Rewrite(n, std::min(old, chunk_end),
+              [](size_t, const T&) { return T(); });
+    }
   }
 
  private:
@@ -294,11 +304,7 @@ class CowPtrArray {
       if (at > to) items_.Resize(at + after);
       items_.CopyRange(at, old, to, after);
     }
-    if (at + after < n) {  // let go of the entries past the new end now
-      const std::vector<Ptr> none(n - (at + after));
-      items_.Assign(at + after, none.data(), none.size());
-    }
-    items_.Resize(at + after);
+    items_.Resize(at + after);  // lets go of the entries past the end
     items_.Assign(from, with.data(), with.size());
   }
 

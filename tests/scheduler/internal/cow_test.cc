@@ -438,6 +438,26 @@ TEST(CowArrayTest, ResizingWithinTheLastChunkBesideACopy) {
   EXPECT_EQ(published[5], 2);
 }
 
+// Items that own something (the node table's entries) are let go of when
+// a shrink drops them, within the last chunk kept too, and a published copy
+// keeps its own.
+TEST(CowArrayTest, AShrinkFreesWhatItsItemsOwned) {
+  CowArray<std::shared_ptr<const int>, 2> a(6);  // chunks of 4
+  for (int i = 0; i < 6; ++i) a.Mutable(i) = std::make_shared<const int>(i);
+  std::weak_ptr<const int> in_last_kept = a[1], in_dropped = a[5];
+  CowArray<std::shared_ptr<const int>, 2> published = a;
+  a.Resize(1);
+  EXPECT_FALSE(in_last_kept.expired());  // the published copy holds it
+  published = a;
+  EXPECT_TRUE(in_last_kept.expired());
+  EXPECT_TRUE(in_dropped.expired());
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(*a[0], 0);
+  a.Resize(3);
+  EXPECT_EQ(a[1], nullptr);
+  EXPECT_EQ(a[2], nullptr);
+}
+
 TEST(CowArrayTest, WritingEitherSideOfACopyLeavesTheOtherAlone) {
   CowArray<int, 2> a(10, 1);
   CowArray<int, 2> published = a;
