@@ -209,16 +209,7 @@ std::vector<std::shared_ptr<const CowSortedSet::Chunk>> CowSortedSet::Pieces(
 }
 
 size_t CowSortedSet::ChunkOf(uint32_t v) const {
-  size_t lo = 0, hi = chunks_.size();  // the answer is below hi
-  while (hi - lo > 1) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (v < chunks_[mid].front()) {
-      hi = mid;
-    } else {
-      lo = mid;
-    }
-  }
-  return lo;
+  return chunks_.LastWhere([v](const Chunk& c) { return c.front() <= v; });
 }
 
 CowSortedSet::const_iterator CowSortedSet::begin() const {

@@ -293,6 +293,22 @@ class CowPtrArray {
   const Ptr& ptr(size_t i) const { return items_[i]; }
   const T& back() const { return *items_[size() - 1]; }
 
+  // The last entry whose item `starts_at_or_before` holds for, else 0: a
+  // sorted container's chunk for a key (the predicate holds for a prefix).
+  template <typename Pred>
+  size_t LastWhere(const Pred& starts_at_or_before) const {
+    size_t lo = 0, hi = size();  // the answer is below hi
+    while (hi - lo > 1) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (starts_at_or_before(*items_[mid])) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  }
+
   void Set(size_t i, Ptr p) { items_.Mutable(i) = std::move(p); }
   // Replaces entries [from, to) with `with`, moving those after.
   void Splice(size_t from, size_t to, const std::vector<Ptr>& with) {
@@ -626,16 +642,9 @@ class CowMap {
   // The index of the chunk that holds `key` or would: the last whose first
   // key <= key, else the first. Not for an empty map.
   size_t ChunkFor(absl::string_view key) const {
-    size_t lo = 0, hi = chunks_.size();  // the answer is below hi
-    while (hi - lo > 1) {
-      const size_t mid = lo + (hi - lo) / 2;
-      if (key < absl::string_view(chunks_[mid].begin()->first)) {
-        hi = mid;
-      } else {
-        lo = mid;
-      }
-    }
-    return lo;
+    return chunks_.LastWhere([key](const Chunk& c) {
+      return absl::string_view(c.begin()->first) <= key;
+    });
   }
   Chunk& MutableChunk(size_t at) {
     const Chunk* chunk = &chunks_[at];
