@@ -383,7 +383,8 @@ void BM_PlainTpuPgSinglesFull(benchmark::State& state) {
   if (it == filled->end()) {
     const InventorySnapshot& base = *ClusterOf(state.range(0)).snapshot;
     SnapshotDelta delta;
-    for (uint32_t i = 0; i < base.num_nodes(); ++i) {
+    for (uint32_t i = 0; i < base.index_end(); ++i) {
+      if (!base.has_node(i)) continue;
       const auto& e = base.node(i);
       if (e.single_host) {
         delta.add_allocations.push_back({"fill-" + e.node.node_id,
@@ -520,28 +521,44 @@ void BM_ApplyResizeHosts(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyResizeHosts)->Apply(ClusterSizes);
 
-// Node churn (issue 17): one node added, as a delta. "front" sorts before
-// every node id (every node index moves), "back" after them all (none
-// moves).
+// Node churn (issue 17): nodes added one at a time, each delta applied to
+// the snapshot the last one made (gaps in the node indexes are used up and
+// spread again as on a live daemon). "front" sorts before every node id of
+// the cluster (each right after the one added before it), "back" after them
+// all, "middle" right after a random node (Ray's node ids are random hex).
 void ApplyAddNode(benchmark::State& state, const std::string& prefix) {
-  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  std::shared_ptr<const InventorySnapshot> snap =
+      ClusterOf(state.range(0)).snapshot;
+  std::mt19937 rng(1);
   int64_t i = 0;
   for (auto _ : state) {
     // A CPU node as a real one is labelled: its zone and capacity tier are
     // on a quarter and a third of the nodes (their posting lists and value
     // bitsets change with it).
-    Node n = MakeNode(absl::StrCat(prefix, i++), kZones[0], kTiers[0]);
+    std::string id = absl::StrCat(prefix, i++);
+    if (prefix.empty()) {
+      uint32_t at = rng() % snap->index_end();
+      while (!snap->has_node(at)) at = (at + 1) % snap->index_end();
+      id = absl::StrCat(snap->node(at).node.node_id, "-", i);
+    }
+    Node n = MakeNode(id, kZones[0], kTiers[0]);
     n.resources = {{"CPU", 32 * kResourceScale}};
     SnapshotDelta delta;
     delta.upsert_nodes = {std::move(n)};
-    auto next = snap.Apply(delta);
-    benchmark::DoNotOptimize(next);
+    auto next = snap->Apply(delta);
+    if (!next.ok()) {
+      state.SkipWithError(next.status().ToString().c_str());
+      return;
+    }
+    snap = *std::move(next);
   }
 }
 void BM_ApplyAddNodeFront(benchmark::State& state) {
   ApplyAddNode(state, "!churn-");
 }
 BENCHMARK(BM_ApplyAddNodeFront)->Apply(ClusterSizes);
+void BM_ApplyAddNodeMiddle(benchmark::State& state) { ApplyAddNode(state, ""); }
+BENCHMARK(BM_ApplyAddNodeMiddle)->Apply(ClusterSizes);
 void BM_ApplyAddNodeBack(benchmark::State& state) {
   ApplyAddNode(state, "~churn-");
 }
@@ -551,7 +568,8 @@ BENCHMARK(BM_ApplyAddNodeBack)->Apply(ClusterSizes);
 void BM_ApplyRemoveNode(benchmark::State& state) {
   const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
   std::vector<std::string> free_ids;
-  for (uint32_t i = 0; i < snap.num_nodes() && free_ids.size() < 1000; ++i) {
+  for (uint32_t i = 0; i < snap.index_end() && free_ids.size() < 1000; ++i) {
+    if (!snap.has_node(i)) continue;
     const auto& e = snap.node(i);
     if (!e.tpu && e.allocations.empty()) free_ids.push_back(e.node.node_id);
   }
@@ -588,7 +606,8 @@ BENCHMARK(BM_ApplyAddSlice)->Apply(ClusterSizes);
 void BM_Build(benchmark::State& state) {
   const Cluster& cluster = ClusterOf(state.range(0));
   std::vector<Node> nodes;
-  for (size_t i = 0; i < cluster.snapshot->num_nodes(); ++i) {
+  for (uint32_t i = 0; i < cluster.snapshot->index_end(); ++i) {
+    if (!cluster.snapshot->has_node(i)) continue;
     nodes.push_back(cluster.snapshot->node(i).node);
   }
   for (auto _ : state) {

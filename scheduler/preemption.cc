@@ -390,10 +390,11 @@ PreemptionPlan PlanPreemption(const InventorySnapshot& snapshot,
 std::vector<uint32_t> NodesARequestMayUse(const InventorySnapshot& snapshot,
                                           const PlacementRequest& request) {
   std::vector<uint32_t> out;
-  const uint32_t n = static_cast<uint32_t>(snapshot.num_nodes());
+  const uint32_t n = static_cast<uint32_t>(snapshot.index_end());
   if (request.slice.has_value()) {
     for (uint32_t i = 0; i < n; ++i) {
-      if (HostsSliceOf(snapshot, i, request.slice->generation))
+      if (snapshot.has_node(i) &&
+          HostsSliceOf(snapshot, i, request.slice->generation))
         out.push_back(i);
     }
     return out;

@@ -89,7 +89,8 @@ InventorySnapshot::Apply(const SnapshotDelta& delta) const {
 
 absl::Status InventorySnapshot::CheckNotOverCommitted() const {
   std::vector<std::string> problems;
-  for (size_t i = 0; i < num_nodes(); ++i) {
+  for (uint32_t i = 0; i < index_end(); ++i) {
+    if (!has_node(i)) continue;
     const NodeEntry& e = node(i);
     for (const auto& [name, amount] : e.free) {
       if (amount >= 0) continue;
@@ -148,6 +149,12 @@ std::vector<Allocation> InventorySnapshot::AllocationsOf(
 }
 
 size_t InventorySnapshot::num_nodes() const { return state_->num_nodes(); }
+
+size_t InventorySnapshot::index_end() const { return state_->index_end(); }
+
+bool InventorySnapshot::has_node(uint32_t i) const {
+  return state_->has_node(i);
+}
 
 size_t InventorySnapshot::num_slices() const { return state_->num_slices(); }
 
@@ -248,8 +255,8 @@ std::vector<uint32_t> InventorySnapshot::MatchingNodes(
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
-  for (uint32_t i = 0; i < num_nodes(); ++i) {
-    if (Matches(selector, node(i).node.labels)) out.push_back(i);
+  for (uint32_t i = 0; i < index_end(); ++i) {
+    if (has_node(i) && Matches(selector, node(i).node.labels)) out.push_back(i);
   }
   return out;
 }

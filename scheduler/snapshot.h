@@ -237,9 +237,14 @@ class InventorySnapshot {
   std::vector<uint32_t> MatchingNodes(const LabelSelector& selector) const;
   int64_t num_allocations() const;
 
-  // --- Dense indexes ---------------------------------------------------------
-  // Node i is the i-th node in node-id order, slice s the s-th slice in name
-  // order. REQUIRES: i < num_nodes(), s < num_slices().
+  // --- Indexes ---------------------------------------------------------------
+  // Node indexes follow node-id order, slice indexes name order. Slice
+  // indexes are dense; node indexes may have gaps, so that a node added in
+  // the middle of the order moves a few indexes, not every one after it:
+  // index i holds a node when has_node(i), for i < index_end() (at least
+  // num_nodes()). REQUIRES: has_node(i), s < num_slices().
+  size_t index_end() const;
+  bool has_node(uint32_t i) const;
   const NodeEntry& node(uint32_t i) const;
   const SliceEntry& slice(uint32_t s) const;
   // -1 when unknown.

@@ -255,7 +255,8 @@ class BaselinePolicy : public Policy {
   Placement PlaceGeneric(const InventorySnapshot& snap, const Job& job,
                          const LabelSelector& priority) {
     order_.clear();
-    for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
+    for (uint32_t i = 0; i < snap.index_end(); ++i) {
+      if (!snap.has_node(i)) continue;
       const scheduler::Node& n = snap.node(i).node;
       if (n.state == scheduler::NodeState::kAlive &&
           scheduler::Matches(priority, n.labels)) {

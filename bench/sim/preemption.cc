@@ -215,7 +215,8 @@ class World {
 
   int64_t FreeTpu() const {
     int64_t free = 0;
-    for (uint32_t i = 0; i < snap_->num_nodes(); ++i) {
+    for (uint32_t i = 0; i < snap_->index_end(); ++i) {
+      if (!snap_->has_node(i)) continue;
       free += std::max<int64_t>(0, TpuOf(snap_->node(i).free));
     }
     return free;

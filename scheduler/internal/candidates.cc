@@ -12,10 +12,11 @@
 namespace sliced::scheduler::internal {
 
 Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
-  const size_t n = snap.num_nodes();
+  const size_t n = snap.index_end();
   const size_t words = (n + 63) / 64;
-  Bits bits(words, ~uint64_t{0});
-  if (n % 64 != 0 && words > 0) bits.back() = (uint64_t{1} << (n % 64)) - 1;
+  // Every node: the indexes that are not gaps.
+  Bits bits(words);
+  for (size_t w = 0; w < words; ++w) bits[w] = snap.node_bits().word(w);
   if (selector.terms.empty()) return bits;
   Bits term_bits(words);
   for (const SelectorTerm& term : selector.terms) {

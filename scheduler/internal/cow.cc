@@ -28,6 +28,17 @@ void CowBitset::Set(size_t i, bool value) {
   }
 }
 
+CowBitset CowBitset::AllSet(size_t bits) {
+  CowBitset out;
+  out.words_ = CowArray<uint64_t, 6>((bits + 63) / 64, ~uint64_t{0});
+  if (bits % 64 != 0) {
+    out.words_.Mutable(bits / 64) = (uint64_t{1} << (bits % 64)) - 1;
+  }
+  out.bits_ = bits;
+  out.count_ = static_cast<int64_t>(bits);
+  return out;
+}
+
 Renumbering::Renumbering(size_t old_size, std::vector<uint32_t> removed,
                          const std::vector<uint32_t>& insert_before)
     : old_size_(old_size),
@@ -60,6 +71,15 @@ Renumbering::Renumbering(size_t old_size, std::vector<uint32_t> removed,
     runs_.push_back({old, to, next - old});
     to += next - old;
     old = next;
+  }
+  end_moved_ = old_size;
+  if (bits_ == old_size && first_moved_ < old_size) {
+    size_t last = 0;
+    if (!removed_.empty()) last = removed_.back() + size_t{1};
+    if (!insert_before.empty()) {
+      last = std::max<size_t>(last, insert_before.back());
+    }
+    end_moved_ = last;
   }
 }
 
@@ -105,16 +125,24 @@ CowBitset CowBitset::Renumbered(const Renumbering& r) const {
   // run's bits 64 at a time, then written back where they differ; the
   // words before stay shared. Only the removed indexes' bits leave the
   // count.
-  std::vector<uint64_t> old(
-      old_words > from_word ? old_words - from_word + 1 : 1, 0);
-  words_.Read(std::min(from_word, old_words), old_words, old.data());
-  std::vector<uint64_t> fresh(words > from_word ? words - from_word : 0, 0);
+  // Words from the one holding end_moved on (then bits() == old_size())
+  // keep theirs, except for that word's bits below end_moved.
+  const bool bounded = r.end_moved() < r.old_size();
+  const size_t stop_word = bounded ? (r.end_moved() + 63) / 64 : words;
+  const size_t old_stop = bounded ? stop_word : old_words;
+  std::vector<uint64_t> old(old_stop > from_word ? old_stop - from_word + 1 : 1,
+                            0);
+  words_.Read(std::min(from_word, old_stop), old_stop, old.data());
+  std::vector<uint64_t> fresh(stop_word > from_word ? stop_word - from_word : 0,
+                              0);
   const size_t from = from_word << 6;
+  const size_t stop = bounded ? std::min(bits_, stop_word << 6) : bits_;
   for (const Renumbering::Run& run : r.runs()) {
     if (run.from + run.len <= from) continue;
-    // Below first_moved a run keeps its place (from == to).
+    if (run.from >= stop) break;
+    // Below first_moved and from end_moved on a run keeps its place.
     const size_t begin = std::max(run.from, from);
-    const size_t end = std::min(run.from + run.len, bits_);
+    const size_t end = std::min(run.from + run.len, stop);
     for (size_t k = begin; k < end; k += 64) {
       const size_t n = std::min<size_t>(64, end - k);
       // The 64 bits from old index k on (the array ends in a zero word).

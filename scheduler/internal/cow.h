@@ -348,6 +348,11 @@ class Renumbering {
   size_t bits() const { return bits_; }
   // Old indexes below keep theirs.
   size_t first_moved() const { return first_moved_; }
+  // Old indexes from here on keep theirs too: past the last removal and
+  // insertion when as many items come as go (an item moved to a gap
+  // nearby), else old_size(). Whatever moves lies in [first_moved(),
+  // end_moved()), and in the same range of new indexes.
+  size_t end_moved() const { return end_moved_; }
   // True when an old index moves or goes, or items are added.
   bool changed() const {
     return first_moved_ < old_size_ || bits_ != old_size_;
@@ -394,7 +399,7 @@ class Renumbering {
   // it (runs_.size() when none).
   size_t RunOf(size_t i) const;
 
-  size_t old_size_, bits_, first_moved_;
+  size_t old_size_, bits_, first_moved_, end_moved_;
   std::vector<Run> runs_;  // every kept index, ascending
   std::vector<uint32_t> removed_, inserted_;
 };
@@ -488,6 +493,8 @@ class CowBitset {
  public:
   CowBitset() = default;
   explicit CowBitset(size_t bits) : words_((bits + 63) / 64, 0), bits_(bits) {}
+  // `bits` bits, all set.
+  static CowBitset AllSet(size_t bits);
 
   size_t bits() const { return bits_; }
   size_t num_words() const { return words_.size(); }
@@ -497,9 +504,9 @@ class CowBitset {
   int64_t count() const { return count_; }
   // Index of the first set bit >= from, or bits() when there is none.
   size_t NextSet(size_t from) const;
-  // This bitset after `r` (over r.bits() indexes). The chunks before the
-  // first moved index stay shared; costs O((bits - first_moved) / 64 + the
-  // runs), not a step per bit.
+  // This bitset after `r` (over r.bits() indexes). The chunks outside
+  // [first_moved, end_moved) stay shared; costs O((end_moved - first_moved)
+  // / 64 + the runs), not a step per bit.
   CowBitset Renumbered(const Renumbering& r) const;
 
  private:

@@ -238,9 +238,15 @@ class SnapshotState {
   using LabelBits = std::array<ValueBits, kBitsetLabelKeys.size()>;
   static constexpr int kIdShards = 4096;
   static constexpr uint32_t kNoIndex = ~uint32_t{0};
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};  // a gap's slot
 
-  size_t num_nodes() const { return slot_of_index_.size(); }
+  // Node indexes may have gaps (see "Gaps" in SnapshotWriter): index i
+  // holds a node when has_node(i), for i < index_end().
+  size_t num_nodes() const { return slot_of_index_.size() - num_gaps_; }
+  size_t index_end() const { return slot_of_index_.size(); }
+  bool has_node(uint32_t i) const { return slot_of_index_[i] != kNoSlot; }
   size_t num_slices() const { return slice_slot_of_index_.size(); }
+  // REQUIRES: has_node(i).
   const NodeEntry& node(uint32_t i) const { return *nodes_[slot_of_index_[i]]; }
   const SliceEntry& slice(uint32_t i) const {
     return *slices_[slice_slot_of_index_[i]];
@@ -311,6 +317,8 @@ class SnapshotState {
     return key_hosts_;
   }
   const SliceKeyIndex& slices_by_key() const { return *slices_by_key_; }
+  // Bit i set when has_node(i): the indexes that are not gaps.
+  const CowBitset& node_bits() const { return node_bits_; }
   // Nodes of rank r for bundles of `kind` (ALIVE nodes only).
   const CowBitset& rank_set(BundleKind kind, int r) const {
     return rank_sets_[static_cast<int>(kind)][r];
@@ -334,7 +342,9 @@ class SnapshotState {
   CowArray<std::shared_ptr<const NodeEntry>, 8> nodes_;
   CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;  // by slot
   CowArray<std::shared_ptr<const IdShard>, 6> node_ids_;  // by IdShardOf()
-  CowArray<uint32_t, 10> slot_of_index_;
+  CowArray<uint32_t, 10> slot_of_index_;                  // kNoSlot for a gap
+  size_t num_gaps_ = 0;                   // kNoSlot entries in it
+  CowBitset node_bits_;                   // see node_bits()
   CowArray<uint32_t, 10> index_of_slot_;  // kNoIndex for a free slot
   // The free slots, ascending: an added node takes the lowest.
   std::shared_ptr<const std::vector<uint32_t>> free_node_slots_ =

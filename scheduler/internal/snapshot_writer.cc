@@ -8,6 +8,7 @@
 #include "scheduler/internal/snapshot_writer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -270,10 +271,15 @@ class SnapshotWriter {
   struct NodePlan {
     std::vector<std::pair<uint32_t, const Node*>> replaced;  // old index
     std::vector<const Node*> added;                          // sorted by id
-    // The removed nodes (moves.removed(), old indexes) leave, added[a]
-    // goes to moves.inserted()[a].
+    std::vector<uint32_t> removed_nodes;  // old indexes, ascending
+    // How indexes move (LayOutNodes()): the removed nodes' and the gaps
+    // taken go; added nodes and new gaps come (inserted_node[k] is the
+    // added node moves.inserted()[k] is for, -1 for a gap).
     Renumbering moves{0, {}, {}};
-    const std::vector<uint32_t>& removed() const { return moves.removed(); }
+    std::vector<int64_t> inserted_node;
+    std::vector<uint32_t> added_at;  // new index of added[a]
+    size_t num_gaps = 0;             // after the change
+    const std::vector<uint32_t>& removed() const { return removed_nodes; }
   };
 
   // Slices whose members change, re-derived, and the new slice order.
@@ -327,18 +333,127 @@ class SnapshotWriter {
         plan.added.push_back(node);
       }
     }
-    // Where each new id goes among the old ones: a binary search each.
-    const uint32_t n = static_cast<uint32_t>(st_.num_nodes());
+    // Where each new id goes among the old ones: a binary search each (a
+    // gap reads as the node after it).
+    const uint32_t n = static_cast<uint32_t>(st_.index_end());
     std::vector<uint32_t> insert_at;
     insert_at.reserve(plan.added.size());
     for (const Node* node : plan.added) {
       insert_at.push_back(FirstNotBefore(n, [&](uint32_t i) {
-        return st_.node(i).node.node_id < node->node_id;
+        const size_t at = st_.node_bits().NextSet(i);
+        return at < n &&
+               st_.node(static_cast<uint32_t>(at)).node.node_id < node->node_id;
       }));
     }
-    plan.moves = Renumbering(
-        n, std::vector<uint32_t>(removed.begin(), removed.end()), insert_at);
+    plan.removed_nodes.assign(removed.begin(), removed.end());
+    LayOutNodes(plan, insert_at);
     return plan;
+  }
+
+  // Gaps. Node indexes follow id order, and bitsets are over them, so a
+  // node added in the middle of the order would move every index after it
+  // (O(n) words in every rank and value bitset, and the slot arrays). The
+  // index space keeps gaps instead: a removed node leaves one, and an added
+  // node takes the gap nearest its place in the order (within kGapReach),
+  // moving only the indexes between the two. When none is that near, or
+  // gaps are more than kept / 8 + kGapEvery, every gap is dropped and one
+  // is left before every kGapEvery-th node (O(n), at most once per
+  // kGapEvery / 2 adds near one place, amortized). A node appended after
+  // the last index takes no gap. A full build has none.
+  static constexpr size_t kGapEvery = 64;
+  static constexpr size_t kGapReach = 4096;
+
+  // Fills plan.moves, inserted_node, added_at and num_gaps for the removed
+  // nodes and the added ones going in before old indexes `insert_at`.
+  void LayOutNodes(NodePlan& plan, const std::vector<uint32_t>& insert_at) {
+    const size_t n = st_.index_end();
+    const CowBitset& present = st_.node_bits();
+    const size_t kept = st_.num_nodes() - plan.removed_nodes.size();
+    std::vector<uint32_t> gone = plan.removed_nodes;
+    // (insert before, added node or -1 for a gap)
+    std::vector<std::pair<uint32_t, int64_t>> in;
+    for (uint32_t i : plan.removed_nodes) in.emplace_back(i, -1);
+    size_t gaps = st_.num_gaps_ + plan.removed_nodes.size();
+    absl::flat_hash_set<uint32_t> taken;
+    bool spread = false;
+    for (size_t a = 0; a < plan.added.size() && !spread; ++a) {
+      in.emplace_back(insert_at[a], static_cast<int64_t>(a));
+      if (insert_at[a] == n) continue;  // after the last index
+      const int64_t h =
+          taken.size() < st_.num_gaps_ ? NearestGap(insert_at[a], taken) : -1;
+      if (h < 0) {
+        spread = true;
+      } else {
+        taken.insert(static_cast<uint32_t>(h));
+        gone.push_back(static_cast<uint32_t>(h));
+        --gaps;
+      }
+    }
+    if (spread || gaps > kept / 8 + kGapEvery) {
+      // Every gap and removed node goes; a gap before every kGapEvery-th
+      // kept node.
+      gone.clear();
+      in.clear();
+      for (size_t w = 0; w < present.num_words(); ++w) {
+        for (uint64_t v = ~present.word(w); v != 0; v &= v - 1) {
+          const size_t i = (w << 6) + static_cast<size_t>(std::countr_zero(v));
+          if (i < n) gone.push_back(static_cast<uint32_t>(i));
+        }
+      }
+      gone.insert(gone.end(), plan.removed_nodes.begin(),
+                  plan.removed_nodes.end());
+      for (size_t a = 0; a < plan.added.size(); ++a) {
+        in.emplace_back(insert_at[a], static_cast<int64_t>(a));
+      }
+      gaps = 0;
+      size_t count = 0;
+      for (size_t i = present.NextSet(0), r = 0; i < n;
+           i = present.NextSet(i + 1)) {
+        while (r < plan.removed_nodes.size() && plan.removed_nodes[r] < i) ++r;
+        if (r < plan.removed_nodes.size() && plan.removed_nodes[r] == i) {
+          continue;
+        }
+        if (++count % kGapEvery == 0) {
+          in.emplace_back(static_cast<uint32_t>(i), -1);
+          ++gaps;
+        }
+      }
+    }
+    std::sort(gone.begin(), gone.end());
+    std::stable_sort(in.begin(), in.end(), [](const auto& x, const auto& y) {
+      return x.first < y.first;
+    });
+    std::vector<uint32_t> before;
+    before.reserve(in.size());
+    plan.inserted_node.clear();
+    for (const auto& [at, what] : in) {
+      before.push_back(at);
+      plan.inserted_node.push_back(what);
+    }
+    plan.moves = Renumbering(n, std::move(gone), before);
+    plan.added_at.assign(plan.added.size(), 0);
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (in[k].second >= 0) {
+        plan.added_at[in[k].second] = plan.moves.inserted()[k];
+      }
+    }
+    plan.num_gaps = gaps;
+  }
+
+  // The gap nearest old index q (at q, or before it) within kGapReach
+  // that no other added node took; -1 when there is none.
+  int64_t NearestGap(uint32_t q,
+                     const absl::flat_hash_set<uint32_t>& taken) const {
+    const CowBitset& present = st_.node_bits();
+    const size_t n = present.bits();
+    auto gap = [&](size_t i) {
+      return !present.Test(i) && !taken.contains(static_cast<uint32_t>(i));
+    };
+    for (size_t d = 0; d <= kGapReach && (q + d < n || d < q); ++d) {
+      if (q + d < n && gap(q + d)) return static_cast<int64_t>(q + d);
+      if (d < q && gap(q - 1 - d)) return static_cast<int64_t>(q - 1 - d);
+    }
+    return -1;
   }
 
   // Re-derives the slices any changed node leaves or joins, from their new
@@ -436,8 +551,10 @@ class SnapshotWriter {
     RenumberSliceIndexes(slices);
     const Renumbering& moves = nodes.moves;
     RenumberRankSets(moves);
+    if (moves.changed()) st_.node_bits_ = st_.node_bits_.Renumbered(moves);
+    for (uint32_t p : nodes.added_at) st_.node_bits_.Set(p, true);
     // The replaced and added nodes, by new index.
-    std::vector<uint32_t> changed = moves.inserted();
+    std::vector<uint32_t> changed = nodes.added_at;
     for (const auto& [i, node] : nodes.replaced) {
       changed.push_back(static_cast<uint32_t>(moves.NewIndex(i)));
     }
@@ -636,7 +753,7 @@ class SnapshotWriter {
       if (values == st_.label_index().end()) continue;
       for (const auto& [value, slots] : *values->second) {
         CowBitset& set =
-            (*bits)[k].emplace(value, CowBitset(st_.num_nodes())).first->second;
+            (*bits)[k].emplace(value, CowBitset(st_.index_end())).first->second;
         for (uint32_t slot : *slots) set.Set(st_.IndexOfSlot(slot), true);
       }
     }
@@ -689,7 +806,7 @@ class SnapshotWriter {
     // O(nodes), and try_emplace would build it before looking.
     auto set = values.find(value->second);
     if (set == values.end()) {
-      set = values.emplace(value->second, CowBitset(st_.num_nodes())).first;
+      set = values.emplace(value->second, CowBitset(st_.index_end())).first;
     }
     set->second.Set(i, true);
   }
@@ -728,40 +845,55 @@ class SnapshotWriter {
                             new_slots.empty() ? 0 : new_slots.back() + 1);
   }
 
-  // `slots` (index -> slot; a copy of `old`, resized) after `moves`: from
-  // the first moved index on, the runs of old indexes copied over and the
-  // inserted items' `new_slots` between them.
+  // `slots` (index -> slot; a copy of `old`, resized) after `moves`: in
+  // [first_moved, end_moved) the runs of old indexes copied over, and the
+  // inserted items' `inserted_slots` (kNoSlot for a gap) between them.
   static void MoveSlots(CowArray<uint32_t, 10>& slots,
                         const CowArray<uint32_t, 10>& old,
                         const Renumbering& moves,
-                        const std::vector<uint32_t>& new_slots) {
+                        const std::vector<uint32_t>& inserted_slots) {
     const size_t from = moves.first_moved();
     for (const Renumbering::Run& run : moves.runs()) {
       if (run.to + run.len <= from) continue;
+      if (run.from >= moves.end_moved()) break;  // from here on, in place
       const size_t skip = run.to < from ? from - run.to : 0;
       slots.CopyRange(run.to + skip, old, run.from + skip, run.len - skip);
     }
-    for (size_t a = 0; a < new_slots.size(); ++a) {
-      slots.Mutable(moves.inserted()[a]) = new_slots[a];
+    for (size_t k = 0; k < inserted_slots.size(); ++k) {
+      slots.Mutable(moves.inserted()[k]) = inserted_slots[k];
     }
   }
 
   // `indexes` (slot -> index; a copy of the old array, resized with
-  // kNoIndex) after `moves`: every slot learns its item's new index, in
-  // slot order (the moved items' slots are anywhere); removed items' slots
-  // are free, and the inserted items' `new_slots` take theirs.
+  // kNoIndex) after `moves`, `slots` (the new index -> slot): the removed
+  // items' `freed` slots are free, and every slot whose item's index is in
+  // the moved range learns it (one pass over the range, or over every slot
+  // when most move).
   static void MoveIndexes(CowArray<uint32_t, 10>& indexes,
+                          const CowArray<uint32_t, 10>& slots,
                           const Renumbering& moves,
-                          const std::vector<uint32_t>& new_slots) {
-    if (moves.first_moved() < moves.old_size()) {
+                          const std::vector<uint32_t>& freed) {
+    for (uint32_t slot : freed) indexes.Mutable(slot) = SnapshotState::kNoIndex;
+    const size_t from = moves.first_moved();
+    const size_t to = moves.bits() - (moves.old_size() - moves.end_moved());
+    if (from >= to) return;
+    if ((to - from) * 4 > indexes.size()) {
       Renumbering::Mapper map(moves);
       indexes.MutableTransform(0, indexes.size(), [&](uint32_t i) {
         const int64_t to = i == SnapshotState::kNoIndex ? -1 : map.NewIndex(i);
         return to < 0 ? SnapshotState::kNoIndex : static_cast<uint32_t>(to);
       });
+      for (uint32_t p : moves.inserted()) {
+        const uint32_t slot = slots[p];
+        if (slot != SnapshotState::kNoSlot) indexes.Mutable(slot) = p;
+      }
+      return;
     }
-    for (size_t a = 0; a < new_slots.size(); ++a) {
-      indexes.Mutable(new_slots[a]) = moves.inserted()[a];
+    for (size_t p = from; p < to; ++p) {
+      const uint32_t slot = slots[p];
+      if (slot != SnapshotState::kNoSlot && indexes[slot] != p) {
+        indexes.Mutable(slot) = static_cast<uint32_t>(p);
+      }
     }
   }
 
@@ -801,18 +933,23 @@ class SnapshotWriter {
       table.Mutable(new_slots[a]) = std::move(e);
       owned_nodes_.insert(new_slots[a]);
     }
-    // Every node from the first moved index on learns its new index.
+    // Every node whose index moves learns its new one.
+    std::vector<uint32_t> inserted_slots;
+    inserted_slots.reserve(plan.inserted_node.size());
+    for (int64_t a : plan.inserted_node) {
+      inserted_slots.push_back(a < 0 ? SnapshotState::kNoSlot : new_slots[a]);
+    }
     CowArray<uint32_t, 10> slots = st_.slot_of_index_;
     slots.Resize(n2);
-    MoveSlots(slots, st_.slot_of_index_, moves, new_slots);
+    MoveSlots(slots, st_.slot_of_index_, moves, inserted_slots);
+    std::vector<uint32_t> freed;
+    for (uint32_t i : plan.removed()) freed.push_back(st_.SlotOf(i));
     CowArray<uint32_t, 10> indexes = st_.index_of_slot_;
     indexes.Resize(num_slots, SnapshotState::kNoIndex);
-    MoveIndexes(indexes, moves, new_slots);
-    std::vector<uint32_t> freed;
+    MoveIndexes(indexes, slots, moves, freed);
     for (uint32_t i : plan.removed()) {
       const uint32_t slot = st_.SlotOf(i);
       table.Mutable(slot) = nullptr;
-      freed.push_back(slot);
       const std::string& id = st_.node(i).node.node_id;
       MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
     }
@@ -825,6 +962,7 @@ class SnapshotWriter {
     st_.nodes_ = std::move(table);
     st_.slot_of_index_ = std::move(slots);
     st_.index_of_slot_ = std::move(indexes);
+    st_.num_gaps_ = plan.num_gaps;
   }
 
   // The new slice table, which is by slot: gone slices' slots emptied (and
@@ -914,7 +1052,7 @@ class SnapshotWriter {
                    SnapshotState::IdShardOf(name))[name] = new_slots[a];
     }
     MoveSlots(slots, st_.slice_slot_of_index_, plan.moves, new_slots);
-    MoveIndexes(indexes, plan.moves, new_slots);
+    MoveIndexes(indexes, slots, plan.moves, freed);
     st_.free_slice_slots_ =
         FreeSlotsAfter(st_.free_slice_slots_, new_slots, std::move(freed));
     st_.slice_slot_of_index_ = std::move(slots);
@@ -1098,6 +1236,8 @@ class SnapshotWriter {
                             std::vector<SnapshotState::IdShard> shards) {
     st_.slot_of_index_ = CowArray<uint32_t, 10>(n);
     st_.index_of_slot_ = CowArray<uint32_t, 10>(n);
+    st_.num_gaps_ = 0;
+    st_.node_bits_ = CowBitset::AllSet(n);
     for (uint32_t i = 0; i < n; ++i) {
       st_.slot_of_index_.Mutable(i) = i;
       st_.index_of_slot_.Mutable(i) = i;

@@ -117,10 +117,11 @@ void AddQueueFigures(const ClusterState& state, absl::Time now,
 void AddInventoryFigures(const scheduler::InventorySnapshot& snap,
                          ClusterSummary& out) {
   for (const char* s : {"ALIVE", "DRAINING", "DEAD"}) out.nodes_by_state[s] = 0;
-  // One pass over the snapshot's dense entries: no per-node lookup by id and
-  // no copy of a node's free resources or of a slice (this runs on every
+  // One pass over the snapshot's entries: no per-node lookup by id and no
+  // copy of a node's free resources or of a slice (this runs on every
   // /metrics scrape and web view poll; at 100k nodes copies dominated).
-  for (uint32_t i = 0; i < snap.num_nodes(); ++i) {
+  for (uint32_t i = 0; i < snap.index_end(); ++i) {
+    if (!snap.has_node(i)) continue;
     const scheduler::InventorySnapshot::NodeEntry& entry = snap.node(i);
     ++out.nodes_by_state[std::string(
         scheduler::NodeStateName(entry.node.state))];

@@ -295,7 +295,8 @@ NodeManager::NodeManager(Coordinator* coordinator, Cluster* cluster,
   const absl::Time epoch = coordinator->Now();
   cluster_->Read([&](const ClusterState& s) {
     leases_.Reserve(s.snapshot->num_nodes());
-    for (size_t i = 0; i < s.snapshot->num_nodes(); ++i) {
+    for (uint32_t i = 0; i < s.snapshot->index_end(); ++i) {
+      if (!s.snapshot->has_node(i)) continue;
       leases_.Renew(s.snapshot->node(i).node.node_id, epoch);
     }
     return 0;

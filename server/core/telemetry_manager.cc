@@ -90,7 +90,8 @@ absl::StatusOr<std::vector<std::string>> TelemetryManager::ResolveScope(
       nodes.assign(unique.begin(), unique.end());
     } else {
       nodes.reserve(state.snapshot->num_nodes());
-      for (size_t i = 0; i < state.snapshot->num_nodes(); ++i) {
+      for (uint32_t i = 0; i < state.snapshot->index_end(); ++i) {
+        if (!state.snapshot->has_node(i)) continue;
         nodes.push_back(state.snapshot->node(i).node.node_id);
       }
     }

@@ -42,7 +42,8 @@ Allocation Alloc(std::string pg, int bundle, std::string node,
 // Everything observable about a snapshot, as text, for comparisons.
 std::string Describe(const InventorySnapshot& s) {
   std::string out;
-  for (uint32_t i = 0; i < s.num_nodes(); ++i) {
+  for (uint32_t i = 0; i < s.index_end(); ++i) {
+    if (!s.has_node(i)) continue;
     const auto& e = s.node(i);
     absl::StrAppend(&out, e.node.node_id, " ", NodeStateName(e.node.state),
                     " slice=", s.SliceIndexOf(e),
@@ -75,13 +76,16 @@ std::string Describe(const InventorySnapshot& s) {
   }
   for (const auto& [k, values] : StateOf(s).label_index()) {
     for (const auto& [v, list] : *values) {
-      // Posting lists hold node slots; show node indexes.
+      // Posting lists hold node slots; show the nodes' ids in index order
+      // (indexes themselves depend on where gaps are).
       std::vector<uint32_t> indexes;
       for (uint32_t slot : *list)
         indexes.push_back(StateOf(s).IndexOfSlot(slot));
       std::sort(indexes.begin(), indexes.end());
-      absl::StrAppend(&out, "label ", k, "=", v, ": ",
-                      absl::StrJoin(indexes, ","), "\n");
+      std::vector<std::string> ids;
+      for (uint32_t i : indexes) ids.push_back(s.node(i).node.node_id);
+      absl::StrAppend(&out, "label ", k, "=", v, ": ", absl::StrJoin(ids, ","),
+                      "\n");
     }
   }
   absl::StrAppend(&out, "allocations=", s.num_allocations(), "\n");

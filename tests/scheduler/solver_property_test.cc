@@ -266,7 +266,7 @@ bool Usable(const InventorySnapshot& snap, uint32_t i, const LabelSelector& sel,
 // else 1 if a placement exists, 0 if none does.
 int ExistsPlacement(const InventorySnapshot& snap, const PlacementRequest& r) {
   if (!r.priorities.empty() || !r.fallbacks.empty()) return -1;
-  const uint32_t n = snap.num_nodes();
+  const uint32_t n = snap.index_end();  // gaps are never Usable below
   if (r.slice.has_value()) {
     if (r.slice->num_slices != 1) return -1;
     auto shape = ResolveTpuShape(r.slice->generation, r.slice->topology);
@@ -295,7 +295,7 @@ int ExistsPlacement(const InventorySnapshot& snap, const PlacementRequest& r) {
       for (const auto& t : b.selector.terms) all.terms.push_back(t);
     }
     for (uint32_t i = 0; i < n; ++i) {
-      if (Usable(snap, i, all, sum)) return 1;
+      if (snap.has_node(i) && Usable(snap, i, all, sum)) return 1;
     }
     return 0;
   }
@@ -305,8 +305,9 @@ int ExistsPlacement(const InventorySnapshot& snap, const PlacementRequest& r) {
     std::function<bool(size_t, std::vector<bool>&)> augment =
         [&](size_t b, std::vector<bool>& seen) {
           for (uint32_t i = 0; i < n; ++i) {
-            if (seen[i] || !Usable(snap, i, r.bundles[b].selector,
-                                   r.bundles[b].resources)) {
+            if (seen[i] || !snap.has_node(i) ||
+                !Usable(snap, i, r.bundles[b].selector,
+                        r.bundles[b].resources)) {
               continue;
             }
             seen[i] = true;

@@ -6,6 +6,7 @@
 // CowPtrArray's splices against a vector.
 #include "scheduler/internal/cow.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -206,6 +207,71 @@ TEST(CowBitsetTest, RenumberedMatchesAPlainRenumbering) {
       n = bits2;
       if (n == 0) break;
     }
+  }
+}
+
+// As many items come as go (nodes moved to gaps nearby): what moves lies in
+// [first_moved, end_moved), and a bitset's bits from end_moved on keep
+// their places.
+TEST(CowBitsetTest, RenumberedWithinAMovedRange) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng() % 5000;
+    CowBitset bits(n);
+    std::vector<bool> plain(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (rng() % 2 == 0) {
+        bits.Set(i, true);
+        plain[i] = true;
+      }
+    }
+    // k distinct removed indexes and k insertion points, all in a window.
+    const size_t lo = rng() % n;
+    const size_t hi = std::min(n, lo + 1 + rng() % 300);
+    std::vector<uint32_t> window;
+    for (size_t i = lo; i < hi; ++i) window.push_back(static_cast<uint32_t>(i));
+    std::shuffle(window.begin(), window.end(), rng);
+    const size_t k = 1 + rng() % std::min<size_t>(4, window.size());
+    std::vector<uint32_t> removed(window.begin(), window.begin() + k);
+    std::sort(removed.begin(), removed.end());
+    std::vector<uint32_t> insert_before;
+    for (size_t j = 0; j < k; ++j) {
+      insert_before.push_back(
+          static_cast<uint32_t>(lo + rng() % (hi - lo + 1)));
+    }
+    std::sort(insert_before.begin(), insert_before.end());
+    std::vector<int64_t> old_to_new(n, -1);
+    std::vector<int64_t> source;
+    for (size_t i = 0, a = 0, r = 0; i <= n; ++i) {
+      while (a < k && insert_before[a] == i) {
+        source.push_back(-1);
+        ++a;
+      }
+      if (i == n) break;
+      if (r < k && removed[r] == i) {
+        ++r;
+        continue;
+      }
+      old_to_new[i] = static_cast<int64_t>(source.size());
+      source.push_back(static_cast<int64_t>(i));
+    }
+    const Renumbering r(n, removed, insert_before);
+    ASSERT_EQ(r.bits(), n);
+    const size_t last_event =
+        std::max<size_t>(removed.back() + 1, insert_before.back());
+    ASSERT_EQ(r.end_moved(), std::min(last_event, n)) << "round " << round;
+    for (size_t i = r.end_moved(); i < n; ++i) {
+      ASSERT_EQ(old_to_new[i], static_cast<int64_t>(i)) << "round " << round;
+    }
+    const CowBitset out = bits.Renumbered(r);
+    int64_t count = 0;
+    for (size_t p = 0; p < n; ++p) {
+      const bool want = source[p] >= 0 && plain[source[p]];
+      count += want;
+      ASSERT_EQ(out.Test(p), want) << "round " << round << " bit " << p;
+    }
+    EXPECT_EQ(out.count(), count);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits.Test(i), plain[i]);
   }
 }
 

@@ -56,7 +56,8 @@ struct Model {
 
 std::string Text(const InventorySnapshot& s) {
   std::string out;
-  for (uint32_t i = 0; i < s.num_nodes(); ++i) {
+  for (uint32_t i = 0; i < s.index_end(); ++i) {
+    if (!s.has_node(i)) continue;
     const auto& e = s.node(i);
     auto cpu = e.free.find("CPU");
     absl::StrAppend(&out, e.node.node_id, " zone=", e.node.labels.at("zone"),
