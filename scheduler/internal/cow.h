@@ -50,6 +50,8 @@ uint64_t NewCowEpoch();
 // the last reader.)
 template <typename T, int kChunkShift>
 class CowArray {
+  struct Chunk;  // below
+
  public:
   static constexpr size_t kChunkSize = size_t{1} << kChunkShift;
   static constexpr int kGroupShift = 4;
@@ -93,16 +95,32 @@ class CowArray {
   T& Mutable(size_t i) {
     return MutableChunk(i >> kChunkShift).items[i & (kChunkSize - 1)];
   }
+  // Writes items as Mutable() does, keeping the last chunk it made this
+  // array's own: items in one chunk one after another cost one
+  // MutableChunk(). Only while nothing else writes the array.
+  class Cursor {
+   public:
+    explicit Cursor(CowArray& a) : a_(a) {}
+    T& operator[](size_t i) {
+      const size_t c = i >> kChunkShift;
+      if (c != c_) {
+        chunk_ = &a_.MutableChunk(c);
+        c_ = c;
+      }
+      return chunk_->items[i & (kChunkSize - 1)];
+    }
+
+   private:
+    CowArray& a_;
+    size_t c_ = ~size_t{0};
+    Chunk* chunk_ = nullptr;
+  };
+
   // Sets items [from, to) to fn(i), as Mutable(i) = fn(i) would, a chunk
   // at a time; a chunk none of whose items changes stays shared.
   template <typename Fn>
   void MutableRange(size_t from, size_t to, const Fn& fn) {
     Rewrite(from, to, [&](size_t i, const T&) { return fn(i); });
-  }
-  // Sets items [from, to) to fn(item), as MutableRange() does.
-  template <typename Fn>
-  void MutableTransform(size_t from, size_t to, const Fn& fn) {
-    Rewrite(from, to, [&](size_t, const T& item) { return fn(item); });
   }
   // Sets items [to, to + n) to `src`'s [from, from + n), a span of a chunk
   // at a time; a span already equal leaves its chunk shared. `src` may be
@@ -371,28 +389,6 @@ class Renumbering {
     size_t from, to, len;  // old [from, from + len) -> new [to, to + len)
   };
   const std::vector<Run>& runs() const { return runs_; }
-
-  // NewIndex() for many indexes: O(1) for one in the run of the one
-  // before (runs are long: k changes make k + 1 of them).
-  class Mapper {
-   public:
-    explicit Mapper(const Renumbering& r) : r_(r) {}
-    int64_t NewIndex(size_t i) {
-      if (i - from_ >= len_) {
-        const size_t run = r_.RunOf(i);
-        if (run == r_.runs_.size()) return -1;
-        from_ = r_.runs_[run].from;
-        to_ = r_.runs_[run].to;
-        len_ = r_.runs_[run].len;
-        if (i - from_ >= len_) return -1;  // removed
-      }
-      return static_cast<int64_t>(to_ + (i - from_));
-    }
-
-   private:
-    const Renumbering& r_;
-    size_t from_ = 0, to_ = 0, len_ = 0;  // the run of the last hit
-  };
 
  private:
   // The run old index i would be in: the last one starting at or before

@@ -357,9 +357,9 @@ class SnapshotWriter {
   // node takes the gap nearest its place in the order (within kGapReach),
   // moving only the indexes between the two. When none is that near, or
   // gaps are more than kept / 8 + kGapEvery, every gap is dropped and one
-  // is left before every kGapEvery-th node (O(n), at most once per
-  // kGapEvery / 2 adds near one place, amortized). A node appended after
-  // the last index takes no gap. A full build has none.
+  // is left before every kGapEvery-th node (O(n); adds one after another at
+  // one place need that about once per kGapReach / kGapEvery of them). A
+  // node appended after the last index takes no gap. A full build has none.
   static constexpr size_t kGapEvery = 64;
   static constexpr size_t kGapReach = 4096;
 
@@ -405,17 +405,26 @@ class SnapshotWriter {
       for (size_t a = 0; a < plan.added.size(); ++a) {
         in.emplace_back(insert_at[a], static_cast<int64_t>(a));
       }
+      // A word at a time: its kept nodes are counted, and walked only when
+      // the count passes a multiple of kGapEvery in it.
       gaps = 0;
       size_t count = 0;
-      for (size_t i = present.NextSet(0), r = 0; i < n;
-           i = present.NextSet(i + 1)) {
-        while (r < plan.removed_nodes.size() && plan.removed_nodes[r] < i) ++r;
-        if (r < plan.removed_nodes.size() && plan.removed_nodes[r] == i) {
+      for (size_t w = 0, r = 0; w < present.num_words(); ++w) {
+        uint64_t v = present.word(w);
+        for (; r < plan.removed_nodes.size() && plan.removed_nodes[r] >> 6 == w;
+             ++r) {
+          v &= ~(uint64_t{1} << (plan.removed_nodes[r] & 63));
+        }
+        const size_t c = static_cast<size_t>(std::popcount(v));
+        if (count % kGapEvery + c < kGapEvery) {
+          count += c;
           continue;
         }
-        if (++count % kGapEvery == 0) {
-          in.emplace_back(static_cast<uint32_t>(i), -1);
-          ++gaps;
+        for (; v != 0; v &= v - 1) {
+          if (++count % kGapEvery == 0) {
+            in.emplace_back((w << 6) + std::countr_zero(v), -1);
+            ++gaps;
+          }
         }
       }
     }
@@ -867,8 +876,8 @@ class SnapshotWriter {
   // `indexes` (slot -> index; a copy of the old array, resized with
   // kNoIndex) after `moves`, `slots` (the new index -> slot): the removed
   // items' `freed` slots are free, and every slot whose item's index is in
-  // the moved range learns it (one pass over the range, or over every slot
-  // when most move).
+  // the moved range learns it, in one pass over the range (slots mostly
+  // come in index order: a run of them writes one chunk).
   static void MoveIndexes(CowArray<uint32_t, 10>& indexes,
                           const CowArray<uint32_t, 10>& slots,
                           const Renumbering& moves,
@@ -876,23 +885,11 @@ class SnapshotWriter {
     for (uint32_t slot : freed) indexes.Mutable(slot) = SnapshotState::kNoIndex;
     const size_t from = moves.first_moved();
     const size_t to = moves.bits() - (moves.old_size() - moves.end_moved());
-    if (from >= to) return;
-    if ((to - from) * 4 > indexes.size()) {
-      Renumbering::Mapper map(moves);
-      indexes.MutableTransform(0, indexes.size(), [&](uint32_t i) {
-        const int64_t to = i == SnapshotState::kNoIndex ? -1 : map.NewIndex(i);
-        return to < 0 ? SnapshotState::kNoIndex : static_cast<uint32_t>(to);
-      });
-      for (uint32_t p : moves.inserted()) {
-        const uint32_t slot = slots[p];
-        if (slot != SnapshotState::kNoSlot) indexes.Mutable(slot) = p;
-      }
-      return;
-    }
+    CowArray<uint32_t, 10>::Cursor out(indexes);
     for (size_t p = from; p < to; ++p) {
       const uint32_t slot = slots[p];
       if (slot != SnapshotState::kNoSlot && indexes[slot] != p) {
-        indexes.Mutable(slot) = static_cast<uint32_t>(p);
+        out[slot] = static_cast<uint32_t>(p);
       }
     }
   }
