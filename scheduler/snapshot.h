@@ -3,8 +3,9 @@
 // (leveldb Version + VersionEdit).
 //
 // A snapshot holds:
-//   - nodes under dense indexes 0..n-1, sorted by node id;
-//   - a label index key -> value -> sorted node indexes;
+//   - nodes under indexes sorted by node id, with gaps (index_end(),
+//     has_node());
+//   - a label index key -> value -> sorted node slots;
 //   - per node: free capacity in fixed point (total minus allocations) and
 //     the allocations held on it;
 //   - slices (DeriveSlices) with intact/free state, free = no allocation on
