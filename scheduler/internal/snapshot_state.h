@@ -242,7 +242,7 @@ class SnapshotState {
 
   // Node indexes may have gaps (see "Gaps" in SnapshotWriter): index i
   // holds a node when has_node(i), for i < index_end().
-  size_t num_nodes() const { return slot_of_index_.size() - num_gaps_; }
+  size_t num_nodes() const { return static_cast<size_t>(node_bits_.count()); }
   size_t index_end() const { return slot_of_index_.size(); }
   bool has_node(uint32_t i) const { return slot_of_index_[i] != kNoSlot; }
   size_t num_slices() const { return slice_slot_of_index_.size(); }
@@ -343,7 +343,6 @@ class SnapshotState {
   CowArray<std::shared_ptr<const SliceEntry>, 8> slices_;  // by slot
   CowArray<std::shared_ptr<const IdShard>, 6> node_ids_;  // by IdShardOf()
   CowArray<uint32_t, 10> slot_of_index_;                  // kNoSlot for a gap
-  size_t num_gaps_ = 0;                   // kNoSlot entries in it
   CowBitset node_bits_;                   // see node_bits()
   CowArray<uint32_t, 10> index_of_slot_;  // kNoIndex for a free slot
   // The free slots, ascending: an added node takes the lowest.

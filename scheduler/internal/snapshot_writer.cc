@@ -278,7 +278,6 @@ class SnapshotWriter {
     Renumbering moves{0, {}, {}};
     std::vector<int64_t> inserted_node;
     std::vector<uint32_t> added_at;  // new index of added[a]
-    size_t num_gaps = 0;             // after the change
     const std::vector<uint32_t>& removed() const { return removed_nodes; }
   };
 
@@ -363,7 +362,7 @@ class SnapshotWriter {
   static constexpr size_t kGapEvery = 64;
   static constexpr size_t kGapReach = 4096;
 
-  // Fills plan.moves, inserted_node, added_at and num_gaps for the removed
+  // Fills plan.moves, inserted_node and added_at for the removed
   // nodes and the added ones going in before old indexes `insert_at`.
   void LayOutNodes(NodePlan& plan, const std::vector<uint32_t>& insert_at) {
     const size_t n = st_.index_end();
@@ -373,22 +372,22 @@ class SnapshotWriter {
     // (insert before, added node or -1 for a gap)
     std::vector<std::pair<uint32_t, int64_t>> in;
     for (uint32_t i : plan.removed_nodes) in.emplace_back(i, -1);
-    size_t gaps = st_.num_gaps_ + plan.removed_nodes.size();
+    const size_t had_gaps = n - st_.num_nodes();
     absl::flat_hash_set<uint32_t> taken;
     bool spread = false;
     for (size_t a = 0; a < plan.added.size() && !spread; ++a) {
       in.emplace_back(insert_at[a], static_cast<int64_t>(a));
       if (insert_at[a] == n) continue;  // after the last index
       const int64_t h =
-          taken.size() < st_.num_gaps_ ? NearestGap(insert_at[a], taken) : -1;
+          taken.size() < had_gaps ? NearestGap(insert_at[a], taken) : -1;
       if (h < 0) {
         spread = true;
       } else {
         taken.insert(static_cast<uint32_t>(h));
         gone.push_back(static_cast<uint32_t>(h));
-        --gaps;
       }
     }
+    const size_t gaps = had_gaps + plan.removed_nodes.size() - taken.size();
     if (spread || gaps > kept / 8 + kGapEvery) {
       // Every gap and removed node goes; a gap before every kGapEvery-th
       // kept node.
@@ -407,7 +406,6 @@ class SnapshotWriter {
       }
       // A word at a time: its kept nodes are counted, and walked only when
       // the count passes a multiple of kGapEvery in it.
-      gaps = 0;
       size_t count = 0;
       for (size_t w = 0, r = 0; w < present.num_words(); ++w) {
         uint64_t v = present.word(w);
@@ -423,7 +421,6 @@ class SnapshotWriter {
         for (; v != 0; v &= v - 1) {
           if (++count % kGapEvery == 0) {
             in.emplace_back((w << 6) + std::countr_zero(v), -1);
-            ++gaps;
           }
         }
       }
@@ -446,7 +443,6 @@ class SnapshotWriter {
         plan.added_at[in[k].second] = plan.moves.inserted()[k];
       }
     }
-    plan.num_gaps = gaps;
   }
 
   // The gap nearest old index q (at q, or before it) within kGapReach
@@ -560,8 +556,6 @@ class SnapshotWriter {
     RenumberSliceIndexes(slices);
     const Renumbering& moves = nodes.moves;
     RenumberRankSets(moves);
-    if (moves.changed()) st_.node_bits_ = st_.node_bits_.Renumbered(moves);
-    for (uint32_t p : nodes.added_at) st_.node_bits_.Set(p, true);
     // The replaced and added nodes, by new index.
     std::vector<uint32_t> changed = nodes.added_at;
     for (const auto& [i, node] : nodes.replaced) {
@@ -959,7 +953,10 @@ class SnapshotWriter {
     st_.nodes_ = std::move(table);
     st_.slot_of_index_ = std::move(slots);
     st_.index_of_slot_ = std::move(indexes);
-    st_.num_gaps_ = plan.num_gaps;
+    // The indexes holding a node, with the slot arrays (num_nodes() reads
+    // it).
+    if (moves.changed()) st_.node_bits_ = st_.node_bits_.Renumbered(moves);
+    for (uint32_t p : plan.added_at) st_.node_bits_.Set(p, true);
   }
 
   // The new slice table, which is by slot: gone slices' slots emptied (and
@@ -1233,7 +1230,6 @@ class SnapshotWriter {
                             std::vector<SnapshotState::IdShard> shards) {
     st_.slot_of_index_ = CowArray<uint32_t, 10>(n);
     st_.index_of_slot_ = CowArray<uint32_t, 10>(n);
-    st_.num_gaps_ = 0;
     st_.node_bits_ = CowBitset::AllSet(n);
     for (uint32_t i = 0; i < n; ++i) {
       st_.slot_of_index_.Mutable(i) = i;
