@@ -324,7 +324,7 @@ if churn:
 # one RegisterNodes(1) with nothing else running, at the smallest churn size
 # and the largest, their daemons up at once and the rounds alternating
 # between them; the figure is the median of the rounds' p50 ratios.
-# Independent is read as within 25 % (the noise of a p50 of 200 calls here
+# Independent is read as within 25 % (the noise of a p50 of 400 calls here
 # is ~10 %).
 alone = load.get("alone")
 if alone and len(alone["nodes"]) >= 2:

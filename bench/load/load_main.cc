@@ -103,7 +103,7 @@ ABSL_FLAG(int, churn_clients, 16, "closed-loop clients in the churn phases");
 ABSL_FLAG(int, churn_alone, 0,
           "RegisterNodes(1) calls timed at each end of the node order with "
           "nothing else running, per churn fleet size, over all rounds "
-          "(default 200; quick 20)");
+          "(default 2000; quick 20)");
 ABSL_FLAG(int, alone_rounds, 0,
           "rounds those calls are split into, alternating between the sizes' "
           "daemons (default 5; quick 2)");
@@ -294,8 +294,13 @@ struct ChurnPoint {
   std::vector<ChurnPair> pairs;
 };
 
+// The first calls of a batch in the "alone" rounds, whose CPU is also
+// shown apart.
+constexpr int kColdCalls = 20;
+
 // One node registered at a time with nothing else running: at the front of
-// the node order, where every index moves, and at its end, where none does.
+// the node order, where adds one after another use up the gaps near it, and
+// at its end, where no index moves.
 // One daemon per fleet size, all of them up at once, and the rounds
 // alternate between them, so that the sizes' figures share the machine's
 // load of the moment and their ratio is measured in one window.
@@ -304,8 +309,11 @@ struct AloneRound {
   // By size, as AloneResult::nodes; each call's latency in ms.
   std::vector<std::vector<double>> front_ms, back_ms;
   // By size: the daemon's CPU (all its threads) per call in ms, over the
-  // round's calls at that end.
+  // round's calls at that end; and over the first kColdCalls of them, which
+  // also pay to bring back into the caches what the other daemons' turns
+  // evicted.
   std::vector<double> front_cpu_ms, back_cpu_ms;
+  std::vector<double> front_first_cpu_ms, back_first_cpu_ms;
 };
 struct AloneResult {
   std::vector<int64_t> nodes;  // ascending
@@ -368,30 +376,51 @@ std::vector<double> RegisterEvery(const std::shared_ptr<grpc::Channel>& channel,
 // Times `calls` RegisterNodes calls of one new node each, back to back, at
 // the front of the node order ("aa-…", before every node the harness
 // registers), then as many at its end ("zz-…"); nothing else runs. Reads the
-// daemon's CPU around each end's calls: its CPU per call at that end, in ms.
-// `next` numbers the new nodes (ids stay unique across rounds).
+// daemon's CPU around each end's calls: its CPU per call at that end, in ms,
+// over them all and over the first kColdCalls. `next` numbers the new nodes
+// (ids stay unique across rounds).
 absl::Status RegisterAlone(v1::Inventory::Stub& stub, const DaemonProcess& d,
                            int64_t nodes, int calls, int64_t& next,
                            AloneRound& round, size_t size) {
   for (const bool front : {true, false}) {
     std::vector<double>& ms = (front ? round.front_ms : round.back_ms)[size];
+    const int cold = std::min(calls, kColdCalls);
     const double cpu0 = d.CpuSeconds();
+    double cpu_cold = cpu0;
     for (int i = 0; i < calls; ++i) {
       auto took =
           TimedRegister(stub, ChurnNode(nodes, next + i, front ? "aa" : "zz"));
       if (!took.ok()) return took.status();
       ms.push_back(*took);
+      if (i + 1 == cold) cpu_cold = d.CpuSeconds();
     }
     (front ? round.front_cpu_ms : round.back_cpu_ms)[size] =
         (d.CpuSeconds() - cpu0) * 1e3 / calls;
+    (front ? round.front_first_cpu_ms : round.back_first_cpu_ms)[size] =
+        (cpu_cold - cpu0) * 1e3 / cold;
   }
   next += calls;
   return absl::OkStatus();
 }
 
+// Waits until `d` uses under 1 % of a core over half a second (at most
+// 60 s); the seconds waited.
+double WaitIdle(const DaemonProcess& d) {
+  const auto t0 = Clock::now();
+  double cpu = d.CpuSeconds();
+  while (Clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const double now = d.CpuSeconds();
+    if (now - cpu < 0.005) break;
+    cpu = now;
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 // Per size a fresh daemon with the generated fleet registered, all up at
-// once; then `rounds` rounds, each timing `calls` registrations per end on
-// every daemon in turn (the order of the sizes reversed every other round).
+// once (and idle); then `rounds` rounds, each timing `calls` registrations per
+// end on every daemon in turn (the order of the sizes reversed every other
+// round).
 absl::StatusOr<AloneResult> MeasureAlone(const std::string& binary,
                                          std::vector<int64_t> sizes, int rounds,
                                          int calls) {
@@ -432,6 +461,13 @@ absl::StatusOr<AloneResult> MeasureAlone(const std::string& binary,
     }
     ups.back().stub = v1::Inventory::NewStub(channels[1]);
   }
+  // Registering a fleet leaves work behind (RocksDB flushes the memtable
+  // and compacts); the rounds start when no daemon does any.
+  for (size_t i = 0; i < ups.size(); ++i) {
+    const double waited = WaitIdle(*ups[i].daemon);
+    Progress("one node at a time, alone: the %d-node daemon idle after %.1f s",
+             sizes[i], waited);
+  }
   for (int r = 0; r < rounds; ++r) {
     Progress("one node at a time, alone: round %d/%d", r + 1, rounds);
     AloneRound round;
@@ -440,6 +476,8 @@ absl::StatusOr<AloneResult> MeasureAlone(const std::string& binary,
     round.back_ms.resize(sizes.size());
     round.front_cpu_ms.resize(sizes.size());
     round.back_cpu_ms.resize(sizes.size());
+    round.front_first_cpu_ms.resize(sizes.size());
+    round.back_first_cpu_ms.resize(sizes.size());
     for (size_t k = 0; k < sizes.size(); ++k) {
       const size_t i = r % 2 == 0 ? k : sizes.size() - 1 - k;
       if (absl::Status s = RegisterAlone(*ups[i].stub, *ups[i].daemon, sizes[i],
@@ -833,12 +871,18 @@ std::string AloneMarkdown(const AloneResult& a) {
       "the bold figure is the median over the rounds. The daemon's CPU per "
       "call (all its threads, read from its CPU clock around each end's "
       "calls) is the work a change costs, whatever else the machine runs; "
-      "the latency adds the waits (the synced commit, the scheduler). Issue "
+      "the latency adds the waits (the synced commit, the scheduler). The "
+      "first calls of a batch also pay to bring back into the caches what "
+      "the other daemons' turns evicted, more of it in a larger daemon: "
+      "their CPU per call is shown apart, and counted with the rest. Issue "
       "17, item 1: the cost of one node's change is independent of the "
       "inventory size.\n\n"
       "| nodes | calls per end | front p50 / p90 ms | end p50 / p90 ms | "
-      "daemon CPU per call, front; end ms (median of rounds) |\n"
-      "| --- | --- | --- | --- | --- |\n";
+      "daemon CPU per call, front; end ms (median of rounds) | the same, "
+      "first " +
+      std::to_string(kColdCalls) +
+      " calls of each batch |\n"
+      "| --- | --- | --- | --- | --- | --- |\n";
   // Size i's calls at one end over every round.
   auto pooled = [&](std::vector<std::vector<double>> AloneRound::*end,
                     size_t i) {
@@ -858,11 +902,14 @@ std::string AloneMarkdown(const AloneResult& a) {
     std::vector<double> front = pooled(&AloneRound::front_ms, i);
     std::vector<double> back = pooled(&AloneRound::back_ms, i);
     absl::StrAppendFormat(
-        &md, "| %d | %d | %.2f / %.2f | %.2f / %.2f | %.3f; %.3f |\n",
+        &md,
+        "| %d | %d | %.2f / %.2f | %.2f / %.2f | %.3f; %.3f | %.3f; %.3f |\n",
         a.nodes[i], static_cast<int>(front.size()), Median(front),
         Percentile(front, 0.9), Median(back), Percentile(back, 0.9),
         Median(cpu(&AloneRound::front_cpu_ms, i)),
-        Median(cpu(&AloneRound::back_cpu_ms, i)));
+        Median(cpu(&AloneRound::back_cpu_ms, i)),
+        Median(cpu(&AloneRound::front_first_cpu_ms, i)),
+        Median(cpu(&AloneRound::back_first_cpu_ms, i)));
   }
   if (a.nodes.size() < 2) return md;
   md += absl::StrFormat(
@@ -928,7 +975,7 @@ int Main() {
   if (reps <= 0) reps = quick ? 1 : 3;
   if (absl::GetFlag(FLAGS_restarts) <= 0) absl::SetFlag(&FLAGS_restarts, quick ? 1 : 3);
   if (absl::GetFlag(FLAGS_churn_alone) <= 0)
-    absl::SetFlag(&FLAGS_churn_alone, quick ? 20 : 200);
+    absl::SetFlag(&FLAGS_churn_alone, quick ? 20 : 2000);
   if (absl::GetFlag(FLAGS_alone_rounds) <= 0)
     absl::SetFlag(&FLAGS_alone_rounds, quick ? 2 : 5);
   std::string scale_flag = absl::GetFlag(FLAGS_scale_nodes);
@@ -1196,6 +1243,8 @@ int Main() {
       by_size("back_ms", r.back_ms);
       per_size("front_cpu_ms", r.front_cpu_ms);
       per_size("back_cpu_ms", r.back_cpu_ms);
+      per_size("front_first_cpu_ms", r.front_first_cpu_ms);
+      per_size("back_first_cpu_ms", r.back_first_cpu_ms);
       j.EndObject();
     }
     j.EndArray().EndObject();
