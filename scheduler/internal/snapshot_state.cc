@@ -9,22 +9,32 @@
 namespace sliced::scheduler::internal {
 
 int64_t SnapshotState::NodeIndex(absl::string_view node_id) const {
-  if (node_ids_.size() == 0) return -1;
-  const IdShard& shard = *node_ids_[IdShardOf(node_id)];
-  auto it = shard.find(node_id);
-  return it == shard.end() ? int64_t{-1} : int64_t{index_of_slot_[it->second]};
+  const int64_t slot = NodeSlot(node_id);
+  return slot < 0 ? int64_t{-1} : int64_t{index_of_slot_[slot]};
 }
 
-size_t SnapshotState::IdShardOf(absl::string_view node_id) {
-  return absl::Hash<absl::string_view>()(node_id) % kIdShards;
+int64_t SnapshotState::NodeSlot(absl::string_view node_id) const {
+  if (node_ids_.size() == 0) return -1;
+  const uint64_t hash = IdHash(node_id);
+  return node_ids_[IdShardOf(hash)]->Find(node_id, hash, [&](uint32_t s) {
+    const NodeEntry* e = nodes_[s].get();
+    return e == nullptr ? absl::string_view() : e->node.node_id;
+  });
+}
+
+uint64_t SnapshotState::IdHash(absl::string_view name) {
+  return absl::Hash<absl::string_view>()(name);
 }
 
 int64_t SnapshotState::SliceIndex(absl::string_view name) const {
   if (slice_ids_.size() == 0) return -1;
-  const IdShard& shard = *slice_ids_[IdShardOf(name)];
-  auto it = shard.find(name);
-  return it == shard.end() ? int64_t{-1}
-                           : int64_t{slice_index_of_slot_[it->second]};
+  const uint64_t hash = IdHash(name);
+  const int64_t slot =
+      slice_ids_[IdShardOf(hash)]->Find(name, hash, [&](uint32_t s) {
+        const SliceEntry* e = slices_[s].get();
+        return e == nullptr ? absl::string_view() : e->info.name;
+      });
+  return slot < 0 ? int64_t{-1} : int64_t{slice_index_of_slot_[slot]};
 }
 
 namespace {

@@ -207,6 +207,54 @@ class PgShard {
   size_t size_ = 0;                                     // groups
 };
 
+// One shard of a name -> slot map (node ids, slice names): the slots with
+// their names' hashes, in no order. The names are not kept again: the table
+// the slots index holds them, and a lookup reads the name there. Copying a
+// shard (a write to a published one) is then one block of a few words per
+// name, not a string and a re-hash per name.
+class SlotShard {
+ public:
+  // The slot named `name`, whose hash is `hash`, or -1. `name_of(slot)`
+  // reads a slot's name (empty for a free slot; no name is empty).
+  template <typename NameOf>
+  int64_t Find(absl::string_view name, uint64_t hash,
+               const NameOf& name_of) const {
+    const uint32_t tag = Tag(hash);
+    for (const Entry& e : entries_) {
+      if (e.tag == tag && name_of(e.slot) == name) return e.slot;
+    }
+    return -1;
+  }
+  size_t size() const { return entries_.size(); }
+  // `slot`, whose name's hash is `hash`, is in the shard from now on.
+  void Add(uint64_t hash, uint32_t slot) {
+    entries_.push_back({Tag(hash), slot});
+  }
+  // Drops `slot`'s entry, if any.
+  void Remove(uint32_t slot) {
+    for (Entry& e : entries_) {
+      if (e.slot == slot) {
+        e = entries_.back();
+        entries_.pop_back();
+        return;
+      }
+    }
+  }
+
+ private:
+  struct Entry {
+    uint32_t tag;  // Tag() of the name's hash
+    uint32_t slot;
+  };
+  // The hash bits a shard keeps: those above the ones that pick the shard
+  // (SnapshotState::IdShardOf).
+  static uint32_t Tag(uint64_t hash) {
+    return static_cast<uint32_t>(hash >> 32);
+  }
+
+  std::vector<Entry> entries_;
+};
+
 // Label keys whose values are held as bitsets over node indexes too
 // (SnapshotState::value_bits()): each has few values, each value is on many
 // nodes, and the solver asks for them on every zone try and compute-class
@@ -227,8 +275,8 @@ class SnapshotState {
   using LabelIndex =
       absl::btree_map<std::string, std::shared_ptr<const ValueIndex>>;
   static constexpr int kPgShards = 1 << kPgShardBits;
-  // Node id -> slot, one shard.
-  using IdShard = absl::flat_hash_map<std::string, uint32_t>;
+  // Node id (or slice name) -> slot, one shard.
+  using IdShard = SlotShard;
   // Resource name -> total amount a node has -> how many nodes have it.
   using AmountCounts =
       absl::btree_map<std::string, absl::btree_map<int64_t, int64_t>>;
@@ -334,7 +382,11 @@ class SnapshotState {
  private:
   friend class sliced::scheduler::SnapshotWriter;
 
-  static size_t IdShardOf(absl::string_view node_id);
+  // The slot of node `node_id`, or -1.
+  int64_t NodeSlot(absl::string_view node_id) const;
+  // A node id's or slice name's hash, and the shard that holds it.
+  static uint64_t IdHash(absl::string_view name);
+  static size_t IdShardOf(uint64_t hash) { return hash % kIdShards; }
   // True when slice s exists, is intact and free.
   bool SliceFreeIntact(int32_t s) const;
 

@@ -941,12 +941,12 @@ class SnapshotWriter {
     for (uint32_t i : plan.removed()) {
       const uint32_t slot = st_.SlotOf(i);
       table.Mutable(slot) = nullptr;
-      const std::string& id = st_.node(i).node.node_id;
-      MutableIdShard(SnapshotState::IdShardOf(id)).erase(id);
+      const uint64_t hash = SnapshotState::IdHash(st_.node(i).node.node_id);
+      MutableIdShard(SnapshotState::IdShardOf(hash)).Remove(slot);
     }
     for (uint32_t a = 0; a < plan.added.size(); ++a) {
-      const std::string& id = plan.added[a]->node_id;
-      MutableIdShard(SnapshotState::IdShardOf(id))[id] = new_slots[a];
+      const uint64_t hash = SnapshotState::IdHash(plan.added[a]->node_id);
+      MutableIdShard(SnapshotState::IdShardOf(hash)).Add(hash, new_slots[a]);
     }
     st_.free_node_slots_ =
         FreeSlotsAfter(st_.free_node_slots_, new_slots, std::move(freed));
@@ -986,9 +986,8 @@ class SnapshotWriter {
       se->info = *plan.derived.at(name);
       for (const std::string& id : se->info.node_ids) {
         if (id.empty()) continue;
-        const SnapshotState::IdShard& shard =
-            *st_.node_ids_[SnapshotState::IdShardOf(id)];
-        se->host_slots.push_back(shard.at(id));
+        // A host is a node of this snapshot (InstallNodes() put it in).
+        se->host_slots.push_back(static_cast<uint32_t>(st_.NodeSlot(id)));
       }
       ResolveShape(*se);
       std::vector<const ResourceSet*> hosts;
@@ -1035,15 +1034,16 @@ class SnapshotWriter {
     std::vector<uint32_t> freed;
     for (uint32_t s : plan.moves.removed()) {  // gone
       freed.push_back(st_.SliceSlotOf(s));
-      const std::string& name = st_.slice(s).info.name;
+      const uint64_t hash = SnapshotState::IdHash(st_.slice(s).info.name);
       MutableShard(st_.slice_ids_, owned_slice_id_shards_,
-                   SnapshotState::IdShardOf(name))
-          .erase(name);
+                   SnapshotState::IdShardOf(hash))
+          .Remove(st_.SliceSlotOf(s));
     }
     for (uint32_t a = 0; a < plan.added.size(); ++a) {
-      const std::string& name = plan.added[a]->name;
+      const uint64_t hash = SnapshotState::IdHash(plan.added[a]->name);
       MutableShard(st_.slice_ids_, owned_slice_id_shards_,
-                   SnapshotState::IdShardOf(name))[name] = new_slots[a];
+                   SnapshotState::IdShardOf(hash))
+          .Add(hash, new_slots[a]);
     }
     MoveSlots(slots, st_.slice_slot_of_index_, plan.moves, new_slots);
     MoveIndexes(indexes, slots, plan.moves, freed);
@@ -1179,7 +1179,12 @@ class SnapshotWriter {
         se->info = std::move(infos[si]);
         for (const std::string& id : se->info.node_ids) {
           if (id.empty()) continue;
-          const uint32_t ni = id_shards[SnapshotState::IdShardOf(id)].at(id);
+          const uint64_t hash = SnapshotState::IdHash(id);
+          const uint32_t ni = static_cast<uint32_t>(
+              id_shards[SnapshotState::IdShardOf(hash)].Find(
+                  id, hash, [&](uint32_t i) -> absl::string_view {
+                    return entries[i]->node.node_id;
+                  }));
           se->host_slots.push_back(ni);  // a full build's slots are indexes
           entries[ni]->slice_slot = static_cast<int32_t>(si);
         }
@@ -1209,8 +1214,8 @@ class SnapshotWriter {
     for (uint32_t si = 0; si < infos.size(); ++si) {
       st_.slice_slot_of_index_.Mutable(si) = si;
       st_.slice_index_of_slot_.Mutable(si) = si;
-      const std::string& name = st_.slice(si).info.name;
-      shards[SnapshotState::IdShardOf(name)][name] = si;
+      const uint64_t hash = SnapshotState::IdHash(st_.slice(si).info.name);
+      shards[SnapshotState::IdShardOf(hash)].Add(hash, si);
     }
     st_.slice_ids_ = MakeIdShards(std::move(shards));
   }
@@ -1244,8 +1249,8 @@ class SnapshotWriter {
           entries) {
     std::vector<SnapshotState::IdShard> shards(SnapshotState::kIdShards);
     for (uint32_t i = 0; i < entries.size(); ++i) {
-      const std::string& id = entries[i]->node.node_id;
-      shards[SnapshotState::IdShardOf(id)][id] = i;
+      const uint64_t hash = SnapshotState::IdHash(entries[i]->node.node_id);
+      shards[SnapshotState::IdShardOf(hash)].Add(hash, i);
     }
     return shards;
   }
@@ -1256,7 +1261,7 @@ class SnapshotWriter {
         shards.size());
     auto empty = std::make_shared<const SnapshotState::IdShard>();
     for (size_t k = 0; k < shards.size(); ++k) {
-      out.Mutable(k) = shards[k].empty()
+      out.Mutable(k) = shards[k].size() == 0
                            ? empty
                            : std::make_shared<const SnapshotState::IdShard>(
                                  std::move(shards[k]));
