@@ -461,8 +461,9 @@ absl::StatusOr<AloneResult> MeasureAlone(const std::string& binary,
     }
     ups.back().stub = v1::Inventory::NewStub(channels[1]);
   }
-  // Registering a fleet leaves work behind (RocksDB flushes the memtable
-  // and compacts); the rounds start when no daemon does any.
+  // Registering a fleet may leave work behind (RocksDB flushes and
+  // compacts on threads of its own); the rounds start when no daemon does
+  // any.
   for (size_t i = 0; i < ups.size(); ++i) {
     const double waited = WaitIdle(*ups[i].daemon);
     Progress("one node at a time, alone: the %d-node daemon idle after %.1f s",
