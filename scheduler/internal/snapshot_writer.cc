@@ -356,11 +356,19 @@ class SnapshotWriter {
   // node takes the gap nearest its place in the order (within kGapReach),
   // moving only the indexes between the two. When none is that near, or
   // gaps are more than kept / 8 + kGapEvery, every gap is dropped and one
-  // is left before every kGapEvery-th node (O(n); adds one after another at
-  // one place need that about once per kGapReach / kGapEvery of them). A
-  // node appended after the last index takes no gap. A full build has none.
+  // is left before every kGapEvery-th node (O(n)). Around the add that
+  // found no gap near, the spread leaves more: one before every
+  // kHotEvery-th of the kHotNodes nodes there (at most a sixteenth of the
+  // nodes). Adds one after another at one place (ids with a counter) then
+  // find a gap a few indexes away for about kHotNodes / kHotEvery adds,
+  // where with gaps kGapEvery apart the k-th one moved ~kGapEvery * k / 2
+  // indexes and the gaps in reach ran out after kGapReach / kGapEvery of
+  // them. A node appended after the last index takes no gap. A full build
+  // has none.
   static constexpr size_t kGapEvery = 64;
   static constexpr size_t kGapReach = 4096;
+  static constexpr size_t kHotNodes = 1024;
+  static constexpr size_t kHotEvery = 2;
 
   // Fills plan.moves, inserted_node and added_at for the removed
   // nodes and the added ones going in before old indexes `insert_at`.
@@ -375,6 +383,7 @@ class SnapshotWriter {
     const size_t had_gaps = n - st_.num_nodes();
     absl::flat_hash_set<uint32_t> taken;
     bool spread = false;
+    int64_t hot_at = -1;  // where an add found no gap near
     for (size_t a = 0; a < plan.added.size() && !spread; ++a) {
       in.emplace_back(insert_at[a], static_cast<int64_t>(a));
       if (insert_at[a] == n) continue;  // after the last index
@@ -382,6 +391,7 @@ class SnapshotWriter {
           taken.size() < had_gaps ? NearestGap(insert_at[a], taken) : -1;
       if (h < 0) {
         spread = true;
+        hot_at = insert_at[a];
       } else {
         taken.insert(static_cast<uint32_t>(h));
         gone.push_back(static_cast<uint32_t>(h));
@@ -404,24 +414,51 @@ class SnapshotWriter {
       for (size_t a = 0; a < plan.added.size(); ++a) {
         in.emplace_back(insert_at[a], static_cast<int64_t>(a));
       }
-      // A word at a time: its kept nodes are counted, and walked only when
-      // the count passes a multiple of kGapEvery in it.
-      size_t count = 0;
-      for (size_t w = 0, r = 0; w < present.num_words(); ++w) {
+      // The kept nodes of word w (the removed ones cleared).
+      size_t r = 0;
+      auto kept_in = [&](size_t w) {
         uint64_t v = present.word(w);
         for (; r < plan.removed_nodes.size() && plan.removed_nodes[r] >> 6 == w;
              ++r) {
           v &= ~(uint64_t{1} << (plan.removed_nodes[r] & 63));
         }
+        return v;
+      };
+      // The ranks (among kept nodes) of the hot nodes: [hot_lo, hot_hi).
+      size_t hot_lo = 0, hot_hi = 0;
+      if (hot_at >= 0) {
+        size_t rank = 0;
+        const size_t at = static_cast<size_t>(hot_at);
+        for (size_t w = 0; w < (at >> 6); ++w) {
+          rank += static_cast<size_t>(std::popcount(kept_in(w)));
+        }
+        if ((at & 63) != 0) {
+          rank += static_cast<size_t>(std::popcount(
+              kept_in(at >> 6) & ((uint64_t{1} << (at & 63)) - 1)));
+        }
+        r = 0;
+        const size_t half = std::min(kHotNodes, kept / 16) / 2;
+        hot_lo = rank > half ? rank - half : 0;
+        hot_hi = rank + half;
+      }
+      // A word at a time: its kept nodes are counted, and walked only when
+      // the count passes a multiple of kGapEvery in it or reaches the hot
+      // nodes.
+      size_t count = 0;
+      for (size_t w = 0; w < present.num_words(); ++w) {
+        uint64_t v = kept_in(w);
         const size_t c = static_cast<size_t>(std::popcount(v));
-        if (count % kGapEvery + c < kGapEvery) {
+        const bool hot = count < hot_hi && count + c > hot_lo;
+        if (!hot && count % kGapEvery + c < kGapEvery) {
           count += c;
           continue;
         }
         for (; v != 0; v &= v - 1) {
-          if (++count % kGapEvery == 0) {
-            in.emplace_back((w << 6) + std::countr_zero(v), -1);
-          }
+          const size_t rank = count++;
+          const bool gap = rank >= hot_lo && rank < hot_hi
+                               ? (rank - hot_lo) % kHotEvery == kHotEvery - 1
+                               : count % kGapEvery == 0;
+          if (gap) in.emplace_back((w << 6) + std::countr_zero(v), -1);
         }
       }
     }
