@@ -414,29 +414,24 @@ class SnapshotWriter {
       for (size_t a = 0; a < plan.added.size(); ++a) {
         in.emplace_back(insert_at[a], static_cast<int64_t>(a));
       }
-      // The kept nodes of word w (the removed ones cleared).
-      size_t r = 0;
-      auto kept_in = [&](size_t w) {
-        uint64_t v = present.word(w);
-        for (; r < plan.removed_nodes.size() && plan.removed_nodes[r] >> 6 == w;
-             ++r) {
-          v &= ~(uint64_t{1} << (plan.removed_nodes[r] & 63));
-        }
-        return v;
-      };
-      // The ranks (among kept nodes) of the hot nodes: [hot_lo, hot_hi).
+      // The ranks (among kept nodes) of the hot nodes: [hot_lo, hot_hi),
+      // centred on hot_at's rank (the nodes before it, less the removed
+      // ones).
       size_t hot_lo = 0, hot_hi = 0;
       if (hot_at >= 0) {
-        size_t rank = 0;
         const size_t at = static_cast<size_t>(hot_at);
+        size_t rank = 0;
         for (size_t w = 0; w < (at >> 6); ++w) {
-          rank += static_cast<size_t>(std::popcount(kept_in(w)));
+          rank += static_cast<size_t>(std::popcount(present.word(w)));
         }
         if ((at & 63) != 0) {
           rank += static_cast<size_t>(std::popcount(
-              kept_in(at >> 6) & ((uint64_t{1} << (at & 63)) - 1)));
+              present.word(at >> 6) & ((uint64_t{1} << (at & 63)) - 1)));
         }
-        r = 0;
+        rank -= static_cast<size_t>(std::lower_bound(plan.removed_nodes.begin(),
+                                                     plan.removed_nodes.end(),
+                                                     hot_at) -
+                                    plan.removed_nodes.begin());
         const size_t half = std::min(kHotNodes, kept / 16) / 2;
         hot_lo = rank > half ? rank - half : 0;
         hot_hi = rank + half;
@@ -445,8 +440,12 @@ class SnapshotWriter {
       // the count passes a multiple of kGapEvery in it or reaches the hot
       // nodes.
       size_t count = 0;
-      for (size_t w = 0; w < present.num_words(); ++w) {
-        uint64_t v = kept_in(w);
+      for (size_t w = 0, r = 0; w < present.num_words(); ++w) {
+        uint64_t v = present.word(w);
+        for (; r < plan.removed_nodes.size() && plan.removed_nodes[r] >> 6 == w;
+             ++r) {
+          v &= ~(uint64_t{1} << (plan.removed_nodes[r] & 63));
+        }
         const size_t c = static_cast<size_t>(std::popcount(v));
         const bool hot = count < hot_hi && count + c > hot_lo;
         if (!hot && count % kGapEvery + c < kGapEvery) {
