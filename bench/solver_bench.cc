@@ -323,6 +323,17 @@ void BM_SmallSpreadGangAcrossZones(benchmark::State& state) {
 }
 BENCHMARK(BM_SmallSpreadGangAcrossZones)->Apply(ClusterSizes);
 
+// One {CPU: 1} bundle, PACK, no selector: the create that issue 17's gRPC
+// ratio sends (bench/go_ratio.py), solved alone.
+void BM_OneCpuBundle(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  PlacementRequest r;
+  r.strategy = Strategy::kPack;
+  r.bundles.push_back(Bundle{{{"CPU", kResourceScale}}, {}, ""});
+  TimeRotating(state, snap, {r});
+}
+BENCHMARK(BM_OneCpuBundle)->Apply(ClusterSizes);
+
 // A sub-slice: a v6e 2x2 (one 4-chip host) carved out of a 4x4, as no 2x2
 // slice exists; with a zone selector, and without (every parent of the
 // generation is a candidate).

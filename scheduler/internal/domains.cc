@@ -63,8 +63,9 @@ Attempt PlaceWithin(const GangContext& ctx, const std::vector<Bundle>& bundles,
       base = std::move(one);
     }
   }
+  // One bundle is in one zone already: no zone alone can do better.
   if (!base.placed || ctx.strategy == Strategy::kStrictPack ||
-      bundles.size() > kZoneDomainMaxBundles) {
+      bundles.size() == 1 || bundles.size() > kZoneDomainMaxBundles) {
     return base;
   }
   DomainScore best = score(base);

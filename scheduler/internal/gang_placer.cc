@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "scheduler/internal/candidates.h"
 #include "scheduler/internal/diagnosis.h"
@@ -27,11 +28,17 @@ constexpr int kBestFitWindow = 8;
 // Candidates PACK examines when trying the whole gang on one node.
 constexpr int64_t kPackOneNodeScan = 1024;
 
+// Per-bundle working state: inline up to this many bundles, so that the
+// small gangs most requests are allocate nothing for it.
+constexpr size_t kInlineBundles = 8;
+template <typename T>
+using PerBundle = absl::InlinedVector<T, kInlineBundles>;
+
 // Bundles largest first: TPU, then CPU, then memory, then bundle order.
-std::vector<size_t> LargestFirst(const std::vector<Bundle>& bundles) {
+PerBundle<size_t> LargestFirst(const std::vector<Bundle>& bundles) {
   static const std::string cpu(kResourceCpu), memory(kResourceMemory);
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> size(bundles.size());
-  std::vector<size_t> order(bundles.size());
+  PerBundle<std::tuple<int64_t, int64_t, int64_t>> size(bundles.size());
+  PerBundle<size_t> order(bundles.size());
   for (size_t b = 0; b < order.size(); ++b) {
     order[b] = b;
     const ResourceSet& r = bundles[b].resources;
@@ -47,8 +54,8 @@ std::vector<size_t> LargestFirst(const std::vector<Bundle>& bundles) {
 
 // Per bundle: its candidate group and its effective selector.
 struct GangGroups {
-  std::vector<int> group;
-  std::vector<LabelSelector> selectors;
+  PerBundle<int> group;
+  PerBundle<LabelSelector> selectors;
 };
 
 // The working state of one placement of a gang: the overlay, the node per
@@ -101,13 +108,18 @@ class GangPlacement {
   size_t CountAbleNodes(const std::vector<Bundle>& bundles,
                         const GangGroups& groups) const;
   bool FitsTotal(uint32_t i, const ResourceSet& res) const;
+  bool Opened(uint32_t node) const {
+    if (opened_.size() > kInlineBundles) return opened_set_.contains(node);
+    return std::find(opened_.begin(), opened_.end(), node) != opened_.end();
+  }
   void Put(size_t b, uint32_t node, const ResourceSet& res);
   // Starts over from `nodes` (one per bundle).
   void Reassign(const std::vector<Bundle>& bundles,
                 const std::vector<uint32_t>& nodes);
   Failure Explain(int64_t b, const ResourceSet& res,
                   const LabelSelector& selector, bool distinct) const {
-    return ExplainBundle(snap_, overlay_, opened_set_, ctx_.label,
+    const absl::flat_hash_set<uint32_t> gang(opened_.begin(), opened_.end());
+    return ExplainBundle(snap_, overlay_, gang, ctx_.label,
                          {b, &res, &selector, distinct});
   }
 
@@ -115,8 +127,10 @@ class GangPlacement {
   const SnapshotState& snap_;
   CandidateGroups candidates_;
   Overlay overlay_;
-  std::vector<int64_t> at_;       // node per bundle, -1 while unplaced
-  std::vector<uint32_t> opened_;  // gang nodes in opening order
+  PerBundle<int64_t> at_;       // node per bundle, -1 while unplaced
+  PerBundle<uint32_t> opened_;  // gang nodes in opening order
+  // The same nodes, for lookups, once there are more than kInlineBundles
+  // (a scan of opened_ until then; Opened()).
   absl::flat_hash_set<uint32_t> opened_set_;
   size_t round_robin_ = 0;  // SPREAD: next gang node to offer
 };
@@ -129,7 +143,7 @@ GangGroups GangPlacement::ResolveGroups(const std::vector<Bundle>& bundles,
   out.selectors.resize(bundles.size());
   // Bundles of a gang repeat a few shapes: look at the last few distinct
   // ones before building a group key.
-  std::vector<size_t> recent;
+  absl::InlinedVector<size_t, 4> recent;
   for (size_t b = 0; b < bundles.size(); ++b) {
     auto same = std::find_if(recent.rbegin(), recent.rend(), [&](size_t r) {
       return bundles[b].selector == bundles[r].selector &&
@@ -171,7 +185,7 @@ std::optional<Failure> GangPlacement::PlacePinned(
       why = absl::StrCat("has no room for ",
                          ResourcesToString(bundles[b].resources));
     } else if (ctx_.strategy == Strategy::kStrictSpread &&
-               opened_set_.contains(i)) {
+               Opened(static_cast<uint32_t>(i))) {
       failure.infeasible = true;
       why = "already holds another pinned bundle (STRICT_SPREAD)";
     }
@@ -294,7 +308,7 @@ std::optional<Failure> GangPlacement::StrictSpread(
   }
   if (unplaced.empty()) return std::nullopt;
   const std::optional<std::vector<uint32_t>> matched = MatchDistinct(
-      snap_, *ctx_.released, {&bundles, &groups.group, &candidates_, &at_});
+      snap_, *ctx_.released, {&bundles, groups.group, &candidates_, at_});
   if (matched.has_value()) {
     Reassign(bundles, *matched);
     return std::nullopt;
@@ -368,7 +382,7 @@ int64_t GangPlacement::BestFit(int group, const ResourceSet& res,
     if (first_rank >= 0 && scan->rank != first_rank) break;
     if (scan_limit >= 0 && --scan_limit < 0) break;
     const uint32_t n = static_cast<uint32_t>(scan->pos);
-    if ((fresh_only && opened_set_.contains(n)) || !overlay_.Fits(n, res)) {
+    if ((fresh_only && Opened(n)) || !overlay_.Fits(n, res)) {
       // Never fits again in this solve: move the group's cursor past it.
       if (first_rank < 0) g.cursor = Cursor{scan->rank, scan->pos + 1};
       continue;
@@ -397,7 +411,15 @@ bool GangPlacement::FitsTotal(uint32_t i, const ResourceSet& res) const {
 void GangPlacement::Put(size_t b, uint32_t node, const ResourceSet& res) {
   at_[b] = node;
   overlay_.Take(node, res);
-  if (opened_set_.insert(node).second) opened_.push_back(node);
+  if (Opened(node)) return;
+  opened_.push_back(node);
+  if (opened_.size() <= kInlineBundles) return;
+  // Past a scan's length the set holds every gang node.
+  if (opened_set_.empty()) {
+    opened_set_.insert(opened_.begin(), opened_.end());
+  } else {
+    opened_set_.insert(node);
+  }
 }
 
 void GangPlacement::Reassign(const std::vector<Bundle>& bundles,

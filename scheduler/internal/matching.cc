@@ -15,10 +15,10 @@ class Matcher {
   Matcher(const SnapshotState& snap, const Released& released,
           const MatchingProblem& problem)
       : bundles_(*problem.bundles),
-        group_(*problem.group),
+        group_(problem.group),
         candidates_(*problem.candidates),
         base_(snap, &released),
-        at_(*problem.start) {
+        at_(problem.start.begin(), problem.start.end()) {
     for (size_t b = 0; b < bundles_.size(); ++b) {
       if (at_[b] < 0) continue;
       const uint32_t n = static_cast<uint32_t>(at_[b]);
@@ -63,7 +63,7 @@ class Matcher {
   }
 
   const std::vector<Bundle>& bundles_;
-  const std::vector<int>& group_;
+  absl::Span<const int> group_;
   const CandidateGroups& candidates_;
   Overlay base_;  // only pinned bundles' resources are taken
   std::vector<int64_t> at_;

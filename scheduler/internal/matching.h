@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "scheduler/internal/candidates.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/internal/solver_util.h"
@@ -26,11 +27,11 @@ inline constexpr int64_t kMatchingBudget = 4'000'000;
 // What MatchDistinct() works on.
 struct MatchingProblem {
   const std::vector<Bundle>* bundles = nullptr;
-  const std::vector<int>* group = nullptr;  // candidate group per bundle
+  absl::Span<const int> group;  // candidate group per bundle
   const CandidateGroups* candidates = nullptr;
   // Node index per bundle from the greedy pass; -1 when unplaced. Pinned
   // bundles keep their node.
-  const std::vector<int64_t>* start = nullptr;
+  absl::Span<const int64_t> start;
 };
 
 // Assigns every bundle of `problem` a distinct node that matches its

@@ -80,16 +80,15 @@ TEST(MatchingTest, RehomesAGreedyBundleToPlaceAnother) {
   const std::vector<int64_t> start = {state.NodeIndex("n1"), -1};
   const Released released;
   const std::optional<std::vector<uint32_t>> matched =
-      MatchDistinct(state, released, {&bundles, &group, &groups, &start});
+      MatchDistinct(state, released, {&bundles, group, &groups, start});
   ASSERT_TRUE(matched.has_value());
   EXPECT_EQ(*matched, (std::vector<uint32_t>{
                           static_cast<uint32_t>(state.NodeIndex("n2")),
                           static_cast<uint32_t>(state.NodeIndex("n1"))}));
 
   bundles[0].pinned_node_id = "n1";  // a pinned bundle never moves
-  EXPECT_FALSE(
-      MatchDistinct(state, released, {&bundles, &group, &groups, &start})
-          .has_value());
+  EXPECT_FALSE(MatchDistinct(state, released, {&bundles, group, &groups, start})
+                   .has_value());
 }
 
 TEST(DiagnosisTest, CountsEachNodeByTheFirstCheckItFails) {
