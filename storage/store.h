@@ -21,9 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "scheduler/types.h"
 #include "server/core/placement_group.h"
 #include "server/core/telemetry.h"
@@ -82,7 +84,7 @@ class Mutation {
 
   bool empty() const { return writes_.empty(); }
   size_t size() const { return writes_.size(); }
-  const std::vector<Write>& writes() const { return writes_; }
+  absl::Span<const Write> writes() const { return writes_; }
   // The ends of the units, ascending; the last is size() (empty when
   // empty()). Writes added by Put*/Delete* between two Appends form a unit.
   std::vector<size_t> UnitEnds() const;
@@ -91,7 +93,9 @@ class Mutation {
   // Closes the unit of the writes added since the last boundary, if any.
   void CloseUnit();
 
-  std::vector<Write> writes_;
+  // Inline for one op's few writes (a create writes its group and the
+  // sequence); a commit group's spill to the heap.
+  absl::InlinedVector<Write, 2> writes_;
   std::vector<size_t> unit_ends_;
 };
 

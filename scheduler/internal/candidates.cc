@@ -58,22 +58,23 @@ int CandidateGroups::GroupFor(const LabelSelector& selector, BundleKind kind,
   for (const auto& [name, amount] : resources) {
     absl::StrAppend(&key, name, "=", amount, ";");
   }
-  auto it = group_of_.find(key);
-  if (it != group_of_.end()) return it->second;
-  auto bits = bits_cache_.find(sel_key);
-  if (bits == bits_cache_.end()) {
-    bits = bits_cache_
-               .emplace(sel_key,
-                        std::make_unique<Bits>(CandidateBits(snap_, selector)))
-               .first;
-  }
+  if (const int* known = group_of_.Find(key)) return *known;
   Group g;
-  g.candidates = bits->second.get();
+  if (const auto* bits = bits_cache_.Find(sel_key)) {
+    g.candidates = bits->get();
+  } else {
+    g.candidates =
+        bits_cache_
+            .Add(sel_key,
+                 std::make_unique<Bits>(CandidateBits(snap_, selector)))
+            .get();
+  }
   g.kind = kind;
   g.rank_limit = kind == BundleKind::kCpuOnly ? cpu_rank_limit_ : kNumRanks;
   groups_.push_back(g);
-  group_of_[key] = static_cast<int>(groups_.size() - 1);
-  return static_cast<int>(groups_.size() - 1);
+  const int index = static_cast<int>(groups_.size() - 1);
+  group_of_.Add(std::move(key), index);
+  return index;
 }
 
 int64_t CandidateGroups::Reach(const Group& g) const {

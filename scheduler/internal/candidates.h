@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/labels.h"
 #include "scheduler/snapshot.h"
@@ -51,6 +53,44 @@ struct Group {
   int rank_limit = kNumRanks;  // ranks at or above are never offered
   Cursor cursor;               // first candidate that may still fit
   size_t opened_pos = 0;       // PACK: gang nodes already ruled out
+};
+
+// A string-keyed table for the few keys of one placement: its entries are
+// scanned while there are at most kScanKeys (and sit inline, allocating
+// nothing), and hashed past that.
+template <typename V>
+class SmallKeyedTable {
+ public:
+  // Nullptr when absent; valid until the next Add().
+  const V* Find(absl::string_view key) const {
+    if (entries_.size() <= kScanKeys) {
+      for (const auto& [k, v] : entries_) {
+        if (k == key) return &v;
+      }
+      return nullptr;
+    }
+    auto it = index_.find(key);
+    return it == index_.end() ? nullptr : &entries_[it->second].second;
+  }
+  // REQUIRES: Find(key) is null.
+  const V& Add(std::string key, V value) {
+    entries_.emplace_back(std::move(key), std::move(value));
+    if (entries_.size() > kScanKeys) {
+      if (index_.empty()) {
+        for (size_t i = 0; i < entries_.size(); ++i) {
+          index_.emplace(entries_[i].first, i);
+        }
+      } else {
+        index_.emplace(entries_.back().first, entries_.size() - 1);
+      }
+    }
+    return entries_.back().second;
+  }
+
+ private:
+  static constexpr size_t kScanKeys = 4;
+  absl::InlinedVector<std::pair<std::string, V>, kScanKeys> entries_;
+  absl::flat_hash_map<std::string, size_t> index_;  // key -> entry
 };
 
 // The candidate groups of one placement of a gang. Steps:
@@ -113,9 +153,11 @@ class CandidateGroups {
  private:
   const SnapshotState& snap_;
   const int cpu_rank_limit_;
-  std::vector<Group> groups_;
-  absl::flat_hash_map<std::string, int> group_of_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Bits>> bits_cache_;
+  // Inline for the few groups of most gangs; group(g)'s references are
+  // valid until the next GroupFor().
+  absl::InlinedVector<Group, 4> groups_;
+  SmallKeyedTable<int> group_of_;
+  SmallKeyedTable<std::unique_ptr<Bits>> bits_cache_;
 };
 
 }  // namespace sliced::scheduler::internal
