@@ -60,7 +60,9 @@ int CandidateGroups::GroupFor(const LabelSelector& selector, BundleKind kind,
   }
   if (const int* known = group_of_.Find(key)) return *known;
   Group g;
-  if (const auto* bits = bits_cache_.Find(sel_key)) {
+  if (selector.terms.empty()) {
+    g.candidates = nullptr;  // every node
+  } else if (const auto* bits = bits_cache_.Find(sel_key)) {
     g.candidates = bits->get();
   } else {
     g.candidates =
@@ -81,8 +83,8 @@ int64_t CandidateGroups::Reach(const Group& g) const {
   int64_t count = 0;
   for (int r = 0; r < g.rank_limit; ++r) {
     const CowBitset& ranked = snap_.rank_set(g.kind, r);
-    for (size_t w = 0; w < g.candidates->size(); ++w) {
-      count += std::popcount(ranked.word(w) & (*g.candidates)[w]);
+    for (size_t w = 0; w < words_; ++w) {
+      count += std::popcount(ranked.word(w) & CandidateWord(g, w));
     }
   }
   return count;

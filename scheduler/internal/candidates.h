@@ -48,6 +48,8 @@ struct Cursor {
 // candidate cursor: capacity only shrinks during a solve, so a node that does
 // not fit one of them now never will for the next.
 struct Group {
+  // The selector's nodes; null for no selector: every node (the
+  // snapshot's node_bits(), read in place instead of copied, O(n/64)).
   const Bits* candidates = nullptr;
   BundleKind kind = BundleKind::kCpuOnly;
   int rank_limit = kNumRanks;  // ranks at or above are never offered
@@ -105,7 +107,9 @@ class CandidateGroups {
   // REQUIRES: `snap` outlives this object.
   explicit CandidateGroups(const SnapshotState& snap,
                            int cpu_rank_limit = kNumRanks)
-      : snap_(snap), cpu_rank_limit_(cpu_rank_limit) {}
+      : snap_(snap),
+        cpu_rank_limit_(cpu_rank_limit),
+        words_((snap.index_end() + 63) / 64) {}
 
   // The index of the group for (selector, kind, resources); creates it the
   // first time. Indexes are dense, in creation order.
@@ -119,13 +123,13 @@ class CandidateGroups {
   // The first candidate of g at or after `from` in rank order; nullopt when
   // there is none. The node index is the returned cursor's pos.
   std::optional<Cursor> Next(const Group& g, Cursor from) const {
-    const size_t words = g.candidates->size();
+    const size_t words = words_;
     Cursor c = from;
     while (c.rank < g.rank_limit) {
       const CowBitset& ranked = snap_.rank_set(g.kind, c.rank);
       size_t w = c.pos >> 6;
-      if (w < words) {
-        uint64_t word = ranked.word(w) & (*g.candidates)[w] &
+      if (w < words && ranked.count() > 0) {  // an empty rank is not scanned
+        uint64_t word = ranked.word(w) & CandidateWord(g, w) &
                         (~uint64_t{0} << (c.pos & 63));
         while (true) {
           if (word != 0) {
@@ -133,7 +137,7 @@ class CandidateGroups {
             return c;
           }
           if (++w >= words) break;
-          word = ranked.word(w) & (*g.candidates)[w];
+          word = ranked.word(w) & CandidateWord(g, w);
         }
       }
       ++c.rank;
@@ -144,7 +148,16 @@ class CandidateGroups {
 
   // True when node i is a candidate of g with a rank (ALIVE).
   bool Contains(const Group& g, uint32_t i) const {
-    return TestBit(*g.candidates, i) && snap_.Rank(g.kind, i) < g.rank_limit;
+    const bool candidate = g.candidates != nullptr ? TestBit(*g.candidates, i)
+                                                   : snap_.node_bits().Test(i);
+    return candidate && snap_.Rank(g.kind, i) < g.rank_limit;
+  }
+
+  // Words of every group's candidate bitset, and word w of g's.
+  size_t words() const { return words_; }
+  uint64_t CandidateWord(const Group& g, size_t w) const {
+    return g.candidates != nullptr ? (*g.candidates)[w]
+                                   : snap_.node_bits().word(w);
   }
 
   // Number of ranked candidates of g (for most-constrained-first ordering).
@@ -153,6 +166,7 @@ class CandidateGroups {
  private:
   const SnapshotState& snap_;
   const int cpu_rank_limit_;
+  const size_t words_;  // (index_end() + 63) / 64
   // Inline for the few groups of most gangs; group(g)'s references are
   // valid until the next GroupFor().
   absl::InlinedVector<Group, 4> groups_;

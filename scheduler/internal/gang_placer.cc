@@ -334,9 +334,10 @@ size_t GangPlacement::CountAbleNodes(const std::vector<Bundle>& bundles,
   for (size_t k = 0; k < bundles.size(); ++k) {
     if (seen[groups.group[k]]) continue;
     seen[groups.group[k]] = true;
-    const Bits& cand = *candidates_.group(groups.group[k]).candidates;
-    for (size_t w = 0; w < cand.size(); ++w) {
-      for (uint64_t word = cand[w]; word != 0; word &= word - 1) {
+    const Group& g = candidates_.group(groups.group[k]);
+    for (size_t w = 0; w < candidates_.words(); ++w) {
+      for (uint64_t word = candidates_.CandidateWord(g, w); word != 0;
+           word &= word - 1) {
         const uint32_t i = (w << 6) + std::countr_zero(word);
         if (FitsTotal(i, bundles[k].resources)) able.insert(i);
       }
