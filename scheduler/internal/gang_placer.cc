@@ -29,7 +29,7 @@ constexpr int kBestFitWindow = 8;
 constexpr int64_t kPackOneNodeScan = 1024;
 
 // Per-bundle working state: inline up to this many bundles, so that the
-// small gangs most requests are allocate nothing for it.
+// small gangs of most requests allocate nothing for it.
 constexpr size_t kInlineBundles = 8;
 template <typename T>
 using PerBundle = absl::InlinedVector<T, kInlineBundles>;
