@@ -814,6 +814,49 @@ TEST(SolverStrategyTest, StrictSpreadFallsBackToMatching) {
   EXPECT_EQ(distinct.size(), 3u) << Nodes(d);
 }
 
+// Gangs past the gang placer's inline size (8 nodes, then a hash set):
+// STRICT_SPREAD keeps 20 bundles on 20 distinct nodes, says 21 cannot have
+// them, and refuses two of 12 pinned bundles on one node; SPREAD puts 12 on
+// 12 nodes while it has them.
+TEST(SolverStrategyTest, LargeGangsKeepTheirNodesApart) {
+  auto name = [](int i) { return absl::StrCat("n", i < 10 ? "0" : "", i); };
+  std::vector<Node> nodes;
+  for (int i = 0; i < 20; ++i) nodes.push_back(CpuNode(name(i), 8));
+  auto snap = Snap(nodes);
+  auto gang = [](int n, std::vector<std::string> pins = {}) {
+    std::vector<Bundle> bundles;
+    for (int b = 0; b < n; ++b) {
+      bundles.push_back(
+          B(Cpu(1), {}, b < static_cast<int>(pins.size()) ? pins[b] : ""));
+    }
+    return bundles;
+  };
+  for (Strategy strategy : {Strategy::kStrictSpread, Strategy::kSpread}) {
+    const int n = strategy == Strategy::kStrictSpread ? 20 : 12;
+    Decision d = Solve(*snap, Generic(strategy, gang(n)));
+    ASSERT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
+    absl::flat_hash_set<std::string> distinct(d.bundle_nodes.begin(),
+                                              d.bundle_nodes.end());
+    EXPECT_EQ(distinct.size(), static_cast<size_t>(n)) << Nodes(d);
+  }
+  Decision too_many = Solve(*snap, Generic(Strategy::kStrictSpread, gang(21)));
+  EXPECT_EQ(too_many.outcome, Decision::kInfeasible);
+  EXPECT_NE(too_many.diagnosis.summary.find(
+                "STRICT_SPREAD needs 21 distinct nodes, only 20"),
+            std::string::npos)
+      << too_many.diagnosis.summary;
+
+  std::vector<std::string> pins;
+  for (int i = 9; i < 20; ++i) pins.push_back(name(i));  // 11 nodes
+  pins.push_back(name(12));  // pinned twice: the 12th bundle's node is taken
+  Decision pinned =
+      Solve(*snap, Generic(Strategy::kStrictSpread, gang(12, pins)));
+  EXPECT_EQ(pinned.outcome, Decision::kInfeasible);
+  EXPECT_NE(pinned.diagnosis.summary.find("already holds another pinned"),
+            std::string::npos)
+      << pinned.diagnosis.summary;
+}
+
 TEST(SolverStrategyTest, StrictPackWaitsForRoom) {
   auto snap = Snap({CpuNode("a", 4)}, {Allocation{"x", 0, "a", Cpu(2)}});
   Decision d =
