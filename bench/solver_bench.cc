@@ -334,6 +334,19 @@ void BM_OneCpuBundle(benchmark::State& state) {
 }
 BENCHMARK(BM_OneCpuBundle)->Apply(ClusterSizes);
 
+// Four {CPU: 1} bundles, STRICT_SPREAD, no selector: the most constrained
+// first order counts each group's ranked nodes (CandidateGroups::Reach).
+void BM_SmallStrictSpreadNoSelector(benchmark::State& state) {
+  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+  PlacementRequest r;
+  r.strategy = Strategy::kStrictSpread;
+  for (int b = 0; b < 4; ++b) {
+    r.bundles.push_back(Bundle{{{"CPU", kResourceScale}}, {}, ""});
+  }
+  TimeRotating(state, snap, {r});
+}
+BENCHMARK(BM_SmallStrictSpreadNoSelector)->Apply(ClusterSizes);
+
 // A sub-slice: a v6e 2x2 (one 4-chip host) carved out of a 4x4, as no 2x2
 // slice exists; with a zone selector, and without (every parent of the
 // generation is a candidate).

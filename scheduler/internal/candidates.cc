@@ -83,6 +83,12 @@ int64_t CandidateGroups::Reach(const Group& g) const {
   int64_t count = 0;
   for (int r = 0; r < g.rank_limit; ++r) {
     const CowBitset& ranked = snap_.rank_set(g.kind, r);
+    // Only a node has a rank: without a selector, or on an empty rank, the
+    // kept count is the answer (as Next() skips an empty rank).
+    if (g.candidates == nullptr || ranked.count() == 0) {
+      count += ranked.count();
+      continue;
+    }
     for (size_t w = 0; w < words_; ++w) {
       count += std::popcount(ranked.word(w) & CandidateWord(g, w));
     }

@@ -62,6 +62,33 @@ TEST(CandidatesTest, WalksMatchingNodesInRankOrder) {
   EXPECT_EQ(groups.Reach(groups.group(g)), 3);
 }
 
+TEST(CandidatesTest, ReachWithoutASelectorCountsEveryRankedNode) {
+  // A group without a selector reads the rank sets' kept counts; a walk
+  // visits the same nodes one by one: with every rank, and with the ranks
+  // cut at 2 (cpu-a in use, cpu-b idle; not the slice's hosts).
+  std::vector<Node> nodes = Slice("a", "TPU-V6E", "2x4", "z1");
+  nodes.push_back(CpuNode("cpu-a"));
+  nodes.push_back(CpuNode("cpu-b"));
+  auto snap = *InventorySnapshot::Build(
+      nodes, {{"pg", 0, "cpu-a", {{"CPU", Units(1)}}}});
+  const SnapshotState& state = StateOf(*snap);
+  const ResourceSet cpu = {{"CPU", Units(1)}};
+  for (int limit : {kNumRanks, 2}) {
+    CandidateGroups groups(state, limit);
+    const int all = groups.GroupFor(LabelSelector(), BundleKind::kCpuOnly, cpu);
+    const int64_t walked = static_cast<int64_t>(Walk(groups, all).size());
+    EXPECT_EQ(groups.Reach(groups.group(all)), walked) << "limit " << limit;
+    const int tpu = groups.GroupFor(LabelSelector(), BundleKind::kTpu, cpu);
+    EXPECT_EQ(groups.Reach(groups.group(tpu)),
+              static_cast<int64_t>(Walk(groups, tpu).size()))
+        << "limit " << limit;
+  }
+  CandidateGroups groups(state);
+  EXPECT_EQ(groups.Reach(groups.group(
+                groups.GroupFor(LabelSelector(), BundleKind::kCpuOnly, cpu))),
+            static_cast<int64_t>(nodes.size()));
+}
+
 TEST(MatchingTest, RehomesAGreedyBundleToPlaceAnother) {
   auto snap = *InventorySnapshot::Build(
       {Pooled(CpuNode("n1"), "a"), Pooled(CpuNode("n2"), "b")}, {});
