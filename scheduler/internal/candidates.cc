@@ -18,10 +18,26 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
   Bits bits(words);
   for (size_t w = 0; w < words; ++w) bits[w] = snap.node_bits().word(w);
   if (selector.terms.empty()) return bits;
-  Bits term_bits(words);
+  Bits term_bits;
   for (const SelectorTerm& term : selector.terms) {
-    std::fill(term_bits.begin(), term_bits.end(), 0);
-    if (const SnapshotState::ValueBits* values = snap.value_bits(term.key)) {
+    const bool positive =
+        term.op == SelectorOp::kEquals || term.op == SelectorOp::kIn;
+    const SnapshotState::ValueBits* values = snap.value_bits(term.key);
+    if (values != nullptr && term.values.size() == 1) {
+      // One value with its bitset (a zone, say): one pass, no term bits.
+      auto it = values->find(term.values[0]);
+      if (it == values->end()) {
+        if (positive) std::fill(bits.begin(), bits.end(), 0);
+        continue;
+      }
+      const CowBitset& value = it->second;
+      for (size_t w = 0; w < words; ++w) {
+        bits[w] &= positive ? value.word(w) : ~value.word(w);
+      }
+      continue;
+    }
+    term_bits.assign(words, 0);
+    if (values != nullptr) {
       for (const std::string& v : term.values) {
         auto it = values->find(v);
         if (it == values->end()) continue;
@@ -38,8 +54,6 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
         }
       }
     }
-    const bool positive =
-        term.op == SelectorOp::kEquals || term.op == SelectorOp::kIn;
     for (size_t w = 0; w < words; ++w) {
       bits[w] &= positive ? term_bits[w] : ~term_bits[w];
     }

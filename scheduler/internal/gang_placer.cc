@@ -284,18 +284,29 @@ std::optional<Failure> GangPlacement::StrictPack(
 
 std::optional<Failure> GangPlacement::StrictSpread(
     const std::vector<Bundle>& bundles, const GangGroups& groups) {
-  // Most constrained first: fewest candidate nodes, then bundle order.
-  std::vector<int64_t> reach(candidates_.size(), -1);
+  // Most constrained first: fewest candidate nodes, then bundle order. A
+  // gang of one group (identical bundles, the common case) is in bundle
+  // order already, and its nodes are not counted (a pass over the
+  // candidates per rank, per zone tried).
   std::vector<size_t> order;
+  bool one_group = true;
   for (size_t b = 0; b < bundles.size(); ++b) {
     if (at_[b] >= 0) continue;
+    if (!order.empty() && groups.group[b] != groups.group[order[0]]) {
+      one_group = false;
+    }
     order.push_back(b);
-    const int g = groups.group[b];
-    if (reach[g] < 0) reach[g] = candidates_.Reach(candidates_.group(g));
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return reach[groups.group[a]] < reach[groups.group[b]];
-  });
+  if (!one_group) {
+    std::vector<int64_t> reach(candidates_.size(), -1);
+    for (size_t b : order) {
+      const int g = groups.group[b];
+      if (reach[g] < 0) reach[g] = candidates_.Reach(candidates_.group(g));
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return reach[groups.group[a]] < reach[groups.group[b]];
+    });
+  }
   std::vector<size_t> unplaced;
   for (size_t b : order) {
     const int64_t node =

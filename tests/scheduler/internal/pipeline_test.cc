@@ -89,6 +89,50 @@ TEST(CandidatesTest, ReachWithoutASelectorCountsEveryRankedNode) {
             static_cast<int64_t>(nodes.size()));
 }
 
+TEST(CandidatesTest, CandidateBitsAreTheNodesTheSelectorMatches) {
+  // A term on a bitset key (the zone) with one value is one pass over its
+  // bitset; with several values, or on another key, the values are ORed
+  // first. Either way a node's bit is Matches() on its labels, and a gap (a
+  // removed node's index) is never a candidate.
+  std::vector<Node> nodes = {CpuNode("c1", 8, "z1"), CpuNode("c2", 8, "z2"),
+                             CpuNode("c3", 8, "z3"), CpuNode("c4", 8, "z1")};
+  nodes[0].labels["pool"] = "x";
+  nodes[1].labels["pool"] = "y";
+  nodes[3].labels["pool"] = "y";
+  auto built = *InventorySnapshot::Build(nodes, {});
+  SnapshotDelta remove;
+  remove.remove_node_ids = {"c4"};
+  auto snap = *built->Apply(remove);
+  const SnapshotState& state = StateOf(*snap);
+  const std::string zone(kLabelZone);
+  const std::vector<absl::btree_map<std::string, std::string>> selectors = {
+      {{zone, "z1"}},
+      {{zone, "!z1"}},
+      {{zone, "z9"}},
+      {{zone, "!z9"}},
+      {{zone, "in(z1,z3)"}},
+      {{zone, "!in(z2,z9)"}},
+      {{"pool", "y"}},
+      {{"pool", "!y"}},
+      {{zone, "!z3"}, {"pool", "in(x,y)"}},
+  };
+  for (const auto& spec : selectors) {
+    const LabelSelector selector = *ParseLabelSelector(spec);
+    const Bits bits = CandidateBits(state, selector);
+    std::vector<std::string> got, want;
+    for (size_t i = 0; i < state.index_end(); ++i) {
+      if ((bits[i >> 6] >> (i & 63)) & 1) {
+        got.push_back(state.node(i).node.node_id);
+      }
+      if (state.node_bits().Test(i) &&
+          Matches(selector, state.node(i).node.labels)) {
+        want.push_back(state.node(i).node.node_id);
+      }
+    }
+    EXPECT_EQ(got, want) << SelectorToString(selector);
+  }
+}
+
 TEST(MatchingTest, RehomesAGreedyBundleToPlaceAnother) {
   auto snap = *InventorySnapshot::Build(
       {Pooled(CpuNode("n1"), "a"), Pooled(CpuNode("n2"), "b")}, {});
