@@ -334,18 +334,43 @@ void BM_OneCpuBundle(benchmark::State& state) {
 }
 BENCHMARK(BM_OneCpuBundle)->Apply(ClusterSizes);
 
-// Four {CPU: 1} bundles, STRICT_SPREAD, no selector: the most constrained
-// first order counts each group's ranked nodes (CandidateGroups::Reach).
-void BM_SmallStrictSpreadNoSelector(benchmark::State& state) {
-  const InventorySnapshot& snap = *ClusterOf(state.range(0)).snapshot;
+// Four {CPU: 1} bundles, STRICT_SPREAD, no selector. A gang of more than
+// one bundle is tried in each zone too, and the most constrained first
+// order counts the ranked candidates (CandidateGroups::Reach) of groups
+// that differ in more than their amounts.
+PlacementRequest FourCpuBundlesStrictSpread() {
   PlacementRequest r;
   r.strategy = Strategy::kStrictSpread;
   for (int b = 0; b < 4; ++b) {
     r.bundles.push_back(Bundle{{{"CPU", kResourceScale}}, {}, ""});
   }
-  TimeRotating(state, snap, {r});
+  return r;
+}
+
+void BM_SmallStrictSpreadNoSelector(benchmark::State& state) {
+  TimeRotating(state, *ClusterOf(state.range(0)).snapshot,
+               {FourCpuBundlesStrictSpread()});
 }
 BENCHMARK(BM_SmallStrictSpreadNoSelector)->Apply(ClusterSizes);
+
+// Two shapes, {CPU: 1} and {CPU: 2}: two groups that count alike.
+void BM_SmallStrictSpreadTwoShapes(benchmark::State& state) {
+  PlacementRequest r = FourCpuBundlesStrictSpread();
+  for (size_t b = 1; b < r.bundles.size(); b += 2) {
+    r.bundles[b].resources = {{"CPU", 2 * kResourceScale}};
+  }
+  TimeRotating(state, *ClusterOf(state.range(0)).snapshot, {r});
+}
+BENCHMARK(BM_SmallStrictSpreadTwoShapes)->Apply(ClusterSizes);
+
+// A selector on one bundle (not on spot capacity): two candidate sets,
+// each counted.
+void BM_SmallStrictSpreadOneSelector(benchmark::State& state) {
+  PlacementRequest r = FourCpuBundlesStrictSpread();
+  r.bundles[0].selector = Sel({{std::string(kLabelCapacityTier), "!in(spot)"}});
+  TimeRotating(state, *ClusterOf(state.range(0)).snapshot, {r});
+}
+BENCHMARK(BM_SmallStrictSpreadOneSelector)->Apply(ClusterSizes);
 
 // A sub-slice: a v6e 2x2 (one 4-chip host) carved out of a 4x4, as no 2x2
 // slice exists; with a zone selector, and without (every parent of the

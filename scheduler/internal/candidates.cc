@@ -16,7 +16,7 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
   const size_t words = (n + 63) / 64;
   // Every node: the indexes that are not gaps.
   Bits bits(words);
-  for (size_t w = 0; w < words; ++w) bits[w] = snap.node_bits().word(w);
+  snap.node_bits().CopyTo(bits.data(), words);
   if (selector.terms.empty()) return bits;
   Bits term_bits;
   for (const SelectorTerm& term : selector.terms) {
@@ -30,10 +30,7 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
         if (positive) std::fill(bits.begin(), bits.end(), 0);
         continue;
       }
-      const CowBitset& value = it->second;
-      for (size_t w = 0; w < words; ++w) {
-        bits[w] &= positive ? value.word(w) : ~value.word(w);
-      }
+      it->second.AndInto(bits.data(), words, /*complement=*/!positive);
       continue;
     }
     term_bits.assign(words, 0);
@@ -41,7 +38,7 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
       for (const std::string& v : term.values) {
         auto it = values->find(v);
         if (it == values->end()) continue;
-        for (size_t w = 0; w < words; ++w) term_bits[w] |= it->second.word(w);
+        it->second.OrInto(term_bits.data(), words);
       }
     } else if (auto key = snap.label_index().find(term.key);
                key != snap.label_index().end()) {
@@ -103,9 +100,7 @@ int64_t CandidateGroups::Reach(const Group& g) const {
       count += ranked.count();
       continue;
     }
-    for (size_t w = 0; w < words_; ++w) {
-      count += std::popcount(ranked.word(w) & CandidateWord(g, w));
-    }
+    count += ranked.CountAnd(g.candidates->data(), words_);
   }
   return count;
 }

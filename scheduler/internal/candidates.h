@@ -162,6 +162,13 @@ class CandidateGroups {
 
   // Number of ranked candidates of g (for most-constrained-first ordering).
   int64_t Reach(const Group& g) const;
+  // True when a and b count the same candidates, so Reach(a) == Reach(b):
+  // the same selector (bitset), kind and rank limit; their amounts may
+  // differ.
+  static bool SameReach(const Group& a, const Group& b) {
+    return a.candidates == b.candidates && a.kind == b.kind &&
+           a.rank_limit == b.rank_limit;
+  }
 
  private:
   const SnapshotState& snap_;

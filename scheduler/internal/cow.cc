@@ -165,6 +165,60 @@ CowBitset CowBitset::Renumbered(const Renumbering& r) const {
   return out;
 }
 
+namespace {
+
+// Set bits of a[i] & b[i] over [0, n). The baseline x86-64 build has no
+// popcnt instruction (std::popcount is a call into libgcc): where the CPU
+// has it, the loader picks the clone that uses it.
+#if defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
+int64_t
+CountAndWords(const uint64_t* a, const uint64_t* b, size_t n) {
+  int64_t count = 0;
+  for (size_t i = 0; i < n; ++i) count += std::popcount(a[i] & b[i]);
+  return count;
+}
+
+// Calls f(chunk's words, w, n) for the words [w, w + n) of each chunk of
+// `bits` that holds some of [0, words).
+template <typename F>
+void ForEachChunk(const CowArray<uint64_t, 6>& bits, size_t words, F f) {
+  constexpr size_t kChunkWords = CowArray<uint64_t, 6>::kChunkSize;
+  for (size_t w = 0; w < words; w += kChunkWords) {
+    f(bits.chunk(w / kChunkWords), w, std::min(kChunkWords, words - w));
+  }
+}
+
+}  // namespace
+
+int64_t CowBitset::CountAnd(const uint64_t* mask, size_t words) const {
+  int64_t count = 0;
+  ForEachChunk(words_, words, [&](const uint64_t* in, size_t w, size_t n) {
+    count += CountAndWords(in, mask + w, n);
+  });
+  return count;
+}
+
+void CowBitset::CopyTo(uint64_t* out, size_t words) const {
+  ForEachChunk(words_, words, [&](const uint64_t* in, size_t w, size_t n) {
+    std::copy(in, in + n, out + w);
+  });
+}
+
+void CowBitset::AndInto(uint64_t* out, size_t words, bool complement) const {
+  const uint64_t flip = complement ? ~uint64_t{0} : 0;
+  ForEachChunk(words_, words, [&](const uint64_t* in, size_t w, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[w + i] &= in[i] ^ flip;
+  });
+}
+
+void CowBitset::OrInto(uint64_t* out, size_t words) const {
+  ForEachChunk(words_, words, [&](const uint64_t* in, size_t w, size_t n) {
+    for (size_t i = 0; i < n; ++i) out[w + i] |= in[i];
+  });
+}
+
 size_t CowBitset::NextSet(size_t from) const {
   if (from >= bits_) return bits_;
   size_t w = from >> 6;

@@ -91,6 +91,9 @@ class CowArray {
   const T& operator[](size_t i) const {
     return table_->chunks[i >> kChunkShift]->items[i & (kChunkSize - 1)];
   }
+  // Items [c << kChunkShift, +kChunkSize) one after another; those at or
+  // past size() are not items. REQUIRES: c < chunks of size().
+  const T* chunk(size_t c) const { return table_->chunks[c]->items.data(); }
   // Only the single writer building a new, unpublished snapshot calls this.
   T& Mutable(size_t i) {
     return MutableChunk(i >> kChunkShift).items[i & (kChunkSize - 1)];
@@ -498,6 +501,14 @@ class CowBitset {
   bool Test(size_t i) const { return (words_[i >> 6] >> (i & 63)) & 1; }
   void Set(size_t i, bool value);
   int64_t count() const { return count_; }
+  // Set bits of this & `mask` in words [0, words): one word of `mask` per
+  // word. REQUIRES: words <= num_words().
+  int64_t CountAnd(const uint64_t* mask, size_t words) const;
+  // out[w] = word(w); out[w] &= word(w) (or its complement); out[w] |=
+  // word(w), for w in [0, words). REQUIRES: words <= num_words().
+  void CopyTo(uint64_t* out, size_t words) const;
+  void AndInto(uint64_t* out, size_t words, bool complement) const;
+  void OrInto(uint64_t* out, size_t words) const;
   // Index of the first set bit >= from, or bits() when there is none.
   size_t NextSet(size_t from) const;
   // This bitset after `r` (over r.bits() indexes). The chunks outside

@@ -285,23 +285,37 @@ std::optional<Failure> GangPlacement::StrictPack(
 std::optional<Failure> GangPlacement::StrictSpread(
     const std::vector<Bundle>& bundles, const GangGroups& groups) {
   // Most constrained first: fewest candidate nodes, then bundle order. A
-  // gang of one group (identical bundles, the common case) is in bundle
-  // order already, and its nodes are not counted (a pass over the
-  // candidates per rank, per zone tried).
+  // count is a pass over the candidates per rank, per zone tried, so groups
+  // that count the same candidates (bundles that differ only in amounts)
+  // share one, and a gang whose groups all do (identical bundles, the
+  // common case) is in bundle order already: nothing is counted.
   std::vector<size_t> order;
-  bool one_group = true;
+  bool tied = true;
+  auto group_of = [&](size_t b) -> const Group& {
+    return candidates_.group(groups.group[b]);
+  };
   for (size_t b = 0; b < bundles.size(); ++b) {
     if (at_[b] >= 0) continue;
-    if (!order.empty() && groups.group[b] != groups.group[order[0]]) {
-      one_group = false;
+    if (!order.empty() &&
+        !CandidateGroups::SameReach(group_of(order[0]), group_of(b))) {
+      tied = false;
     }
     order.push_back(b);
   }
-  if (!one_group) {
+  if (!tied) {
     std::vector<int64_t> reach(candidates_.size(), -1);
     for (size_t b : order) {
       const int g = groups.group[b];
-      if (reach[g] < 0) reach[g] = candidates_.Reach(candidates_.group(g));
+      if (reach[g] >= 0) continue;
+      const Group& group = candidates_.group(g);
+      for (size_t h = 0; h < reach.size() && reach[g] < 0; ++h) {
+        if (reach[h] >= 0 &&
+            CandidateGroups::SameReach(candidates_.group(static_cast<int>(h)),
+                                       group)) {
+          reach[g] = reach[h];
+        }
+      }
+      if (reach[g] < 0) reach[g] = candidates_.Reach(group);
     }
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return reach[groups.group[a]] < reach[groups.group[b]];

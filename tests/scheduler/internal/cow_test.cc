@@ -7,6 +7,7 @@
 #include "scheduler/internal/cow.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <random>
 #include <set>
@@ -284,6 +285,50 @@ TEST(CowBitsetTest, AnEmptiedBitsetGrowsWithoutItsOldBits) {
   ASSERT_EQ(grown.bits(), 200u);
   EXPECT_EQ(grown.count(), 0);
   EXPECT_EQ(grown.NextSet(0), 200u);
+}
+
+TEST(CowBitsetTest, WholeWordOperationsMatchWordByWord) {
+  // CountAnd, CopyTo, AndInto and OrInto run a chunk (64 words) at a time:
+  // over 3 chunks and a part, for every length up to the last word, against
+  // word().
+  std::mt19937_64 rng(17);
+  const size_t n = 3 * 64 * 64 + 5 * 64 + 9;
+  CowBitset bits(n);
+  for (size_t i = 0; i < n; ++i) bits.Set(i, rng() % 3 == 0);
+  CowBitset copy = bits;  // shared chunks read the same
+  bits.Set(70, !bits.Test(70));
+  const size_t num_words = bits.num_words();
+  std::vector<uint64_t> mask(num_words);
+  for (uint64_t& w : mask) w = rng();
+  for (size_t words : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{65},
+                       size_t{128}, num_words - 1, num_words}) {
+    int64_t want_count = 0;
+    std::vector<uint64_t> want_and = mask, want_not = mask, want_or = mask;
+    for (size_t w = 0; w < words; ++w) {
+      want_count += std::popcount(bits.word(w) & mask[w]);
+      want_and[w] &= bits.word(w);
+      want_not[w] &= ~bits.word(w);
+      want_or[w] |= bits.word(w);
+    }
+    EXPECT_EQ(bits.CountAnd(mask.data(), words), want_count) << words;
+    std::vector<uint64_t> out = mask;
+    bits.AndInto(out.data(), words, /*complement=*/false);
+    EXPECT_EQ(out, want_and) << words;
+    out = mask;
+    bits.AndInto(out.data(), words, /*complement=*/true);
+    EXPECT_EQ(out, want_not) << words;
+    out = mask;
+    bits.OrInto(out.data(), words);
+    EXPECT_EQ(out, want_or) << words;
+    out.assign(num_words, 0);
+    copy.CopyTo(out.data(), words);
+    for (size_t w = 0; w < num_words; ++w) {
+      ASSERT_EQ(out[w], w < words ? copy.word(w) : 0) << words << " " << w;
+    }
+  }
+  EXPECT_EQ(bits.CountAnd(std::vector<uint64_t>(num_words, ~uint64_t{0}).data(),
+                          num_words),
+            bits.count());
 }
 
 std::vector<uint32_t> Values(const CowSortedSet& s) {

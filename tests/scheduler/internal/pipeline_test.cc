@@ -89,6 +89,35 @@ TEST(CandidatesTest, ReachWithoutASelectorCountsEveryRankedNode) {
             static_cast<int64_t>(nodes.size()));
 }
 
+TEST(CandidatesTest, GroupsThatDifferInAmountsReachAlike) {
+  // STRICT_SPREAD counts a group's candidates only when the gang's groups
+  // differ in more than their amounts (SameReach).
+  std::vector<Node> nodes = {Pooled(CpuNode("c1", 8), "x"),
+                             Pooled(CpuNode("c2", 2), "y"),
+                             Pooled(CpuNode("c3", 8), "x")};
+  auto snap = *InventorySnapshot::Build(nodes, {});
+  CandidateGroups groups(StateOf(*snap));
+  const int small = groups.GroupFor(Sel("pool", "x"), BundleKind::kCpuOnly,
+                                    {{"CPU", Units(1)}});
+  const int large = groups.GroupFor(Sel("pool", "x"), BundleKind::kCpuOnly,
+                                    {{"CPU", Units(4)}});
+  const int other = groups.GroupFor(Sel("pool", "y"), BundleKind::kCpuOnly,
+                                    {{"CPU", Units(1)}});
+  const int any = groups.GroupFor(LabelSelector(), BundleKind::kCpuOnly,
+                                  {{"CPU", Units(1)}});
+  ASSERT_NE(small, large);
+  EXPECT_TRUE(
+      CandidateGroups::SameReach(groups.group(small), groups.group(large)));
+  EXPECT_EQ(groups.Reach(groups.group(small)), 2);
+  EXPECT_EQ(groups.Reach(groups.group(large)), 2);
+  EXPECT_FALSE(
+      CandidateGroups::SameReach(groups.group(small), groups.group(other)));
+  EXPECT_EQ(groups.Reach(groups.group(other)), 1);
+  EXPECT_FALSE(
+      CandidateGroups::SameReach(groups.group(small), groups.group(any)));
+  EXPECT_EQ(groups.Reach(groups.group(any)), 3);
+}
+
 TEST(CandidatesTest, CandidateBitsAreTheNodesTheSelectorMatches) {
   // A term on a bitset key (the zone) with one value is one pass over its
   // bitset; with several values, or on another key, the values are ORed
