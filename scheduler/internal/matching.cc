@@ -31,6 +31,7 @@ class Matcher {
   }
 
   std::optional<std::vector<uint32_t>> Run() {
+    if (!EnoughNodes()) return std::nullopt;
     for (size_t b = 0; b < bundles_.size(); ++b) {
       if (at_[b] >= 0) continue;
       visited_.clear();
@@ -40,6 +41,42 @@ class Matcher {
   }
 
  private:
+  // Hall's condition, checked before any search: the bundles that may move
+  // need as many distinct nodes that fit one of them, and each group as
+  // many that fit its bundles. A tier of PlaceGeneric's fallback often
+  // holds far fewer nodes than the gang, and a failed search walks the
+  // candidates of every bundle it reaches: O(placed bundles x candidates)
+  // against O(groups x candidates) here. The walk has a budget of its own;
+  // past it, the search decides.
+  bool EnoughNodes() {
+    int64_t steps = kMatchingBudget;
+    absl::flat_hash_map<int, int64_t> needed;  // group -> its moving bundles
+    for (size_t b = 0; b < bundles_.size(); ++b) {
+      if (bundles_[b].pinned_node_id.empty()) ++needed[group_[b]];
+    }
+    absl::flat_hash_set<uint32_t> fit;  // nodes that fit some moving bundle
+    int64_t moving = 0;
+    for (const auto& [g, count] : needed) {
+      moving += count;
+      const Group& group = candidates_.group(g);
+      const ResourceSet* resources = nullptr;  // the group's amounts
+      for (size_t b = 0; resources == nullptr; ++b) {
+        if (group_[b] == g) resources = &bundles_[b].resources;
+      }
+      int64_t fits = 0;
+      for (std::optional<Cursor> c = candidates_.Next(group, Cursor{}); c;
+           c = candidates_.Next(group, Cursor{c->rank, c->pos + 1})) {
+        if (--steps < 0) return true;
+        const uint32_t n = static_cast<uint32_t>(c->pos);
+        if (pinned_nodes_.contains(n) || !base_.Fits(n, *resources)) continue;
+        ++fits;
+        fit.insert(n);
+      }
+      if (fits < count) return false;
+    }
+    return static_cast<int64_t>(fit.size()) >= moving;
+  }
+
   // Finds a node for bundle b, moving other unpinned bundles along an
   // augmenting path. False when there is none or the budget is spent.
   bool Augment(size_t b) {

@@ -2,6 +2,7 @@
 // candidates, matching, diagnosis and the slice placer. Solve() as a whole is
 // tested in solver_test.cc and solver_property_test.cc.
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -188,6 +189,49 @@ TEST(MatchingTest, RehomesAGreedyBundleToPlaceAnother) {
 
   bundles[0].pinned_node_id = "n1";  // a pinned bundle never moves
   EXPECT_FALSE(MatchDistinct(state, released, {&bundles, group, &groups, start})
+                   .has_value());
+}
+
+TEST(MatchingTest, HallsConditionDecidesBeforeAnySearch) {
+  // Three nodes; a {CPU: 6} bundle fits only big1 and big2, {CPU: 1}
+  // bundles fit all three. Greedy left the two large bundles without a
+  // node. With three bundles the nodes are exactly enough (a matching
+  // re-homes the small one); a fourth bundle makes them too few, and a
+  // third large one makes its group's nodes too few.
+  auto snap = *InventorySnapshot::Build(
+      {CpuNode("big1", 8), CpuNode("big2", 8), CpuNode("small", 2)}, {});
+  const SnapshotState& state = StateOf(*snap);
+  CandidateGroups groups(state);
+  const ResourceSet large = {{"CPU", Units(6)}};
+  const ResourceSet small = {{"CPU", Units(1)}};
+  const int g_large =
+      groups.GroupFor(LabelSelector(), BundleKind::kCpuOnly, large);
+  const int g_small =
+      groups.GroupFor(LabelSelector(), BundleKind::kCpuOnly, small);
+  const Released released;
+  auto match = [&](const std::vector<ResourceSet>& shapes,
+                   const std::vector<int64_t>& start) {
+    std::vector<Bundle> bundles(shapes.size());
+    std::vector<int> group;
+    for (size_t b = 0; b < shapes.size(); ++b) {
+      bundles[b].resources = shapes[b];
+      group.push_back(shapes[b] == large ? g_large : g_small);
+    }
+    return MatchDistinct(state, released, {&bundles, group, &groups, start});
+  };
+  const int64_t big1 = state.NodeIndex("big1");
+  const int64_t big2 = state.NodeIndex("big2");
+  const int64_t small_node = state.NodeIndex("small");
+  const std::optional<std::vector<uint32_t>> three =
+      match({small, large, large}, {big1, -1, -1});
+  ASSERT_TRUE(three.has_value());
+  EXPECT_EQ((*three)[0], static_cast<uint32_t>(small_node));
+  EXPECT_EQ(std::set<uint32_t>({(*three)[1], (*three)[2]}),
+            std::set<uint32_t>(
+                {static_cast<uint32_t>(big1), static_cast<uint32_t>(big2)}));
+  EXPECT_FALSE(match({small, large, large, small}, {big1, -1, -1, small_node})
+                   .has_value());
+  EXPECT_FALSE(match({small, large, large, large}, {small_node, big1, big2, -1})
                    .has_value());
 }
 
