@@ -18,11 +18,12 @@
 # Options: --no-build (use existing binaries), --render-only (rewrite the
 # Markdown from the last run's output, run nothing), --build-dir DIR
 # (default build-bench), JOBS=N in the environment for the build (default 1).
-# Steps: build sliced, sliced_sim, sliced_load, sliced_calib (Release) and
-# sliced_goload (Go); sliced_sim
+# Steps: build sliced, sliced_sim, sliced_load, sliced_calib,
+# sliced_solver_bench (Release) and sliced_goload (Go); sliced_sim
 # (quality replay, whole-slice batch vs max flow, solver latency 1k-100k;
 # then --workload=mixed: the mixed trace against the tuned tiered-first-fit;
 # then --workload=preemption: victim choice against a topology-blind rule);
+# sliced_solver_bench's 1,000-bundle generic PGs (DESIGN §7: ≤ 5 ms);
 # sliced_load (throughput vs the health-check ceiling at 16 and 64 clients,
 # RSS per node / per PG, restart at 100k nodes + 50k PGs, churn, heartbeats
 # at 10k and 100k nodes, watch fan-out); go_ratio.py (one-bundle creates vs
@@ -93,7 +94,8 @@ SYNC
 fi
 if [[ $DO_BUILD == 1 ]]; then
   cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load sliced_goload sliced_calib
+  cmake --build "$BUILD" -j"${JOBS:-1}" --target sliced sliced_sim sliced_load sliced_goload sliced_calib \
+    sliced_solver_bench
 fi
 
 if [[ $RECORD == 0 ]]; then OUT=$BUILD/bench-quick; else OUT=$ROOT/bench/results; fi
@@ -144,7 +146,7 @@ fi
 
 # What a run that builds says it built, into build dir $1.
 built_text() {
-  echo "it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\` in Release and \`sliced_goload\` into \`$1/\`"
+  echo "it builds \`sliced\`, \`sliced_sim\`, \`sliced_load\`, \`sliced_calib\`, \`sliced_solver_bench\` in Release and \`sliced_goload\` into \`$1/\`"
 }
 
 if [[ $RENDER_ONLY == 0 ]]; then
@@ -157,6 +159,10 @@ if [[ $RENDER_ONLY == 0 ]]; then
   "$BUILD/bench/sliced_sim" "${MODE[@]}" --workload=mixed --out_dir="$OUT" >/dev/null
   echo "== sliced_sim --workload=preemption ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_sim" "${MODE[@]}" --workload=preemption --out_dir="$OUT" >/dev/null
+  echo "== sliced_solver_bench: 1,000-bundle generic PGs ${MODE[*]:-}" >&2
+  "$BUILD/bench/sliced_solver_bench" --benchmark_filter='^BM_GenericPg1000/' \
+    --benchmark_min_time="$([[ $QUICK == 1 ]] && echo 0.05 || echo 0.5)" \
+    --benchmark_format=json --benchmark_out="$OUT/solver_generic.json" >/dev/null
   echo "== sliced_load ${MODE[*]:-}" >&2
   "$BUILD/bench/sliced_load" "${MODE[@]}" --daemon="$BUILD/server/sliced" \
     --work_dir="${TMPDIR:-/tmp}" --out_dir="$OUT" >/dev/null
@@ -376,6 +382,23 @@ for p in sim["solver_scaling"]:
                         f"placed; all (incl. Unschedulable + diagnosis) | ≤ 50 µs at 100k | "
                         f"{k['placed_p99_us']:.1f} µs{' ✅' if ok else ' ❌'}; {k['p99_us']:.0f} µs"
                         f"{' ✅' if k['p99_us'] <= 50 else ' ❌'} |")
+# DESIGN §7: a 1,000-bundle generic PG with selectors in ≤ 5 ms; the worst
+# CPU p99 of the three strategies per fleet size (sliced_solver_bench).
+try:
+    generic = json.load(open(f"{out}/solver_generic.json"))["benchmarks"]
+except FileNotFoundError:
+    generic = []
+worst = {}
+for b in generic:
+    nodes = int(b["name"].split("/")[1])
+    worst[nodes] = max(worst.get(nodes, 0), b["cpu_p99_us"])
+if worst:
+    ok = all(v <= 5000 for v in worst.values())
+    rows.append("| 1,000-bundle generic PG, zone + `!in(spot)` selector: the worst CPU p99 of PACK, SPREAD and "
+                "STRICT_SPREAD (sliced_solver_bench `BM_GenericPg1000`) at "
+                + "; ".join(f"{n:,}" for n in sorted(worst)) + " nodes | ≤ 5 ms | "
+                + "; ".join(f"{worst[n] / 1000:.2f} ms" for n in sorted(worst))
+                + (" ✅" if ok else " ❌") + " |")
 # Replay: medians over the traces replayed (one in --quick).
 seeds = sim.get("replay_seeds") or [{"results": sim["replay"]}]
 def med(policy, key):
