@@ -41,40 +41,52 @@ class Matcher {
   }
 
  private:
-  // Hall's condition, checked before any search: the bundles that may move
-  // need as many distinct nodes that fit one of them, and each group as
-  // many that fit its bundles. A tier of PlaceGeneric's fallback often
-  // holds far fewer nodes than the gang, and a failed search walks the
-  // candidates of every bundle it reaches: O(placed bundles x candidates)
-  // against O(groups x candidates) here. The walk has a budget of its own;
-  // past it, the search decides.
+  // Hall's condition, checked before any search, on the bundles that may
+  // move in the groups greedy left a bundle of: they need as many distinct
+  // nodes that fit one of them, and each group as many that fit its
+  // bundles. A tier of PlaceGeneric's fallback often holds far fewer nodes
+  // than the gang, and a failed search walks the candidates of every
+  // bundle it reaches: O(placed bundles x candidates) against one walk of
+  // those groups' candidates here (the search walks them too). The walk
+  // has a budget of its own; past it, the search decides.
   bool EnoughNodes() {
-    int64_t steps = kMatchingBudget;
-    absl::flat_hash_map<int, int64_t> needed;  // group -> its moving bundles
-    for (size_t b = 0; b < bundles_.size(); ++b) {
-      if (bundles_[b].pinned_node_id.empty()) ++needed[group_[b]];
-    }
-    absl::flat_hash_set<uint32_t> fit;  // nodes that fit some moving bundle
-    int64_t moving = 0;
-    for (const auto& [g, count] : needed) {
-      moving += count;
-      const Group& group = candidates_.group(g);
+    struct Need {
+      int64_t bundles = 0;
+      bool unplaced = false;
       const ResourceSet* resources = nullptr;  // the group's amounts
-      for (size_t b = 0; resources == nullptr; ++b) {
-        if (group_[b] == g) resources = &bundles_[b].resources;
-      }
+    };
+    absl::flat_hash_map<int, Need> needs;  // by group
+    for (size_t b = 0; b < bundles_.size(); ++b) {
+      if (!bundles_[b].pinned_node_id.empty()) continue;
+      Need& need = needs[group_[b]];
+      ++need.bundles;
+      need.unplaced = need.unplaced || at_[b] < 0;
+      need.resources = &bundles_[b].resources;
+    }
+    int64_t steps = kMatchingBudget;
+    Bits fit(candidates_.words());  // nodes that fit one of the bundles
+    int64_t distinct = 0, moving = 0;
+    for (const auto& [g, need] : needs) {
+      if (!need.unplaced) continue;
+      moving += need.bundles;
+      const Group& group = candidates_.group(g);
       int64_t fits = 0;
       for (std::optional<Cursor> c = candidates_.Next(group, Cursor{}); c;
            c = candidates_.Next(group, Cursor{c->rank, c->pos + 1})) {
         if (--steps < 0) return true;
         const uint32_t n = static_cast<uint32_t>(c->pos);
-        if (pinned_nodes_.contains(n) || !base_.Fits(n, *resources)) continue;
+        if (pinned_nodes_.contains(n) || !base_.Fits(n, *need.resources)) {
+          continue;
+        }
         ++fits;
-        fit.insert(n);
+        if (!TestBit(fit, n)) {
+          fit[n >> 6] |= uint64_t{1} << (n & 63);
+          ++distinct;
+        }
       }
-      if (fits < count) return false;
+      if (fits < need.bundles) return false;
     }
-    return static_cast<int64_t>(fit.size()) >= moving;
+    return distinct >= moving;
   }
 
   // Finds a node for bundle b, moving other unpinned bundles along an

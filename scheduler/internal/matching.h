@@ -39,9 +39,9 @@ struct MatchingProblem {
 // alone, starting from the greedy assignment and keeping pinned bundles in
 // place. Steps:
 //   1. Seed: the greedy assignment; pinned bundles' resources are taken.
-//   2. Hall's condition: nullopt at once when the bundles that may move
-//      have fewer distinct nodes that fit one of them than they are, or a
-//      group fewer than its bundles.
+//   2. Hall's condition: nullopt at once when the movable bundles of the
+//      groups greedy left a bundle of have fewer distinct nodes that fit
+//      one of them than they are, or a group fewer than its bundles.
 //   3. For each unassigned bundle, search an augmenting path (depth first,
 //      candidates in rank order), re-homing bundles that are not pinned.
 // Returns the node index per bundle, or nullopt when some bundle has no

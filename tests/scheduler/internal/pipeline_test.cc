@@ -196,8 +196,9 @@ TEST(MatchingTest, HallsConditionDecidesBeforeAnySearch) {
   // Three nodes; a {CPU: 6} bundle fits only big1 and big2, {CPU: 1}
   // bundles fit all three. Greedy left the two large bundles without a
   // node. With three bundles the nodes are exactly enough (a matching
-  // re-homes the small one); a fourth bundle makes them too few, and a
-  // third large one makes its group's nodes too few.
+  // re-homes the small one); a fourth bundle makes them too few (decided by
+  // the search when greedy placed the small ones, by the count when it left
+  // one), and a third large one makes its group's nodes too few.
   auto snap = *InventorySnapshot::Build(
       {CpuNode("big1", 8), CpuNode("big2", 8), CpuNode("small", 2)}, {});
   const SnapshotState& state = StateOf(*snap);
@@ -231,6 +232,8 @@ TEST(MatchingTest, HallsConditionDecidesBeforeAnySearch) {
                 {static_cast<uint32_t>(big1), static_cast<uint32_t>(big2)}));
   EXPECT_FALSE(match({small, large, large, small}, {big1, -1, -1, small_node})
                    .has_value());
+  EXPECT_FALSE(
+      match({small, large, large, small}, {big1, -1, -1, -1}).has_value());
   EXPECT_FALSE(match({small, large, large, large}, {small_node, big1, big2, -1})
                    .has_value());
 }
