@@ -388,9 +388,8 @@ bool PlacementManager::IsStarving(const PlacementGroup& g,
          now - g.queued_time >= options_.starvation_bound;
 }
 
-std::string PlacementManager::BlockedBy(const PlacementGroup& starving,
-                                        absl::string_view state) const {
-  return absl::StrCat(state, "waiting behind ", starving.id,
+std::string PlacementManager::BlockedBy(const PlacementGroup& starving) const {
+  return absl::StrCat("waiting behind ", starving.id,
                       ", which has waited over ",
                       absl::FormatDuration(options_.starvation_bound),
                       " and claims capacity first");
@@ -668,8 +667,8 @@ absl::StatusOr<PlacementManager::Search> PlacementManager::StartPreemption(
     victim.preemption_deadline = deadline;
     victim.update_time = txn.now();
     victim.reason = absl::StrCat(
-        "PREEMPTING: preempted by ", Who(group), "; leaves at ",
-        TimeString(deadline), ", then ",
+        "preempted by ", Who(group), "; leaves at ", TimeString(deadline),
+        ", then ",
         victim.on_preemption == OnPreemption::kRemove ? "removed" : "requeued");
     // With no grace it leaves in this same commit: watchers are told still.
     if (options_.preemption_grace <= absl::ZeroDuration()) {
@@ -680,9 +679,8 @@ absl::StatusOr<PlacementManager::Search> PlacementManager::StartPreemption(
   }
   group.preemption_deadline = deadline;
   group.update_time = txn.now();
-  group.reason =
-      absl::StrCat("PENDING: ", plan.summary, "; placed when they leave at ",
-                   TimeString(deadline));
+  group.reason = absl::StrCat(plan.summary, "; placed when they leave at ",
+                              TimeString(deadline));
   if (options_.preemption_grace <= absl::ZeroDuration()) {
     RETURN_IF_ERROR(FinishPreemption(txn, group));
   }
@@ -721,8 +719,7 @@ absl::Status PlacementManager::FinishPreemption(Txn& txn,
     victim.state = PgState::kPending;
     victim.preemption_deadline = absl::InfinitePast();
     victim.queued_time = victim.update_time = txn.now();
-    victim.reason =
-        absl::StrCat("PENDING: preempted by ", Who(preemptor), "; requeued");
+    victim.reason = absl::StrCat("preempted by ", Who(preemptor), "; requeued");
     txn.PutPg(victim);
     // Placed again in this commit (elsewhere), it was still requeued first:
     // watchers and the preemption outcome see PENDING.
@@ -1301,7 +1298,7 @@ PlacementManager::Explanation PlacementManager::ExplainGroup(
   // it preempts nothing.
   if (d.outcome != Decision::kInfeasible) {
     if (const PlacementGroup* starving = StarvingAhead(state, group, now)) {
-      const std::string blocked = BlockedBy(*starving, "");
+      const std::string blocked = BlockedBy(*starving);
       out.summary = d.outcome == Decision::kPlaced
                         ? absl::StrCat("would fit now (", d.diagnosis.summary,
                                        "), but it is ", blocked)

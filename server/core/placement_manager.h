@@ -318,9 +318,10 @@ class PlacementManager : public Cluster::Observer {
   // leaving), or a starving group now (the groups behind it were not
   // tried), makes it a yes. O(released nodes x distinct asks + changes).
   bool QueueMayPlace(Txn& txn) const;
-  // "<state>waiting behind <starving>, which has waited over ...".
-  std::string BlockedBy(const PlacementGroup& starving,
-                        absl::string_view state = "PENDING: ") const;
+  // "waiting behind <starving>, which has waited over ...". A group's
+  // reason never repeats its state: the log line, slicectl and the web view
+  // show the state beside it.
+  std::string BlockedBy(const PlacementGroup& starving) const;
   // For Explain: the starving group `group` waits behind (the first in
   // queue order of the waiting groups ahead of it that waited past the
   // bound; for a dry run, of those of at least its priority), if any.

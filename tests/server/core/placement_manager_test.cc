@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -225,8 +226,9 @@ TEST_F(PlacementManagerTest, AStarvingGroupBlocksLaterOnesUntilPlaced) {
   auto small = core_->Create(Cpus(1, 2));
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->group.state, PgState::kPending);
-  EXPECT_NE(small->group.reason.find("waiting behind " + big),
-            std::string::npos)
+  // A reason says why, never the state again: the log line, slicectl and
+  // the web view print the state beside it.
+  EXPECT_TRUE(absl::StartsWith(small->group.reason, "waiting behind " + big))
       << small->group.reason;
   // Behind it, a compute class is still checked first: one that does not
   // exist is NOT_FOUND, and FAIL refuses to wait (nothing is stored).
@@ -2024,8 +2026,11 @@ TEST_F(PlacementManagerTest,
   EXPECT_EQ(get(low).state, PgState::kPreempting);
   EXPECT_EQ(get(low).preempted_by, prod);
   EXPECT_EQ(get(low).preemption_deadline, deadline);
-  EXPECT_NE(get(low).reason.find("preempted by " + prod), std::string::npos)
+  // Reasons without the state in front (the log line adds it).
+  EXPECT_TRUE(absl::StartsWith(get(low).reason, "preempted by " + prod))
       << get(low).reason;
+  EXPECT_TRUE(absl::StartsWith(get(prod).reason, "preempting 1 group(s)"))
+      << get(prod).reason;
   EXPECT_EQ(get(batch1).state, PgState::kCreated);
   EXPECT_EQ(get(batch2).state, PgState::kCreated);
   // The victim keeps its capacity: nothing else takes it meanwhile, and a
