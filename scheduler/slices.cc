@@ -1,9 +1,13 @@
 #include "scheduler/slices.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -158,16 +162,28 @@ WorkerLayout LayOutWorkers(const std::vector<const Node*>& hosts,
 
 // Hosts that take no placements (not ALIVE, or quarantined), and chips that do
 // not add up to the shape's (times a per-chip count the generation allows, e.g.
-// 2 on v7x).
+// 2 on v7x). Hosts alike are said once: "node a-w3 is DEAD" for one, "64 of
+// 64 hosts are DEAD (a-w0, a-w1, a-w2 and 61 more)" for many (in worker
+// order), so a slice whose hosts all went is one line, not 64 (the line
+// Explain and a pending group's reason quote).
 std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
-                                      int64_t expected_chips,
-                                      int max_per_chip) {
+                                      int64_t expected_chips, int max_per_chip,
+                                      bool default_zero) {
+  constexpr size_t kNamed = 3;
   std::vector<std::string> problems;
+  // Why a host takes no placements -> those hosts, in order of first met.
+  std::vector<std::pair<std::string, std::vector<const Node*>>> idle;
   int64_t chips = 0;
   for (const Node* host : hosts) {
     if (!TakesPlacements(*host)) {
-      problems.push_back(
-          absl::StrCat("node ", host->node_id, " is ", WhyNoPlacements(*host)));
+      std::string why = WhyNoPlacements(*host);
+      auto it =
+          absl::c_find_if(idle, [&](const auto& w) { return w.first == why; });
+      if (it == idle.end()) {
+        idle.emplace_back(std::move(why), std::vector<const Node*>{host});
+      } else {
+        it->second.push_back(host);
+      }
     }
     const absl::string_view partition = LabelOr(*host, kLabelTpuPartitionState);
     if (!partition.empty() && partition != "HEALTHY") {
@@ -176,6 +192,30 @@ std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
     }
     chips += TpuAmount(*host);
   }
+  std::vector<std::string> idle_lines;
+  for (auto& [why, alike] : idle) {
+    if (alike.size() == 1) {
+      idle_lines.push_back(
+          absl::StrCat("node ", alike[0]->node_id, " is ", why));
+      continue;
+    }
+    std::stable_sort(alike.begin(), alike.end(),
+                     [default_zero](const Node* a, const Node* b) {
+                       return WorkerId(*a, default_zero) <
+                              WorkerId(*b, default_zero);
+                     });
+    std::string line = absl::StrCat(alike.size(), " of ", hosts.size(),
+                                    " hosts are ", why, " (");
+    for (size_t i = 0; i < std::min(alike.size(), kNamed); ++i) {
+      absl::StrAppend(&line, i > 0 ? ", " : "", alike[i]->node_id);
+    }
+    if (alike.size() > kNamed) {
+      absl::StrAppend(&line, " and ", alike.size() - kNamed, " more");
+    }
+    idle_lines.push_back(absl::StrCat(line, ")"));
+  }
+  problems.insert(problems.begin(), std::make_move_iterator(idle_lines.begin()),
+                  std::make_move_iterator(idle_lines.end()));
   bool adds_up = false;
   for (int m = 1; m <= max_per_chip; ++m) {
     adds_up |= chips == expected_chips * m * kResourceScale;
@@ -225,7 +265,8 @@ SliceInfo CheckSlice(std::string name, std::vector<const Node*> hosts,
   slice.node_ids = std::move(layout.node_ids);
   for (std::string& p : layout.problems) problems.push_back(std::move(p));
   PlaceHosts(hosts, shape, slice, problems);
-  for (std::string& p : HostProblems(hosts, shape.chips, shape.max_per_chip)) {
+  for (std::string& p :
+       HostProblems(hosts, shape.chips, shape.max_per_chip, default_zero)) {
     problems.push_back(std::move(p));
   }
   slice.intact = problems.empty();

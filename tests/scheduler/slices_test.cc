@@ -66,6 +66,13 @@ TEST(DeriveSlicesTest, BrokenSlices) {
       {"draining host",
        [](std::vector<Node>& n) { n[0].state = NodeState::kDraining; },
        "node s-w0 is DRAINING"},
+      {"two dead hosts and a draining one",
+       [](std::vector<Node>& n) {
+         n[3].state = NodeState::kDead;
+         n[0].state = NodeState::kDraining;
+         n[1].state = NodeState::kDead;
+       },
+       "node s-w0 is DRAINING; 2 of 4 hosts are DEAD (s-w1, s-w3)"},
       {"tpu count mismatch",
        [](std::vector<Node>& n) { n[1].resources["TPU"] = 0; },
        "TPU chips add up to 12, expected 16"},
@@ -104,6 +111,20 @@ TEST(DeriveSlicesTest, BrokenSlices) {
     EXPECT_NE(slices[0].reason.find(c.reason), std::string::npos)
         << c.name << ": " << slices[0].reason;
   }
+}
+
+// A slice whose hosts all went is one line, the first hosts named in worker
+// order (s-w0, s-w1, s-w2; not s-w10 after s-w1), not a line per host: the
+// reason Explain and a pending group quote.
+TEST(DeriveSlicesTest, ManyHostsAlikeAreSaidOnce) {
+  std::vector<Node> nodes = Slice("s", "TPU-V6E", "8x16");  // 32 hosts
+  for (Node& n : nodes) n.state = NodeState::kDead;
+  nodes[5].state = NodeState::kDraining;
+  auto slices = DeriveSlices(Pointers(nodes));
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(slices[0].reason,
+            "31 of 32 hosts are DEAD (s-w0, s-w1, s-w2 and 28 more); "
+            "node s-w5 is DRAINING");
 }
 
 // Ray's tpu_resource_per_chip=2: v7x hosts may advertise two TPU devices
