@@ -160,16 +160,37 @@ WorkerLayout LayOutWorkers(const std::vector<const Node*>& hosts,
   return out;
 }
 
+// "node a-w3 is DEAD" for one host; "64 of 64 hosts are DEAD (a-w0, a-w1,
+// a-w2 and 61 more)" for several alike, the first named in worker order.
+std::string HostsAlike(absl::string_view why, std::vector<const Node*> alike,
+                       size_t of, bool default_zero) {
+  constexpr size_t kNamed = 3;
+  if (alike.size() == 1) {
+    return absl::StrCat("node ", alike[0]->node_id, " is ", why);
+  }
+  std::stable_sort(
+      alike.begin(), alike.end(), [default_zero](const Node* a, const Node* b) {
+        return WorkerId(*a, default_zero) < WorkerId(*b, default_zero);
+      });
+  std::string line =
+      absl::StrCat(alike.size(), " of ", of, " hosts are ", why, " (");
+  for (size_t i = 0; i < std::min(alike.size(), kNamed); ++i) {
+    absl::StrAppend(&line, i > 0 ? ", " : "", alike[i]->node_id);
+  }
+  if (alike.size() > kNamed) {
+    absl::StrAppend(&line, " and ", alike.size() - kNamed, " more");
+  }
+  return absl::StrCat(line, ")");
+}
+
 // Hosts that take no placements (not ALIVE, or quarantined), and chips that do
 // not add up to the shape's (times a per-chip count the generation allows, e.g.
-// 2 on v7x). Hosts alike are said once: "node a-w3 is DEAD" for one, "64 of
-// 64 hosts are DEAD (a-w0, a-w1, a-w2 and 61 more)" for many (in worker
-// order), so a slice whose hosts all went is one line, not 64 (the line
-// Explain and a pending group's reason quote).
+// 2 on v7x). Hosts alike are said once (HostsAlike), so a slice whose hosts
+// all went is one line, not 64: the line Explain and a pending group's reason
+// quote.
 std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
                                       int64_t expected_chips, int max_per_chip,
                                       bool default_zero) {
-  constexpr size_t kNamed = 3;
   std::vector<std::string> problems;
   // Why a host takes no placements -> those hosts, in order of first met.
   std::vector<std::pair<std::string, std::vector<const Node*>>> idle;
@@ -194,25 +215,8 @@ std::vector<std::string> HostProblems(const std::vector<const Node*>& hosts,
   }
   std::vector<std::string> idle_lines;
   for (auto& [why, alike] : idle) {
-    if (alike.size() == 1) {
-      idle_lines.push_back(
-          absl::StrCat("node ", alike[0]->node_id, " is ", why));
-      continue;
-    }
-    std::stable_sort(alike.begin(), alike.end(),
-                     [default_zero](const Node* a, const Node* b) {
-                       return WorkerId(*a, default_zero) <
-                              WorkerId(*b, default_zero);
-                     });
-    std::string line = absl::StrCat(alike.size(), " of ", hosts.size(),
-                                    " hosts are ", why, " (");
-    for (size_t i = 0; i < std::min(alike.size(), kNamed); ++i) {
-      absl::StrAppend(&line, i > 0 ? ", " : "", alike[i]->node_id);
-    }
-    if (alike.size() > kNamed) {
-      absl::StrAppend(&line, " and ", alike.size() - kNamed, " more");
-    }
-    idle_lines.push_back(absl::StrCat(line, ")"));
+    idle_lines.push_back(
+        HostsAlike(why, std::move(alike), hosts.size(), default_zero));
   }
   problems.insert(problems.begin(), std::make_move_iterator(idle_lines.begin()),
                   std::make_move_iterator(idle_lines.end()));
