@@ -335,7 +335,8 @@ absl::Status PlanTpuSlices(const ScalingConfig& config, const Limits& limits,
                      "topology ",
                      plan.shape.topology, " (", plan.shape.pod_type, ": ",
                      plan.hosts_per_slice, " hosts x ", workers_per_host,
-                     " workers of ", scheduler::FromFixedPoint(tpw),
+                     workers_per_host == 1 ? " worker of " : " workers of ",
+                     scheduler::FromFixedPoint(tpw),
                      " TPU = ", workers_per_slice,
                      "); every host of a slice runs its workers"));
   }

@@ -253,7 +253,7 @@ TEST(PlanScalingConfigTest, RejectsInvalidConfigsNamingFieldWithRaysWording) {
       {"workers not a multiple of hosts", TpuConfig(6, "4x4"), none,
        "num_workers",
        "`num_workers` (6) must be a multiple of the workers per slice of "
-       "topology 4x4 (v6e-16: 4 hosts x 1 workers of 4 TPU = 4)"},
+       "topology 4x4 (v6e-16: 4 hosts x 1 worker of 4 TPU = 4)"},
       {"fewer workers than hosts", TpuConfig(2, "2x2x4", "v4"), none,
        "num_workers",
        "multiple of the workers per slice of topology 2x2x4 (v4-32: 4 hosts"},
