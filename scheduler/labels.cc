@@ -203,27 +203,30 @@ absl::StatusOr<LabelSelector> ParseLabelSelector(
   return parsed;
 }
 
-bool Matches(const SelectorTerm& term, const Labels& labels) {
-  auto it = labels.find(term.key);
-  const bool present = it != labels.end();
-  switch (term.op) {
-    case SelectorOp::kEquals:
-      return present && it->second == term.values[0];
-    case SelectorOp::kNotEquals:
-      return !present || it->second != term.values[0];
-    case SelectorOp::kIn:
-      return present && std::binary_search(term.values.begin(),
-                                           term.values.end(), it->second);
-    case SelectorOp::kNotIn:
-      return !present || !std::binary_search(term.values.begin(),
-                                             term.values.end(), it->second);
-  }
-  return false;
-}
-
 bool Matches(const LabelSelector& selector, const Labels& labels) {
   for (const SelectorTerm& term : selector.terms) {
-    if (!Matches(term, labels)) return false;
+    auto it = labels.find(term.key);
+    const bool present = it != labels.end();
+    switch (term.op) {
+      case SelectorOp::kEquals:
+        if (!present || it->second != term.values[0]) return false;
+        break;
+      case SelectorOp::kNotEquals:
+        if (present && it->second == term.values[0]) return false;
+        break;
+      case SelectorOp::kIn:
+        if (!present || !std::binary_search(term.values.begin(),
+                                            term.values.end(), it->second)) {
+          return false;
+        }
+        break;
+      case SelectorOp::kNotIn:
+        if (present && std::binary_search(term.values.begin(),
+                                          term.values.end(), it->second)) {
+          return false;
+        }
+        break;
+    }
   }
   return true;
 }

@@ -59,8 +59,6 @@ absl::StatusOr<LabelSelector> ParseLabelSelector(
 
 // True when `labels` satisfies every term of `selector`.
 bool Matches(const LabelSelector& selector, const Labels& labels);
-// Whether `labels` satisfy one term of a selector.
-bool Matches(const SelectorTerm& term, const Labels& labels);
 
 // A term's Ray expression, as ParseLabelSelector reads it: "v", "!v",
 // "in(a,b)" or "!in(a,b)".

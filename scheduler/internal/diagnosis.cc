@@ -125,20 +125,19 @@ SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
   return se.free() ? SliceClass::kFree : SliceClass::kHeld;
 }
 
-// For a slice ClassifySlice() selects out by its hosts' labels, the label of
-// the first term a host fails, e.g. "cloud.google.com/gke-nodepool" (never
-// the slice's zone, which may well match).
-absl::string_view ExcludedOn(const SnapshotState& snap,
-                             const SliceRequest& request,
-                             const InventorySnapshot::SliceEntry& se) {
+// For a slice ClassifySlice() selects out by its hosts' labels: "on <the
+// label of the first term a host fails>", e.g. "on
+// cloud.google.com/gke-nodepool" (never the slice's zone, which may well
+// match).
+std::string ExcludedOn(const SnapshotState& snap, const SliceRequest& request,
+                       const InventorySnapshot::SliceEntry& se) {
   const int64_t present =
       std::min<int64_t>(request.hosts(), se.host_slots.size());
   for (int64_t w = 0; w < present; ++w) {
     const Node& host = snap.node(snap.HostIndex(se, w)).node;
     for (int64_t k = 0; k < request.rows(); ++k) {
-      if (const std::string* key = request.HostMiss(host.labels, k, w)) {
-        return *key;
-      }
+      const std::string key = request.HostMiss(host.labels, k, w);
+      if (!key.empty()) return absl::StrCat("on ", key);
     }
   }
   return "";
@@ -148,11 +147,8 @@ absl::string_view ExcludedOn(const SnapshotState& snap,
 struct SliceCounts {
   int64_t considered = 0;
   std::array<int64_t, kCountedClasses> of_class = {};
-  // Selected out by the tier and zone terms: what they refuse
-  // (SliceRequest::KeyMiss) -> slices; by a host's labels: the label of the
-  // first term a host fails -> slices.
+  // Why selected out (SliceRequest::KeyMiss, "on <label>") -> slices.
   absl::btree_map<std::string, int64_t> excluded;
-  absl::btree_map<std::string, int64_t> excluded_on;
   // The first slice that is not intact, and why ("v6e-a: node x is DEAD").
   std::string first_broken;
 
@@ -217,13 +213,7 @@ SliceCounts CountSlices(const SnapshotState& snap,
       }
       const SliceClass c = ClassifySlice(snap, request, se, fits);
       if (c == SliceClass::kExcluded) {
-        const absl::string_view on = ExcludedOn(snap, request, se);
-        if (auto it = counts.excluded_on.find(on);
-            it != counts.excluded_on.end()) {
-          ++it->second;  // no string made per slice
-        } else {
-          counts.excluded_on.emplace(std::string(on), 1);
-        }
+        ++counts.excluded[ExcludedOn(snap, request, se)];
       } else {
         ++counts.of_class[static_cast<int>(c)];
       }
@@ -329,11 +319,6 @@ Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
             counts.of(SliceClass::kOtherChipCount));
   for (const auto& [why, count] : counts.excluded) {
     tally.Add(absl::StrCat(why, why.empty() ? "" : " ", "excluded by selector"),
-              count);
-  }
-  for (const auto& [label, count] : counts.excluded_on) {
-    tally.Add(absl::StrCat(label.empty() ? "" : "on ", label,
-                           label.empty() ? "" : " ", "excluded by selector"),
               count);
   }
   step.rejected = tally.Take();

@@ -135,7 +135,7 @@ std::string SliceRequest::KeyMiss(const SliceKey& key) const {
   bool zone = false;
   for (const LabelSelector& sel : keyed_) {
     for (const SelectorTerm& t : sel.terms) {
-      if (Matches(t, labels)) continue;
+      if (Matches(LabelSelector{{t}}, labels)) continue;
       (t.key == kLabelCapacityTier ? tier : zone) = true;
     }
   }
@@ -150,12 +150,12 @@ std::string SliceRequest::KeyMiss(const SliceKey& key) const {
   return out;
 }
 
-const std::string* SliceRequest::HostMiss(const Labels& labels, int64_t k,
-                                          int64_t w) const {
+std::string SliceRequest::HostMiss(const Labels& labels, int64_t k,
+                                   int64_t w) const {
   for (const SelectorTerm& t : residual_[At(k, w)].terms) {
-    if (!Matches(t, labels)) return &t.key;
+    if (!Matches(LabelSelector{{t}}, labels)) return t.key;
   }
-  return nullptr;
+  return "";
 }
 
 bool SliceRequest::MayTakeKey(const SliceKey& key) const {

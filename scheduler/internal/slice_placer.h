@@ -65,8 +65,8 @@ class SliceRequest {
     return !any_residual_ || Matches(residual_[At(k, w)], labels);
   }
   // For a host HostMatches() refuses, the label key of the first term that
-  // refuses it, e.g. "cloud.google.com/gke-nodepool" (null: none does).
-  const std::string* HostMiss(const Labels& labels, int64_t k, int64_t w) const;
+  // refuses it, e.g. "cloud.google.com/gke-nodepool".
+  std::string HostMiss(const Labels& labels, int64_t k, int64_t w) const;
   // Whether `host` counts its TPU chips as this request does. A v7x host
   // may count 2 TPU per chip: a request counting 1 would take half of each
   // host's TPU, and leave the other half, on the same chips, to the next
