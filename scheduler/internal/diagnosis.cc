@@ -96,7 +96,7 @@ enum class SliceClass {
   kFree,
   kExcluded
 };
-constexpr int kCountedClasses = 5;  // all but kExcluded (counted by why)
+constexpr int kCountedClasses = 5;  // all but kExcluded (counted by zone)
 
 // `fits_every_host`: request.FitsEveryHostOf(*se.host_min).
 SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
@@ -125,30 +125,11 @@ SliceClass ClassifySlice(const SnapshotState& snap, const SliceRequest& request,
   return se.free() ? SliceClass::kFree : SliceClass::kHeld;
 }
 
-// For a slice ClassifySlice() selects out by its hosts' labels: "on <the
-// label of the first term a host fails>", e.g. "on
-// cloud.google.com/gke-nodepool" (never the slice's zone, which may well
-// match).
-std::string ExcludedOn(const SnapshotState& snap, const SliceRequest& request,
-                       const InventorySnapshot::SliceEntry& se) {
-  const int64_t present =
-      std::min<int64_t>(request.hosts(), se.host_slots.size());
-  for (int64_t w = 0; w < present; ++w) {
-    const Node& host = snap.node(snap.HostIndex(se, w)).node;
-    for (int64_t k = 0; k < request.rows(); ++k) {
-      const std::string key = request.HostMiss(host.labels, k, w);
-      if (!key.empty()) return absl::StrCat("on ", key);
-    }
-  }
-  return "";
-}
-
 // Every slice of the request's shape, by class.
 struct SliceCounts {
   int64_t considered = 0;
   std::array<int64_t, kCountedClasses> of_class = {};
-  // Why selected out (SliceRequest::KeyMiss, "on <label>") -> slices.
-  absl::btree_map<std::string, int64_t> excluded;
+  absl::btree_map<std::string, int64_t> excluded_in_zone;  // zone -> slices
   // The first slice that is not intact, and why ("v6e-a: node x is DEAD").
   std::string first_broken;
 
@@ -191,7 +172,7 @@ SliceCounts CountSlices(const SnapshotState& snap,
     const int64_t in_key = static_cast<int64_t>(it->second.size());
     counts.considered += in_key;
     if (!request.KeyMatches(it->first)) {
-      counts.excluded[request.KeyMiss(it->first)] += in_key;
+      counts.excluded_in_zone[it->first.zone] += in_key;
       continue;
     }
     // Every host of the key fits, and counts its chips as the request
@@ -213,7 +194,7 @@ SliceCounts CountSlices(const SnapshotState& snap,
       }
       const SliceClass c = ClassifySlice(snap, request, se, fits);
       if (c == SliceClass::kExcluded) {
-        ++counts.excluded[ExcludedOn(snap, request, se)];
+        ++counts.excluded_in_zone[se.zone];
       } else {
         ++counts.of_class[static_cast<int>(c)];
       }
@@ -317,8 +298,10 @@ Failure ExplainSlices(const SnapshotState& snap, const SliceRequest& request,
                          "request counts ",
                          req.tpu_resource_per_chip, ": tpu_resource_per_chip)"),
             counts.of(SliceClass::kOtherChipCount));
-  for (const auto& [why, count] : counts.excluded) {
-    tally.Add(absl::StrCat(why, why.empty() ? "" : " ", "excluded by selector"),
+  for (const auto& [zone, count] : counts.excluded_in_zone) {
+    tally.Add(zone.empty()
+                  ? std::string("excluded by selector")
+                  : absl::StrCat("in zone ", zone, " excluded by selector"),
               count);
   }
   step.rejected = tally.Take();

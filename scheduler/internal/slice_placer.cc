@@ -129,35 +129,6 @@ bool SliceRequest::KeyMatches(const SliceKey& key) const {
   return true;
 }
 
-std::string SliceRequest::KeyMiss(const SliceKey& key) const {
-  const Labels labels = KeyLabels(key);
-  bool tier = false;
-  bool zone = false;
-  for (const LabelSelector& sel : keyed_) {
-    for (const SelectorTerm& t : sel.terms) {
-      if (Matches(LabelSelector{{t}}, labels)) continue;
-      (t.key == kLabelCapacityTier ? tier : zone) = true;
-    }
-  }
-  auto value = [](const std::string& v) {
-    return v.empty() ? std::string("(none)") : v;
-  };
-  std::string out;
-  if (tier) absl::StrAppend(&out, "of tier ", value(key.tier));
-  if (zone) {
-    absl::StrAppend(&out, tier ? " " : "", "in zone ", value(key.zone));
-  }
-  return out;
-}
-
-std::string SliceRequest::HostMiss(const Labels& labels, int64_t k,
-                                   int64_t w) const {
-  for (const SelectorTerm& t : residual_[At(k, w)].terms) {
-    if (!Matches(LabelSelector{{t}}, labels)) return t.key;
-  }
-  return "";
-}
-
 bool SliceRequest::MayTakeKey(const SliceKey& key) const {
   // The tier and zone terms of the bundles and the requirement, not of the
   // attempt's priority. (Computed here, not with keyed_: only MayCarve

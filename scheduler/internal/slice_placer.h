@@ -53,9 +53,6 @@ class SliceRequest {
   bool SameShape(const SliceKey& key) const;
   // Whether the tier and zone terms admit the slices under `key`.
   bool KeyMatches(const SliceKey& key) const;
-  // For a key KeyMatches() refuses, what its terms refuse, for a diagnosis:
-  // "of tier spot", "in zone z1" or "of tier spot in zone z1".
-  std::string KeyMiss(const SliceKey& key) const;
   // The same, with the request's own terms only (not this attempt's
   // compute-class priority): whether any attempt could take them.
   bool MayTakeKey(const SliceKey& key) const;
@@ -64,9 +61,6 @@ class SliceRequest {
   bool HostMatches(const Labels& labels, int64_t k, int64_t w) const {
     return !any_residual_ || Matches(residual_[At(k, w)], labels);
   }
-  // For a host HostMatches() refuses, the label key of the first term that
-  // refuses it, e.g. "cloud.google.com/gke-nodepool".
-  std::string HostMiss(const Labels& labels, int64_t k, int64_t w) const;
   // Whether `host` counts its TPU chips as this request does. A v7x host
   // may count 2 TPU per chip: a request counting 1 would take half of each
   // host's TPU, and leave the other half, on the same chips, to the next

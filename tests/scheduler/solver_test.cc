@@ -3,7 +3,6 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -175,53 +174,6 @@ TEST(SolverSliceTest, SummaryReadsLikeTheIssue) {
             "is DEAD; ...), 1 in zone us-east5-a excluded by selector");
   ASSERT_EQ(d.diagnosis.steps.size(), 1u);
   EXPECT_EQ(d.diagnosis.steps[0].considered, 12);
-}
-
-// An excluded slice is told by what excluded it: its tier, its zone, or a
-// host label, not its zone whatever the term (a compute class's tier
-// priority read "in zone us-east5-b excluded by selector").
-TEST(SolverSliceTest, SummarySaysWhatTheSelectorExcludedBy) {
-  std::vector<Node> nodes = Slice("spot", "TPU-V6E", "4x4", "z1", "spot");
-  Append(nodes, Slice("od", "TPU-V6E", "4x4", "z2", "on-demand"));
-  Append(nodes, Slice("both", "TPU-V6E", "4x4", "z3", "spot"));
-  Append(nodes, Slice("pool", "TPU-V6E", "4x4", "z2", "on-demand"));
-  for (Node& n : nodes) {
-    n.labels["pool"] = absl::StartsWith(n.node_id, "pool") ? "b" : "a";
-  }
-  auto snap = Snap(nodes, {});
-  struct Case {
-    Wire selector;
-    std::string summary;
-  };
-  const Case cases[] = {
-      {{{"sliced.io/capacity-tier", "reserved"}},
-       "0/4 v6e-16 slices free: 2 of tier on-demand excluded by selector, 2 of "
-       "tier spot excluded by selector"},
-      {{{"ray.io/availability-zone", "z9"}},
-       "0/4 v6e-16 slices free: 1 in zone z1 excluded by selector, 2 in zone "
-       "z2 excluded by selector, 1 in zone z3 excluded by selector"},
-      {{{"sliced.io/capacity-tier", "spot"},
-        {"ray.io/availability-zone", "z1"}},
-       ""},
-      {{{"sliced.io/capacity-tier", "on-demand"},
-        {"ray.io/availability-zone", "z1"}},
-       "0/4 v6e-16 slices free: 2 in zone z2 excluded by selector, 1 of tier "
-       "spot excluded by selector, 1 of tier spot in zone z3 excluded by "
-       "selector"},
-      {{{"pool", "b"}, {"sliced.io/capacity-tier", "on-demand"}}, ""},
-      {{{"pool", "c"}, {"sliced.io/capacity-tier", "on-demand"}},
-       "0/4 v6e-16 slices free: 2 of tier spot excluded by selector, 2 on pool "
-       "excluded by selector"},
-  };
-  for (const Case& c : cases) {
-    Decision d =
-        Solve(*snap, SliceRequest(TpuGeneration::kV6e, "4x4", 1, c.selector));
-    if (c.summary.empty()) {
-      EXPECT_EQ(d.outcome, Decision::kPlaced) << d.diagnosis.summary;
-    } else {
-      EXPECT_EQ(d.diagnosis.summary, c.summary);
-    }
-  }
 }
 
 // A slice with one host short of the request is too small, whatever its
