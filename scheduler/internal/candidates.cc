@@ -47,7 +47,7 @@ Bits CandidateBits(const SnapshotState& snap, const LabelSelector& selector) {
         if (it == key->second->end()) continue;
         for (uint32_t slot : *it->second) {
           const uint32_t i = snap.IndexOfSlot(slot);
-          term_bits[i >> 6] |= uint64_t{1} << (i & 63);
+          SetBit(term_bits, i);
         }
       }
     }

@@ -32,6 +32,9 @@ using Bits = std::vector<uint64_t>;
 inline bool TestBit(const Bits& bits, uint32_t i) {
   return (bits[i >> 6] >> (i & 63)) & 1;
 }
+inline void SetBit(Bits& bits, uint32_t i) {
+  bits[i >> 6] |= uint64_t{1} << (i & 63);
+}
 
 // Nodes whose labels satisfy `selector` (any state), from the label index;
 // a term on a key of kBitsetLabelKeys (zone, tier, accelerator type) ORs its

@@ -80,7 +80,7 @@ class Matcher {
         }
         ++fits;
         if (!TestBit(fit, n)) {
-          fit[n >> 6] |= uint64_t{1} << (n & 63);
+          SetBit(fit, n);
           ++distinct;
         }
       }
